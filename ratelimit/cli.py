@@ -1,0 +1,290 @@
+"""The ``ratelimit`` command line, compatible with ratelimit v0.3.
+
+v0.3 options keep their names, aliases and defaults (``-h`` is --hosts, so
+help is ``--help``); positional ``clean``, ``list``, ``stats``/``statistics``
+act like the options.  New: ``--profile``, ``--mode``, netem impairments,
+``--netns``, ``--dry-run``, ``--json``, ``--force``, ``--debug`` and the
+subcommands ``profiles``, ``vm``, ``lab`` and ``web``.
+"""
+
+import argparse
+import json
+import sys
+import time
+import traceback
+
+from . import __version__
+from .errors import RatelimitError, UsageError
+
+EXIT_INTERNAL = 70
+SUBCOMMANDS = ("profiles", "vm", "lab", "web")
+ACTIONS = {"clean": "clean", "list": "list", "stats": "stats", "statistics": "stats"}
+
+USAGE = """\
+ratelimit [options]                      apply limits (needs --hosts and --ports)
+       ratelimit [options] clean|list|stats      remove, list or count what is installed
+       ratelimit profiles [--json]               list link profiles
+       ratelimit lab up|status|exec|apply|down|demo ...   namespace lab (ratelimit lab --help)
+       ratelimit web [--listen ADDR:PORT] ...    live dashboard (ratelimit web --help)
+       ratelimit vm [--memory 1G] -- COMMAND     run COMMAND in a full-kernel VM
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, our exit code, no usage dump
+        if message.startswith("unrecognized arguments: "):
+            message = f"{message.split(': ', 1)[1]}: not an option (see ratelimit --help)"
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ratelimit", add_help=False, usage=USAGE, allow_abbrev=True,
+                description="Emulate slow or distant links per (host, port) on a Linux router.")
+    a = p.add_argument
+    g = p.add_argument_group("actions (v0.3)")
+    g.add_argument("--help", action="store_true", help="show this help")
+    g.add_argument("--clean", action="store_true", help="remove what ratelimit installed on the interface")
+    g.add_argument("--list", action="store_true", help="list what is installed, per (host, port, direction)")
+    g.add_argument("--stat", "--statistics", "--stats", dest="stats", action="store_true",
+                   help="the same with counters (bytes, packets, drops, overlimits, backlog)")
+    g.add_argument("--verbose", "-v", action=argparse.BooleanOptionalAction, default=False,
+                   help="print every traffic-control operation as it is made")
+    g.add_argument("--noverbose", dest="verbose", action="store_false", help=argparse.SUPPRESS)
+    g = p.add_argument_group("link selection and shape (v0.3)")
+    g.add_argument("--interface", "--if", default="eth0", help="interface to rate-limit (default eth0)")
+    g.add_argument("--bandwidth", "--bw", default="100mbit", help="bandwidth of the device (default 100mbit)")
+    g.add_argument("--hosts", "-h", help="hosts to limit, comma-separated names or addresses")
+    g.add_argument("--ports", "-p", help="port ranges, e.g. 1024-2048,3000,5000-6000")
+    g.add_argument("--rate", "-r", help="bits per second per (host, port) (default 28800, or the profile's)")
+    g.add_argument("--burst", "-b", default="5", help="burst in packets: rate x burst / 8 bytes (default 5)")
+    g.add_argument("--direction", "-d", default="both",
+                   help="source, dest[ination] or both (default both)")
+    g.add_argument("--mtu", default="1514", help="maximum transfer unit (default 1514)")
+    g.add_argument("--avpkt", default="1200", help="average packet size (default 1200)")
+    g.add_argument("--mpu", default="64", help="minimum policing unit (default 64)")
+    g = p.add_argument_group("additions")
+    g.add_argument("--profile", help="link profile name or TOML file (see 'ratelimit profiles')")
+    g.add_argument("--mode", default="police", choices=("police", "shape"),
+                   help="police: drop above the rate (v0.3); shape: queue like a modem")
+    for name, what in (("delay", "one-way delay, e.g. 200ms"), ("jitter", "delay variation, e.g. 10ms"),
+                       ("delay-correlation", "jitter correlation, e.g. 25%%"), ("loss", "random loss, e.g. 0.5%%"),
+                       ("loss-correlation", "loss correlation"), ("duplicate", "duplicated packets, e.g. 1%%"),
+                       ("duplicate-correlation", "duplicate correlation"), ("corrupt", "corrupted packets"),
+                       ("corrupt-correlation", "corrupt correlation"), ("reorder", "reordered packets (needs a delay)"),
+                       ("reorder-correlation", "reorder correlation")):
+        g.add_argument(f"--{name}", help=what)
+    g.add_argument("--queue", help="queue limit in packets for the netem stage")
+    g.add_argument("--netns", help="network namespace the interface is in")
+    g.add_argument("--dry-run", action="store_true", help="print the shell/tc -batch script instead of applying")
+    g.add_argument("--json", action="store_true", help="--list/--stats as JSON")
+    g.add_argument("--force", action="store_true", help="replace a root qdisc ratelimit did not install")
+    g.add_argument("--debug", action="store_true", help="show tracebacks")
+    g.add_argument("--version", action="version", version=f"ratelimit {__version__}")
+    a("action", nargs="?", help=argparse.SUPPRESS)
+    return p
+
+
+class Console:
+    """Streams and terminal facts, injectable for tests."""
+
+    def __init__(self, stdout=None, stderr=None):
+        self.stdout = stdout or sys.stdout
+        self.stderr = stderr or sys.stderr
+
+    def out(self, text=""):
+        print(text, file=self.stdout)
+
+    def err(self, text):
+        print(text, file=self.stderr)
+
+    def progress(self):
+        """A progress callback drawing one line on a terminal, or None when piped."""
+        if not getattr(self.stderr, "isatty", lambda: False)():
+            return None
+        last = [0.0]
+
+        def show(done, total):
+            now = time.monotonic()
+            if done < total and now - last[0] < 0.1:
+                return
+            last[0] = now
+            self.stderr.write(f"\rapplying: {100 * done // max(total, 1):3d}% ({done}/{total} operations)")
+            if done >= total:
+                self.stderr.write("\n")
+            self.stderr.flush()
+        return show
+
+
+def main(argv=None, console: Console | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    con = console or Console()
+    debug = "--debug" in argv
+    try:
+        return _dispatch(argv, con)
+    except RatelimitError as err:
+        if debug:
+            traceback.print_exc(file=con.stderr)
+        con.err(f"ratelimit: {err}")
+        return err.exit_code
+    except KeyboardInterrupt:
+        con.err("ratelimit: interrupted")
+        return 130
+    except BrokenPipeError:  # output piped into head(1) and the like
+        return 0
+    except Exception as err:  # a bug: say so in one line, traceback on --debug
+        if debug:
+            traceback.print_exc(file=con.stderr)
+        con.err(f"ratelimit: internal error: {type(err).__name__}: {err} (run with --debug for details)")
+        return EXIT_INTERNAL
+
+
+def _dispatch(argv, con) -> int:
+    if argv and argv[0] in SUBCOMMANDS:
+        return _subcommand(argv[0], argv[1:], con)
+    args = build_parser().parse_args(argv)
+    if args.help:
+        con.out(build_parser().format_help())
+        return 0
+    action = None
+    if args.action:
+        if args.action not in ACTIONS:
+            raise UsageError(f"'{args.action}' is not an action (clean, list, stats, statistics) "
+                             f"or subcommand ({', '.join(SUBCOMMANDS)})")
+        action = ACTIONS[args.action]
+    for flag in ("clean", "list", "stats"):
+        if getattr(args, flag):
+            action = action or flag
+    echo = con.out if args.verbose else None
+    from . import service
+    if action == "clean":
+        if args.dry_run:
+            return _dry_clean(args, con)
+        removed = service.clean(args.interface, args.netns, force=args.force, echo=echo)
+        con.out(f"{args.interface}: removed what ratelimit installed" if removed
+                else f"{args.interface}: nothing installed by ratelimit")
+        return 0
+    if action in ("list", "stats"):
+        data = service.statistics(args.interface, args.netns)
+        if args.json:
+            if action == "list":
+                for row in data["links"]:
+                    for key in ("bytes", "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"):
+                        row.pop(key, None)
+            con.out(json.dumps(data, indent=1))
+        else:
+            con.out(render_table(data, counters=action == "stats"))
+        return 0
+    req = service.make_request(
+        args.interface, hosts=args.hosts, ports=args.ports, profile=args.profile, netns=args.netns,
+        mode=args.mode, direction=args.direction, rate=args.rate, burst=args.burst,
+        bandwidth=args.bandwidth, mtu=args.mtu, avpkt=args.avpkt, mpu=args.mpu, queue=args.queue,
+        **{name: getattr(args, name) for name in service.IMPAIRMENTS})
+    if args.dry_run:
+        from .compile import compile_plan
+        from .plan import script
+        plan = compile_plan(req)
+        con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(req)}")
+        con.out(script(plan.ops, req.netns).rstrip("\n"))
+        return 0
+    started = time.monotonic()
+    plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo,
+                         on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"))
+    con.out(f"{req.interface}: {describe(req)}; {len(plan.ops)} operations in {time.monotonic() - started:.2f} s")
+    return 0
+
+
+def describe(req) -> str:
+    from .selectors import format_ports
+    from .units import format_rate, format_time
+    what = req.profile or "custom link"
+    sides = []
+    for name, p, used in (("down", req.down, req.direction in ("dest", "both")),
+                          ("up", req.up, req.direction in ("source", "both"))):
+        if used:
+            rate = format_rate(p.rate_bps) if p.rate_bps else "unlimited"
+            delay = f" +{format_time(p.delay_us)}" if p.delay_us else ""
+            sides.append(f"{name} {rate}{delay}")
+    hosts = ",".join(str(h) for h in req.hosts)
+    return (f"{what} ({req.mode}, {', '.join(sides)}) for hosts {hosts} ports {format_ports(req.ports)}: "
+            f"{req.flow_count() * (2 if req.direction == 'both' else 1)} links")
+
+
+def render_table(data: dict, counters: bool) -> str:
+    from .units import format_rate
+    applied = data["applied"]
+    if not applied:
+        return f"{data['interface']}: nothing installed by ratelimit"
+    head = (f"{applied['interface']}: {applied['profile'] or 'custom link'}, {applied['mode']} mode, "
+            f"direction {applied['direction']}, hosts {','.join(applied['hosts'])}, ports {applied['ports']}, "
+            f"{applied['flows']} links")
+    cols = ["direction", "host", "port", "rate"]
+    if counters:
+        cols += ["bytes", "packets", "drops", "overlimits", "backlog"]
+    rows = []
+    for link in data["links"]:
+        row = [link["direction"], link["host"], str(link["port"]),
+               format_rate(link["rate_bps"]) if link["rate_bps"] else "unlimited"]
+        if counters:
+            row += [str(link["bytes"]), str(link["packets"]), str(link["drops"]), str(link["overlimits"]),
+                    f"{link['backlog_bytes']}b/{link['backlog_pkts']}p"]
+        rows.append(row)
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    lines = [head, "  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)
+
+
+def _dry_clean(args, con) -> int:
+    from . import state
+    from .compile import compile_plan
+    from .plan import script
+    req = state.load(args.netns, args.interface)
+    if req is None:
+        con.out(f"# {args.interface}: nothing recorded as installed by ratelimit")
+        return 0
+    con.out(script(compile_plan(req).teardown(), args.netns).rstrip("\n"))
+    return 0
+
+
+def _subcommand(name, argv, con) -> int:
+    if name == "profiles":
+        return _profiles(argv, con)
+    if name == "vm":
+        from .vm import vm_main
+        return vm_main(argv)
+    if name == "lab":
+        from .lab import lab_main
+        return lab_main(argv)
+    from webui.cli import web_main
+    return web_main(argv)
+
+
+def _profiles(argv, con) -> int:
+    from . import profiles
+    from .units import format_percent, format_rate, format_time
+    if argv not in ([], ["--json"]):
+        raise UsageError(f"profiles: '{' '.join(argv)}' is not an option (only --json)")
+    loaded = [profiles.load(str(path)) for path in profiles.available().values()]
+    if argv == ["--json"]:
+        con.out(json.dumps([{"name": p.name, "description": p.description, "source": p.source, "path": p.path,
+                             "down": {k: v for k, v in p.down.__dict__.items() if v},
+                             "up": {k: v for k, v in p.up.__dict__.items() if v}} for p in loaded], indent=1))
+        return 0
+
+    def side(s):
+        parts = [format_rate(s.rate_bps) if s.rate_bps else "unlimited"]
+        if s.delay_us:
+            parts.append(format_time(s.delay_us) + (f"±{format_time(s.jitter_us)}" if s.jitter_us else ""))
+        if s.loss_pct:
+            parts.append(f"loss {format_percent(s.loss_pct)}")
+        return " ".join(parts)
+    rows = [(p.name, side(p.down), side(p.up), p.description) for p in loaded]
+    widths = [max(len(r[i]) for r in rows + [("profile", "down", "up", "")]) for i in range(3)]
+    con.out("  ".join(h.ljust(w) for h, w in zip(("profile", "down", "up"), widths)) + "  description")
+    for r in rows:
+        con.out("  ".join(v.ljust(w) for v, w in zip(r[:3], widths)) + "  " + r[3])
+    return 0
+
+
+def run() -> None:
+    sys.exit(main())

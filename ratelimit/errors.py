@@ -1,0 +1,70 @@
+"""The one exception family a user sees.
+
+Every message is a single line written for the person at the terminal: it names
+the field, the value and what is allowed.  The CLI prints ``ratelimit: <message>``
+and exits with ``exit_code``; ``--debug`` adds the traceback.
+"""
+
+# Documented exit codes (see README "Exit codes").
+EXIT_USAGE = 2  # bad option, value or profile
+EXIT_NOT_FOUND = 3  # unknown interface, namespace or host
+EXIT_PERMISSION = 4  # not root
+EXIT_KERNEL = 5  # the kernel lacks a needed part
+EXIT_CONFLICT = 6  # interface busy or configured by someone else
+EXIT_APPLY = 7  # the kernel refused a step; the interface was restored
+
+
+class RatelimitError(Exception):
+    """Base class: ``str(err)`` is the one-line message for the user."""
+
+    exit_code = 1
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class UsageError(RatelimitError):
+    """A value given on the command line, in a profile or to the API is invalid."""
+
+    exit_code = EXIT_USAGE
+
+
+class FieldError(UsageError):
+    """``FIELD: VALUE is not ALLOWED`` -- the common shape of a bad value."""
+
+    def __init__(self, field: str, value, allowed: str):
+        self.field, self.value, self.allowed = field, value, allowed
+        super().__init__(f"{field}: {value!r} {allowed}" if isinstance(value, str) and value == ""
+                         else f"{field}: {value} {allowed}")
+
+
+class NotFoundError(RatelimitError):
+    exit_code = EXIT_NOT_FOUND
+
+
+class PermissionDenied(RatelimitError):
+    exit_code = EXIT_PERMISSION
+
+
+class KernelMissing(RatelimitError):
+    """The running kernel lacks a qdisc, classifier, action or link type."""
+
+    exit_code = EXIT_KERNEL
+
+    def __init__(self, message: str, feature: str = ""):
+        super().__init__(message)
+        self.feature = feature
+
+
+class ConflictError(RatelimitError):
+    exit_code = EXIT_CONFLICT
+
+
+class ApplyError(RatelimitError):
+    """A kernel step failed; the message says which step and that we rolled back."""
+
+    exit_code = EXIT_APPLY

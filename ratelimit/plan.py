@@ -1,0 +1,343 @@
+"""The operations a plan is made of, and how each reads as tc text.
+
+A plan is an ordered tuple of small frozen operations.  The compiler makes it
+without touching the system; the executor (``netlink``) carries it out, one
+function per operation type; ``script`` prints it as the shell/``tc -batch``
+text a person can paste.  Handles are ints inside (``0x520000`` is ``52:``).
+"""
+
+from dataclasses import dataclass
+
+from .model import IPAddress, Request
+from .units import format_percent, format_rate, format_time
+
+TC_H_ROOT = 0xFFFFFFFF
+TC_H_INGRESS = 0xFFFFFFF1
+INGRESS_HANDLE = 0xFFFF0000
+
+
+def tc_handle(handle: int) -> str:
+    """0x520000 -> '52:', 0x520100 -> '52:100' (tc's hex notation)."""
+    major, minor = handle >> 16, handle & 0xFFFF
+    return f"{major:x}:" if minor == 0 else f"{major:x}:{minor:x}"
+
+
+def parse_handle(text: str) -> int:
+    """'52:' -> 0x520000, '52:100' -> 0x520100."""
+    major, _, minor = text.partition(":")
+    return (int(major or "0", 16) << 16) | int(minor or "0", 16)
+
+
+def u32_handle(ht: int, bucket: int = 0, node: int = 0) -> int:
+    return (ht << 20) | (bucket << 12) | node
+
+
+def u32_text(handle: int) -> str:
+    """0x00105001 -> '1:5:1' (ht:bucket:node)."""
+    return f"{handle >> 20:x}:{(handle >> 12) & 0xFF:x}:{handle & 0xFFF:x}"
+
+
+# ---------------------------------------------------------------- operations
+
+
+@dataclass(frozen=True)
+class AddIfb:
+    """An IFB device that ingress traffic is redirected to, for shaping/delay."""
+
+    name: str
+
+    def shell(self) -> list[str]:
+        return [f"ip link add name {self.name} type ifb", f"ip link set dev {self.name} up"]
+
+    def undo(self):
+        return DelLink(self.name)
+
+
+@dataclass(frozen=True)
+class DelLink:
+    name: str
+
+    def shell(self) -> list[str]:
+        return [f"ip link del dev {self.name}"]
+
+
+@dataclass(frozen=True)
+class HtbQdisc:
+    dev: str
+    handle: int
+    default_minor: int = 0  # 0: unclassified packets go out untouched
+
+    def tc(self) -> str:
+        return f"qdisc add dev {self.dev} root handle {tc_handle(self.handle)} htb default {self.default_minor:x}"
+
+    def undo(self):
+        return DelQdisc(self.dev, TC_H_ROOT)
+
+
+@dataclass(frozen=True)
+class IngressQdisc:
+    dev: str
+
+    def tc(self) -> str:
+        return f"qdisc add dev {self.dev} handle ffff: ingress"
+
+    def undo(self):
+        return DelQdisc(self.dev, TC_H_INGRESS)
+
+
+@dataclass(frozen=True)
+class DelQdisc:
+    dev: str
+    parent: int
+
+    def tc(self) -> str:
+        where = "ingress" if self.parent == TC_H_INGRESS else "root"
+        return f"qdisc del dev {self.dev} {where}"
+
+
+@dataclass(frozen=True)
+class HtbClass:
+    dev: str
+    parent: int
+    classid: int
+    rate_bps: int
+    ceil_bps: int
+    burst_bytes: int
+    quantum_bytes: int
+    mpu_bytes: int = 0
+
+    def tc(self) -> str:
+        mpu = f" mpu {self.mpu_bytes}" if self.mpu_bytes else ""
+        return (f"class add dev {self.dev} parent {tc_handle(self.parent)} classid {tc_handle(self.classid)}"
+                f" htb rate {format_rate(self.rate_bps)} ceil {format_rate(self.ceil_bps)}"
+                f" burst {self.burst_bytes}b cburst {self.burst_bytes}b quantum {self.quantum_bytes}{mpu}")
+
+    def undo(self):
+        return None  # removed with the root qdisc
+
+
+@dataclass(frozen=True)
+class Netem:
+    """netem parameters; times in microseconds, probabilities in percent."""
+
+    delay_us: int = 0
+    jitter_us: int = 0
+    delay_corr_pct: float = 0.0
+    loss_pct: float = 0.0
+    loss_corr_pct: float = 0.0
+    duplicate_pct: float = 0.0
+    duplicate_corr_pct: float = 0.0
+    corrupt_pct: float = 0.0
+    corrupt_corr_pct: float = 0.0
+    reorder_pct: float = 0.0
+    reorder_corr_pct: float = 0.0
+    limit_pkts: int = 1000
+
+    def tc_args(self) -> str:
+        out = [f"limit {self.limit_pkts}"]
+        if self.delay_us or self.jitter_us:
+            out.append(f"delay {format_time(self.delay_us)}")
+            if self.jitter_us:
+                out.append(format_time(self.jitter_us))
+                if self.delay_corr_pct:
+                    out.append(format_percent(self.delay_corr_pct))
+        for word, pct, corr in (("loss", self.loss_pct, self.loss_corr_pct),
+                                ("duplicate", self.duplicate_pct, self.duplicate_corr_pct),
+                                ("corrupt", self.corrupt_pct, self.corrupt_corr_pct),
+                                ("reorder", self.reorder_pct, self.reorder_corr_pct)):
+            if pct:
+                out.append(f"{word} {format_percent(pct)}")
+                if corr:
+                    out.append(format_percent(corr))
+        return " ".join(out)
+
+
+@dataclass(frozen=True)
+class NetemQdisc:
+    dev: str
+    parent: int
+    handle: int
+    netem: Netem
+
+    def tc(self) -> str:
+        return (f"qdisc add dev {self.dev} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
+                f" netem {self.netem.tc_args()}")
+
+    def undo(self):
+        return None
+
+
+@dataclass(frozen=True)
+class U32Table:
+    """A u32 hash table (``divisor``) in the filter list ``prio`` of ``parent``."""
+
+    dev: str
+    parent: int
+    prio: int
+    protocol: str
+    ht: int
+    divisor: int
+
+    def tc(self) -> str:
+        return (f"filter add dev {self.dev} parent {tc_handle(self.parent)} prio {self.prio}"
+                f" handle {self.ht:x}: protocol {self.protocol} u32 divisor {self.divisor}")
+
+    def undo(self):
+        return None
+
+
+@dataclass(frozen=True)
+class Key:
+    """Match ``(word at off) & mask == value``; off is from the network header."""
+
+    value: int
+    mask: int
+    off: int
+
+    def tc(self) -> str:
+        return f"match u32 0x{self.value:08x} 0x{self.mask:08x} at {self.off}"
+
+
+@dataclass(frozen=True)
+class HashKey:
+    """Pick the bucket of the linked table from ``(word at off) & mask``."""
+
+    mask: int
+    off: int
+
+
+@dataclass(frozen=True)
+class Police:
+    rate_bps: int
+    burst_bytes: int
+    mtu_bytes: int
+    mpu_bytes: int = 0
+
+    def tc(self) -> str:
+        mpu = f" mpu {self.mpu_bytes}" if self.mpu_bytes else ""
+        return (f"action police rate {format_rate(self.rate_bps)} burst {self.burst_bytes}"
+                f" mtu {self.mtu_bytes}{mpu} conform-exceed drop/ok")
+
+
+@dataclass(frozen=True)
+class U32Filter:
+    """One u32 node: in table ``ht`` (0 = the root table of ``prio``), bucket, node."""
+
+    dev: str
+    parent: int
+    prio: int
+    protocol: str
+    ht: int
+    bucket: int
+    node: int
+    keys: tuple[Key, ...]
+    hashkey: HashKey | None = None
+    link: int | None = None
+    classid: int | None = None
+    police: Police | None = None
+    redirect: str | None = None
+
+    @property
+    def handle(self) -> int:
+        return u32_handle(self.ht, self.bucket, self.node)
+
+    def tc(self) -> str:
+        where = f"{self.ht:x}:{self.bucket:x}:{self.node:x}" if self.ht else f"::{self.node:x}"
+        out = [f"filter add dev {self.dev} parent {tc_handle(self.parent)} prio {self.prio}"
+               f" handle {where} protocol {self.protocol} u32"]
+        if self.ht:
+            out.append(f"ht {self.ht:x}:{self.bucket:x}:")
+        out += [k.tc() for k in self.keys]
+        if self.link is not None:
+            if self.hashkey:
+                out.append(f"hashkey mask 0x{self.hashkey.mask:08x} at {self.hashkey.off}")
+            out.append(f"link {self.link:x}:")
+        if self.classid is not None:
+            out.append(f"classid {tc_handle(self.classid)}")
+        if self.police:
+            out.append(self.police.tc())
+        if self.redirect:
+            out.append(f"action mirred egress redirect dev {self.redirect}")
+        return " ".join(out)
+
+    def undo(self):
+        return None
+
+
+# ---------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Where one (host, port, direction) lives in the kernel, for statistics."""
+
+    direction: str
+    host: IPAddress
+    port: int
+    dev: str
+    prio: int
+    handle: int  # of its u32 filter
+    classid: int | None = None  # shape mode: its own HTB class
+
+
+@dataclass(frozen=True)
+class Plan:
+    request: Request
+    ops: tuple
+    flows: tuple[Flow, ...]
+
+    def devices(self) -> tuple[str, ...]:
+        """Every device the plan configures, the request's interface first."""
+        devs = [self.request.interface]
+        for op in self.ops:
+            dev = getattr(op, "dev", None) or getattr(op, "name", None)
+            if dev not in devs:
+                devs.append(dev)
+        return tuple(devs)
+
+    def teardown(self) -> tuple:
+        """The operations that remove everything the plan adds, in order."""
+        return tuple(u for u in (op.undo() for op in reversed(self.ops)) if u is not None)
+
+    def features(self) -> frozenset[str]:
+        """Kernel parts the plan needs (names as used by ``probe``)."""
+        need = set()
+        for op in self.ops:
+            if isinstance(op, HtbQdisc):
+                need.add("htb")
+            elif isinstance(op, IngressQdisc):
+                need.add("ingress")
+            elif isinstance(op, NetemQdisc):
+                need.add("netem")
+            elif isinstance(op, AddIfb):
+                need.add("ifb")
+            elif isinstance(op, (U32Table, U32Filter)):
+                need.add("u32")
+                if getattr(op, "police", None):
+                    need.add("police")
+                if getattr(op, "redirect", None):
+                    need.add("mirred")
+        return frozenset(need)
+
+
+def script(ops, netns: str | None = None) -> str:
+    """Shell text that performs ``ops``: ``ip`` lines and one ``tc -batch`` block."""
+    ns_ip = f"ip -n {netns} " if netns else "ip "
+    lines = ["#!/bin/sh", "set -e"]
+    batch: list[str] = []
+    for op in ops:
+        if hasattr(op, "shell"):
+            lines += [ns_ip + s[3:] for s in op.shell()]
+        else:
+            batch.append(op.tc())
+    if batch:
+        tc = f"tc -n {netns}" if netns else "tc"
+        lines.append(f"{tc} -batch - <<'EOF'")
+        lines += batch
+        lines.append("EOF")
+    return "\n".join(lines) + "\n"
+
+
+def tc_batch(ops) -> str:
+    """Only the ``tc -batch`` lines of ``ops`` (for benchmarks and tests)."""
+    return "".join(op.tc() + "\n" for op in ops if hasattr(op, "tc"))

@@ -1,0 +1,104 @@
+"""Finding and loading link profiles (TOML).
+
+Search order for ``--profile NAME``: each directory of ``RATELIMIT_PROFILE_PATH``
+(colon-separated, left to right), then ``~/.config/ratelimit/profiles/``, then
+the profiles shipped with ratelimit; the first ``NAME.toml`` wins.  A value
+containing ``/`` or ending in ``.toml`` is read as a file path.
+"""
+
+import os
+import tomllib
+from pathlib import Path
+
+from .errors import FieldError, NotFoundError, UsageError
+from .model import LinkParams, Profile
+from .units import parse_count, parse_percent, parse_rate_bps, parse_time_us
+
+SHIPPED = Path(__file__).resolve().parent / "shipped_profiles"
+if not SHIPPED.is_dir():  # running from a checkout: profiles/ beside the package
+    SHIPPED = Path(__file__).resolve().parent.parent / "profiles"
+
+_SIDE_FIELDS = {
+    # toml key: (LinkParams field, parser)
+    "rate": ("rate_bps", parse_rate_bps),
+    "delay": ("delay_us", parse_time_us),
+    "jitter": ("jitter_us", parse_time_us),
+    "delay_correlation": ("delay_corr_pct", parse_percent),
+    "loss": ("loss_pct", parse_percent),
+    "loss_correlation": ("loss_corr_pct", parse_percent),
+    "duplicate": ("duplicate_pct", parse_percent),
+    "duplicate_correlation": ("duplicate_corr_pct", parse_percent),
+    "corrupt": ("corrupt_pct", parse_percent),
+    "corrupt_correlation": ("corrupt_corr_pct", parse_percent),
+    "reorder": ("reorder_pct", parse_percent),
+    "reorder_correlation": ("reorder_corr_pct", parse_percent),
+    "queue": ("queue_pkts", lambda v, field: parse_count(v, field, 1, 1_000_000)),
+}
+_TOP_FIELDS = {"description", "source", "down", "up"}
+
+
+def search_path() -> list[Path]:
+    dirs = [Path(p) for p in os.environ.get("RATELIMIT_PROFILE_PATH", "").split(":") if p]
+    dirs.append(Path(os.path.expanduser("~/.config/ratelimit/profiles")))
+    dirs.append(SHIPPED)
+    return dirs
+
+
+def find(name: str) -> Path:
+    if "/" in name or name.endswith(".toml"):
+        path = Path(name)
+        if not path.is_file():
+            raise NotFoundError(f"--profile: file '{name}' does not exist")
+        return path
+    for d in search_path():
+        path = d / f"{name}.toml"
+        if path.is_file():
+            return path
+    known = ", ".join(sorted(available()))
+    raise UsageError(f"--profile: '{name}' is not a profile (known: {known}; see 'ratelimit profiles')")
+
+
+def load(name: str) -> Profile:
+    return parse_file(find(name))
+
+
+def parse_file(path: Path) -> Profile:
+    where = str(path)
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise UsageError(f"profile {where}: not valid TOML ({err})") from None
+    except OSError as err:
+        raise NotFoundError(f"profile {where}: cannot be read ({err.strerror})") from None
+    unknown = set(data) - _TOP_FIELDS
+    if unknown:
+        raise FieldError(f"profile {where}", f"'{sorted(unknown)[0]}'",
+                         "is not a field (allowed: description, source, [down], [up])")
+    sides = {}
+    for side in ("down", "up"):
+        table = data.get(side, {})
+        if not isinstance(table, dict):
+            raise FieldError(f"profile {where}", f"'{side}'", "must be a table ([down] or [up])")
+        values = {}
+        for key, value in table.items():
+            if key not in _SIDE_FIELDS:
+                raise FieldError(f"profile {where}: [{side}]", f"'{key}'",
+                                 f"is not a field (allowed: {', '.join(_SIDE_FIELDS)})")
+            attr, parser = _SIDE_FIELDS[key]
+            values[attr] = parser(value, f"profile {where}: [{side}] {key}")
+        sides[side] = LinkParams(**values)
+    for key in ("description", "source"):
+        if not isinstance(data.get(key, ""), str):
+            raise FieldError(f"profile {where}", f"'{key}'", "must be a string")
+    return Profile(name=Path(path).stem, description=data.get("description", ""),
+                   source=data.get("source", ""), down=sides["down"], up=sides["up"], path=where)
+
+
+def available() -> dict[str, Path]:
+    """Every profile name on the search path, with the file that wins."""
+    found: dict[str, Path] = {}
+    for d in search_path():
+        if d.is_dir():
+            for path in sorted(d.glob("*.toml")):
+                found.setdefault(path.stem, path)
+    return dict(sorted(found.items()))

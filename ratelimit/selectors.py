@@ -1,0 +1,61 @@
+"""Parsing the selectors a user types: hosts and port ranges (the edge)."""
+
+import socket
+from ipaddress import ip_address
+
+from .errors import FieldError, NotFoundError, UsageError
+from .model import IPAddress
+
+
+def parse_ports(text: str, field: str = "--ports") -> tuple[tuple[int, int], ...]:
+    """``"1024-2047,3000"`` -> ((1024, 2047), (3000, 3000)); overlaps are merged."""
+    if text is None or not str(text).strip():
+        raise UsageError(f"{field}: none given (ranges like 1024-2047,3000)")
+    ranges = []
+    for part in str(text).split(","):
+        part = part.strip()
+        lo_text, dash, hi_text = part.partition("-")
+        try:
+            lo = int(lo_text)
+            hi = int(hi_text) if dash else lo
+        except ValueError:
+            raise FieldError(field, f"'{part}'", "is not a port or range (e.g. 1024-2047,3000)") from None
+        for p in (lo, hi):
+            if not 1 <= p <= 65535:
+                raise FieldError(field, p, "is not a port (1-65535)")
+        if lo > hi:
+            raise FieldError(field, part, "is a reversed range (low-high)")
+        ranges.append((lo, hi))
+    merged: list[list[int]] = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return tuple((lo, hi) for lo, hi in merged)
+
+
+def format_ports(ports) -> str:
+    return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ports)
+
+
+def parse_hosts(text, field: str = "--hosts", resolve=socket.getaddrinfo) -> tuple[IPAddress, ...]:
+    """Comma-separated names or addresses -> addresses (names resolved, all families)."""
+    items = text if isinstance(text, (list, tuple)) else str(text or "").split(",")
+    items = [str(h).strip() for h in items if str(h).strip()]
+    if not items:
+        raise UsageError(f"{field}: none given (comma-separated names or addresses)")
+    found: list[IPAddress] = []
+    for item in items:
+        try:
+            addrs = [ip_address(item.strip("[]"))]
+        except ValueError:
+            try:
+                infos = resolve(item, None, 0, socket.SOCK_STREAM)
+            except (socket.gaierror, UnicodeError):
+                raise NotFoundError(f"{field}: '{item}' is not an address and does not resolve to one") from None
+            addrs = [ip_address(info[4][0].split("%")[0]) for info in infos]
+        for addr in addrs:
+            if addr not in found:
+                found.append(addr)
+    return tuple(found)

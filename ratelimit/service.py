@@ -1,0 +1,216 @@
+"""apply / clean / status / statistics: the operations the CLI, web UI and lab share.
+
+``make_request`` is the edge: it takes what a person typed (strings with
+units, host names, a profile name) and returns a validated ``Request``.
+``apply`` is atomic: the interface ends up either fully configured or exactly
+as it was.
+"""
+
+import os
+import time
+
+from . import profiles, state
+from .compile import ROOT, compile_plan, ifb_name
+from .errors import ApplyError, ConflictError, FieldError, KernelMissing, NotFoundError, PermissionDenied
+from .model import LinkParams, Request
+from .selectors import format_ports, parse_hosts, parse_ports
+from .units import parse_count, parse_percent, parse_rate_bps, parse_size_bytes, parse_time_us
+
+DEFAULT_RATE_BPS = 28800
+_DIRECTION_WORDS = {"source": "source", "src": "source", "dest": "dest", "dst": "dest",
+                    "destination": "dest", "both": "both"}
+
+# option name -> (LinkParams field, parser)
+IMPAIRMENTS = {
+    "delay": ("delay_us", parse_time_us),
+    "jitter": ("jitter_us", parse_time_us),
+    "delay_correlation": ("delay_corr_pct", parse_percent),
+    "loss": ("loss_pct", parse_percent),
+    "loss_correlation": ("loss_corr_pct", parse_percent),
+    "duplicate": ("duplicate_pct", parse_percent),
+    "duplicate_correlation": ("duplicate_corr_pct", parse_percent),
+    "corrupt": ("corrupt_pct", parse_percent),
+    "corrupt_correlation": ("corrupt_corr_pct", parse_percent),
+    "reorder": ("reorder_pct", parse_percent),
+    "reorder_correlation": ("reorder_corr_pct", parse_percent),
+}
+
+
+def make_request(interface: str, *, hosts, ports, profile: str | None = None, netns: str | None = None,
+                 mode: str = "police", direction: str = "both", rate=None, burst=5,
+                 bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=64, queue=None, **impairments) -> Request:
+    """Validate what a person typed and return the request (resolves host names)."""
+    if direction not in _DIRECTION_WORDS:
+        raise FieldError("--direction", direction, "is not a direction (source, dest[ination], both)")
+    unknown = set(impairments) - set(IMPAIRMENTS)
+    if unknown:
+        raise FieldError("option", sorted(unknown)[0], f"is not an impairment ({', '.join(IMPAIRMENTS)})")
+    prof = profiles.load(profile) if profile else None
+    down = prof.down if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
+    up = prof.up if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
+    overrides = {attr: parser(impairments[name], f"--{name.replace('_', '-')}")
+                 for name, (attr, parser) in IMPAIRMENTS.items() if impairments.get(name) is not None}
+    if rate is not None:
+        overrides["rate_bps"] = parse_rate_bps(rate, "--rate")
+    if queue is not None:
+        overrides["queue_pkts"] = parse_count(queue, "--queue", 1, 1_000_000)
+    port_ranges = parse_ports(ports)  # pure checks before any name lookup
+    req = Request(
+        interface=interface, netns=netns or None,
+        hosts=parse_hosts(hosts), ports=port_ranges,
+        down=down.merged(**overrides), up=up.merged(**overrides),
+        mode=mode, direction=_DIRECTION_WORDS[direction],
+        bandwidth_bps=parse_rate_bps(bandwidth, "--bandwidth"),
+        burst_pkts=parse_count(burst, "--burst", 1, 100000),
+        mtu_bytes=parse_size_bytes(mtu, "--mtu"), avpkt_bytes=parse_size_bytes(avpkt, "--avpkt"),
+        mpu_bytes=parse_count(mpu, "--mpu", 0, 65535),
+        profile=prof.name if prof else None,
+    )
+    compile_plan(req)  # every remaining check, before anything touches the router
+    return req
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise PermissionDenied("changing traffic control needs root (run with sudo)")
+
+
+def _executor(netns):
+    from .netlink import Executor  # the only module that touches netlink
+    return Executor(netns)
+
+
+def _check_interface(ex, req_or_name, netns) -> None:
+    name = getattr(req_or_name, "interface", req_or_name)
+    if ex.link_index(name) is None:
+        where = f" in namespace '{netns}'" if netns else ""
+        raise NotFoundError(f"--interface: '{name}' does not exist{where} (see: ip link)")
+
+
+def _check_kernel(plan) -> None:
+    from .probe import missing_message, probe
+    risky = sorted(plan.features() & {"netem", "police", "ifb", "mirred"})
+    if not risky:
+        return
+    have = probe(risky)
+    for feature in risky:
+        if not have.get(feature, False):
+            raise KernelMissing(missing_message(feature), feature)
+
+
+def _installed_plan(ex, netns, interface):
+    """Our plan on the interface now, or None; raises if state and kernel disagree badly."""
+    req = state.load(netns, interface)
+    if req is None or ex.root_qdisc(interface) != ("htb", ROOT) and not ex.has_ingress(interface):
+        return None
+    return compile_plan(req)
+
+
+def _check_ownership(ex, plan, old_plan, force: bool) -> None:
+    if force:
+        return
+    dev = plan.request.interface
+    root = ex.root_qdisc(dev)
+    if root is not None and root != ("htb", ROOT):
+        raise ConflictError(f"--interface: {dev} has a root qdisc ratelimit did not install "
+                            f"({root[0]} {root[1] >> 16:x}:); use --force to replace it")
+    ours_ingress = old_plan is not None and any(type(op).__name__ == "IngressQdisc" for op in old_plan.ops)
+    if ex.has_ingress(dev) and not ours_ingress and plan.request.direction != "dest":
+        raise ConflictError(f"--interface: {dev} has an ingress qdisc ratelimit did not install; "
+                            "use --force to replace it")
+    ifb = ifb_name(dev)
+    ours_ifb = old_plan is not None and ifb in old_plan.devices()
+    if ex.link_index(ifb) is not None and not ours_ifb and ifb in plan.devices():
+        raise ConflictError(f"--interface: device {ifb} exists but ratelimit did not make it; "
+                            "use --force to replace it")
+
+
+def _foreign_teardown(dev):
+    from .plan import TC_H_INGRESS, TC_H_ROOT, DelLink, DelQdisc
+    return (DelQdisc(dev, TC_H_ROOT), DelQdisc(dev, TC_H_INGRESS), DelLink(ifb_name(dev)))
+
+
+def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wait=None):
+    """Install ``req`` atomically; returns the plan."""
+    plan = compile_plan(req)
+    _require_root()
+    with _executor(req.netns) as ex, state.lock(req.netns, req.interface, on_wait):
+        _check_interface(ex, req, req.netns)
+        old_plan = _installed_plan(ex, req.netns, req.interface)
+        _check_ownership(ex, plan, old_plan, force)
+        _check_kernel(plan)
+        if old_plan is not None:
+            ex.remove(old_plan.teardown())
+        elif ex.root_qdisc(req.interface) == ("htb", ROOT) or force:
+            ex.remove(_foreign_teardown(req.interface))
+        try:
+            ex.apply(plan.ops, progress=progress, echo=echo)
+        except ApplyError as err:
+            ex.remove(plan.teardown())
+            if old_plan is not None:
+                ex.apply(old_plan.ops)
+            raise ApplyError(f"{err}; {req.interface} is back as it was") from None
+        state.save(req)
+    return plan
+
+
+def clean(interface: str, netns: str | None = None, *, force: bool = False, echo=None) -> bool:
+    """Remove what ratelimit installed on ``interface``; True if there was something."""
+    _require_root()
+    with _executor(netns) as ex, state.lock(netns, interface):
+        _check_interface(ex, interface, netns)
+        old_plan = _installed_plan(ex, netns, interface)
+        if old_plan is not None:
+            teardown = old_plan.teardown()
+        elif ex.root_qdisc(interface) == ("htb", ROOT) or force:
+            teardown = _foreign_teardown(interface)
+        else:
+            root = ex.root_qdisc(interface)
+            state.forget(netns, interface)
+            if root is not None:
+                raise ConflictError(f"--interface: {interface} has a root qdisc ratelimit did not install "
+                                    f"({root[0]}); left alone (use --force to remove it)")
+            return False
+        for op in teardown:
+            if echo:
+                echo(op.tc() if hasattr(op, "tc") else op.shell()[0])
+        ex.remove(teardown)
+        state.forget(netns, interface)
+        return True
+
+
+def summary(req: Request) -> dict:
+    """What is applied, as data (for --list, --json and the dashboard)."""
+    def side(p: LinkParams) -> dict:
+        return {k: v for k, v in p.__dict__.items() if v}
+    return {
+        "interface": req.interface, "netns": req.netns, "profile": req.profile, "mode": req.mode,
+        "direction": req.direction, "hosts": [str(h) for h in req.hosts], "ports": format_ports(req.ports),
+        "flows": req.flow_count() * (2 if req.direction == "both" else 1),
+        "down": side(req.down), "up": side(req.up),
+    }
+
+
+def status(interface: str, netns: str | None = None) -> dict | None:
+    """The summary of what ratelimit has on ``interface``, or None."""
+    with _executor(netns) as ex:
+        _check_interface(ex, interface, netns)
+        plan = _installed_plan(ex, netns, interface)
+        return summary(plan.request) if plan else None
+
+
+def statistics(interface: str, netns: str | None = None) -> dict:
+    """Counters per (host, port, direction), read from the kernel in one dump per device."""
+    with _executor(netns) as ex:
+        _check_interface(ex, interface, netns)
+        plan = _installed_plan(ex, netns, interface)
+        if plan is None:
+            return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "links": []}
+        rows = ex.stats(plan)
+        stamp = time.time()
+    req = plan.request
+    for row in rows:
+        params = req.down if row["direction"] == "dest" else req.up
+        row["rate_bps"] = params.rate_bps
+        row["host"] = str(row["host"])
+    return {"interface": interface, "netns": netns, "time": stamp, "applied": summary(req), "links": rows}

@@ -1,0 +1,30 @@
+from pathlib import Path
+
+from setuptools import setup
+
+HERE = Path(__file__).parent
+
+setup(
+    name="ratelimit",
+    version="0.4.0",
+    description="Emulate thousands of slow or distant links per (host, port) on a Linux router",
+    long_description=(HERE / "README.md").read_text(encoding="utf-8") if (HERE / "README.md").exists() else "",
+    long_description_content_type="text/markdown",
+    license="MIT",
+    python_requires=">=3.11",
+    packages=["ratelimit", "ratelimit.shipped_profiles", "webui"],
+    package_dir={"ratelimit.shipped_profiles": "profiles"},
+    package_data={"ratelimit.shipped_profiles": ["*.toml"], "webui": ["templates/*", "static/*", "static/vendor/*"]},
+    include_package_data=True,
+    install_requires=["pyroute2==0.9.7", "flask>=3.0", "waitress>=3.0"],
+    extras_require={
+        "test": ["pytest>=8", "hypothesis>=6", "playwright>=1.40"],
+        "vm": ["virtme-ng==1.42"],
+    },
+    entry_points={
+        "console_scripts": ["ratelimit=ratelimit.cli:run"],
+        "pytest11": ["ratelimit = ratelimit.pytest_plugin"],
+    },
+    classifiers=["Programming Language :: Python :: 3", "Operating System :: POSIX :: Linux",
+                 "Topic :: System :: Networking"],
+)

@@ -1,0 +1,130 @@
+"""Property test: random packets through a model of the compiled u32 tree.
+
+Each packet of a selected (host, port) must land on exactly its own filter
+(and, in shape mode, its own class); every other packet must pass untouched.
+"""
+
+from ipaddress import IPv4Address, IPv6Address
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ratelimit.compile import INGRESS_HANDLE, LEAF_MAX, ROOT, compile_plan, ifb_name
+from ratelimit.model import LinkParams, Request
+from u32model import Tree, ipv4_packet, ipv6_packet
+
+CLIENT4 = IPv4Address("198.19.0.9")
+SERVER6 = IPv6Address("2001:db8:ffff::9")
+
+# Hosts that often share a last octet or more, to force deep trees.
+v4_hosts = st.builds(lambda a, b: IPv4Address(f"198.18.{a}.{b}"), st.integers(0, 3), st.sampled_from([1, 2, 255]))
+v6_hosts = st.builds(lambda a, b: IPv6Address(f"2001:db8:{a:x}::{b:x}"), st.integers(0, 3), st.sampled_from([1, 0x101]))
+port_ranges = st.lists(st.tuples(st.integers(1, 65535), st.integers(0, 300)).map(
+    lambda t: (t[0], min(65535, t[0] + t[1]))), min_size=1, max_size=3)
+
+
+def _request(hosts, ranges, mode, direction, delay):
+    merged = []
+    for lo, hi in sorted(ranges):
+        if merged and lo <= merged[-1][1] + 1:
+            merged[-1] = (merged[-1][0], max(hi, merged[-1][1]))
+        else:
+            merged.append((lo, hi))
+    params = LinkParams(28800, delay_us=delay)
+    return Request("eth0", tuple(dict.fromkeys(hosts)), tuple(merged), params, params,
+                   mode=mode, direction=direction)
+
+
+def _trees(plan):
+    """(direction) -> the tree that classifies it, as the kernel would reach it."""
+    ops, dev = plan.ops, plan.request.interface
+    trees = {"dest": Tree(ops, dev, ROOT)}
+    if any(getattr(op, "name", None) == ifb_name(dev) for op in ops):
+        trees["source"] = Tree(ops, ifb_name(dev), ROOT)
+    else:
+        trees["source"] = Tree(ops, dev, INGRESS_HANDLE)
+    return trees
+
+
+def _packet(direction, host, port, proto=6, other_port=443):
+    if host.version == 4:
+        src, dst = (CLIENT4, host) if direction == "dest" else (host, CLIENT4)
+        sport, dport = (other_port, port) if direction == "dest" else (port, other_port)
+        return ipv4_packet(src, dst, sport, dport, proto), "ip"
+    src, dst = (SERVER6, host) if direction == "dest" else (host, SERVER6)
+    sport, dport = (other_port, port) if direction == "dest" else (port, other_port)
+    return ipv6_packet(src, dst, sport, dport, proto), "ipv6"
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hosts=st.lists(st.one_of(v4_hosts, v6_hosts), min_size=1, max_size=6), ranges=port_ranges,
+       mode=st.sampled_from(["police", "shape"]), direction=st.sampled_from(["dest", "source", "both"]),
+       delay=st.sampled_from([0, 50000]), probes=st.data())
+def test_every_packet_lands_on_its_own_filter(hosts, ranges, mode, direction, delay, probes):
+    req = _request(hosts, ranges, mode, direction, delay)
+    if mode == "shape" and req.flow_count() > 20000:
+        return
+    plan = compile_plan(req)
+    trees = _trees(plan)
+    by_key = {(f.direction, f.host, f.port): f for f in plan.flows}
+    directions = ["dest", "source"] if direction == "both" else [direction]
+    ports = [p for lo, hi in req.ports for p in range(lo, hi + 1)]
+    for _ in range(40):
+        d = probes.draw(st.sampled_from(directions))
+        host = probes.draw(st.sampled_from(req.hosts))
+        port = probes.draw(st.sampled_from(ports))
+        proto = probes.draw(st.sampled_from([6, 17]))
+        packet, ethertype = _packet(d, host, port, proto)
+        hit = trees[d].classify(packet, ethertype)
+        flow = by_key[d, host, port]
+        assert hit is not None and hit.handle == flow.handle, (d, host, port)
+        if mode == "shape":
+            assert hit.classid == flow.classid
+    # packets outside the selectors pass untouched
+    for _ in range(40):
+        d = probes.draw(st.sampled_from(directions))
+        host = probes.draw(st.one_of(st.sampled_from(req.hosts), v4_hosts, v6_hosts))
+        port = probes.draw(st.integers(1, 65535))
+        proto = probes.draw(st.sampled_from([1, 6, 17, 132]))
+        packet, ethertype = _packet(d, host, port, proto)
+        selected = host in req.hosts and port in set(ports) and proto in (6, 17)
+        hit = trees[d].classify(packet, ethertype)
+        if selected:
+            assert hit is not None and hit.handle == by_key[d, host, port].handle
+        else:
+            assert hit is None, (d, host, port, proto)
+
+
+def test_wrong_direction_is_untouched():
+    """A packet *from* a selected (host, port) is not limited by the dest tree."""
+    req = _request([IPv4Address("198.18.0.2")], [(1024, 1100)], "shape", "dest", 0)
+    tree = _trees(compile_plan(req))["dest"]
+    packet, _ = _packet("source", IPv4Address("198.18.0.2"), 1030)
+    assert tree.classify(packet, "ip") is None
+
+
+def test_ip_options_and_later_fragments_pass_untouched():
+    host = IPv4Address("198.18.0.2")
+    tree = _trees(compile_plan(_request([host], [(1024, 1030)], "police", "dest", 0)))["dest"]
+    assert tree.classify(ipv4_packet(CLIENT4, host, 80, 1024), "ip") is not None
+    assert tree.classify(ipv4_packet(CLIENT4, host, 80, 1024, ihl=6), "ip") is None
+    assert tree.classify(ipv4_packet(CLIENT4, host, 80, 1024, frag_off=0x0010), "ip") is None
+
+
+def _bucket_sizes(plan):
+    sizes = {}
+    for f in plan.ops:
+        if type(f).__name__ == "U32Filter" and f.ht:
+            key = (f.dev, f.parent, f.ht, f.bucket)
+            sizes[key] = sizes.get(key, 0) + 1
+    return sizes
+
+
+def test_large_plans_keep_every_bucket_small():
+    hosts = tuple(IPv4Address(f"198.18.{i}.2") for i in range(16))
+    req = Request("eth0", hosts, ((1024, 5119),), LinkParams(28800), LinkParams(28800), mode="police", direction="dest")
+    plan = compile_plan(req)
+    assert len(plan.flows) == 16 * 4096
+    assert max(_bucket_sizes(plan).values()) <= LEAF_MAX
+    one_host = Request("eth0", hosts[:1], ((1, 65535),), LinkParams(28800), LinkParams(28800), direction="dest")
+    assert max(_bucket_sizes(compile_plan(one_host)).values()) <= LEAF_MAX
