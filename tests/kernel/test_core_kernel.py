@@ -1,0 +1,156 @@
+"""ratelimit's own police and netem paths on a full kernel (in the VM here).
+
+Traffic crosses a real client-router-server lab; the router is configured
+through ``service.apply`` exactly as the CLI does.  Measured values are
+asserted as ratios to what was configured, with the burst as the tolerance
+where a token bucket lets it through at once.
+"""
+
+import socket
+import statistics
+import threading
+import time
+
+import pytest
+
+from ratelimit import service
+
+PORTS = "10000-10009"
+
+
+def _client_ports(topo):
+    topo.exec("client", ["sh", "-c", "echo '10000 10009' > /proc/sys/net/ipv4/ip_local_port_range"])
+
+
+def _serve(topo, payload: bytes, *, upload: bool = False):
+    """A one-connection server in the server namespace; returns (port, thread, box)."""
+    srv = topo.socket("server")
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((topo.server_addr, 0))
+    srv.listen(16)
+    box = {}
+
+    def run():
+        conn, _ = srv.accept()
+        with conn:
+            if upload:
+                got = 0
+                while chunk := conn.recv(65536):
+                    got += len(chunk)
+                box["done"] = time.perf_counter()
+                box["bytes"] = got
+            else:
+                conn.sendall(payload)
+        srv.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return srv.getsockname()[1], thread, box
+
+
+def _download_time(topo, port, size):
+    c = topo.socket("client")
+    c.settimeout(60)
+    t0 = time.perf_counter()
+    c.connect((topo.server_addr, port))
+    got = 0
+    while chunk := c.recv(65536):
+        got += len(chunk)
+    c.close()
+    assert got == size
+    return time.perf_counter() - t0
+
+
+@pytest.mark.kernel("police", "u32")
+def test_policed_28k8_link_moves_10000_bytes_in_the_theoretical_time(lab):
+    topo = lab(clients=1)
+    _client_ports(topo)
+    req = service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.client_addrs[0],
+                               ports=PORTS, rate="28800", burst="1", direction="dest", mode="police")
+    plan = service.apply(req)
+    burst_s = req.burst_bytes(28800) * 8 / 28800
+    port, thread, _ = _serve(topo, b"x" * 10_000)
+    elapsed = _download_time(topo, port, 10_000)
+    thread.join(5)
+    stats = service.statistics(topo.router_client_if, topo.router)
+    mine = [row for row in stats["links"] if row["packets"]]
+    theory = 10_000 * 8 / 28800
+    print(f"10,000 bytes at 28.8 kbit/s: {elapsed:.2f} s (theory {theory:.2f} s, burst {burst_s:.2f} s); "
+          f"policer: {mine}; plan of {len(plan.ops)} operations")
+    assert theory - burst_s <= elapsed <= theory + burst_s
+    assert len(mine) == 1 and mine[0]["direction"] == "dest" and mine[0]["bytes"] >= 10_000
+
+
+@pytest.mark.kernel("police", "u32", "ingress")
+def test_source_policing_on_ingress_limits_the_upload(lab):
+    topo = lab(clients=1)
+    _client_ports(topo)
+    rate = 64_000
+    req = service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.client_addrs[0],
+                               ports=PORTS, rate=str(rate), burst="1", direction="source", mode="police")
+    service.apply(req)
+    size = 40_000
+    port, thread, box = _serve(topo, b"", upload=True)
+    c = topo.socket("client")
+    c.settimeout(60)
+    t0 = time.perf_counter()
+    c.connect((topo.server_addr, port))
+    c.sendall(b"y" * size)
+    c.close()
+    thread.join(60)
+    elapsed = box["done"] - t0
+    burst_s = req.burst_bytes(rate) * 8 / rate
+    theory = size * 8 / rate
+    rows = [r for r in service.statistics(topo.router_client_if, topo.router)["links"] if r["packets"]]
+    print(f"upload {size} bytes at {rate} bit/s: {elapsed:.2f} s (theory {theory:.2f} s); {rows}")
+    assert box["bytes"] == size
+    assert theory - burst_s <= elapsed <= (theory + burst_s) * 1.15
+    assert rows and rows[0]["direction"] == "source"
+
+
+@pytest.mark.kernel("netem", "ifb", "mirred")
+def test_intercontinental_profile_measures_400ms_rtt(lab):
+    topo = lab(clients=1)
+    _client_ports(topo)
+    req = service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.client_addrs[0],
+                               ports=PORTS, profile="intercontinental-400ms")
+    service.apply(req)
+    srv = topo.socket("server")
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((topo.server_addr, 0))
+    srv.listen(64)
+    port = srv.getsockname()[1]
+    rtts = []
+    try:
+        for _ in range(6):
+            c = topo.socket("client")
+            c.settimeout(10)
+            t0 = time.perf_counter()
+            c.connect((topo.server_addr, port))
+            rtts.append(time.perf_counter() - t0)
+            c.close()
+    finally:
+        srv.close()
+    ratio = statistics.median(rtts) / 0.400
+    print(f"connect RTTs {[round(r * 1000, 1) for r in rtts]} ms; median/configured {ratio:.4f}")
+    assert 1.0 <= ratio <= 1.02
+
+
+@pytest.mark.kernel("netem", "htb")
+def test_shape_mode_with_delay_queues_and_delays_each_link(lab):
+    topo = lab(clients=1)
+    _client_ports(topo)
+    req = service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.client_addrs[0],
+                               ports=PORTS, rate="256kbit", delay="100ms", burst="1", direction="dest",
+                               mode="shape")
+    service.apply(req)
+    size = 64_000
+    port, thread, _ = _serve(topo, b"z" * size)
+    elapsed = _download_time(topo, port, size)
+    thread.join(5)
+    theory = size * 8 / 256_000 + 0.100
+    burst_s = req.burst_bytes(256_000) * 8 / 256_000
+    rows = [r for r in service.statistics(topo.router_client_if, topo.router)["links"] if r["packets"]]
+    print(f"shape 256 kbit/s + 100 ms: {size} bytes in {elapsed:.2f} s (theory {theory:.2f} s); {rows}")
+    assert theory - burst_s <= elapsed <= theory * 1.3
+    assert rows[0]["drops"] == 0  # a shaper queues instead of dropping

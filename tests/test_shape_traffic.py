@@ -1,0 +1,74 @@
+"""Shape mode on the host kernel, with real TCP through a client-router-server lab."""
+
+import socket
+import threading
+import time
+
+import pytest
+
+from ratelimit import service
+
+pytestmark = pytest.mark.netns
+
+RATE_BPS = 400_000
+SIZE = 100_000
+
+
+def _server(topo, payload, connections):
+    srv = topo.socket("server")
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind((topo.server_addr, 0))
+    srv.listen(16)
+
+    def run():
+        for _ in range(connections):
+            conn, _ = srv.accept()
+            threading.Thread(target=lambda c=conn: (c.sendall(payload), c.close()), daemon=True).start()
+        srv.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    return srv.getsockname()[1]
+
+
+def _download(topo, client, port, local_port, out, key):
+    c = topo.socket(client)
+    c.settimeout(60)
+    c.bind((topo.addr(client), local_port))
+    t0 = time.perf_counter()
+    c.connect((topo.server_addr, port))
+    got = 0
+    while chunk := c.recv(65536):
+        got += len(chunk)
+    c.close()
+    out[key] = (got, time.perf_counter() - t0)
+
+
+def test_each_selected_link_gets_its_own_rate_and_others_full_speed(lab):
+    topo = lab(clients=2)
+    req = service.make_request(topo.router_client_if, netns=topo.router, hosts=",".join(topo.client_addrs),
+                               ports="10000-10009", rate=str(RATE_BPS), burst="1", mode="shape",
+                               direction="dest")
+    service.apply(req)
+    port = _server(topo, b"d" * SIZE, 4)
+    results = {}
+    flows = [("client1", 10001, "c1-limited"), ("client1", 10002, "c1-limited-2"),
+             ("client2", 10003, "c2-limited"), ("client2", 20000, "c2-unlimited")]
+    threads = [threading.Thread(target=_download, args=(topo, c, port, lp, results, key)) for c, lp, key in flows]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    burst_bytes = req.burst_bytes(RATE_BPS)
+    for key in ("c1-limited", "c1-limited-2", "c2-limited"):
+        got, seconds = results[key]
+        assert got == SIZE
+        ratio = (SIZE - burst_bytes) * 8 / seconds / RATE_BPS  # goodput after the burst / configured
+        print(f"{key}: {SIZE} bytes in {seconds:.2f} s; goodput/configured {ratio:.3f}")
+        assert 0.80 <= ratio <= 1.05
+    got, seconds = results["c2-unlimited"]
+    print(f"unlimited: {SIZE} bytes in {seconds:.3f} s")
+    assert got == SIZE and seconds < 0.25 * SIZE * 8 / RATE_BPS
+    links = {(r["host"], r["port"]): r for r in service.statistics(topo.router_client_if, topo.router)["links"]}
+    assert links[topo.client_addrs[0], 10001]["bytes"] >= SIZE
+    assert links[topo.client_addrs[1], 10003]["bytes"] >= SIZE
+    assert links[topo.client_addrs[1], 10004]["bytes"] == 0
