@@ -1,0 +1,663 @@
+"""The web dashboard: every route through Flask's test client, with a fake
+statistics reader behind the real StatsSource and a recording control backend
+behind the real ``service.make_request`` validation.  The ``netns`` tests at the
+end apply and clean for real through the API in a throwaway namespace."""
+
+import json
+import re
+import subprocess
+
+import pytest
+
+from ratelimit import service
+from ratelimit.errors import ApplyError, ConflictError, NotFoundError, PermissionDenied
+from webui import create_app
+from webui.cli import parse_listen, web_main
+from webui.stats import StatsSource
+
+TOKEN = "test-token-0123456789abcdef"
+AUTH = {"X-Ratelimit-Token": TOKEN}
+
+
+class FakeReader:
+    """Stands in for service.statistics: counters the test sets, a clock it moves."""
+
+    def __init__(self, n=6, interface="eth0", netns=None):
+        self.time = 1_000_000.0
+        self.calls = 0
+        self.error = None
+        self.applied = {"interface": interface, "netns": netns, "profile": "modem-28k8", "mode": "shape",
+                        "direction": "both", "hosts": ["198.18.0.2"], "ports": "5000-5002", "flows": n,
+                        "down": {"rate_bps": 28800}, "up": {"rate_bps": 28800}}
+        self.links = [self.link("dest" if i % 2 == 0 else "source", "198.18.0.2", 5000 + i // 2, interface)
+                      for i in range(n)]
+
+    @staticmethod
+    def link(direction, host, port, dev, **counters):
+        row = {"direction": direction, "host": host, "port": port, "dev": dev, "bytes": 0, "packets": 0,
+               "drops": 0, "overlimits": 0, "backlog_bytes": 0, "backlog_pkts": 0, "rate_bps": 28800}
+        row.update(counters)
+        return row
+
+    def advance(self, seconds=1.0, **per_link):
+        """Move the clock; add ``per_link[field][i]`` to the counters of link i."""
+        self.time += seconds
+        for name, values in per_link.items():
+            for i, v in enumerate(values):
+                self.links[i][name] += v
+
+    def __call__(self, interface, netns=None):
+        self.calls += 1
+        if self.error:
+            raise self.error
+        return {"interface": interface, "netns": netns, "time": self.time, "applied": self.applied,
+                "links": [dict(r) for r in self.links] if self.applied else []}
+
+
+class FakeControl:
+    """The real request validation; apply/clean only recorded (or made to fail)."""
+
+    def __init__(self):
+        self.calls = []
+        self.fail = None
+
+    def make_request(self, interface, **kwargs):
+        return service.make_request(interface, **kwargs)
+
+    def apply(self, req, *, force=False):
+        self.calls.append(("apply", req, force))
+        if self.fail:
+            raise self.fail
+        from ratelimit.compile import compile_plan
+        return compile_plan(req)
+
+    def clean(self, interface, netns=None, *, force=False):
+        self.calls.append(("clean", interface, netns, force))
+        if self.fail:
+            raise self.fail
+        return True
+
+
+@pytest.fixture
+def reader():
+    return FakeReader()
+
+
+@pytest.fixture
+def control():
+    return FakeControl()
+
+
+def make_app(reader, control, targets=((None, "eth0"),), **config):
+    src = StatsSource(list(targets), reader=reader)
+    cfg = {"STATS_SOURCE": src, "CONTROL": control, "TOKEN": TOKEN}
+    cfg.update(config)
+    return create_app(cfg), src
+
+
+@pytest.fixture
+def app_src(reader, control):
+    return make_app(reader, control)
+
+
+@pytest.fixture
+def client(app_src):
+    return app_src[0].test_client()
+
+
+@pytest.fixture
+def src(app_src):
+    return app_src[1]
+
+
+def polled(src, reader, rounds=2, **per_link):
+    for _ in range(rounds):
+        reader.advance(**per_link)
+        src.poll_once()
+
+
+def assert_error(resp, status, *fragments):
+    assert resp.status_code == status, resp.get_data(as_text=True)
+    assert resp.mimetype == "application/json"
+    data = resp.get_json()
+    assert set(data) == {"error"}
+    message = data["error"]
+    assert "\n" not in message and "Traceback" not in message
+    for f in fragments:
+        assert f in message, message
+    return message
+
+
+# ---------------------------------------------------------------- the stats source
+
+
+def test_rates_come_from_counter_deltas(src, reader):
+    src.poll_once()
+    snap = src.snapshot(None, "eth0")
+    assert snap.aggregate["throughput_bps"] is None  # one read: no rate yet
+    reader.advance(2.0, bytes=[1000, 0, 500, 0, 0, 0], packets=[10, 0, 5, 0, 0, 0], drops=[0, 0, 4, 0, 0, 0])
+    src.poll_once()
+    snap = src.snapshot(None, "eth0")
+    assert snap.row(0)["throughput_bps"] == 4000.0  # 1000 B in 2 s
+    assert snap.row(2)["drops_per_s"] == 2.0
+    assert snap.row(0)["active"] and not snap.row(1)["active"]
+    agg = snap.aggregate
+    assert agg["throughput_bps_down"] == 6000.0 and agg["throughput_bps_up"] == 0.0
+    assert agg["packets_per_s"] == 7.5 and agg["drops"] == 4 and agg["active_links"] == 2
+    assert sorted(snap.changed) == [0, 2]
+
+
+def test_counter_reset_gives_no_negative_rate(src, reader):
+    polled(src, reader, bytes=[1000] * 6)
+    reader.links[0]["bytes"] = 10
+    reader.advance()
+    src.poll_once()
+    assert src.snapshot(None, "eth0").row(0)["throughput_bps"] == 0.0
+
+
+def test_links_go_idle_after_the_active_window(src, reader):
+    polled(src, reader, bytes=[100] * 6)
+    assert src.snapshot(None, "eth0").aggregate["active_links"] == 6
+    reader.advance(src.active_seconds + 1)
+    src.poll_once()
+    assert src.snapshot(None, "eth0").aggregate["active_links"] == 0
+
+
+def test_history_keeps_aggregate_and_per_link_series(src, reader):
+    polled(src, reader, rounds=4, bytes=[125, 0, 0, 0, 0, 0])
+    h = src.history(None, "eth0")
+    assert len(h["time"]) == 3 and h["throughput_bps"] == [1000.0] * 3
+    snap = src.snapshot(None, "eth0")
+    lh = src.link_history(None, "eth0", 0, snap.layout.id)
+    assert lh["throughput_bps"] == [1000.0] * 3 and lh["time"] == h["time"]
+
+
+def test_new_configuration_starts_a_new_layout(src, reader):
+    polled(src, reader, bytes=[100] * 6)
+    old = src.snapshot(None, "eth0").layout.id
+    reader.applied = dict(reader.applied, profile="modem-56k")
+    reader.advance()
+    src.poll_once()
+    snap = src.snapshot(None, "eth0")
+    assert snap.layout.id != old and snap.aggregate["throughput_bps"] is None
+    assert src.link_history(None, "eth0", 0, old) is None
+
+
+def test_ring_buffer_is_bounded():
+    r = FakeReader(n=100)
+    s = StatsSource([(None, "eth0")], reader=r, interval=1.0, history=10, link_values=1000)
+    for _ in range(30):
+        r.advance(bytes=[1] * 100)
+        s.poll_once()
+    assert len(s.history(None, "eth0")["time"]) == 11
+    assert s.link_history_samples(None, "eth0") == 5  # 1000 values / (2 series x 100 links)
+    assert len(s.link_history(None, "eth0", 0, s.snapshot(None, "eth0").layout.id)["time"]) == 5
+
+
+def test_read_errors_are_one_line_and_keep_the_last_numbers(src, reader):
+    polled(src, reader, bytes=[100] * 6)
+    reader.error = NotFoundError("--interface: 'eth0' does not exist (see: ip link)")
+    src.poll_once()
+    snap = src.snapshot(None, "eth0")
+    assert snap.error == "--interface: 'eth0' does not exist (see: ip link)"
+    assert snap.row(0)["bytes"] == 200
+    reader.error = RuntimeError("boom")
+    src.poll_once()
+    assert src.snapshot(None, "eth0").error == "internal error reading statistics (see the server log)"
+
+
+def test_poller_thread_runs_and_stops(reader):
+    s = StatsSource([(None, "eth0")], reader=reader, interval=0.2)
+    s.start()
+    try:
+        assert s.wait(1, timeout=5) >= 2
+    finally:
+        s.stop()
+    assert s.stopped and reader.calls >= 2
+
+
+# ---------------------------------------------------------------- page and static files
+
+
+def test_page(client, src, reader):
+    resp = client.get("/")
+    assert resp.status_code == 200 and resp.mimetype == "text/html"
+    html = resp.get_data(as_text=True)
+    assert 'data-interface="eth0"' in html and 'id="control-form"' in html
+    assert "script-src 'self'" in resp.headers["Content-Security-Policy"]
+    assert resp.headers["X-Frame-Options"] == "DENY"
+    assert TOKEN not in html  # the token never appears in a page
+
+
+def test_page_read_only_has_no_control(reader, control):
+    app, _ = make_app(reader, control, READ_ONLY=True)
+    html = app.test_client().get("/").get_data(as_text=True)
+    assert 'id="control-form"' not in html and "read-only" in html
+
+
+def test_static_files(client):
+    for name in ("dashboard.js", "dashboard.css"):
+        assert client.get(f"/static/{name}").status_code == 200
+
+
+# ---------------------------------------------------------------- JSON routes
+
+
+def test_targets(client, src, reader):
+    polled(src, reader, bytes=[100] * 6)
+    data = client.get("/api/targets").get_json()
+    assert data["read_only"] is False and data["interval"] == 1.0 and data["history_seconds"] == 300.0
+    (t,) = data["targets"]
+    assert t["name"] == "eth0" and t["applied"]["profile"] == "modem-28k8" and t["error"] is None
+    assert t["aggregate"]["throughput_bps"] == 4800.0
+
+
+def test_profiles(client):
+    data = client.get("/api/profiles").get_json()
+    by_name = {p["name"]: p for p in data["profiles"]}
+    assert by_name["modem-28k8"]["down"]["rate_bps"] == 28800
+    assert_error(client.get("/api/profiles?x=1"), 400, "query: 'x'")
+
+
+def test_status(client, src, reader):
+    polled(src, reader)
+    data = client.get("/api/status?interface=eth0").get_json()
+    assert data["interface"] == "eth0" and data["netns"] is None and data["aggregate"]["links"] == 6
+    assert client.get("/api/status").get_json()["interface"] == "eth0"  # the only target
+    assert_error(client.get("/api/status?interface=eth9"), 404, "interface: 'eth9'", "watched: eth0")
+    assert_error(client.get("/api/status?interface=eth0&interface=eth1"), 400, "more than once")
+
+
+def test_status_needs_interface_when_several_are_watched(reader, control):
+    app, _ = make_app(reader, control, targets=[(None, "eth0"), ("router", "eth1")])
+    c = app.test_client()
+    assert_error(c.get("/api/status"), 400, "interface: missing", "eth0, router/eth1")
+    assert c.get("/api/status?interface=eth1").get_json()["netns"] == "router"
+    assert c.get("/api/status?interface=eth1&netns=router").status_code == 200
+    assert_error(c.get("/api/status?interface=eth1&netns=other"), 404, "other/eth1")
+
+
+def test_links_filters_sort_and_pages(client, src, reader):
+    polled(src, reader, bytes=[600, 500, 400, 300, 0, 0])
+    data = client.get("/api/links").get_json()
+    assert data["total"] == 6 and data["matched"] == 4  # active only by default
+    assert [r["throughput_bps"] for r in data["links"]] == [4800.0, 4000.0, 3200.0, 2400.0]
+    row = data["links"][0]
+    assert set(row) == {"direction", "host", "port", "dev", "rate_bps", "bytes", "packets", "drops", "overlimits",
+                        "backlog_bytes", "backlog_pkts", "throughput_bps", "drops_per_s", "active"}
+    assert client.get("/api/links?active=false").get_json()["matched"] == 6
+    assert client.get("/api/links?active=0&direction=source").get_json()["matched"] == 3
+    assert client.get("/api/links?active=0&port=5001-5002").get_json()["matched"] == 4
+    assert client.get("/api/links?active=0&host=198.18.0.9").get_json()["matched"] == 0
+    page = client.get("/api/links?active=0&sort=port&order=asc&offset=2&limit=2").get_json()
+    assert [r["port"] for r in page["links"]] == [5001, 5001] and page["offset"] == 2
+    assert client.get("/api/links?active=0&sort=host").status_code == 200
+    assert client.get("/api/links?active=0&sort=rate_bps").status_code == 200
+
+
+@pytest.mark.parametrize("query, fragment", [
+    ("active=maybe", "active: 'maybe' is not a boolean"),
+    ("port=70000", "port: '70000'"),
+    ("port=5002-5001", "port: '5002-5001'"),
+    ("port=x", "port: 'x' is not a port"),
+    ("direction=up", "direction: 'up' is not a direction (allowed: dest, source)"),
+    ("sort=color", "sort: 'color' is not a column"),
+    ("order=up", "order: 'up' is not an order (allowed: asc, desc)"),
+    ("offset=-1", "offset: -1 is out of range"),
+    ("limit=0", "limit: 0 is out of range (1-10000)"),
+    ("limit=ten", "limit: 'ten' is not a whole number"),
+    ("colour=red", "query: 'colour' is not a parameter here"),
+])
+def test_links_bad_input(client, src, reader, query, fragment):
+    polled(src, reader)
+    assert_error(client.get(f"/api/links?{query}"), 400, fragment)
+
+
+def test_history(client, src, reader):
+    polled(src, reader, rounds=3, bytes=[100] * 6)
+    data = client.get("/api/history?interface=eth0").get_json()
+    assert data["interval"] == 1.0 and len(data["series"]["time"]) == 2
+    assert set(data["series"]) == {"time", "throughput_bps", "throughput_bps_down", "throughput_bps_up",
+                                   "packets_per_s", "drops_per_s", "backlog_bytes", "active_links"}
+    assert_error(client.get("/api/history?interface=nope"), 404, "interface: 'nope'")
+
+
+def test_link_history(client, src, reader):
+    polled(src, reader, rounds=3, bytes=[100] * 6)
+    data = client.get("/api/links/history?host=198.18.0.2&port=5000&direction=dest").get_json()
+    assert data["series"]["throughput_bps"] == [800.0, 800.0]
+    assert_error(client.get("/api/links/history?host=198.18.0.2&port=5000"), 400, "direction: missing")
+    assert_error(client.get("/api/links/history?host=198.18.0.2&port=5000&direction=down"), 400, "direction: 'down'")
+    assert_error(client.get("/api/links/history?host=198.18.0.2&port=0&direction=dest"), 400, "port: 0")
+    assert_error(client.get("/api/links/history?host=198.18.0.3&port=5000&direction=dest"), 404,
+                 "link: '198.18.0.3:5000 dest' is not a link on eth0")
+
+
+def sse_events(chunks):
+    """Parse SSE text into [(event, data)]."""
+    out = []
+    text = "".join(c.decode() if isinstance(c, bytes) else c for c in chunks)
+    for block in text.split("\n\n"):
+        name, data = None, None
+        for line in block.splitlines():
+            if line.startswith("event: "):
+                name = line[7:]
+            elif line.startswith("data: "):
+                data = json.loads(line[6:])
+        if name:
+            out.append((name, data))
+    return out
+
+
+def test_stream_sends_layout_then_ticks_of_changed_rows(app_src, reader):
+    app, src = app_src
+    polled(src, reader, bytes=[100] * 6)
+    client = app.test_client()
+    resp = client.get("/api/stream?interface=eth0", buffered=False)
+    assert resp.status_code == 200 and resp.mimetype == "text/event-stream"
+    it = resp.response
+    chunks = [next(it), next(it), next(it)]
+    (layout_name, layout), (tick_name, tick) = sse_events(chunks)
+    assert layout_name == "layout" and len(layout["keys"]) == 6 and layout["keys"][0][:3] == ["dest", "198.18.0.2", 5000]
+    assert tick_name == "tick" and tick["links"]["full"] is True and len(tick["links"]["rows"]) == 6
+    assert tick["targets"][0]["aggregate"]["throughput_bps"] == 4800.0
+    reader.advance(bytes=[100, 0, 0, 0, 0, 0])
+    src.poll_once()
+    ((name, tick2),) = sse_events([next(it)])
+    assert name == "tick" and tick2["links"]["full"] is False
+    assert tick2["links"]["rows"] == [0, 1, 2, 3, 4, 5]  # five went to 0 bit/s
+    reader.advance(bytes=[100, 0, 0, 0, 0, 0])
+    src.poll_once()
+    ((_, tick3),) = sse_events([next(it)])
+    assert tick3["links"]["rows"] == [0] and tick3["links"]["throughput_bps"] == [800.0]
+    assert app.extensions["ratelimit_streams"]["open"] == 1
+    resp.close()
+    assert app.extensions["ratelimit_streams"]["open"] == 0
+
+
+def test_stream_limit_and_bad_target(reader, control):
+    app, src = make_app(reader, control, STREAM_LIMIT=1)
+    src.poll_once()
+    c = app.test_client()
+    first = c.get("/api/stream", buffered=False)
+    assert_error(c.get("/api/stream", buffered=False), 503, "streams: 1 already open")
+    first.close()
+    assert_error(c.get("/api/stream?interface=wlan0"), 404, "interface: 'wlan0'")
+
+
+def test_stream_ends_when_the_source_stops(app_src, reader):
+    app, src = app_src
+    src.poll_once()
+    resp = app.test_client().get("/api/stream", buffered=False)
+    chunks = list(__import__("itertools").islice(resp.response, 3))
+    src.stop()
+    rest = list(resp.response)  # the generator returns instead of waiting
+    assert len(chunks) == 3 and rest == []
+    resp.close()
+
+
+METRIC_LINE = re.compile(r'^[a-z_]+(\{([a-z_]+="[^"\\]*(\\.[^"\\]*)*",?)*\})? -?[0-9.e+]+$')
+
+
+def test_metrics(client, src, reader):
+    polled(src, reader, bytes=[100, 200, 0, 0, 0, 0], drops=[0, 1, 0, 0, 0, 0])
+    resp = client.get("/metrics")
+    assert resp.status_code == 200
+    assert resp.headers["Content-Type"] == "text/plain; version=0.0.4; charset=utf-8"
+    text = resp.get_data(as_text=True)
+    for line in text.splitlines():
+        assert line.startswith("# HELP ") or line.startswith("# TYPE ") or METRIC_LINE.match(line), line
+    assert ('ratelimit_link_bytes_total{interface="eth0",netns="",host="198.18.0.2",port="5000",'
+            'direction="dest"} 200') in text
+    assert 'ratelimit_link_drops_total{interface="eth0",netns="",host="198.18.0.2",port="5000",direction="source"} 2' in text
+    assert 'ratelimit_bytes_total{interface="eth0",netns="",direction="source"} 400' in text
+    assert 'ratelimit_link_rate_bps{interface="eth0",netns="",host="198.18.0.2",port="5000",direction="dest"} 28800' in text
+    assert 'ratelimit_stats_up{interface="eth0",netns=""} 1' in text
+    assert "# TYPE ratelimit_link_bytes_total counter" in text
+    short = client.get("/metrics?links=false").get_data(as_text=True)
+    assert "ratelimit_link_" not in short and "ratelimit_bytes_total" in short
+    assert_error(client.get("/metrics?links=perhaps"), 400, "links: 'perhaps' is not a boolean")
+
+
+def test_metrics_escape_label_values(reader, control):
+    reader.applied = dict(reader.applied, profile='we"ird\\name')
+    app, src = make_app(reader, control)
+    src.poll_once()
+    text = app.test_client().get("/metrics").get_data(as_text=True)
+    assert 'profile="we\\"ird\\\\name"' in text
+
+
+# ---------------------------------------------------------------- control: refusals change nothing
+
+APPLY = {"interface": "eth0", "hosts": "198.18.0.2", "ports": "5000-5003", "mode": "shape",
+         "direction": "dest", "rate": "1mbit"}
+
+
+def post(client, url, body, headers=AUTH, **kw):
+    return client.post(url, data=json.dumps(body), headers=headers, content_type=kw.pop("content_type", "application/json"), **kw)
+
+
+@pytest.mark.parametrize("url", ["/api/apply", "/api/clean"])
+def test_changes_need_the_token(client, control, url):
+    assert_error(post(client, url, APPLY if url.endswith("apply") else {"interface": "eth0"}, headers={}),
+                 401, "X-Ratelimit-Token: missing")
+    assert_error(post(client, url, {"interface": "eth0"}, headers={"X-Ratelimit-Token": "wrong"}),
+                 403, "X-Ratelimit-Token: wrong token")
+    assert control.calls == []
+
+
+@pytest.mark.parametrize("headers, status, fragment", [
+    ({"Origin": "http://evil.example"}, 403, "Origin: 'http://evil.example' is not this dashboard"),
+    ({"Origin": "null"}, 403, "Origin: 'null'"),
+    ({"Sec-Fetch-Site": "cross-site"}, 403, "Sec-Fetch-Site: 'cross-site'"),
+    ({"Host": "attacker.example"}, 400, "Host: 'attacker.example' is not a name of this dashboard"),
+])
+def test_cross_site_changes_are_refused(client, control, headers, status, fragment):
+    assert_error(post(client, "/api/apply", APPLY, headers=dict(AUTH, **headers)), status, fragment)
+    assert control.calls == []
+
+
+def test_same_origin_change_is_accepted(client, control):
+    resp = post(client, "/api/apply", APPLY, headers=dict(AUTH, Origin="http://localhost", **{"Sec-Fetch-Site": "same-origin"}))
+    assert resp.status_code == 200, resp.get_json()
+
+
+def test_changes_must_be_json(client, control):
+    assert_error(post(client, "/api/apply", APPLY, content_type="application/x-www-form-urlencoded"), 415,
+                 "Content-Type: 'application/x-www-form-urlencoded' is not allowed (allowed: application/json)")
+    assert_error(client.post("/api/apply", data="{not json", headers=AUTH, content_type="application/json"), 400,
+                 "body: not a JSON object")
+    assert_error(post(client, "/api/apply", [1, 2]), 400, "body: a JSON list is not allowed")
+    assert_error(client.post("/api/apply", data="x" * 70000, headers=AUTH, content_type="application/json"),
+                 413, "too large")
+    assert control.calls == []
+
+
+def test_read_only_refuses_changes(reader, control):
+    app, _ = make_app(reader, control, READ_ONLY=True)
+    c = app.test_client()
+    assert_error(post(c, "/api/apply", APPLY), 403, "--read-only")
+    assert_error(post(c, "/api/clean", {"interface": "eth0"}), 403, "--read-only")
+    assert control.calls == []
+
+
+@pytest.mark.parametrize("change, status, fragment", [
+    ({"colour": "red"}, 400, "field: 'colour' is not a field here (allowed: interface, netns, profile"),
+    ({"interface": "eth7"}, 404, "interface: 'eth7' is not watched by this dashboard (watched: eth0)"),
+    ({"rate": "fast"}, 400, "--rate: 'fast' is not a rate"),
+    ({"rate": True}, 400, "rate: True is not a string or number"),
+    ({"rate": {"x": 1}}, 400, "rate: {'x': 1} is not a string or number"),
+    ({"ports": "70000"}, 400, "--ports: 70000 is not a port (1-65535)"),
+    ({"ports": ""}, 400, "--ports: none given"),
+    ({"hosts": [1, 2]}, 400, "hosts: [1, 2] is not a list of names or addresses"),
+    ({"mode": "teleport"}, 400, "--mode: teleport is not a mode (police, shape)"),
+    ({"direction": "sideways"}, 400, "--direction: sideways is not a direction"),
+    ({"profile": "no-such-profile"}, 400, "--profile: 'no-such-profile' is not a profile"),
+    ({"delay": "5"}, 400, "--delay: '5' is not a time with a unit"),
+    ({"loss": "150%"}, 400, "--loss: '150%' is not a percentage"),
+    ({"burst": 0}, 400, "--burst: 0 is not a whole number from 1 to 100000"),
+    ({"force": "maybe"}, 400, "force: 'maybe' is not a boolean"),
+])
+def test_apply_bad_input(client, control, change, status, fragment):
+    assert_error(post(client, "/api/apply", dict(APPLY, **change)), status, fragment)
+    assert control.calls == []
+
+
+def test_apply(client, control, src, reader):
+    resp = post(client, "/api/apply", dict(APPLY, profile="modem-28k8", hosts=["198.18.0.2", "198.18.0.3"], force=True))
+    assert resp.status_code == 200, resp.get_json()
+    data = resp.get_json()
+    assert data["interface"] == "eth0" and data["netns"] is None and data["operations"] > 0
+    assert data["applied"]["profile"] == "modem-28k8" and data["applied"]["flows"] == 8
+    assert data["applied"]["down"]["rate_bps"] == 1_000_000
+    ((what, req, force),) = control.calls
+    assert what == "apply" and force is True and req.mode == "shape" and req.ports == ((5000, 5003),)
+
+
+@pytest.mark.parametrize("err, status", [
+    (ConflictError("--interface: eth0 has a root qdisc ratelimit did not install (tbf 1:); use --force to replace it"), 409),
+    (PermissionDenied("changing traffic control needs root (run with sudo)"), 503),
+    (ApplyError("adding filter 1:0:1 failed (Invalid argument); eth0 is back as it was"), 500),
+])
+def test_apply_failures_are_one_line(client, control, err, status):
+    control.fail = err
+    assert assert_error(post(client, "/api/apply", APPLY), status) == str(err)
+
+
+def test_unexpected_errors_show_no_traceback(client, control):
+    control.fail = RuntimeError("secret internals\nTraceback")
+    assert assert_error(post(client, "/api/apply", APPLY), 500) == "internal error (see the server log)"
+
+
+def test_clean(client, control):
+    resp = post(client, "/api/clean", {"interface": "eth0"})
+    assert resp.get_json() == {"interface": "eth0", "netns": None, "cleaned": True}
+    assert control.calls == [("clean", "eth0", None, False)]
+    assert_error(post(client, "/api/clean", {"interface": "eth0", "hosts": "x"}), 400, "field: 'hosts'")
+    assert_error(post(client, "/api/clean", {"interface": "eth3"}), 404, "interface: 'eth3'")
+    assert len(control.calls) == 1
+
+
+def test_wrong_method_and_unknown_route(client):
+    assert_error(client.get("/api/apply"), 405, "method: GET is not allowed here (allowed: OPTIONS, POST)")
+    assert_error(client.get("/api/nothing"), 404, "no such page")
+
+
+# ---------------------------------------------------------------- ratelimit web (cli)
+
+
+def test_web_help(capsys):
+    assert web_main(["--help"]) == 0
+    assert "--read-only" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["--listen", "nowhere"], "--listen: 'nowhere' is not HOST:PORT"),
+    (["--listen", "127.0.0.1:99999"], "--listen: '127.0.0.1:99999' has no valid port"),
+    (["--interval", "0"], "--interval: 0 is out of range"),
+    (["--history", "5"], "--history: 5 is out of range"),
+    (["--token", "short"], "--token: too short"),
+    (["--interface", "bad name"], "--interface: 'bad name'"),
+    (["--colour"], "unrecognized arguments: --colour"),
+])
+def test_web_bad_arguments(argv, fragment, capsys):
+    assert web_main(argv, serve=lambda *a: pytest.fail("must not serve")) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ratelimit web: ") and fragment in err and err.count("\n") == 1
+
+
+def test_parse_listen():
+    assert parse_listen("127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert parse_listen("[::1]:0") == ("::1", 0)
+    assert parse_listen("9000") == ("127.0.0.1", 9000)
+
+
+def test_web_main_prints_token_and_serves(capsys):
+    seen = {}
+
+    def serve(app, host, port, ready):
+        seen.update(app=app, host=host, port=port)
+        ready(host, 8123)
+
+    argv = ["--interface", "eth0,router/eth1", "--listen", "127.0.0.1:0", "--interval", "5"]
+    assert web_main(argv, serve=serve) == 0
+    out = capsys.readouterr().out
+    app = seen["app"]
+    token = app.config["TOKEN"]
+    assert f"open http://127.0.0.1:8123/#token={token}" in out and "watching eth0, router/eth1" in out
+    assert app.config["STATS_SOURCE"].targets() == [(None, "eth0"), ("router", "eth1")]
+    assert app.config["ALLOWED_HOSTS"] == ["127.0.0.1", "localhost", "::1"]
+    assert app.config["STATS_SOURCE"].stopped  # stopped when the server returned
+
+
+def test_web_main_configured_token_is_not_printed(capsys, monkeypatch):
+    monkeypatch.setenv("RATELIMIT_WEB_TOKEN", "configured-token-123456")
+    seen = {}
+    assert web_main(["--if", "eth0", "--listen", "0.0.0.0:0", "--read-only"],
+                    serve=lambda app, h, p, ready: (seen.update(app=app), ready(h, 9))) == 0
+    out = capsys.readouterr().out
+    assert "configured-token-123456" not in out and "(read-only)" in out
+    assert seen["app"].config["READ_ONLY"] and seen["app"].config["ALLOWED_HOSTS"] is None
+
+
+# ---------------------------------------------------------------- vendored chart library
+
+
+def test_vendor_build_copies_the_pinned_files(tmp_path):
+    from webui import vendor
+    pkg = tmp_path / "webui"
+    (pkg / "node_modules/uplot/dist").mkdir(parents=True)
+    (pkg / "package-lock.json").write_text(json.dumps({"packages": {"node_modules/uplot": {"version": "1.6.32"}}}))
+    (pkg / "node_modules/uplot/package.json").write_text(json.dumps({"version": "1.6.32"}))
+    for name in ("dist/uPlot.iife.min.js", "dist/uPlot.min.css", "LICENSE"):
+        (pkg / "node_modules/uplot" / name).write_text(name)
+    out = vendor.build(pkg, pkg / "static/vendor")
+    assert sorted(p.name for p in out) == ["uPlot.LICENSE", "uPlot.iife.min.js", "uPlot.min.css"]
+    vendor.build(pkg, pkg / "static/vendor", check=True)
+    (pkg / "node_modules/uplot/package.json").write_text(json.dumps({"version": "1.0.0"}))
+    with pytest.raises(vendor.VendorError, match="pins 1.6.32"):
+        vendor.build(pkg, pkg / "static/vendor")
+
+
+def test_vendored_files_match_the_lock_when_built():
+    from webui import vendor
+    if not (vendor.HERE / "node_modules" / "uplot").is_dir():
+        pytest.skip("webui/node_modules not installed (npm ci --prefix webui)")
+    vendor.build(check=True)
+
+
+# ---------------------------------------------------------------- real apply/clean in a namespace
+
+
+@pytest.fixture
+def veth_netns(netns, tmp_path, monkeypatch):
+    """A throwaway namespace (conftest's ``netns``) holding a veth pair rlw-a <-> rlw-b."""
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    ns = netns("web")
+    subprocess.run(["ip", "-n", ns, "link", "add", "rlw-a", "type", "veth", "peer", "name", "rlw-b"], check=True)
+    for dev in ("rlw-a", "rlw-b"):
+        subprocess.run(["ip", "-n", ns, "link", "set", dev, "up"], check=True)
+    return ns
+
+
+@pytest.mark.netns
+def test_real_apply_and_clean_through_the_api(veth_netns):
+    ns = veth_netns
+    src = StatsSource([(ns, "rlw-a")])
+    app = create_app({"STATS_SOURCE": src, "TOKEN": TOKEN})  # real control: ratelimit.service
+    c = app.test_client()
+    body = {"interface": "rlw-a", "netns": ns, "hosts": "198.18.0.2", "ports": "5000-5003", "mode": "shape",
+            "direction": "dest", "rate": "1mbit"}
+    assert_error(post(c, "/api/apply", body, headers={}), 401)
+    assert service.status("rlw-a", ns) is None  # the refused request changed nothing
+    assert_error(post(c, "/api/apply", dict(body, rate="0bit")), 400, "--rate")
+    assert service.status("rlw-a", ns) is None
+    resp = post(c, "/api/apply", body)
+    assert resp.status_code == 200, resp.get_json()
+    now = service.status("rlw-a", ns)
+    assert now["mode"] == "shape" and now["flows"] == 4 and now["down"]["rate_bps"] == 1_000_000
+    src.poll_once()
+    links = c.get(f"/api/links?interface=rlw-a&netns={ns}&active=0").get_json()
+    assert links["total"] == 4 and {r["port"] for r in links["links"]} == {5000, 5001, 5002, 5003}
+    assert post(c, "/api/clean", {"interface": "rlw-a", "netns": ns}).get_json()["cleaned"] is True
+    assert service.status("rlw-a", ns) is None

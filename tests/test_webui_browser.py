@@ -1,0 +1,376 @@
+"""The dashboard in a real headless Chromium (Playwright), against the real
+server on a loopback port.
+
+* ``test_dashboard_with_many_links``: 4,096 and 65,536 synthetic links from a
+  fake reader behind the real StatsSource (waitress in a thread) -- the table
+  stays virtualized, sorts and filters, the charts draw, a bad value typed into
+  the form comes back as its one-line error.  Timings are printed, not asserted.
+* ``test_dashboard_watches_a_lab`` (``netns``): client, router and server
+  namespaces (``ratelimit.nstopo``) with TCP traffic from server to client through the router, the
+  server started as ``python -m webui`` (subprocess); shape mode on the
+  router; the page's counters rise, its chart draws, and a rate applied from
+  the page changes the rate the client measures.  Saves screenshots to
+  ``$RATELIMIT_ARTIFACTS`` (or the test's tmp dir); with RATELIMIT_UPDATE_DOCS=1
+  also to docs/images/dashboard.png (the README's picture).
+
+Traffic stays inside namespaces this test makes, on 198.18.0.0/15 (RFC 2544).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+ROOT = Path(__file__).resolve().parent.parent
+TOKEN = "browser-test-token-0123456789"
+
+try:
+    from playwright.sync_api import sync_playwright
+except ImportError:  # pragma: no cover - reported as a skip
+    sync_playwright = None
+
+pytestmark = pytest.mark.skipif(sync_playwright is None or not os.path.exists(CHROMIUM),
+                                reason="needs Python Playwright and Debian's chromium (/usr/bin/chromium)")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def artifacts(tmp_path):
+    d = Path(os.environ.get("RATELIMIT_ARTIFACTS") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def open_page(browser, url):
+    page = browser.new_page(viewport={"width": 1400, "height": 1250})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    # Refused requests (4xx/5xx) log "Failed to load resource"; the tests provoke some on purpose.
+    page.on("console", lambda m: errors.append(m.text)
+            if m.type == "error" and not m.text.startswith("Failed to load resource") else None)
+    page.goto(url)
+    page.wait_for_function("() => document.getElementById('conn').textContent === 'live'", timeout=15000)
+    return page, errors
+
+
+def series_pixels(page, chart_id, rgb):
+    """Pixels of the chart's canvas close to the series colour ``rgb``."""
+    return page.evaluate("""([id, rgb]) => {
+        const c = document.querySelector('#' + id + ' canvas');
+        if (!c) return -1;
+        const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;
+        let n = 0;
+        for (let i = 0; i < d.length; i += 4) {
+            if (d[i + 3] > 200 && Math.abs(d[i] - rgb[0]) < 40 && Math.abs(d[i + 1] - rgb[1]) < 40
+                && Math.abs(d[i + 2] - rgb[2]) < 40) n++;
+        }
+        return n;
+    }""", [chart_id, rgb])
+
+
+DOWN_BLUE = (31, 111, 209)  # the "down" series stroke in dashboard.js
+
+
+def card_value(page, key):
+    return float(page.get_attribute(f"#overview .card.selected dd[data-k='{key}']", "data-value"))
+
+
+# ---------------------------------------------------------------- many synthetic links
+
+
+class TrafficReader:
+    """Synthetic statistics for ``n`` links: every third link idle, the others at 8-57 kbit/s."""
+
+    def __init__(self, n):
+        self.n = n
+        self.t0 = time.time()
+        self.applied = {"interface": "eth0", "netns": None, "profile": "modem-28k8", "mode": "police",
+                        "direction": "both", "hosts": ["198.18.0.2", "198.18.0.3"], "ports": "1024-33791",
+                        "flows": n, "down": {"rate_bps": 28800}, "up": {"rate_bps": 28800}}
+
+    def __call__(self, interface, netns=None):
+        now = time.time()
+        dt = now - self.t0
+        links = []
+        for i in range(self.n):
+            bps = 0 if i % 3 == 0 else 8000 + (i % 50) * 1000
+            b = int(dt * bps / 8)
+            links.append({"direction": "dest" if i % 2 == 0 else "source", "host": f"198.18.0.{2 + i // 32768}",
+                          "port": 1024 + (i // 2) % 32768, "dev": interface, "bytes": b, "packets": b // 1000,
+                          "drops": int(dt) if i % 7 == 0 else 0, "overlimits": int(dt * 2) if i % 5 == 0 else 0,
+                          "backlog_bytes": 0, "backlog_pkts": 0, "rate_bps": 28800})
+        return {"interface": interface, "netns": netns, "time": now, "applied": self.applied, "links": links}
+
+
+class RefusingControl:
+    """Validates for real (service.make_request) and refuses to touch anything else."""
+
+    def make_request(self, interface, **kw):
+        from ratelimit import service
+        return service.make_request(interface, **kw)
+
+    def apply(self, req, *, force=False):
+        from ratelimit.errors import PermissionDenied
+        raise PermissionDenied("changing traffic control needs root (run with sudo)")
+
+    def clean(self, interface, netns=None, *, force=False):
+        return False
+
+
+def serve_in_thread(app):
+    from waitress import create_server
+    server = create_server(app, host="127.0.0.1", port=0, threads=8)
+    threading.Thread(target=server.run, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.effective_port}/"
+
+
+@pytest.mark.parametrize("n", [4096, 65536])
+def test_dashboard_with_many_links(browser, artifacts, n):
+    from webui import create_app
+    from webui.stats import StatsSource
+    src = StatsSource([(None, "eth0")], reader=TrafficReader(n), interval=1.0)
+    app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": RefusingControl()})
+    server, url = serve_in_thread(app)
+    try:
+        page, errors = open_page(browser, url + "#token=" + TOKEN)
+        assert "token=" not in page.url  # taken out of the address bar
+        total = f"of {n:,} links"
+        page.wait_for_function(f"() => document.getElementById('count').textContent.includes('{total}')", timeout=20000)
+        active = sum(1 for i in range(n) if i % 3 or i % 7 == 0)  # idle links with drops count as active
+        page.wait_for_function(f"() => document.getElementById('count').textContent.startsWith('showing {active:,} ')",
+                               timeout=20000)
+        first = card_value(page, "bytes")
+        page.wait_for_function(f"() => Number(document.querySelector(\"#overview .card.selected dd[data-k='bytes']\")"
+                               f".dataset.value) > {first}", timeout=10000)
+        # Virtualized: a few dozen row elements, whatever n is.
+        assert page.locator("#rows .row").count() < 100
+        # Sort by "rate now", highest first: the top row carries the highest rate.
+        page.click("#thead button[data-sort='throughput_bps']")
+        top = page.inner_text("#rows .row:first-child span:nth-child(5)")
+        assert top.endswith("kbit/s") and float(top.split()[0]) >= 50
+        # Filter by port range and direction.
+        page.fill("#q-port", "1024-1033")
+        page.select_option("#q-direction", "dest")
+        page.wait_for_function("() => document.getElementById('count').textContent.startsWith('showing ')")
+        shown = int(re.match(r"showing ([\d,]+)", page.inner_text("#count")).group(1).replace(",", ""))
+        expect = sum(1 for i in range(n) if (i % 3 or i % 7 == 0) and i % 2 == 0 and (i // 2) % 32768 < 10)
+        assert shown == expect
+        page.fill("#q-port", "")
+        page.select_option("#q-direction", "")
+        page.uncheck("#q-active")
+        page.wait_for_function(f"() => document.getElementById('count').textContent.startsWith('showing {n:,} ')")
+        # Scroll to the end: the last rows are rendered.
+        page.evaluate("document.getElementById('viewport').scrollTop = 1e9")
+        page.wait_for_timeout(300)
+        assert page.locator("#rows .row:not([hidden])").count() > 5
+        # Charts: the aggregate "down" line is drawn.
+        page.wait_for_function("() => window.ratelimitDashboard.state.agg.time.length >= 2", timeout=15000)
+        page.wait_for_timeout(300)
+        assert series_pixels(page, "chart-throughput", DOWN_BLUE) > 50
+        # A row's own chart.
+        page.click("#rows .row:first-child")
+        page.wait_for_function("() => document.getElementById('link-chart-title').textContent.startsWith('Link ')")
+        # Control: a bad value comes back as its one-line error; the refusal of the backend too.
+        page.fill("#f-rate", "fast")
+        page.click("#apply")
+        page.wait_for_function("() => document.getElementById('control-msg').textContent.startsWith('--rate')")
+        assert page.inner_text("#control-msg") == ("--rate: 'fast' is not a rate (e.g. 28800, 28.8kbit, 1mbit, "
+                                                   "125kbps; kbit = 1000 bit/s)")
+        page.fill("#f-rate", "56kbit")
+        page.click("#apply")
+        page.wait_for_function("() => document.getElementById('control-msg').textContent.includes('root')")
+        # Client-side cost of one tick: rebuild the filtered/sorted view and draw the visible rows.
+        timing = page.evaluate("""() => {
+            const d = window.ratelimitDashboard, t = [];
+            for (let k = 0; k < 10; k++) { const a = performance.now(); d.rebuildView(); d.renderRows(); t.push(performance.now() - a); }
+            t.sort((x, y) => x - y);
+            return t[5];
+        }""")
+        page.screenshot(path=str(artifacts / f"dashboard-{n}-links.png"), full_page=True)
+        snap = src.snapshot(None, "eth0")
+        report = {"links": n, "browser_tick_ms_median": round(timing, 2), "server_digest_s": round(snap.refresh_s, 4)}
+        (artifacts / f"dashboard-{n}-links.json").write_text(json.dumps(report))
+        print(f"\nwebui browser: {report}")
+        assert not errors, errors
+        page.close()
+    finally:
+        src.stop()
+        server.close()
+
+
+# ---------------------------------------------------------------- a real lab
+
+
+SENDER = textwrap.dedent("""
+    import socket, sys
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(4)
+    print("listening", flush=True)
+    chunk = b"x" * 65536
+    while True:
+        c, _ = s.accept()
+        try:
+            while True:
+                c.sendall(chunk)
+        except OSError:
+            c.close()
+""")
+
+RECEIVER = textwrap.dedent("""
+    import socket, sys, time
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((sys.argv[1], int(sys.argv[2]))); s.connect((sys.argv[3], int(sys.argv[4])))
+    total, last, end = 0, 0.0, time.time() + float(sys.argv[5])
+    while time.time() < end:
+        data = s.recv(65536)
+        if not data:
+            break
+        total += len(data)
+        now = time.time()
+        if now - last >= 0.2:
+            print(f"{now:.3f} {total}", flush=True)
+            last = now
+""")
+
+
+def receive_rate(samples, t_from, t_to):
+    """Bytes/s * 8 between the first samples at or after t_from and t_to."""
+    a = next((s for s in samples if s[0] >= t_from), None)
+    b = next((s for s in samples if s[0] >= t_to), None) or samples[-1]
+    if a is None or b[0] <= a[0]:
+        return None
+    return (b[1] - a[1]) * 8 / (b[0] - a[0])
+
+
+def read_samples(proc, into):
+    for line in proc.stdout:
+        t, total = line.split()
+        into.append((float(t), int(total)))
+
+
+def cpu_seconds(pid):
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.netns
+def test_dashboard_watches_a_lab(browser, artifacts, tmp_path, monkeypatch, lab):
+    from ratelimit import service
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    lab = lab(clients=1)  # conftest's nstopo.Topology factory; destroyed after the test
+    router, iface = lab.router, lab.router_client_if
+    client_ip, server_ip = lab.addr("client"), lab.addr("server")
+    web = None
+    procs = []
+    try:
+        first_rate, second_rate = 4_000_000, 1_000_000
+        ports = "40000-40003"
+        req = service.make_request(iface, netns=router, hosts=client_ip, ports=ports, mode="shape",
+                                   direction="dest", rate=str(first_rate))
+        service.apply(req)
+
+        sender = lab.popen("server", [sys.executable, "-c", SENDER, server_ip, "8000"],
+                           stdout=subprocess.PIPE, text=True)
+        procs.append(sender)
+        assert sender.stdout.readline().strip() == "listening"
+        receiver = lab.popen("client", [sys.executable, "-c", RECEIVER, client_ip, "40001", server_ip, "8000", "90"],
+                             stdout=subprocess.PIPE, text=True)
+        procs.append(receiver)
+        samples = []
+        threading.Thread(target=read_samples, args=(receiver, samples), daemon=True).start()
+
+        env = dict(os.environ, PYTHONPATH=str(ROOT), RATELIMIT_WEB_TOKEN=TOKEN)
+        web = subprocess.Popen([sys.executable, "-m", "webui", "--interface", f"{router}/{iface}",
+                                "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                               stderr=open(artifacts / "dashboard-lab-server.log", "w"), text=True, env=env,
+                               cwd=str(ROOT))
+        line = web.stdout.readline()
+        m = re.search(r"serving (http://127\.0\.0\.1:\d+/)", line)
+        assert m, line + (artifacts / "dashboard-lab-server.log").read_text()
+        url = m.group(1)
+
+        page, errors = open_page(browser, url + "#token=" + TOKEN)
+        # Counters rise while traffic flows.
+        page.wait_for_function("() => Number(document.querySelector(\"#overview .card.selected dd[data-k='bytes']\")"
+                               "?.dataset.value) > 0", timeout=15000)
+        b1 = card_value(page, "bytes")
+        page.wait_for_timeout(2500)
+        b2 = card_value(page, "bytes")
+        assert b2 > b1
+        # The page's own rate agrees with what it was told to shape (ratio, wide tolerance).
+        shown = card_value(page, "down")
+        assert 0.7 <= shown / first_rate <= 1.1, shown
+        measured_1 = receive_rate(samples, time.time() - 2.0, time.time())
+        assert measured_1 and 0.7 <= measured_1 / first_rate <= 1.05, measured_1
+        # The chart draws.
+        page.wait_for_function("() => window.ratelimitDashboard.state.agg.time.length >= 3", timeout=15000)
+        page.wait_for_timeout(300)
+        assert series_pixels(page, "chart-throughput", DOWN_BLUE) > 50
+
+        # Server CPU with the page open, over 30 s (reported, not asserted).
+        c0, t0 = cpu_seconds(web.pid), time.time()
+
+        # Apply a lower rate from the page; the client then receives at that rate.
+        page.fill("#f-hosts", client_ip)
+        page.fill("#f-ports", ports)
+        page.select_option("#f-mode", "shape")
+        page.select_option("#f-direction", "dest")
+        page.select_option("#f-profile", "")
+        page.fill("#f-rate", "1mbit")
+        page.click("#apply")
+        page.wait_for_function("() => document.getElementById('control-msg').textContent.startsWith('applied')",
+                               timeout=30000)
+        applied_at = time.time()
+        assert service.status(iface, router)["down"]["rate_bps"] == second_rate
+        # Measured from 4 s after the change: while the plan is swapped, the flow briefly passes
+        # unshaped and TCP's window drains through at once (~1 s of excess on this host).
+        page.wait_for_timeout(8000)
+        measured_2 = receive_rate(samples, applied_at + 4.0, time.time())
+        assert measured_2 and 0.7 <= measured_2 / second_rate <= 1.05, measured_2
+        assert measured_2 < measured_1 / 2
+
+        page.click("#rows .row:first-child")
+        page.wait_for_timeout(max(0.0, 30.0 - (time.time() - t0)) * 1000)  # 30 s with the page open
+        cpu = (cpu_seconds(web.pid) - c0) / (time.time() - t0)
+        shot = artifacts / "dashboard-lab.png"
+        page.screenshot(path=str(shot), full_page=True)
+        if os.environ.get("RATELIMIT_UPDATE_DOCS") == "1":  # refresh the README's picture on purpose only
+            docs = ROOT / "docs" / "images"
+            docs.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(shot, docs / "dashboard.png")
+        report = {"rate_1_configured": first_rate, "rate_1_measured": round(measured_1),
+                  "rate_2_configured": second_rate, "rate_2_measured": round(measured_2),
+                  "server_cpu_fraction_page_open": round(cpu, 4)}
+        (artifacts / "dashboard-lab.json").write_text(json.dumps(report))
+        print(f"\nwebui lab: {report}")
+        assert not errors, errors
+        page.close()
+    finally:
+        if web is not None and web.poll() is None:
+            web.terminate()
+            try:
+                web.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                web.kill()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()

@@ -1,0 +1,75 @@
+"""The ratelimit web dashboard: live queue statistics, charts and control.
+
+Module map:
+  stats     StatsSource: polls service.statistics, keeps rates and history
+  security  access token, Origin/Host checks, response headers
+  errors    WebError and the JSON error handlers (no traceback reaches a user)
+  params    validation of query strings and JSON bodies (field, value, allowed)
+  views     the dashboard page
+  api       JSON endpoints, including apply/clean
+  live      Server-Sent Events stream
+  metrics   Prometheus text exposition
+  cli       ``ratelimit web``: argument parsing and the waitress server
+  vendor    build step copying the pinned uPlot from node_modules into static/vendor
+
+``create_app(config)`` is the factory.  Config keys (all optional):
+
+  TARGETS       [(netns or None, interface), ...] to watch when no STATS_SOURCE is given
+  STATS_SOURCE  an object with StatsSource's reading methods (tests inject one)
+  START_POLLING start the source's poller thread (default: only for a source made here)
+  CONTROL       what apply/clean call: make_request, apply, clean (default ratelimit.service)
+  TOKEN         the access token for changes (default: a new random one)
+  READ_ONLY     turn apply/clean off
+  ALLOWED_HOSTS host names the Host header may carry (None: any)
+  STREAM_LIMIT  most live streams open at once (default 16)
+"""
+
+import secrets
+
+from flask import Flask
+
+__all__ = ["create_app"]
+
+
+def create_app(config: dict | None = None) -> Flask:
+    app = Flask(__name__)
+    app.config.update(
+        TARGETS=[(None, "eth0")],
+        STATS_SOURCE=None,
+        START_POLLING=None,
+        CONTROL=None,
+        TOKEN=None,
+        READ_ONLY=False,
+        ALLOWED_HOSTS=["127.0.0.1", "localhost", "::1"],
+        STREAM_LIMIT=16,
+        MAX_CONTENT_LENGTH=64 * 1024,
+    )
+    if config:
+        app.config.update(config)
+    if not app.config["TOKEN"]:
+        app.config["TOKEN"] = secrets.token_urlsafe(24)
+    if app.config["CONTROL"] is None:
+        from ratelimit import service
+        app.config["CONTROL"] = service
+    source = app.config["STATS_SOURCE"]
+    if source is None:
+        from .stats import StatsSource
+        source = StatsSource(app.config["TARGETS"])
+        app.config["STATS_SOURCE"] = source
+        if app.config["START_POLLING"] is None:
+            app.config["START_POLLING"] = True
+    app.json.sort_keys = False  # keep the documented field order
+    app.extensions["ratelimit_stats"] = source
+    app.extensions["ratelimit_streams"] = {"open": 0}
+
+    from . import api, errors, live, metrics, security, views
+    errors.register(app)
+    security.register(app)
+    app.register_blueprint(views.bp)
+    app.register_blueprint(api.bp)
+    app.register_blueprint(live.bp)
+    app.register_blueprint(metrics.bp)
+
+    if app.config["START_POLLING"]:
+        source.start()
+    return app

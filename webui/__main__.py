@@ -1,0 +1,5 @@
+"""``python -m webui ...`` is ``ratelimit web ...``."""
+
+from .cli import main
+
+main()

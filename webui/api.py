@@ -1,0 +1,224 @@
+"""JSON endpoints: what is watched, statistics, history, and apply/clean.
+
+Every route returns a dict (Flask sends it as JSON); every refusal is
+``{"error": "one line"}`` with a 4xx status (see errors.py).  The shapes are
+documented in docs/webui.md.
+"""
+
+from flask import Blueprint, current_app, request
+
+from ratelimit import profiles
+from ratelimit.service import IMPAIRMENTS, summary
+
+from .errors import WebError, field_error
+from .params import boolean, check_query, integer, json_body, resolve_target, source
+from .stats import COLUMNS, target_name
+
+bp = Blueprint("api", __name__, url_prefix="/api")
+
+SORTABLE = ("direction", "host", "port", "dev", "rate_bps") + COLUMNS
+TARGET_QUERY = ("interface", "netns")
+APPLY_FIELDS = ("interface", "netns", "profile", "hosts", "ports", "mode", "direction", "rate", "burst",
+                "bandwidth", "mtu", "avpkt", "mpu", "queue", *IMPAIRMENTS, "force")
+CLEAN_FIELDS = ("interface", "netns", "force")
+
+
+def target_info(snap) -> dict:
+    return {
+        "name": snap.name, "interface": snap.interface, "netns": snap.netns,
+        "time": snap.time, "applied": snap.applied, "error": snap.error,
+        "aggregate": snap.aggregate, "refresh_s": round(snap.refresh_s, 6),
+    }
+
+
+def _snapshot(args):
+    netns, interface = resolve_target(args.get("interface"), args.get("netns"))
+    return source().snapshot(netns, interface)
+
+
+@bp.get("/targets")
+def targets():
+    src = source()
+    return {
+        "read_only": bool(current_app.config["READ_ONLY"]),
+        "interval": getattr(src, "interval", None),
+        "history_seconds": getattr(src, "history_seconds", None),
+        "targets": [target_info(src.snapshot(n, i)) for n, i in src.targets()],
+    }
+
+
+@bp.get("/profiles")
+def profile_list():
+    check_query(())
+    out = []
+    for name in profiles.available():
+        try:
+            prof = profiles.load(name)
+        except Exception as err:  # a broken profile file must not hide the others
+            out.append({"name": name, "error": " ".join(str(err).split())})
+            continue
+        out.append({"name": prof.name, "description": prof.description,
+                    "down": {k: v for k, v in prof.down.__dict__.items() if v},
+                    "up": {k: v for k, v in prof.up.__dict__.items() if v}})
+    return {"profiles": out}
+
+
+@bp.get("/status")
+def status():
+    args = check_query(TARGET_QUERY)
+    return target_info(_snapshot(args))
+
+
+def _port_filter(text: str):
+    lo_text, dash, hi_text = text.partition("-")
+    try:
+        lo = int(lo_text)
+        hi = int(hi_text) if dash else lo
+    except ValueError:
+        raise field_error("port", text, "is not a port or range (e.g. 5000 or 5000-5099)") from None
+    if not (1 <= lo <= 65535 and 1 <= hi <= 65535) or lo > hi:
+        raise field_error("port", text, "is not a port or range within 1-65535 (low-high)")
+    return lo, hi
+
+
+@bp.get("/links")
+def links():
+    args = check_query(TARGET_QUERY + ("host", "port", "direction", "active", "sort", "order", "offset", "limit"))
+    snap = _snapshot(args)
+    host = args.get("host", "").strip()
+    ports = _port_filter(args["port"].strip()) if args.get("port", "").strip() else None
+    direction = args.get("direction") or None
+    if direction not in (None, "dest", "source"):
+        raise field_error("direction", direction, "is not a direction (allowed: dest, source)")
+    active = boolean("active", args.get("active"), True)
+    sort = args.get("sort") or "throughput_bps"
+    if sort not in SORTABLE:
+        raise field_error("sort", sort, f"is not a column (allowed: {', '.join(SORTABLE)})")
+    order = args.get("order") or ("desc" if sort in COLUMNS or sort == "rate_bps" else "asc")
+    if order not in ("asc", "desc"):
+        raise field_error("order", order, "is not an order (allowed: asc, desc)")
+    offset = integer("offset", args.get("offset"), 0, 0, 1 << 24)
+    limit = integer("limit", args.get("limit"), 100, 1, 10000)
+
+    keys, cols = snap.layout.keys, snap.columns
+    rows = []
+    for i, (d, h, p, _dev) in enumerate(keys):
+        if active and not cols["active"][i]:
+            continue
+        if direction and d != direction:
+            continue
+        if host and host not in h:
+            continue
+        if ports and not ports[0] <= p <= ports[1]:
+            continue
+        rows.append(i)
+    if sort in COLUMNS:
+        column = cols[sort]
+        rows.sort(key=column.__getitem__, reverse=order == "desc")
+    elif sort == "rate_bps":
+        rate = snap.layout.rate_bps
+        rows.sort(key=lambda i: rate[i] or 0, reverse=order == "desc")
+    else:
+        pos = {"direction": 0, "host": 1, "port": 2, "dev": 3}[sort]
+        if pos == 1:
+            from ipaddress import ip_address
+            rows.sort(key=lambda i: (ip_address(keys[i][1]).version, ip_address(keys[i][1])), reverse=order == "desc")
+        else:
+            rows.sort(key=lambda i: keys[i][pos], reverse=order == "desc")
+    return {
+        "interface": snap.interface, "netns": snap.netns, "time": snap.time, "layout": snap.layout.id,
+        "total": len(keys), "matched": len(rows), "offset": offset,
+        "links": [snap.row(i) for i in rows[offset:offset + limit]],
+    }
+
+
+@bp.get("/history")
+def history():
+    args = check_query(TARGET_QUERY)
+    netns, interface = resolve_target(args.get("interface"), args.get("netns"))
+    src = source()
+    return {"interface": interface, "netns": netns, "interval": getattr(src, "interval", None),
+            "series": src.history(netns, interface)}
+
+
+@bp.get("/links/history")
+def link_history():
+    args = check_query(TARGET_QUERY + ("host", "port", "direction"))
+    netns, interface = resolve_target(args.get("interface"), args.get("netns"))
+    src = source()
+    snap = src.snapshot(netns, interface)
+    for name in ("host", "port", "direction"):
+        if not args.get(name):
+            raise WebError(400, f"{name}: missing (a link is host, port and direction)")
+    direction = args["direction"]
+    if direction not in ("dest", "source"):
+        raise field_error("direction", direction, "is not a direction (allowed: dest, source)")
+    port = integer("port", args["port"], 0, 1, 65535)
+    key = (direction, args["host"], port)
+    row = snap.layout.index.get(key)
+    if row is None:
+        raise field_error("link", f"{args['host']}:{port} {direction}",
+                          f"is not a link on {target_name(netns, interface)} (see /api/links)", status=404)
+    series = src.link_history(netns, interface, row, snap.layout.id)
+    if series is None:  # re-applied between the two reads: no history for the new layout yet
+        series = {"time": [], "throughput_bps": [], "drops_per_s": []}
+    return {"interface": interface, "netns": netns, "host": key[1], "port": port, "direction": direction,
+            "series": series}
+
+
+# ---------------------------------------------------------------- control
+
+
+def _value(name, value):
+    """A JSON value for make_request: a string or number (hosts may be a list)."""
+    if value is None or value == "":
+        return None
+    if name == "hosts" and isinstance(value, list):
+        if not all(isinstance(v, str) for v in value):
+            raise field_error("hosts", value, "is not a list of names or addresses")
+        return value
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise field_error(name, value, "is not a string or number")
+    return value
+
+
+def _log_change(what: str, detail: str) -> None:
+    current_app.logger.warning("%s from %s: %s", what, request.remote_addr, detail)
+
+
+@bp.post("/apply")
+def apply():
+    data = json_body(APPLY_FIELDS)
+    netns, interface = resolve_target(data.get("interface"), data.get("netns"))
+    force = boolean("force", data.get("force"), False)
+    kwargs = {}
+    for name in APPLY_FIELDS:
+        if name in ("interface", "netns", "force"):
+            continue
+        value = _value(name, data.get(name))
+        if value is not None:
+            kwargs[name] = value
+    kwargs.setdefault("hosts", None)
+    kwargs.setdefault("ports", None)
+    control = current_app.config["CONTROL"]
+    req = control.make_request(interface, netns=netns, **kwargs)
+    plan = control.apply(req, force=force)
+    src = source()
+    if hasattr(src, "wake"):
+        src.wake()
+    applied = summary(plan.request)
+    _log_change("apply", f"{target_name(netns, interface)} {applied}")
+    return {"interface": interface, "netns": netns, "applied": applied, "operations": len(plan.ops)}
+
+
+@bp.post("/clean")
+def clean():
+    data = json_body(CLEAN_FIELDS)
+    netns, interface = resolve_target(data.get("interface"), data.get("netns"))
+    force = boolean("force", data.get("force"), False)
+    cleaned = current_app.config["CONTROL"].clean(interface, netns, force=force)
+    src = source()
+    if hasattr(src, "wake"):
+        src.wake()
+    _log_change("clean", f"{target_name(netns, interface)} cleaned={cleaned}")
+    return {"interface": interface, "netns": netns, "cleaned": bool(cleaned)}

@@ -1,0 +1,194 @@
+"""``ratelimit web``: the dashboard on waitress (never Flask's development server)."""
+
+import argparse
+import ipaddress
+import logging
+import os
+import secrets
+import signal
+import sys
+import threading
+
+from ratelimit.errors import EXIT_USAGE, RatelimitError
+
+DEFAULT_LISTEN = "127.0.0.1:8080"
+TOKEN_ENV = "RATELIMIT_WEB_TOKEN"
+LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1"]
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _Usage(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ratelimit web", add_help=False,
+                description="Live dashboard: queue statistics per emulated link, charts, and "
+                            "apply/clear from the page. Changes need the access token it prints.")
+    p.add_argument("--help", action="help", help="show this help and exit")
+    p.add_argument("--interface", "--if", action="append", default=[], metavar="IF",
+                   help="interface to watch (repeat or comma-separate; NS/IF names one in namespace NS); "
+                        "default: every interface ratelimit configured in --netns, else eth0")
+    p.add_argument("--netns", default=None, metavar="NS", help="namespace of the interfaces (default: this one)")
+    p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
+                   help=f"address to serve on (default {DEFAULT_LISTEN}; port 0 picks a free one)")
+    p.add_argument("--token", default=None, metavar="TOKEN",
+                   help=f"access token for changes (default: ${TOKEN_ENV}, else a new random one, printed)")
+    p.add_argument("--read-only", action="store_true", help="turn apply/clear off")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="another name the dashboard is reached by (Host header check)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="statistics refresh interval (default 1, 0.2-60)")
+    p.add_argument("--history", type=float, default=300.0, metavar="SECONDS",
+                   help="history kept for the charts (default 300, 10-3600)")
+    p.add_argument("--debug", action="store_true", help="log tracebacks of internal errors")
+    return p
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    allowed = "is not HOST:PORT (e.g. 127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080)"
+    text = text.strip()
+    if text.isdigit():
+        host, port_text = "127.0.0.1", text
+    elif text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if not rest.startswith(":"):
+            raise _Usage(f"--listen: '{text}' {allowed}")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep or not host or ":" in host:
+            raise _Usage(f"--listen: '{text}' {allowed}")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise _Usage(f"--listen: '{text}' has no valid port (0-65535)")
+    return host, int(port_text)
+
+
+def _targets(args) -> list:
+    names = [n.strip() for item in args.interface for n in item.split(",") if n.strip()]
+    if not names:
+        from ratelimit import state
+        names = state.interfaces(args.netns) or ["eth0"]
+    out = []
+    for name in names:
+        netns, _, interface = name.rpartition("/") if "/" in name else (args.netns, "", name)
+        if not interface or len(interface) > 15 or any(c in interface for c in " \t:"):
+            raise _Usage(f"--interface: '{name}' is not an interface name (1-15 characters, NS/IF for a namespace)")
+        key = (netns or None, interface)
+        if key not in out:
+            out.append(key)
+    return out
+
+
+def _allowed_hosts(host: str, extra: list) -> list | None:
+    try:
+        wildcard = ipaddress.ip_address(host).is_unspecified
+    except ValueError:
+        wildcard = False
+    if wildcard and not extra:
+        return None  # reachable under any name; the token still guards every change
+    names = [] if wildcard else [host]
+    return list(dict.fromkeys(names + LOOPBACK_NAMES + list(extra)))
+
+
+def _url(host: str, port: int) -> str:
+    shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    return f"http://[{shown}]:{port}/" if ":" in shown else f"http://{shown}:{port}/"
+
+
+def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
+    """Run the dashboard until interrupted; returns the exit code.
+
+    ``serve(app, host, port, ready)`` replaces the waitress loop (tests);
+    ``ready(host, port)`` prints the address and token once the socket is bound.
+    """
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        args = _parser().parse_args(argv)
+        host, port = parse_listen(args.listen)
+        if not 0.2 <= args.interval <= 60:
+            raise _Usage(f"--interval: {args.interval:g} is out of range (0.2-60 seconds)")
+        if not 10 <= args.history <= 3600:
+            raise _Usage(f"--history: {args.history:g} is out of range (10-3600 seconds)")
+        targets = _targets(args)
+        token = args.token or os.environ.get(TOKEN_ENV) or None
+        if token is not None and len(token) < 16:
+            raise _Usage("--token: too short (at least 16 characters)")
+    except _Usage as e:
+        print(f"ratelimit web: {e}", file=err)
+        return EXIT_USAGE
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="ratelimit web: %(levelname)s %(name)s: %(message)s", stream=err)
+    generated = token is None
+    token = token or secrets.token_urlsafe(24)
+
+    from . import create_app
+    from .stats import StatsSource, target_name
+    from .views import vendor_ready
+    source = StatsSource(targets, interval=args.interval, history=args.history)
+    app = create_app({"STATS_SOURCE": source, "START_POLLING": False, "TOKEN": token,
+                      "READ_ONLY": args.read_only, "ALLOWED_HOSTS": _allowed_hosts(host, args.allow_host)})
+
+    def ready(bound_host: str, bound_port: int) -> None:
+        url = _url(bound_host, bound_port)
+        print(f"ratelimit web: watching {', '.join(target_name(n, i) for n, i in targets)}; "
+              f"serving {url}{' (read-only)' if args.read_only else ''}", file=out)
+        if not vendor_ready():
+            print("ratelimit web: charts are off: static/vendor/uPlot is missing "
+                  "(build step: npm ci --prefix webui && python -m webui.vendor)", file=out)
+        if not args.read_only:
+            if generated:
+                print(f"ratelimit web: access token {token}", file=out)
+                print(f"ratelimit web: open {url}#token={token}", file=out)
+            else:
+                print("ratelimit web: access token as configured", file=out)
+        out.flush()
+
+    source.start()
+    try:
+        (serve or _serve_waitress)(app, host, port, ready)
+    except OSError as e:
+        print(f"ratelimit web: --listen: {args.listen} cannot be used ({e.strerror or e})", file=err)
+        return 1
+    except RatelimitError as e:
+        print(f"ratelimit web: {e}", file=err)
+        return e.exit_code
+    except KeyboardInterrupt:
+        pass
+    finally:
+        source.stop()
+    return 0
+
+
+def _serve_waitress(app, host: str, port: int, ready) -> None:
+    from waitress import create_server
+    streams = app.config["STREAM_LIMIT"]
+    server = create_server(app, host=host, port=port, threads=streams + 8, ident="ratelimit-web",
+                           channel_timeout=60, clear_untrusted_proxy_headers=True)
+    bound = server.effective_host if hasattr(server, "effective_host") else host
+    ready(host if bound in ("0.0.0.0", "::") else bound, server.effective_port)
+
+    def stop(_signum, _frame):
+        raise KeyboardInterrupt
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, stop) if main_thread else None
+    try:
+        server.run()
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
+        server.close()
+
+
+def main() -> None:
+    sys.exit(web_main())
