@@ -16,6 +16,8 @@ setup(
     package_dir={"ratelimit.shipped_profiles": "profiles"},
     package_data={"ratelimit.shipped_profiles": ["*.toml"], "webui": ["templates/*", "static/*", "static/vendor/*"]},
     include_package_data=True,
+    data_files=[("share/ratelimit/vagrant/provision",
+                 ["vagrant/provision/client.sh", "vagrant/provision/server.sh", "vagrant/provision/router.sh"])],
     install_requires=["pyroute2==0.9.7", "flask>=3.0", "waitress>=3.0"],
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6", "playwright>=1.40"],

@@ -24,7 +24,7 @@ USAGE = """\
 ratelimit [options]                      apply limits (needs --hosts and --ports)
        ratelimit [options] clean|list|stats      remove, list or count what is installed
        ratelimit profiles [--json]               list link profiles
-       ratelimit lab up|status|exec|apply|down|demo ...   namespace lab (ratelimit lab --help)
+       ratelimit lab up|status|exec|apply|clean|down|demo ...  namespace lab
        ratelimit web [--listen ADDR:PORT] ...    live dashboard (ratelimit web --help)
        ratelimit vm [--memory 1G] -- COMMAND     run COMMAND in a full-kernel VM
 """

@@ -1,0 +1,422 @@
+"""``ratelimit lab``: a client-router-server lab on this machine, in network namespaces.
+
+    ratelimit lab demo                        the first command to run (about 10 s)
+    ratelimit lab up [--clients N] [--profile P] [--mode auto|police|shape]
+                     [--server auto|nginx|builtin] [--ports LOW-HIGH] [--no-delay] [--vm] [-- CMD]
+    ratelimit lab status [--json]             hosts, addresses, the link, live counters
+    ratelimit lab exec HOST -- CMD            HOST: client1..N, router, server
+    ratelimit lab apply PROFILE               change the link, live
+    ratelimit lab clean                       remove the link emulation, keep the lab
+    ratelimit lab down [--all]                remove everything the lab made (also after a crash)
+
+Every command takes ``--name NAME`` (default ``lab``) so several labs can
+coexist.  ``lab_core`` does the work; this module parses, prints and runs the
+demo.  Kernels without netem (or police) get a one-line explanation and the
+ways out: ``--no-delay`` / ``--mode shape`` here, or ``--vm`` to run the whole
+lab command inside the full-kernel VM (``ratelimit.vm``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import docroot, lab_core
+from .errors import RatelimitError, UsageError
+from .lab_core import DEFAULT_BURST, DEFAULT_NAME, DEFAULT_PORTS, Lab, LinkSpec
+from .units import format_rate
+
+DEMO_NAME = "demo"
+DEMO_PROFILE = "modem-28k8"
+DEMO_PORTS = "10000-10099"  # one download needs one port; fewer links build faster in shape mode
+VM_STATE_DIR = "/tmp/ratelimit-vm-state"  # the guest's /tmp is its own
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        if message.startswith("unrecognized arguments: "):
+            message = f"{message.split(': ', 1)[1]}: not an option of `{self.prog}` (see {self.prog} --help)"
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _name_opt(p, default=None):
+    p.add_argument("--name", default=default, metavar="NAME",
+                   help=f"lab name: a-z, 0-9, _ (default {DEFAULT_NAME}, or the only lab that is up)")
+
+
+def _link_opts(p, *, up: bool):
+    p.add_argument("--mode", default="auto", choices=lab_core.MODES,
+                   help="police (drop above the rate), shape (queue), or auto: police if the kernel "
+                        "has act_police, else shape (default auto)")
+    p.add_argument("--burst", default=str(DEFAULT_BURST), metavar="PACKETS",
+                   help=f"burst in packets, rate x PACKETS / 8 bytes (default {DEFAULT_BURST}: a 10,000-byte "
+                        "reply is not let through in one burst)")
+    p.add_argument("--rate", metavar="RATE", help="override the profile's rate, e.g. 200kbit")
+    p.add_argument("--delay", metavar="TIME", help="override the profile's one-way delay, e.g. 50ms")
+    p.add_argument("--no-delay", action="store_true",
+                   help="leave out the profile's delay, jitter and loss (for kernels without sch_netem)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="ratelimit lab", description="A client-router-server lab in network namespaces.",
+                epilog="Details: docs/lab.md")
+    _debug_opt(p)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    up = sub.add_parser("up", help="bring a lab up", description="Bring a lab up; with -- CMD, run CMD "
+                        "with the lab up and take it down afterwards.")
+    _name_opt(up, DEFAULT_NAME)
+    up.add_argument("--clients", default="1", metavar="N", help="client namespaces (default 1, at most 253)")
+    up.add_argument("--profile", metavar="PROFILE",
+                    help="link profile to apply (see `ratelimit profiles`); default: none, links unimpaired")
+    up.add_argument("--server", default="auto", choices=lab_core.SERVERS,
+                    help="web server: nginx, builtin (Python), auto: nginx if installed (default)")
+    up.add_argument("--ports", default=DEFAULT_PORTS, metavar="LOW-HIGH",
+                    help=f"the clients' ephemeral ports, all limited by the router (default {DEFAULT_PORTS})")
+    _link_opts(up, up=True)
+    up.add_argument("--vm", action="store_true",
+                    help="run in the full-kernel VM (netem, police); the lab lives as long as CMD "
+                         "(default CMD: lab status)")
+
+    st = sub.add_parser("status", help="hosts, addresses, the link and live counters")
+    _name_opt(st)
+    st.add_argument("--json", action="store_true", help="as JSON")
+
+    ex = sub.add_parser("exec", help="run a command on a lab host", usage="ratelimit lab exec [--name NAME] HOST -- CMD ...")
+    _name_opt(ex)
+    ex.add_argument("host", metavar="HOST", help="client1..N, router or server")
+    ex.add_argument("cmd", nargs=argparse.REMAINDER, metavar="CMD")
+
+    ap = sub.add_parser("apply", help="change the link, live")
+    _name_opt(ap)
+    ap.add_argument("profile", nargs="?", metavar="PROFILE", help="link profile (or give --rate/--delay)")
+    _link_opts(ap, up=False)
+
+    cl = sub.add_parser("clean", help="remove the link emulation, keep the lab")
+    _name_opt(cl)
+
+    dn = sub.add_parser("down", help="remove the lab and everything it made (also after a crash)")
+    _name_opt(dn)
+    dn.add_argument("--all", action="store_true", help="every lab on this machine")
+
+    de = sub.add_parser("demo", help="the first command to run: a 10,000-byte download over a 28.8k modem")
+    de.add_argument("--name", default=DEMO_NAME, metavar="NAME", help=f"lab name (default {DEMO_NAME})")
+    de.add_argument("--vm", action="store_true",
+                    help="run in the full-kernel VM, with the modem's delay (a minute or more)")
+    for sp in (up, st, ap, cl, dn, de):
+        _debug_opt(sp)
+    return p
+
+
+# ---------------------------------------------------------------- output helpers
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _progress():
+    """Percent of the apply on one terminal line, or None when stderr is not a terminal."""
+    if not sys.stderr.isatty():
+        return None
+    last = [0.0]
+
+    def show(done, total):
+        now = time.monotonic()
+        if done < total and now - last[0] < 0.2:
+            return
+        last[0] = now
+        sys.stderr.write(f"\rlab: applying {100 * done // max(total, 1):3d}% ({done}/{total} operations)")
+        if done >= total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+    return show
+
+
+def _link_text(link: dict | None) -> str:
+    if not link:
+        return "none (links unimpaired; change with: ratelimit lab apply PROFILE)"
+    parts = [link.get("profile") or "custom", link["mode"], f"burst {link['burst']}"]
+    if link.get("rate"):
+        parts.append(f"rate {link['rate']}")
+    if link.get("delay"):
+        parts.append(f"delay {link['delay']}")
+    if link.get("no_delay"):
+        parts.append("delay/loss left out")
+    return ", ".join(parts)
+
+
+def _pick_name(name: str | None) -> str:
+    """``--name``, else ``lab``, else the only lab that is up."""
+    if name:
+        return name
+    labs = lab_core.list_labs()
+    if DEFAULT_NAME in labs or len(labs) != 1:
+        return DEFAULT_NAME
+    return labs[0]
+
+
+def _link_spec(args, profile) -> LinkSpec:
+    burst = args.burst
+    try:
+        burst = int(burst)
+    except ValueError:
+        from .errors import FieldError
+        raise FieldError("--burst", f"'{burst}'", "is not a whole number of packets (1-100000)") from None
+    return LinkSpec(profile=profile, mode=args.mode, burst=burst, rate=args.rate, delay=args.delay,
+                    no_delay=args.no_delay)
+
+
+def _package_parent() -> str:
+    return str(Path(__file__).resolve().parent.parent)
+
+
+def _in_vm_cmd(argv: list[str]) -> list[str]:
+    return [sys.executable, "-m", "ratelimit.lab", *argv]
+
+
+def _run_in_vm(inner: list[str]) -> int:
+    from .vm import run_in_vm
+    _say("lab: starting the full-kernel VM (about 20 s to boot; software emulation is slower "
+         "than this machine, so expect traffic to take longer)")
+    env = {"RATELIMIT_STATE_DIR": VM_STATE_DIR,
+           "PYTHONPATH": os.pathsep.join(p for p in (_package_parent(), os.environ.get("PYTHONPATH")) if p)}
+    return run_in_vm(_in_vm_cmd(inner), cwd=_package_parent(), env=env)
+
+
+# ---------------------------------------------------------------- commands
+
+
+def lab_main(argv: list[str]) -> int:
+    """``ratelimit lab ...``; returns the exit status, raises ``RatelimitError`` on errors."""
+    argv = list(argv)
+    cmd_after: list[str] = []
+    if argv[:1] == ["up"] and "--" in argv:
+        i = argv.index("--")
+        argv, cmd_after = argv[:i], argv[i + 1:]
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        build_parser().print_help()
+        return 0
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as e:  # --help of a subcommand
+        return int(e.code or 0)
+    return COMMANDS[args.command](args, argv, cmd_after)
+
+
+def _debug_opt(parser) -> None:
+    parser.add_argument("--debug", action="store_true", help=argparse.SUPPRESS)  # read by the CLI
+
+
+def _up(args, argv, cmd_after) -> int:
+    from .vm import in_vm
+    if args.vm and not in_vm():
+        inner = [a for a in argv if a != "--vm"]
+        if not cmd_after:
+            _say("lab up --vm: the lab lives inside the VM only while a command runs; without -- CMD "
+                 "it shows `lab status` and goes down")
+            cmd_after = _in_vm_cmd(["status", "--name", args.name])
+        return _run_in_vm([*inner, "--", *cmd_after])
+    link = _link_spec(args, args.profile)
+    lab = Lab.up(args.name, clients=args.clients, link=link, server=args.server, ports=args.ports,
+                 say=_say, progress=_progress())
+    _print_up(lab)
+    if not cmd_after:
+        return 0
+    _say(f"lab: running {' '.join(cmd_after)} (lab '{lab.name}' goes down when it exits)")
+    try:
+        return subprocess.run(cmd_after, env={**os.environ, **lab.env()}, check=False).returncode
+    except FileNotFoundError as err:
+        raise UsageError(f"lab up -- CMD: {err.strerror}: {cmd_after[0]}") from None
+    finally:
+        lab.down()
+        _say(f"lab '{lab.name}' is down")
+
+
+def _print_up(lab: Lab) -> None:
+    info = lab.info
+    print(f"lab '{lab.name}' is up: {len(lab.clients)} client(s), ports {info['ports']}, "
+          f"link: {_link_text(info.get('link'))}")
+    for h in lab.hosts.values():
+        extra = ""
+        if h is lab.server and info["server"]["kind"] == "none":
+            extra = "no web server (--server none): start yours with ratelimit lab exec server -- CMD"
+        elif h is lab.server:
+            pid = info["server"].get("pid")
+            extra = f"{info['server']['kind']} on {lab.url('/')}" + (f" (pid {pid})" if pid else "")
+        elif h is lab.router:
+            extra = f"limits {lab.topo.router_client_if} toward the clients"
+        print(f"  {h.name:<9} {h.address:<13} {h.netns:<24} {extra}".rstrip())
+    flag = f" --name {lab.name}" if lab.name != DEFAULT_NAME else ""
+    print(f"try:  ratelimit lab exec{flag} client1 -- curl -o /dev/null -w '%{{time_total}} s\\n' "
+          f"http://server/{docroot.EXPERIMENT_FILE}")
+    print(f"then: ratelimit lab status{flag} | lab apply{flag} PROFILE | lab down{flag}")
+
+
+def _status(args, argv, cmd_after) -> int:
+    name = _pick_name(args.name)
+    lab = Lab.open(name)
+    data = lab.status()
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return 0
+    age = time.time() - (data.get("created") or time.time())
+    server = data["server"]
+    print(f"lab '{name}': up {_duration(age)}, {len(lab.clients)} client(s), ports {data['ports']}, "
+          f"{server['kind']} server (pid {server.get('pid') or '?'}) at {data['url'].rsplit('/', 1)[0]}/")
+    print(f"link: {_link_text(data['link'])}")
+    print(f"  {'HOST':<9} {'ADDRESS':<13} {'IPV6':<18} NAMESPACE")
+    for h in data["hosts"]:
+        print(f"  {h['name']:<9} {h['address']:<13} {h['address6']:<18} {h['netns']}")
+    if data["totals"]:
+        print(f"  {'CLIENT':<9} {'DIR':<5} {'LINKS':>6} {'ACTIVE':>6} {'BYTES':>12} {'PACKETS':>9} "
+              f"{'DROPS':>7} {'OVERLIM':>8} {'BACKLOG':>8} RATE")
+        for t in data["totals"]:
+            d = "down" if t["direction"] == "dest" else "up"
+            rate = format_rate(t["rate_bps"]) if t.get("rate_bps") else "-"
+            print(f"  {t['client']:<9} {d:<5} {t['links']:>6} {t['active']:>6} {t['bytes']:>12,} "
+                  f"{t['packets']:>9,} {t['drops']:>7,} {t['overlimits']:>8,} {t['backlog_bytes']:>8,} {rate}")
+    return 0
+
+
+def _duration(s: float) -> str:
+    s = int(s)
+    return f"{s} s" if s < 120 else f"{s // 60} min" if s < 7200 else f"{s // 3600} h"
+
+
+def _exec(args, argv, cmd_after) -> int:
+    cmd = args.cmd[1:] if args.cmd[:1] == ["--"] else args.cmd
+    lab = Lab.open(_pick_name(args.name))
+    return lab.exec(args.host, cmd)
+
+
+def _apply(args, argv, cmd_after) -> int:
+    if args.profile is None and args.rate is None and args.delay is None:
+        raise UsageError("lab apply: no PROFILE given (e.g. ratelimit lab apply modem-28k8; "
+                         "see ratelimit profiles), nor --rate/--delay")
+    lab = Lab.open(_pick_name(args.name))
+    lab.apply(_link_spec(args, args.profile), say=_say, progress=_progress())
+    print(f"lab '{lab.name}': link: {_link_text(lab.info['link'])}")
+    return 0
+
+
+def _clean(args, argv, cmd_after) -> int:
+    lab = Lab.open(_pick_name(args.name))
+    removed = lab.clean()
+    print(f"lab '{lab.name}': " + ("link emulation removed; links unimpaired" if removed
+                                   else "no link emulation was applied"))
+    return 0
+
+
+def _down(args, argv, cmd_after) -> int:
+    names = lab_core.list_labs() if args.all else [_pick_name(args.name)]
+    if args.all and args.name:
+        raise UsageError("lab down: give --name NAME or --all, not both")
+    for name in names:
+        r = lab_core.down(name)
+        if not (r["namespaces"] or r["paths"]):
+            print(f"lab '{name}': nothing to remove")
+            continue
+        print(f"lab '{name}' is down: removed {len(r['namespaces'])} namespace(s)"
+              + (f", stopped {r['processes']} process(es)" if r["processes"] else "")
+              + (f", {len(r['paths'])} file(s)/directories" if r["paths"] else ""))
+    if args.all and not names:
+        print("no labs on this machine")
+    return 0
+
+
+# ---------------------------------------------------------------- the demo
+
+
+def _demo(args, argv, cmd_after) -> int:
+    from .probe import probe
+    from .vm import in_vm
+    if args.vm and not in_vm():
+        return _run_in_vm(["demo", "--name", args.name])
+    t_start = time.monotonic()
+    prof = __import__("ratelimit.profiles", fromlist=["load"]).load(DEMO_PROFILE)
+    rate = prof.down.rate_bps
+    size = docroot.EXPERIMENT_BYTES
+    have = probe(["netem", "police"])
+    mode = "police" if have["police"] else "shape"
+    print(f"ratelimit lab demo: one client downloads the {size:,}-byte file of the 2000 experiments "
+          f"through a router that emulates a {rate / 1000:g} kbit/s modem ({DEMO_PROFILE}).")
+    if not have["netem"]:
+        print(f"note: this kernel lacks netem (module sch_netem), so the modem's "
+              f"{prof.down.delay_us // 1000} ms delay each way is left out; the rate is emulated in full. "
+              f"`ratelimit lab demo --vm` runs the whole profile in a full-kernel VM (a minute or more: "
+              f"it boots and runs under software emulation).")
+    if not have["police"]:
+        print("note: this kernel lacks act_police, so the rate is enforced by shaping (queueing) "
+              "instead of policing (dropping); both give the profile's rate.")
+    link = LinkSpec(profile=DEMO_PROFILE, mode=mode, burst=DEFAULT_BURST, no_delay=not have["netem"])
+    lab = Lab.up(args.name, clients=1, link=link, ports=DEMO_PORTS, say=_say)
+    try:
+        flag = f" --name {lab.name}" if lab.name != DEFAULT_NAME else ""
+        print(f"$ ratelimit lab exec{flag} client1 -- curl -o /dev/null http://server/{docroot.EXPERIMENT_FILE}")
+        d = lab.download("/" + docroot.EXPERIMENT_FILE, 1)
+        stats = lab.statistics()
+    finally:
+        lab.down()
+    if d.bytes != size or d.http_code != 200:
+        raise lab_core.LabError(f"lab demo: the download returned HTTP {d.http_code} and {d.bytes} bytes, "
+                                f"not 200 and {size}")
+    rows = [r for r in stats["links"] if r.get("bytes") and r["port"] == d.local_port]
+    wire = sum(r["bytes"] for r in rows if r["direction"] == "dest")
+    burst = max(1514, rate * DEFAULT_BURST // 8)
+    theory = size * 8 / rate
+    link_s = lab_core.expected_seconds(size, rate, DEFAULT_BURST)
+    print()
+    print(f"  measured   {d.seconds:5.2f} s   curl on client1, port {d.local_port} "
+          f"(TCP handshake {d.connect_s * 1000:.0f} ms)")
+    print(f"  theory     {theory:5.2f} s   {size:,} bytes x 8 / {rate:,} bit/s, as in 2000")
+    print(f"  this link  {link_s:5.2f} s   + headers (~{lab_core.wire_bytes(size):,} bytes on the wire), "
+          f"- the first {burst:,} bytes, which pass at once (--burst {DEFAULT_BURST})")
+    print()
+    print(f"  link statistics on the router ({lab.topo.router}/{lab.topo.router_client_if}), "
+          f"the connection's (host, port):")
+    print(f"  {'DIR':<5} {'HOST':<12} {'PORT':>6} {'BYTES':>8} {'PACKETS':>8} {'DROPS':>6} {'OVERLIM':>8}")
+    for r in sorted(rows, key=lambda r: r["direction"]):
+        print(f"  {'down' if r['direction'] == 'dest' else 'up':<5} {r['host']:<12} {r['port']:>6} "
+              f"{r['bytes']:>8,} {r['packets']:>8,} {r['drops']:>6,} {r['overlimits']:>8,}")
+    drops = sum(r["drops"] for r in rows if r["direction"] == "dest")
+    if drops:
+        print(f"  (the policer dropped {drops} packet(s) above the rate; TCP sent them again, which is "
+              f"why down counted {wire:,} bytes)")
+    elif wire > 1.15 * lab_core.wire_bytes(size):
+        print(f"  (down counted {wire:,} bytes, more than the file: part of TCP's first window waited in "
+              f"the modem's queue longer than TCP's 1 s initial timeout and was sent again)")
+    print()
+    print(f"done in {time.monotonic() - t_start:.0f} s; the lab is down again. Next: "
+          f"ratelimit lab up --profile {DEMO_PROFILE}" + (" --no-delay" if not have["netem"] else "")
+          + " (docs/lab.md)")
+    return 0
+
+
+COMMANDS = {"up": _up, "status": _status, "exec": _exec, "apply": _apply, "clean": _clean,
+            "down": _down, "demo": _demo}
+
+
+def _cli() -> int:
+    """``python -m ratelimit.lab``: what ``ratelimit lab`` does, for the VM and tests."""
+    argv = sys.argv[1:]
+    try:
+        return lab_main(argv)
+    except RatelimitError as err:
+        if "--debug" in argv:
+            raise
+        print(f"ratelimit: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("ratelimit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(_cli())

@@ -1,0 +1,257 @@
+"""pytest fixtures: run your server behind emulated links and test what users see.
+
+Loaded automatically once ratelimit is installed (entry point ``pytest11``:
+``ratelimit = ratelimit.pytest_plugin``), or with ``-p ratelimit.pytest_plugin``.
+Needs root (network namespaces)::
+
+    @pytest.mark.emulated_link(profile="modem-28k8", clients=2)
+    def test_slow_clients(emulated_link):
+        link = emulated_link
+        link.run_server(["python3", "-m", "http.server", "8000"], port=8000)
+        d = link.measure_download("/", port=8000)       # from client 1, over its modem
+        assert d.seconds < 5
+
+Fixtures:
+
+``emulated_link``
+    A namespace lab (``ratelimit.lab_core.Lab``) made for the test and removed
+    after it, whatever happens.  Configure it with the marker
+    ``@pytest.mark.emulated_link(profile=None, clients=1, mode="auto", rate=None,
+    delay=None, no_delay=False, burst=1, ports="10000-10099", server="none")``.
+``make_emulated_link``
+    The factory behind it: ``make_emulated_link(profile=..., clients=...)``, as
+    many labs as a test needs, all removed afterwards.
+
+``no_delay="auto"`` leaves out a profile's delay and loss when the kernel lacks
+netem (with a warning, and ``link.delay_left_out`` set), so one test file
+runs on full kernels and on trimmed ones.  See docs/fixtures.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+
+import pytest
+
+MARKER = "emulated_link"
+_OPTIONS = ("profile", "clients", "mode", "rate", "delay", "no_delay", "burst", "ports", "server")
+_counter = itertools.count(1)
+DEFAULT_PORTS = "10000-10099"  # 100 links per client: quick to build even in shape mode
+
+_CONNECT_TIMER = r"""
+import json, socket, sys, time
+host, port, count = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+times = []
+for _ in range(count):
+    t0 = time.perf_counter()
+    s = socket.create_connection((host, port), timeout=60)
+    times.append(time.perf_counter() - t0)
+    s.close()
+print(json.dumps(times))
+"""
+
+
+class EmulatedLinkWarning(UserWarning):
+    """Part of the requested link could not be emulated on this kernel."""
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers",
+        f"{MARKER}(profile=None, clients=1, mode='auto', rate=None, delay=None, no_delay=False, "
+        f"burst=1, ports='{DEFAULT_PORTS}', server='none'): the link the emulated_link fixture emulates "
+        "(ratelimit; see docs/fixtures.md)")
+
+
+class EmulatedLink:
+    """One lab for a test: clients behind emulated links, a router, a server.
+
+    ``server`` and ``client(i)`` are hosts (``.address``, ``.run(argv)``,
+    ``.popen(argv)``); the measurements run real traffic through the router.
+    """
+
+    def __init__(self, lab, *, delay_left_out: bool = False):
+        self.lab = lab
+        self.name = lab.name
+        self.delay_left_out = delay_left_out
+        self._servers: list[subprocess.Popen] = []
+
+    # -- hosts -------------------------------------------------------------
+    @property
+    def server(self):
+        return self.lab.server
+
+    @property
+    def router(self):
+        return self.lab.router
+
+    @property
+    def clients(self):
+        return list(self.lab.clients)
+
+    def client(self, i: int = 1):
+        return self.lab.client(i)
+
+    @property
+    def ports(self) -> tuple[int, int]:
+        lo, hi = self.lab.info["ports"].split("-")
+        return int(lo), int(hi)
+
+    @property
+    def applied(self) -> dict | None:
+        """What the router applies (``service.summary``: profile, mode, down/up parameters)."""
+        link = self.lab.info.get("link")
+        return link["summary"] if link else None
+
+    def expected_seconds(self, nbytes: int) -> float:
+        """How long downloading ``nbytes`` should take at the link's down rate:
+        headers added, the burst taken off (``lab_core.expected_seconds``);
+        handshake and delay not included."""
+        from .lab_core import expected_seconds
+        link = self.lab.info.get("link")
+        if not link or not link["summary"]["down"].get("rate_bps"):
+            raise RuntimeError("emulated_link: no rate is applied, so no time is expected")
+        return expected_seconds(nbytes, link["summary"]["down"]["rate_bps"], link["burst"])
+
+    def url(self, path: str = "/", port: int = 80) -> str:
+        host = self.server.address
+        return f"http://{host}{'' if port == 80 else f':{port}'}/{path.lstrip('/')}"
+
+    # -- servers -----------------------------------------------------------
+    def run_server(self, argv: Sequence[str], port: int, *, wait_s: float = 15.0, **popen_kw) -> subprocess.Popen:
+        """Start ``argv`` in the server namespace and wait until something listens
+        on ``port`` there.  It is stopped when the test ends."""
+        popen_kw.setdefault("stdin", subprocess.DEVNULL)
+        proc = self.server.popen(list(argv), **popen_kw)
+        self._servers.append(proc)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"emulated_link: server {argv[0]} exited with status {proc.returncode} "
+                                   f"before listening on port {port}")
+            r = self.server.run(["ss", "-Hltn", f"sport = :{port}"], timeout=10)
+            if r.stdout.strip():
+                return proc
+            time.sleep(0.05)
+        raise RuntimeError(f"emulated_link: nothing listens on port {port} in the server namespace "
+                           f"{wait_s:g} s after starting {argv[0]}")
+
+    # -- measurements ------------------------------------------------------
+    def measure_download(self, url: str = "/10000.bin", client: int = 1, *, port: int = 80,
+                         timeout: float = 120):
+        """GET ``url`` (a path on the server, or a full URL) with curl from a
+        client; returns ``Download`` (``.seconds``, ``.bytes``, ``.bps``,
+        ``.connect_s``, ``.first_byte_s``, ``.local_port``, ``.http_code``)."""
+        if url.startswith("/"):
+            url = self.url(url, port)
+        return self.lab.download(url, client, timeout=timeout)
+
+    def measure_rtt(self, client: int = 1, *, port: int = 80, count: int = 3) -> float:
+        """Median TCP handshake time (seconds) from a client to ``port`` on the
+        server: one round trip over the emulated link, serialization included."""
+        r = self.client(client).run([sys.executable, "-c", _CONNECT_TIMER, self.server.address,
+                                     str(port), str(count)], timeout=60 + 60 * count)
+        if r.returncode != 0:
+            raise RuntimeError(f"emulated_link: connecting from client{client} to {self.server.address} "
+                               f"port {port} failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
+        times = sorted(json.loads(r.stdout))
+        return times[len(times) // 2]
+
+    def stats(self) -> dict:
+        """``service.statistics`` of the router's client-facing interface: per
+        (direction, host, port) bytes, packets, drops, overlimits, backlog."""
+        return self.lab.statistics()
+
+    def totals(self) -> list[dict]:
+        """Counters summed per client and direction (as ``ratelimit lab status``)."""
+        return self.lab.status()["totals"]
+
+    # -- changes -----------------------------------------------------------
+    def apply(self, profile: str | None = None, **options) -> None:
+        """Change the link live (options as the marker's: mode, rate, delay, no_delay, burst)."""
+        from .lab_core import LinkSpec
+        self.lab.apply(LinkSpec(profile=profile, **options))
+
+    def _close(self) -> None:
+        for proc in self._servers:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+        self.lab.down()
+
+
+def _make(name: str, *, profile=None, clients=1, mode="auto", rate=None, delay=None, no_delay=False,
+          burst=1, ports=None, server="none") -> EmulatedLink:
+    from .errors import RatelimitError
+    from .lab_core import Lab, LinkSpec
+    left_out = False
+    if no_delay == "auto":
+        no_delay = False
+        if profile is not None or delay is not None:
+            from .probe import probe
+            if not probe(["netem"])["netem"]:
+                no_delay = left_out = True
+                warnings.warn(EmulatedLinkWarning(
+                    f"emulated_link: this kernel lacks netem (module sch_netem), so the delay and loss "
+                    f"of {profile or 'the link'} are left out; the rate is emulated"), stacklevel=3)
+    elif no_delay not in (True, False):
+        pytest.fail(f"{MARKER}: no_delay={no_delay!r} is not True, False or 'auto'", pytrace=False)
+    try:
+        lab = Lab.up(name, clients=clients, server=server, ports=ports or DEFAULT_PORTS,
+                     link=LinkSpec(profile=profile, mode=mode, burst=burst, rate=rate, delay=delay,
+                                   no_delay=no_delay))
+    except RatelimitError as err:
+        pytest.fail(f"emulated_link: {err}", pytrace=False)
+    return EmulatedLink(lab, delay_left_out=left_out)
+
+
+@pytest.fixture
+def make_emulated_link():
+    """Factory: ``make_emulated_link(profile="modem-28k8", clients=2, ...)`` -> ``EmulatedLink``.
+    Every lab it made is removed when the test ends, passed or failed."""
+    made: list[EmulatedLink] = []
+
+    def make(**options) -> EmulatedLink:
+        unknown = sorted(set(options) - set(_OPTIONS))
+        if unknown:
+            pytest.fail(f"make_emulated_link: {unknown[0]!r} is not an option ({', '.join(_OPTIONS)})",
+                        pytrace=False)
+        name = f"pt{os.getpid() % 100000}_{next(_counter)}"
+        link = _make(name, **options)
+        made.append(link)
+        return link
+
+    yield make
+    errors = []
+    for link in reversed(made):
+        try:
+            link._close()
+        except Exception as err:  # remove the others anyway  # noqa: BLE001
+            errors.append(f"{link.name}: {err}")
+    if errors:
+        pytest.fail("emulated_link: removing the lab failed: " + "; ".join(errors), pytrace=False)
+
+
+@pytest.fixture
+def emulated_link(request, make_emulated_link) -> EmulatedLink:
+    """A lab configured by ``@pytest.mark.emulated_link(...)`` (closest marker wins;
+    without a marker: one client, links unimpaired), removed after the test."""
+    marker = request.node.get_closest_marker(MARKER)
+    options = dict(marker.kwargs) if marker else {}
+    if marker and marker.args:
+        if len(marker.args) > 1 or "profile" in options:
+            pytest.fail(f"{MARKER}: give the profile once, e.g. @pytest.mark.{MARKER}('modem-28k8', clients=2)",
+                        pytrace=False)
+        options["profile"] = marker.args[0]
+    return make_emulated_link(**options)

@@ -1,0 +1,283 @@
+"""``ratelimit lab``: for real, in namespaces, with traffic measured through the router.
+
+Every test uses lab names of its own (``tl<pid>_<tag>``) and a private
+``RATELIMIT_STATE_DIR``, so tests collide neither with each other nor with a
+lab a person has up; ``leftovers(name)`` lists anything of a lab still on the
+machine -- namespaces, /etc/netns entries, ratelimit state, files, processes --
+and must be empty after ``lab down``.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ratelimit import docroot, lab_core, nstopo
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def lab_name(tag):
+    return f"tl{os.getpid() % 100000}_{tag}"
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch):
+    d = tmp_path / "state"
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def names(state_dir):
+    """Factory of lab names; whatever is left of them is removed after the test."""
+    made = []
+
+    def make(tag):
+        made.append(lab_name(tag))
+        return made[-1]
+    yield make
+    for name in made:
+        if os.geteuid() == 0:
+            lab_core.down(name)
+
+
+def run_lab(*argv, timeout=120, **kw):
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-m", "ratelimit.lab", *argv], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def ok(*argv, **kw):
+    r = run_lab(*argv, **kw)
+    assert r.returncode == 0, f"lab {' '.join(argv)}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def one_line_error(r, code, *needles):
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ratelimit: "), r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+def leftovers(name):
+    """Everything of lab ``name`` still on this machine."""
+    prefix = nstopo.lab_prefix(name)
+    found = [f"netns {n}" for n in nstopo.list_leftovers(prefix)]
+    for base in (Path("/etc/netns"), lab_core.state.state_dir()):
+        if base.is_dir():
+            found += [f"path {p}" for p in base.iterdir() if p.name.startswith(prefix)]
+    if lab_core.lab_path(name).exists():
+        found.append(f"path {lab_core.lab_path(name)}")
+    marker = str(lab_core.lab_path(name))
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            if marker in cmdline:
+                found.append(f"process {proc.name} {cmdline[:80]}")
+    return found
+
+
+def link_bytes(name, client="client1"):
+    """Bytes the router's link to ``client`` carried downstream (since the last apply)."""
+    data = json.loads(ok("status", "--name", name, "--json").stdout)
+    return sum(t["bytes"] for t in data["totals"] if t["client"] == client and t["direction"] == "dest")
+
+
+def expected_s(payload, rate_bps):
+    """The time the configured rate implies (burst 1 packet, headers included)."""
+    return lab_core.expected_seconds(payload, rate_bps, burst_pkts=1)
+
+
+def curl(name, client, path):
+    r = ok("exec", "--name", name, client, "--", "curl", "-sS", "-o", "/dev/null", "-w",
+           "%{http_code} %{size_download} %{time_total} %{local_port}", f"http://server{path}")
+    code, size, seconds, port = r.stdout.split()
+    return int(code), int(size), float(seconds), int(port)
+
+
+# ---------------------------------------------------------------- pure
+
+
+def test_docroot_files_have_exact_sizes(tmp_path):
+    paths = docroot.write(tmp_path / "www")
+    sizes = {p.name: p.stat().st_size for p in paths}
+    assert sizes["10000.bin"] == 10_000 == docroot.EXPERIMENT_BYTES
+    for name, size in docroot.SIZES.items():
+        assert sizes[name] == size
+        assert (tmp_path / "www" / name).read_bytes() == docroot.content(size)
+    before = {p: p.stat().st_mtime_ns for p in paths}
+    docroot.write(tmp_path / "www")  # unchanged files are left alone
+    assert before == {p: p.stat().st_mtime_ns for p in paths}
+
+
+def test_builtin_server_serves_the_files_on_loopback(tmp_path):
+    import threading
+    import urllib.request
+    docroot.write(tmp_path)
+    server = docroot.make_server(tmp_path, "127.0.0.1", 0)
+    t = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    t.start()
+    try:
+        port = server.server_address[1]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/10000.bin", timeout=10) as resp:
+            body = resp.read()
+            assert resp.headers["Content-Length"] == "10000"
+        assert body == docroot.content(10_000)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["up", "--clients", "x"], "--clients: 'x' is not a whole number"),
+    (["up", "--clients", "254"], "--clients: 254 is more than the address plan holds (1-253"),
+    (["up", "--ports", "80-1000"], "--ports: '80-1000' starts below 1024"),
+    (["up", "--ports", "10000-10999,20000"], "is not one range LOW-HIGH"),
+    (["up", "--name", "Bad-Name"], "lab name: Bad-Name is not 1-32 of a-z, 0-9, '_'"),
+    (["up", "--mode", "fast"], "argument --mode: invalid choice: 'fast'"),
+    (["up", "--burst", "many"], "--burst: 'many' is not a whole number"),
+    (["apply"], "lab apply: no PROFILE given"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+])
+def test_bad_arguments_are_one_line_errors(argv, needle, state_dir):
+    r = run_lab(*argv)
+    one_line_error(r, 2, needle)
+    assert not state_dir.exists() or not any(state_dir.rglob("*.json"))
+
+
+# ---------------------------------------------------------------- for real
+
+
+@pytest.mark.netns
+def test_up_exec_apply_down_with_traffic(names):
+    """A lab with two clients: the 100 kB file crosses the router at the rate applied, live."""
+    name = names("traffic")
+    r = ok("up", "--name", name, "--clients", "2", "--profile", "modem-28k8", "--mode", "shape",
+           "--no-delay", "--rate", "400kbit", "--ports", "20000-20199")
+    assert "198.18.0.2" in r.stdout and "198.19.0.2" in r.stdout
+    assert nstopo.lab_namespaces(name) == sorted(f"{nstopo.lab_prefix(name)}{role}"
+                                                 for role in ("c1", "c2", "router", "server"))
+
+    # every client connection is an emulated link: ports come from the limited range
+    rng = ok("exec", "--name", name, "client2", "--", "cat", "/proc/sys/net/ipv4/ip_local_port_range")
+    assert rng.stdout.split() == ["20000", "20199"]
+
+    code, size, seconds, port = curl(name, "client1", "/100000.bin")
+    assert (code, size) == (200, 100_000) and 20000 <= port <= 20199
+    assert link_bytes(name) >= lab_core.wire_bytes(100_000) * 0.98  # the router counted it
+    ratio = seconds / expected_s(100_000, 400_000)
+    assert 0.8 < ratio < 1.3, (seconds, ratio)
+
+    status = ok("status", "--name", name).stdout
+    assert "modem-28k8" in status and "client2" in status and "198.18.0.3" in status
+
+    # change the link live: 250 kbit/s
+    ok("apply", "--name", name, "modem-28k8", "--mode", "shape", "--no-delay", "--rate", "250kbit")
+    code, size, seconds2, _ = curl(name, "client1", "/100000.bin")
+    ratio = seconds2 / expected_s(100_000, 250_000)
+    assert 0.8 < ratio < 1.3, (seconds2, ratio)
+    assert seconds2 > 1.5 * seconds
+
+    # clean: the lab stays, the link is unimpaired
+    ok("clean", "--name", name)
+    _, _, seconds3, _ = curl(name, "client1", "/100000.bin")
+    assert seconds3 < seconds / 4
+
+    r = ok("down", "--name", name)
+    assert "removed 4 namespace(s)" in r.stdout
+    assert leftovers(name) == []
+
+
+@pytest.mark.netns
+def test_killed_lab_up_is_removed_by_lab_down(names):
+    """kill -9 in the middle of `lab up`, then `lab down`: nothing of the lab remains."""
+    name = names("killed")
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "ratelimit.lab", "up", "--name", name, "--clients", "3",
+                             "--profile", "modem-28k8", "--mode", "shape", "--no-delay"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pidfile = lab_core.lab_path(name) / "nginx" / "nginx.pid"
+    builtin = lab_core.lab_path(name) / "builtin" / "server.pid"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        if pidfile.exists() or builtin.exists():  # namespaces made, server started
+            break
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert nstopo.lab_namespaces(name), "lab up was killed before it made anything"
+
+    one_line_error(run_lab("status", "--name", name), 3, "is incomplete", f"lab down --name {name}")
+    one_line_error(run_lab("up", "--name", name), 6, "left over by an interrupted `lab up`")
+
+    ok("down", "--name", name)
+    assert leftovers(name) == []
+
+
+@pytest.mark.netns
+def test_errors_leave_nothing_behind(names):
+    name = names("errors")
+    one_line_error(run_lab("up", "--name", name, "--profile", "modem-99k"), 2,
+                       "--profile: 'modem-99k' is not a profile (known:")
+    assert leftovers(name) == []
+    one_line_error(run_lab("up", "--name", name, "--clients", "300"), 2, "--clients: 300")
+    assert leftovers(name) == []
+    one_line_error(run_lab("status", "--name", name), 3, f"lab '{name}' is not up")
+
+    ok("up", "--name", name, "--server", "builtin")
+    one_line_error(run_lab("up", "--name", name), 6, f"lab '{name}' is already up")
+    one_line_error(run_lab("exec", "--name", name, "client2", "--", "true"), 3,
+                   "HOST: 'client2' is not a host", "client1, router, server")
+    # the lab that was up is untouched and serves the 10,000-byte file
+    assert curl(name, "client1", "/10000.bin")[:2] == (200, 10_000)
+    assert run_lab("exec", "--name", name, "server", "--", "sh", "-c", "exit 7").returncode == 7
+    ok("down", "--name", name)
+    assert leftovers(name) == []
+    assert "nothing to remove" in ok("down", "--name", name).stdout
+
+
+@pytest.mark.netns
+def test_missing_netem_is_one_line_with_the_ways_out(names):
+    from ratelimit.probe import probe
+    if probe(["netem"])["netem"]:
+        pytest.skip("this kernel has netem; the message is for kernels without it")
+    name = names("netem")
+    one_line_error(run_lab("up", "--name", name, "--profile", "modem-28k8"), 5,
+                   "profile 'modem-28k8' needs delay/loss (module sch_netem)", "--no-delay", "--vm")
+    assert leftovers(name) == []
+
+
+@pytest.mark.netns
+def test_up_with_command_runs_it_and_goes_down(names):
+    name = names("cmd")
+    r = ok("up", "--name", name, "--", "sh", "-c", 'echo "lab=$RL_LAB server=$RL_LAB_SERVER"')
+    assert f"lab={name} server=198.19.0.2" in r.stdout
+    assert leftovers(name) == []
+
+
+@pytest.mark.kernel("netem", "police")
+def test_demo_with_the_modem_delay(state_dir):
+    """The newcomer's first command on a full kernel: 28.8k modem with its 50 ms delay, policed."""
+    r = ok("demo", "--name", lab_name("demo"), timeout=900)
+    out = r.stdout
+    assert "lacks netem" not in out and "lacks act_police" not in out
+    measured = float(out.split("measured")[1].split()[0])
+    handshake_ms = float(out.split("TCP handshake")[1].split()[0])
+    link_s = float(out.split("this link")[1].split()[0])
+    assert link_s == pytest.approx(lab_core.expected_seconds(10_000, 28_800), abs=0.01)
+    assert handshake_ms >= 100  # 2 x 50 ms delay, plus serialization
+    # the transfer, plus the handshake and the request's round trip
+    assert 0.8 < measured / (link_s + 2 * handshake_ms / 1000) < 1.6, out
+    assert leftovers(lab_name("demo")) == []

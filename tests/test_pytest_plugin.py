@@ -1,0 +1,104 @@
+"""The pytest fixtures, used the way a project's own suite uses them: in a
+separate pytest run, on the documented example and on small test files."""
+
+import os
+import subprocess
+import sys
+import textwrap
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+
+from ratelimit import nstopo
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "test_slow_clients.py"
+
+
+
+def _plugin_args():
+    """``-p ratelimit.pytest_plugin`` unless an installed ratelimit loads it already."""
+    installed = any(ep.value == "ratelimit.pytest_plugin" for ep in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "ratelimit.pytest_plugin"]
+
+
+def run_pytest(tmp_path, *args, cwd=None):
+    env = {**os.environ, "RATELIMIT_STATE_DIR": str(tmp_path / "state"), "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run([sys.executable, "-m", "pytest", *_plugin_args(), "-p", "no:cacheprovider",
+                           "-q", "-rA", f"--basetemp={tmp_path / 'base'}", *args],
+                          cwd=cwd or tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+def fixture_labs():
+    """Namespaces the fixtures' labs (named pt<pid>_<n>) have on this machine."""
+    return [n for n in nstopo.list_leftovers(nstopo.PREFIX + "pt")]
+
+
+def test_docs_show_the_tested_example():
+    """docs/fixtures.md quotes examples/test_slow_clients.py from its imports to its end."""
+    docs = (ROOT / "docs" / "fixtures.md").read_text()
+    code = EXAMPLE.read_text()
+    body = code[code.index("import sys"):]
+    block = docs.split("```python\n", 1)[1].split("```", 1)[0]
+    assert block == body
+
+
+@pytest.mark.netns
+def test_the_documented_example_passes(tmp_path):
+    before = fixture_labs()
+    r = run_pytest(tmp_path, str(EXAMPLE), cwd=ROOT)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "1 passed" in r.stdout
+    assert fixture_labs() == before
+    assert not list((tmp_path / "state").glob("lab/pt*"))
+
+
+@pytest.mark.netns
+def test_labs_are_removed_after_failures_and_errors(tmp_path):
+    names = tmp_path / "names"
+    (tmp_path / "test_user.py").write_text(textwrap.dedent(f"""
+        import pytest, sys
+
+        def _note(link):
+            with open({str(names)!r}, "a") as f:
+                f.write(link.name + "\\n")
+
+        def test_fails_with_a_server_running(make_emulated_link):
+            link = make_emulated_link(clients=2)
+            _note(link)
+            link.run_server([sys.executable, "-m", "http.server", "8080"], port=8080)
+            other = make_emulated_link(rate="1mbit", mode="shape")
+            _note(other)
+            assert False, "the user's test fails"
+
+        @pytest.mark.emulated_link(profile="modem-99k")
+        def test_unknown_profile(emulated_link):
+            pass
+
+        @pytest.mark.emulated_link(clients=1, server="builtin", rate="400kbit", mode="shape", burst=1)
+        def test_measures(emulated_link):
+            _note(emulated_link)
+            d = emulated_link.measure_download("/100000.bin")
+            assert d.bytes == 100_000 and 10000 <= d.local_port <= 10999
+            wire = sum(r["bytes"] for r in emulated_link.stats()["links"] if r["direction"] == "dest")
+            assert wire > 100_000
+            assert 0.8 < d.seconds / emulated_link.expected_seconds(100_000) < 1.3, d
+            assert emulated_link.measure_rtt() < 0.05
+            assert emulated_link.applied["mode"] == "shape"
+    """))
+    r = run_pytest(tmp_path, "test_user.py")
+    out = r.stdout
+    assert "FAILED test_user.py::test_fails_with_a_server_running" in out, out + r.stderr
+    assert "the user's test fails" in out
+    assert "--profile: 'modem-99k' is not a profile" in out
+    assert "PASSED test_user.py::test_measures" in out, out
+    made = names.read_text().split()
+    assert len(made) == 3
+    for name in made:
+        assert nstopo.lab_namespaces(name) == []
+    assert not list((tmp_path / "state").glob("lab/pt*"))
+    # the http.server the failing test started is gone with its namespace
+    ps = subprocess.run(["pgrep", "-f", "http.server 8080"], capture_output=True, text=True)
+    assert ps.stdout.strip() == ""

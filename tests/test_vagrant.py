@@ -1,0 +1,319 @@
+"""The Vagrant lab: the Vagrantfile validates, wires what MISSION.md describes, and
+its provisioning scripts really work -- run here in namespaces wired like the VMs.
+
+``vagrant validate`` must be installed (CI: apt-get install vagrant vagrant-libvirt);
+its absence is a failure, not a skip.  The wiring is read by loading the real
+Vagrantfile under a recording stand-in for Vagrant's configuration object (Ruby
+comes with Vagrant), and the namespace test then builds exactly those networks
+and runs exactly those provisioners with exactly that environment, changing only
+what must differ on this host (no apt-get, the checkout's path, a temporary lab
+directory, shape mode without netem when the kernel lacks police and netem).
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+VAGRANT_DIR = ROOT / "vagrant"
+PROVISION = VAGRANT_DIR / "provision"
+
+# A recording stand-in for the part of Vagrant's configuration API the
+# Vagrantfile uses; it prints what was configured as JSON.
+RECORDER = r'''
+require "json"
+$out = { "global" => {}, "machines" => {} }
+class RLAny
+  def method_missing(*_args, **_kw)
+    self
+  end
+
+  def respond_to_missing?(*)
+    true
+  end
+end
+class RLVM
+  def initialize(data)
+    @d = data
+  end
+
+  def box=(v)
+    @d["box"] = v
+  end
+
+  def hostname=(v)
+    @d["hostname"] = v
+  end
+
+  def post_up_message=(v)
+    @d["post_up_message"] = v
+  end
+
+  def synced_folder(src, dst, **o)
+    (@d["synced"] ||= []) << { "src" => src, "dst" => dst }.merge(o)
+  end
+
+  def provider(name)
+    (@d["providers"] ||= []) << name.to_s
+    yield RLAny.new
+  end
+
+  def network(kind, **o)
+    (@d["networks"] ||= []) << { "kind" => kind }.merge(o)
+  end
+
+  def provision(name, **o)
+    (@d["provision"] ||= []) << { "name" => name }.merge(o)
+  end
+
+  def define(name)
+    m = $out["machines"][name] = {}
+    yield Struct.new(:vm).new(RLVM.new(m))
+  end
+end
+module Vagrant
+  def self.configure(_version)
+    yield Struct.new(:vm).new(RLVM.new($out["global"]))
+  end
+end
+load ARGV[0]
+puts JSON.generate($out)
+'''
+
+
+def _vagrant_env(tmp_path, **env):
+    full = {k: v for k, v in os.environ.items() if not k.startswith("RL_")}
+    full.update(VAGRANT_DOTFILE_PATH=str(tmp_path / "dotfile"), VAGRANT_CHECKPOINT_DISABLE="1",
+                VAGRANT_CWD=str(VAGRANT_DIR))
+    full.update(env)
+    return full
+
+
+def _validate(tmp_path, **env):
+    vagrant = shutil.which("vagrant")
+    assert vagrant, "vagrant is not installed (apt-get install vagrant vagrant-libvirt)"
+    return subprocess.run([vagrant, "validate"], cwd=VAGRANT_DIR, env=_vagrant_env(tmp_path, **env),
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("routers,clients", [(1, 1), (4, 4)])
+def test_vagrant_validate(tmp_path, routers, clients):
+    r = _validate(tmp_path, RL_ROUTERS=str(routers), RL_CLIENTS=str(clients))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "validated successfully" in r.stdout
+    assert not (VAGRANT_DIR / ".vagrant").exists()  # VAGRANT_DOTFILE_PATH kept it in tmp_path
+
+
+@pytest.mark.parametrize("name,value,allowed", [
+    ("RL_CLIENTS", "0", "is not a whole number from 1 to 200"),
+    ("RL_ROUTERS", "many", "is not a whole number from 1 to 16"),
+    ("RL_PROFILE", "modem-99k", "is not a profile (known: 3g,"),
+    ("RL_MODE", "fast", "is not one of police, shape"),
+    ("RL_PORTS", "100-99999", "is not a port range LOW-HIGH within 1024-65535"),
+])
+def test_vagrant_bad_environment_is_one_line(tmp_path, name, value, allowed):
+    r = _validate(tmp_path, **{name: value})
+    assert r.returncode != 0
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"Vagrantfile: {name}: '{value}' {allowed}"), r.stderr
+
+
+def _config(tmp_path, **env):
+    ruby = shutil.which("ruby")
+    assert ruby, "ruby is missing (it comes with vagrant: apt-get install vagrant)"
+    script = tmp_path / "record.rb"
+    script.write_text(RECORDER)
+    r = subprocess.run([ruby, str(script), str(VAGRANT_DIR / "Vagrantfile")], env=_vagrant_env(tmp_path, **env),
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def _provisioners(machine):
+    return {p["name"]: p for p in machine.get("provision", [])}
+
+
+@pytest.mark.parametrize("routers,clients", [(1, 1), (4, 4), (2, 5), (3, 1)])
+def test_vagrant_wiring(tmp_path, routers, clients):
+    """Client i -> router ((i-1) mod R)+1 -> the server, on lab addresses, with matching routes."""
+    cfg = _config(tmp_path, RL_ROUTERS=str(routers), RL_CLIENTS=str(clients))
+    machines = cfg["machines"]
+    assert sorted(machines) == sorted(["server"] + [f"router{r}" for r in range(1, routers + 1)]
+                                      + [f"client{c}" for c in range(1, clients + 1)])
+    assert cfg["global"]["box"] == "debian/bookworm64"
+    assert sorted(cfg["global"]["providers"]) == ["libvirt", "virtualbox"]
+    assert cfg["global"]["synced"][-1]["dst"] == "/vagrant"
+
+    def nets(name):
+        return {n["virtualbox__intnet"]: n["ip"] for n in machines[name]["networks"]}
+
+    for n in (n for m in machines.values() for n in m["networks"]):
+        assert n["kind"] == "private_network"
+        assert n["virtualbox__intnet"] == n["libvirt__network_name"]
+        assert n["ip"].startswith(("198.18.", "198.19.")) and not n["ip"].endswith(".1")
+    addresses = [ip for name in machines for ip in nets(name).values()]
+    assert len(addresses) == len(set(addresses))
+
+    server_ip = nets("server")["rl-servers"]
+    server_routes = _provisioners(machines["server"])["server"]["env"]["RL_ROUTES"].split(";")
+    assert len(server_routes) == routers
+    for c in range(1, clients + 1):
+        r = (c - 1) % routers + 1
+        (net, ip), = nets(f"client{c}").items()
+        assert net == f"rl-clients-{r}"
+        router_ip = nets(f"router{r}")[net]
+        assert ip.rsplit(".", 1)[0] == router_ip.rsplit(".", 1)[0]
+        env = _provisioners(machines[f"client{c}"])["client"]["env"]
+        assert env["RL_ROUTES"] == f"{server_ip.rsplit('.', 1)[0]}.0/24 via {router_ip}"
+        assert env["RL_PORTS"] == "10000-10999"
+        profile = _provisioners(machines[f"router{r}"])["profile"]["env"]
+        assert ip in profile["RL_CLIENT_HOSTS"].split(",")
+        assert profile["RL_CLIENT_ADDR"] == router_ip
+        assert profile["RL_PORTS"] == env["RL_PORTS"] and profile["RL_PROFILE"] == "modem-28k8"
+        assert f"{ip.rsplit('.', 1)[0]}.0/24 via {nets(f'router{r}')['rl-servers']}" in server_routes
+    for r in range(1, routers + 1):
+        prov = _provisioners(machines[f"router{r}"])
+        assert prov["install"]["env"]["RL_APPLY"] == "0"
+        assert prov["profile"]["run"] == "always"
+
+
+# ---------------------------------------------------------------- the scripts, for real
+
+
+def _sh(*argv, check=True, **kw):
+    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True, timeout=60, **kw)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, argv))}: {r.stderr.strip()}")
+    return r
+
+
+def _remove_namespaces(prefix):
+    names = [line.split()[0] for line in _sh("ip", "netns", "list").stdout.splitlines() if line.strip()]
+    for ns in (n for n in names if n.startswith(prefix)):
+        for pid in _sh("ip", "netns", "pids", ns, check=False).stdout.split():
+            try:
+                os.kill(int(pid), 9)
+            except (ProcessLookupError, ValueError):
+                pass
+        _sh("ip", "netns", "delete", ns, check=False)
+
+
+class VagrantInNamespaces:
+    """The Vagrantfile's machines as namespaces ``PREFIX<machine>``; each
+    private network is a bridge in the namespace ``PREFIXsw``."""
+
+    def __init__(self, prefix, machines):
+        self.prefix = prefix
+        self.machines = machines
+        self.switch = prefix + "sw"
+
+    def ns(self, machine):
+        return self.prefix + machine
+
+    def build(self):
+        _sh("ip", "netns", "add", self.switch)
+        bridges = {}
+        for m_index, (name, m) in enumerate(sorted(self.machines.items())):
+            _sh("ip", "netns", "add", self.ns(name))
+            _sh("ip", "-n", self.ns(name), "link", "set", "lo", "up")
+            for i, net in enumerate(m["networks"], start=1):
+                bridge = bridges.setdefault(net["virtualbox__intnet"], f"br{len(bridges)}")
+                if _sh("ip", "-n", self.switch, "link", "show", bridge, check=False).returncode:
+                    _sh("ip", "-n", self.switch, "link", "add", bridge, "type", "bridge")
+                    _sh("ip", "-n", self.switch, "link", "set", bridge, "up")
+                port = f"p{m_index}x{i}"
+                _sh("ip", "-n", self.ns(name), "link", "add", f"eth{i}", "type", "veth",
+                    "peer", "name", port, "netns", self.switch)
+                _sh("ip", "-n", self.switch, "link", "set", port, "master", bridge, "up")
+                _sh("ip", "-n", self.ns(name), "addr", "add", f"{net['ip']}/24", "dev", f"eth{i}")
+                _sh("ip", "-n", self.ns(name), "link", "set", f"eth{i}", "up")
+
+    def provision(self, machine, name, **overrides):
+        """Run ``machine``'s provisioner ``name`` in its namespace, as Vagrant would."""
+        prov = _provisioners(self.machines[machine])[name]
+        env = {"PATH": os.environ["PATH"], **prov.get("env", {}), **overrides}
+        if "path" in prov:
+            argv = ["sh", prov["path"]]
+        else:
+            argv = ["sh", "-c", prov["inline"]]
+        return _sh("ip", "netns", "exec", self.ns(machine), "env", "-i",
+                   *(f"{k}={v}" for k, v in env.items()), *argv)
+
+
+def _host_overrides(tmp_path):
+    """What differs on this host from a VM: no apt-get, the checkout's path, a lab dir."""
+    return {"RL_INSTALL": "0", "RL_SRC": str(ROOT), "RL_PYTHON": sys.executable,
+            "RATELIMIT_STATE_DIR": str(tmp_path / "state"), "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _router_overrides():
+    """police and netem are modules every stock kernel has, but not this sandbox's kernel."""
+    from ratelimit.probe import probe
+    have = probe(["police", "netem"])
+    if have["police"] and have["netem"]:
+        return {"RL_ARGS": "--rate 400kbit"}
+    return {"RL_MODE": "shape", "RL_ARGS": "--rate 400kbit --delay 0ms"}
+
+
+@pytest.mark.netns
+def test_provision_scripts_in_namespaces(tmp_path):
+    """server.sh, router.sh and client.sh, with the Vagrantfile's own environment,
+    make a lab in which a client's download crosses its router at the profile's rate."""
+    prefix = f"rlvg{os.getpid() % 10000}-"
+    # RL_PORTS narrower than the default: shape mode builds one HTB class per (client, port)
+    cfg = _config(tmp_path, RL_ROUTERS="2", RL_CLIENTS="3", RL_PORTS="10000-10199")
+    lab = VagrantInNamespaces(prefix, cfg["machines"])
+    base = _host_overrides(tmp_path)
+    try:
+        lab.build()
+        out = lab.provision("server", "server", **base, RL_LAB_DIR=str(tmp_path / "srv"),
+                            RL_NGINX_USER="root").stdout
+        assert "serving" in out
+        for r in (1, 2):
+            lab.provision(f"router{r}", "install", **base)
+            out = lab.provision(f"router{r}", "profile", **base, **_router_overrides()).stdout
+            assert "router: modem-28k8" in out
+        for c in (1, 2, 3):
+            lab.provision(f"client{c}", "client", **base, RL_PERSIST="0")
+            rng = _sh("ip", "netns", "exec", lab.ns(f"client{c}"), "cat",
+                      "/proc/sys/net/ipv4/ip_local_port_range").stdout.split()
+            assert rng == ["10000", "10199"]
+
+        # client3 sits behind router1 with client1 (2 routers, 3 clients)
+        t0 = time.monotonic()
+        r = _sh("ip", "netns", "exec", lab.ns("client3"), "curl", "-sS", "-o", "/dev/null",
+                "-w", "%{size_download} %{time_total} %{local_port}", "http://198.19.0.2/100000.bin")
+        size, seconds, port = r.stdout.split()
+        assert int(size) == 100_000 and 10000 <= int(port) <= 10199
+        # 400 kbit/s, burst 1 packet = 50,000 bytes pass at once; ~4.6% header overhead
+        expected = (100_000 * 1.046 - 50_000) * 8 / 400_000
+        assert 0.7 < float(seconds) / expected < 1.4, (seconds, expected, time.monotonic() - t0)
+        # a connection from outside the port range is not limited
+        r = _sh("ip", "netns", "exec", lab.ns("client1"), "curl", "-sS", "-o", "/dev/null",
+                "--local-port", "20000-20100", "-w", "%{time_total}", "http://198.19.0.2/100000.bin")
+        assert float(r.stdout) < expected / 4
+    finally:
+        _remove_namespaces(prefix)
+    names = _sh("ip", "netns", "list").stdout
+    assert prefix not in names
+
+
+def test_provision_scripts_reject_bad_values(tmp_path):
+    for script, env, message in (
+        ("client.sh", {"RL_PORTS": "10999-10000"}, "RL_PORTS: '10999-10000' is not a range within 1024-65535"),
+        ("client.sh", {"RL_PORTS": "abc"}, "RL_PORTS: 'abc' is not a port range"),
+        ("server.sh", {"RL_SERVER": "apache"}, "RL_SERVER: 'apache' is not a server (nginx, builtin, auto)"),
+        ("server.sh", {"RL_PORT": "99999"}, "RL_PORT: '99999' is not a port (1-65535)"),
+        ("router.sh", {"RL_MODE": "fast"}, "RL_MODE: 'fast' is not a mode (police, shape)"),
+    ):
+        r = subprocess.run(["sh", str(PROVISION / script)], env={"PATH": os.environ["PATH"], "RL_INSTALL": "0", **env},
+                           capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2
+        assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+        assert message in r.stderr, r.stderr
