@@ -1,0 +1,341 @@
+"""Three kinds of tests, one command (``python -m pytest -ra tests``):
+
+- pure tests: no marker, no root;
+- ``@pytest.mark.netns``: need root and network namespaces on the host kernel;
+  without root they FAIL with the reason (they are never skipped silently);
+- ``@pytest.mark.kernel`` (optionally ``@pytest.mark.kernel("netem", "police")``
+  naming the probe features needed; default ``probe.FULL_KERNEL``): need a full
+  kernel.  When the host kernel has the features they run on the host.
+  Otherwise all of them run in ONE VM booted from the stock kernel
+  (``ratelimit.vm``): ``python -m pytest -m kernel NODEIDS`` in the same
+  checkout with the same interpreter, and each test here reports the VM's
+  verdict for its node id (the VM's output, with the guest's ``uname -r``, is
+  printed as it runs).  If no VM can be booted, each kernel test FAILS with
+  the reason.  ``RATELIMIT_KERNEL_TESTS=host|vm`` forces either way;
+  inside the VM (``RATELIMIT_IN_VM=1``) kernel tests simply run.
+
+Fixtures: ``netns_name`` (unique names, cleaned up), ``netns`` (creates them),
+``lab`` (an ``nstopo.Topology`` built and destroyed for the test).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import pytest
+
+IN_VM = os.environ.get("RATELIMIT_IN_VM") == "1"
+RESULTS_ENV = "RATELIMIT_VM_RESULTS"  # in the VM: where to write each test's verdict
+MODE_ENV = "RATELIMIT_KERNEL_TESTS"  # auto (default), host or vm
+TIMEOUT_ENV = "RATELIMIT_VM_TIMEOUT"
+MEMORY_ENV = "RATELIMIT_VM_MEMORY"
+DEFAULT_VM_TIMEOUT_S = 1500.0
+
+_NETNS_PREFIX = "rlt-"
+_counter = itertools.count(1)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "netns: needs root and network namespaces on the host kernel")
+    config.addinivalue_line(
+        "markers", "kernel(*features): needs a full kernel (netem, police, ...); runs on the "
+                   "host if it has the features, else inside the stock-kernel VM")
+
+
+# --------------------------------------------------------------------------
+# which kernel tests go to the VM
+
+def _needed(item) -> tuple[str, ...]:
+    from ratelimit.probe import FULL_KERNEL
+    features: list[str] = []
+    for mark in item.iter_markers("kernel"):
+        features += mark.args
+    return tuple(features) or FULL_KERNEL
+
+
+def _host_lacks(features: tuple[str, ...]) -> tuple[str, ...] | str:
+    """What the host lacks to run a test needing ``features``: the missing
+    features, or why it cannot probe; empty if it can run the test."""
+    if os.geteuid() != 0:
+        return "not root on the host"
+    from ratelimit.errors import RatelimitError
+    from ratelimit.probe import missing
+    try:
+        return tuple(missing(features))
+    except RatelimitError as e:
+        return str(e)
+
+
+@pytest.hookimpl(trylast=True)  # after -m/-k deselection: only selected tests go to the VM
+def pytest_collection_modifyitems(session, config, items):
+    if IN_VM:
+        return
+    mode = os.environ.get(MODE_ENV, "auto")
+    if mode not in ("auto", "host", "vm"):
+        raise pytest.UsageError(f"{MODE_ENV}: {mode!r} is not auto, host or vm")
+    delegated = []
+    for i, item in enumerate(items):
+        if item.get_closest_marker("kernel") is None or isinstance(item, KernelVMItem):
+            continue
+        why = f"forced by {MODE_ENV}=vm" if mode == "vm" else (
+            "" if mode == "host" else _host_lacks(_needed(item)))
+        if why:
+            proxy = KernelVMItem.from_parent(item.parent, name=item.name, original=item, why=why)
+            items[i] = proxy
+            delegated.append(proxy)
+    if delegated:
+        lacking = sorted({f for p in delegated if isinstance(p.why, tuple) for f in p.why})
+        whys = sorted({p.why for p in delegated if isinstance(p.why, str)})
+        if lacking:
+            whys.insert(0, f"the host kernel lacks {', '.join(lacking)}")
+        config.stash[_VM_KEY] = _VMSession(config, [p.nodeid for p in delegated], whys)
+
+
+# --------------------------------------------------------------------------
+# the one VM session and the stand-ins that report its verdicts
+
+_VM_KEY = pytest.StashKey["_VMSession"]()
+
+
+class _Verdict(Exception):
+    """A kernel test failed in the VM: the message is the VM's failure text."""
+
+
+class KernelVMItem(pytest.Item):
+    """Stands in on the host for a kernel test that runs in the VM."""
+
+    def __init__(self, *, original, why, **kw):
+        super().__init__(**kw)
+        self._location = original.reportinfo()
+        self.why = why
+        for mark in original.iter_markers():
+            if mark.name in ("kernel", "netns"):
+                self.own_markers.append(mark)
+                self.keywords[mark.name] = mark
+
+    def reportinfo(self):
+        return self._location
+
+    def runtest(self):
+        session: _VMSession = self.config.stash[_VM_KEY]
+        session.run()
+        session.report(self.nodeid)
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, _Verdict):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+
+class _VMSession:
+    def __init__(self, config, nodeids, whys):
+        self.config = config
+        self.nodeids = nodeids
+        self.whys = whys
+        self.ran = False
+        self.error = ""  # why the VM gave no verdicts
+        self.result = None  # ratelimit.vm.VMResult
+        self.records: dict[str, list[dict]] = {}
+        self.tail: list[str] = []
+
+    def _say(self, line: str) -> None:
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        self.tail = (self.tail + [line])[-40:]
+        if tr is not None:
+            tr.write_line(line)
+        else:
+            print(line, file=sys.stderr)
+
+    def run(self) -> None:
+        if self.ran:
+            return
+        self.ran = True
+        capman = self.config.pluginmanager.get_plugin("capturemanager")
+        if capman is not None:
+            with capman.global_and_fixture_disabled():
+                self._run()
+        else:
+            self._run()
+
+    def _run(self) -> None:
+        from ratelimit import vm
+        from ratelimit.errors import RatelimitError
+        rootdir = str(self.config.rootpath)
+        outdir = tempfile.mkdtemp(prefix="ratelimit-kernel-tests-", dir="/tmp")
+        results = os.path.join(outdir, "results.jsonl")
+        # Starting Python is slow in the VM (every file read crosses 9p under
+        # software emulation), so the guest's pytest skips `site` (-S: no .pth
+        # files run) and gets this interpreter's extra sys.path entries instead,
+        # and leaves out the hypothesis plugin (kernel tests don't need it).
+        # -rA: the output of passing tests too (what they measured) in the log.
+        argv = [sys.executable, "-S", "-m", "pytest", "-m", "kernel", "-p", "no:cacheprovider",
+                "-p", "no:hypothesispytest", "-v", "-rA", f"--rootdir={rootdir}", *self.nodeids]
+        env = {RESULTS_ENV: results, "PYTHONPATH": os.pathsep.join(_site_path(rootdir))}
+        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        if tr is not None:
+            tr.write_line("")
+            tr.write_sep("-", f"{len(self.nodeids)} kernel test(s) in a VM ({'; '.join(self.whys)})")
+        self._say(f"ratelimit: booting the stock kernel in a VM for {len(self.nodeids)} kernel test(s)")
+        try:
+            self.result = vm.run_vm(
+                argv, cwd=rootdir, rwdirs=[outdir], env=env,
+                memory=os.environ.get(MEMORY_ENV, vm.DEFAULT_MEMORY),
+                timeout_s=float(os.environ.get(TIMEOUT_ENV, DEFAULT_VM_TIMEOUT_S)),
+                on_output=lambda line: self._say(f"[vm] {line}"))
+        except RatelimitError as e:
+            self.error = f"{type(e).__name__}: {e}"
+            self._say(f"ratelimit: kernel tests could not run in the VM: {self.error}")
+        else:
+            r = self.result
+            self._say(f"ratelimit: kernel tests ran in the VM (guest kernel {r.guest_release}): "
+                      f"exit {r.exit_code}, boot+shutdown {r.boot_s:.1f} s, tests {r.command_s:.1f} s, "
+                      f"wall {r.wall_s:.1f} s")
+            self.config.stash[_TIMING_KEY] = r
+        try:
+            with open(results) as f:
+                for line in f:
+                    rec = json.loads(line)
+                    self.records.setdefault(rec["nodeid"], []).append(rec)
+        except (OSError, ValueError):
+            pass
+        finally:
+            shutil.rmtree(outdir, ignore_errors=True)
+
+    def report(self, nodeid: str) -> None:
+        """Turn the VM's reports for ``nodeid`` into this test's outcome."""
+        recs = self.records.get(nodeid)
+        where = (f"in the VM (guest kernel {self.result.guest_release})" if self.result
+                 else "in the VM")
+        if not recs:
+            if self.error:
+                raise _Verdict(f"kernel test could not run: {self.error}")
+            code = self.result.exit_code if self.result else "?"
+            raise _Verdict(f"kernel test gave no verdict {where} (VM pytest exit status {code}); "
+                           f"last VM output:\n" + "\n".join(self.tail))
+        for rec in recs:
+            if rec["outcome"] == "failed":
+                phase = "" if rec["when"] == "call" else f" (error in {rec['when']})"
+                raise _Verdict(f"FAILED {where}{phase}:\n{rec['text']}")
+        call = next((r for r in recs if r["when"] == "call"), None)
+        for rec in recs:
+            if rec["outcome"] == "skipped":
+                if rec.get("wasxfail") is not None:
+                    pytest.xfail(f"{where}: {rec['wasxfail'] or rec['text']}")
+                pytest.skip(f"{where}: {rec['text']}")
+        if call is None:
+            raise _Verdict(f"kernel test has no call report {where}")
+
+
+_TIMING_KEY = pytest.StashKey[object]()
+
+
+def _site_path(rootdir: str) -> list[str]:
+    """This interpreter's sys.path entries that ``python -S`` lacks (site-packages
+    and what .pth files added), less the checkout, which the VM's pytest adds."""
+    import subprocess
+    bare = subprocess.run([sys.executable, "-S", "-c", "import sys; print('\\n'.join(sys.path))"],
+                          capture_output=True, text=True, check=True).stdout.splitlines()
+    root = os.path.realpath(rootdir)
+    out = []
+    for p in sys.path:
+        real = os.path.realpath(p) if p else ""
+        if (p and p not in bare and os.path.isdir(p) and p not in out
+                and real != root and not real.startswith(root + os.sep)):
+            out.append(p)
+    existing = os.environ.get("PYTHONPATH")
+    return out + ([existing] if existing else [])
+
+
+def pytest_runtest_logreport(report):
+    """In the VM: record every test phase's outcome for the host to read."""
+    path = os.environ.get(RESULTS_ENV)
+    if not (IN_VM and path):
+        return
+    text = ""
+    if report.outcome != "passed":
+        lr = report.longrepr
+        text = lr[2] if isinstance(lr, tuple) and len(lr) == 3 else report.longreprtext
+        if isinstance(text, str) and text.startswith("Skipped: "):
+            text = text[len("Skipped: "):]
+    rec = {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+           "text": text, "wasxfail": getattr(report, "wasxfail", None), "duration": report.duration}
+    with open(path, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    r = config.stash.get(_TIMING_KEY, None)
+    if r is not None:
+        terminalreporter.write_line(
+            f"ratelimit: kernel tests ran in a VM (guest kernel {r.guest_release}, {r.kernel}): "
+            f"boot+shutdown {r.boot_s:.1f} s, tests {r.command_s:.1f} s, wall {r.wall_s:.1f} s")
+
+
+# --------------------------------------------------------------------------
+# root checks
+
+def pytest_runtest_setup(item):
+    if isinstance(item, KernelVMItem):
+        return
+    needs_root = item.get_closest_marker("netns") or item.get_closest_marker("kernel")
+    if needs_root and os.geteuid() != 0:
+        pytest.fail(f"{item.nodeid} needs root (network namespaces); run the suite as root",
+                    pytrace=False)
+
+
+# --------------------------------------------------------------------------
+# fixtures
+
+@pytest.fixture
+def netns_name():
+    """Factory: ``netns_name()`` -> a fresh name ``rlt-<pid>-<n>`` (optionally
+    ``netns_name("tag")`` -> ``rlt-<pid>-<n>-tag``).  The namespace is not
+    created; any namespace of that name is deleted (its processes killed) when
+    the test ends."""
+    from ratelimit import nstopo
+    names: list[str] = []
+
+    def make(tag: str = "") -> str:
+        name = f"{_NETNS_PREFIX}{os.getpid()}-{next(_counter)}" + (f"-{tag}" if tag else "")
+        names.append(name)
+        return name
+
+    yield make
+    nstopo.delete_namespaces(names)
+
+
+@pytest.fixture
+def netns(netns_name):
+    """Factory: ``netns()`` creates a fresh namespace (loopback up) and returns its
+    name; it is deleted when the test ends."""
+    import subprocess
+
+    def make(tag: str = "") -> str:
+        name = netns_name(tag)
+        subprocess.run(["ip", "netns", "add", name], check=True, capture_output=True)
+        subprocess.run(["ip", "-n", name, "link", "set", "lo", "up"], check=True, capture_output=True)
+        return name
+
+    return make
+
+
+@pytest.fixture
+def lab():
+    """Factory: ``lab(clients=1)`` -> a built ``nstopo.Topology`` with a unique
+    name; destroyed (processes killed) when the test ends."""
+    from ratelimit import nstopo
+    made = []
+
+    def make(clients: int = 1, **kw):
+        topo = nstopo.Topology.create(f"t{os.getpid()}_{next(_counter)}", clients, **kw)
+        made.append(topo)
+        return topo
+
+    yield make
+    for topo in made:
+        topo.destroy()

@@ -1,0 +1,114 @@
+"""Smoke tests of the kernel-test plumbing (temporary): they prove that the
+stock-kernel VM, nstopo and real traffic work together, using plain ``tc``.
+Tests of ratelimit's own netem and police paths belong beside that code.
+
+Traffic stays short: in the VM (software emulation) everything is ~10x slower.
+Measured values are asserted as ratios to what was configured.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+
+import pytest
+
+DELAY_S = 0.100  # netem delay on each of the router's two interfaces
+BASE_S = 0.001  # the baseline's
+
+
+def _connect_rtt_s(topo, port: int, n: int = 9) -> float:
+    """The least of ``n`` TCP connect times: delays only ever add (a busy host
+    stalls the emulated CPU), so the minimum is the robust estimate."""
+    def once() -> float:
+        c = topo.socket("client")
+        c.settimeout(10)
+        try:
+            t0 = time.perf_counter()
+            c.connect((topo.server_addr, port))
+            return time.perf_counter() - t0
+        finally:
+            c.close()
+
+    once()  # warm-up: neighbour resolution (which crosses netem too)
+    return min(once() for _ in range(n))
+
+
+@pytest.mark.kernel("netem")
+def test_netem_delay_each_way_adds_its_sum_to_the_connect_rtt(lab):
+    """Baseline: the same path with a 1 ms netem on both interfaces, so it
+    already holds what netem's timers cost (in the VM, waking the emulated CPU
+    for a timer takes a millisecond or two); the ratio is then between the
+    delay added and the delay configured on top."""
+    topo = lab(clients=1)
+    srv = topo.socket("server")
+    srv.bind((topo.server_addr, 0))
+    srv.listen(128)  # the kernel completes handshakes; nobody needs to accept
+    port = srv.getsockname()[1]
+    devs = (topo.router_client_if, topo.router_server_if)
+    try:
+        for dev in devs:
+            topo.tc("qdisc", "add", "dev", dev, "root", "netem", "delay", f"{BASE_S * 1000:g}ms")
+        base = _connect_rtt_s(topo, port, n=15)
+        for dev in devs:
+            topo.tc("qdisc", "change", "dev", dev, "root", "netem", "delay", f"{DELAY_S * 1000:g}ms")
+        delayed = _connect_rtt_s(topo, port)
+    finally:
+        srv.close()
+    ratio = (delayed - base) / (2 * (DELAY_S - BASE_S))
+    print(f"connect RTT {base * 1000:.2f} ms with {BASE_S * 1000:g} ms netem each way, "
+          f"{delayed * 1000:.2f} ms with {DELAY_S * 1000:g} ms: added/configured {ratio:.4f}")
+    assert 0.98 <= ratio <= 1.02
+
+
+@pytest.mark.kernel("police", "u32", "ingress")
+def test_police_passes_its_rate_and_burst_and_drops_the_rest(lab):
+    """UDP offered at several times the policed rate: what gets through is
+    burst + rate x time.  The bucket holds 400 ms of traffic, so that the
+    emulated CPU's stalls on a busy host don't let tokens overflow unused."""
+    rate_bps, burst_bytes, payload, send_s = 1_000_000, 50_000, 1000, 1.5
+    wire = payload + 28  # police counts the IP packet: IPv4 + UDP headers
+    topo = lab(clients=1)
+    dev = topo.router_server_if  # server-to-client traffic enters the router here
+    topo.tc("qdisc", "add", "dev", dev, "ingress")
+    topo.tc("filter", "add", "dev", dev, "parent", "ffff:", "protocol", "ip", "prio", "1",
+            "u32", "match", "ip", "src", f"{topo.server_addr}/32",
+            "police", "rate", f"{rate_bps}bit", "burst", str(burst_bytes), "drop", "flowid", ":1")
+    rx = topo.socket("client", socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind((topo.client_addrs[0], 0))
+    rx.settimeout(0.5)
+    tx = topo.socket("server", socket.AF_INET, socket.SOCK_DGRAM)
+    received = []
+
+    def receive() -> None:
+        n = 0
+        try:
+            while True:
+                n += len(rx.recv(65536)) > 0
+        except TimeoutError:
+            received.append(n)
+
+    receiver = threading.Thread(target=receive)
+    receiver.start()
+    data, dest = b"x" * payload, rx.getsockname()
+    t0 = time.perf_counter()
+    sent = 0
+    while (elapsed := time.perf_counter() - t0) < send_s:
+        for _ in range(10):  # 10 datagrams per 10 ms: ~8 Mbit/s offered
+            tx.sendto(data, dest)
+        sent += 10
+        time.sleep(0.01)
+    receiver.join(timeout=30)
+    rx.close()
+    tx.close()
+    got = received[0]
+    stats = topo.tc("-s", "filter", "show", "dev", dev, "ingress").stdout
+    drops = sum(int(d) for d in re.findall(r"dropped (\d+)", stats))
+    expected = (burst_bytes + rate_bps / 8 * elapsed) / wire
+    ratio = got / expected
+    print(f"sent {sent}, received {got} datagrams in {elapsed:.3f} s, expected {expected:.1f}: "
+          f"ratio {ratio:.3f}; police drops {drops}")
+    assert drops > 0 and drops + got >= sent * 0.99, stats
+    assert 0.9 <= ratio <= 1.1
