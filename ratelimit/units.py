@@ -117,4 +117,4 @@ def format_time(us: int) -> str:
 
 
 def format_percent(pct: float) -> str:
-    return f"{pct:g}%"
+    return f"{pct:.12g}%"
