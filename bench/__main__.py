@@ -1,0 +1,120 @@
+"""``python -m bench PART [--quick]``: run ratelimit's benchmarks.
+
+    python -m bench all [--quick]        every part, then the report
+    python -m bench setup [--quick]      setup time vs flows
+    python -m bench packet [--quick]     per-packet cost vs flows (hashed vs flat)
+    python -m bench stats [--quick]      time to read every flow's counters
+    python -m bench fidelity [--quick]   goodput / configured, RTT / configured
+    python -m bench dialup [--quick]     the 2000 dial-up table with httperf
+    python -m bench report               docs/benchmarks.md from bench/results/
+
+Parts that need netem or act_police (police mode, latency classes) run that
+share inside the full-kernel VM (``ratelimit.vm``) unless ``--no-vm``; ``all``
+boots the VM once for all of them.  Needs root.  Exit status: 0 done, 1 a part
+failed, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import traceback
+
+from . import common
+
+PARTS = ("setup", "packet", "stats", "fidelity", "dialup")
+
+
+_MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "fidelity": "fidelity",
+            "dialup": "dialup"}
+
+
+def _module(part: str):
+    import importlib
+    return importlib.import_module(f"bench.{_MODULES[part]}")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="Results: bench/results/*.json; report: docs/benchmarks.md")
+    p.add_argument("part", choices=("all", *PARTS, "report"), help="what to run")
+    p.add_argument("--quick", action="store_true",
+                   help="small sizes, a minute or two in all (what CI runs)")
+    p.add_argument("--no-vm", dest="vm", action="store_false",
+                   help="skip the parts that need the full-kernel VM (police mode, netem)")
+    p.add_argument("--out", default=None, metavar="DIR",
+                   help=f"results directory (default {common.RESULTS_DIR})")
+    p.add_argument("--flows", type=int, nargs="+", metavar="N",
+                   help="flow counts (setup, packet, stats) instead of the defaults")
+    p.add_argument("--clients", type=int, nargs="+", metavar="X",
+                   help="simultaneous connections (dialup) or downloads (fidelity) instead of the defaults")
+    p.add_argument("--report-from", choices=("any", "full", "quick"), default="any",
+                   help="report: which results to use (default: full where present, else quick)")
+    p.add_argument("--in-vm", action="store_true", help=argparse.SUPPRESS)
+    return p
+
+
+def _run_part(part: str, args) -> bool:
+    t0 = time.monotonic()
+    try:
+        _module(part).main(args)
+    except (common.BenchError, OSError) as e:
+        common.say(part, f"FAILED: {e}")
+        return False
+    except KeyboardInterrupt:
+        raise
+    except Exception:  # noqa: BLE001 - report and go on with the next part
+        common.say(part, "FAILED with a traceback:")
+        traceback.print_exc()
+        return False
+    finally:
+        common.cleanup_all()
+    common.say(part, f"done in {time.monotonic() - t0:.0f} s")
+    return True
+
+
+def _report(args) -> None:
+    from . import report
+    quick = {"any": None, "full": False, "quick": True}[args.report_from]
+    path = report.write(args.out or common.RESULTS_DIR, quick=quick)
+    common.say("report", f"wrote {path}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    common.install_signal_handlers()
+    if args.part == "report":
+        _report(args)
+        return 0
+    if common.in_vm():
+        args.vm = False
+    found = common.remove_leftovers()
+    if found:
+        common.say(args.part, f"removed namespaces left by killed runs: {', '.join(found)}")
+    ok = True
+    if args.part == "all":
+        vm_wanted = args.vm
+        args.vm = False  # one VM boot for every part, below
+        for part in PARTS:
+            if common.in_vm() and not getattr(_module(part), "VM_WORK", False):
+                continue
+            ok &= _run_part(part, args)
+        if vm_wanted and not common.in_vm():
+            fwd = ["--quick"] if args.quick else []
+            try:
+                ok &= common.run_vm_part("all", fwd, outdir=args.out or common.RESULTS_DIR,
+                                         timeout_s=1800 if args.quick else 4 * 3600) == 0
+            except Exception as e:  # noqa: BLE001
+                common.say("all", f"the VM parts could not run: {e}")
+                ok = False
+        if not common.in_vm():
+            _report(args)
+    else:
+        ok = _run_part(args.part, args)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""Tests of the benchmark code that computes results (``bench/``).
+
+Pure tests: httperf report parsing, percentiles and ratios, flow sets, the
+flat filter list, server-log counting and report generation from a small
+results set.  ``netns`` tests run the quick setup and statistics benchmarks
+for real on the host (shape mode, no VM).  No test asserts a speed: speed
+is what the benchmarks report.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from ipaddress import ip_address
+
+import pytest
+
+from bench import common, dialup, httperf, packet, report
+from bench.__main__ import main as bench_main
+
+# ---------------------------------------------------------------- httperf
+
+REPORT = """\
+httperf --timeout=141 --client=0/1 --server=198.19.0.2 --port=80 --uri=/10000.bin --http-version=1.0 --rate=100 --send-buffer=4096 --recv-buffer=16384 --wsess=200,43,0.000
+Maximum connect burst length: 16
+
+Total: connections 2114 requests 2114 replies 1915 test-duration 20.999 s
+
+Connection rate: 100.7 conn/s (9.9 ms/conn, <=200 concurrent connections)
+Connection time [ms]: min 1948.4 avg 1989.8 max 2889.7 median 1983.5 stddev 30.4
+Connection time [ms]: connect 0.9
+Connection length [replies/conn]: 1.000
+
+Request rate: 100.7 req/s (9.9 ms/req)
+Request size [B]: 96.0
+
+Reply rate [replies/s]: min 60.2 avg 90.6 max 103.0 stddev 20.4 (4 samples)
+Reply time [ms]: response 2.4 transfer 1986.4
+Reply size [B]: header 256.0 content 10000.0 footer 0.0 (total 10256.0)
+Reply status: 1xx=0 2xx=1915 3xx=0 4xx=0 5xx=3
+
+CPU time [s]: user 0.12 system 9.61 (user 0.6% system 45.8% total 46.3%)
+Net I/O: 922.8 KB/s (7.6*10^6 bps)
+
+Errors: total 7 client-timo 2 socket-timo 0 connrefused 0 connreset 5
+Errors: fd-unavail 0 addrunavail 0 ftab-full 0 other 0
+
+Session rate [sess/s]: min 0.00 avg 9.50 max 12.00 stddev 0.00 (190/200)
+Session: avg 0.00 connections/session
+"""
+
+
+def test_httperf_parse_full_report():
+    r = httperf.parse(REPORT)
+    assert (r["connections"], r["requests"], r["replies"]) == (2114, 2114, 1915)
+    assert r["duration_s"] == pytest.approx(20.999)
+    assert r["conn_rate"] == pytest.approx(100.7)
+    assert r["max_concurrent"] == 200
+    assert r["conn_time_ms"] == {"min": 1948.4, "avg": 1989.8, "max": 2889.7, "median": 1983.5, "stddev": 30.4}
+    assert r["connect_ms"] == pytest.approx(0.9)
+    assert r["reply_rate"]["avg"] == pytest.approx(90.6) and r["reply_rate"]["samples"] == 4
+    assert r["status"] == {"1xx": 0, "2xx": 1915, "3xx": 0, "4xx": 0, "5xx": 3}
+    assert r["errors"]["total"] == 7 and r["errors"]["client-timo"] == 2 and r["errors"]["connreset"] == 5
+    assert r["errors"]["fd-unavail"] == 0 and r["errors"]["ftab-full"] == 0
+    assert (r["sessions_ok"], r["sessions_total"]) == (190, 200)
+    assert r["session_rate"] == pytest.approx(9.5)
+
+
+def test_httperf_parse_partial_and_empty():
+    assert httperf.parse("") == {}
+    cut = REPORT.split("Connection time")[0]
+    r = httperf.parse(cut)
+    assert r["connections"] == 2114 and "conn_time_ms" not in r and "errors" not in r
+
+
+def test_httperf_combine_adds_counts_and_weights_times():
+    a = httperf.parse(REPORT)
+    b = dict(a, connections=1000, replies=900, duration_s=25.0, conn_rate=50.0,
+             conn_time_ms={"min": 1000.0, "avg": 3000.0, "max": 5000.0, "median": 0, "stddev": 0},
+             errors={"total": 1, "connreset": 1}, status={"2xx": 900})
+    c = httperf.combine([a, b])
+    assert c["processes"] == 2
+    assert c["connections"] == 3114 and c["replies"] == 2815
+    assert c["conn_rate"] == pytest.approx(150.7)
+    assert c["duration_s"] == 25.0
+    assert c["errors"]["total"] == 8 and c["errors"]["connreset"] == 6
+    assert c["status"]["2xx"] == 2815
+    assert c["conn_time_ms"]["min"] == 1000.0 and c["conn_time_ms"]["max"] == 5000.0
+    assert c["conn_time_ms"]["avg"] == pytest.approx((1989.8 * 2114 + 3000.0 * 1000) / 3114)
+
+
+def test_httperf_session_argv_never_hogs_and_respects_select_limit():
+    argv = httperf.session_argv("198.19.0.2", 80, "/10000.bin", 450, 40, rate=225)
+    assert "--hog" not in argv
+    assert "--http-version=1.0" in argv and "--wsess=450,40,0" in argv
+    with pytest.raises(ValueError):
+        httperf.session_argv("198.19.0.2", 80, "/", httperf.FD_SAFE + 1, 1, rate=1)
+
+
+# ---------------------------------------------------------------- statistics and ratios
+
+
+def test_percentile_interpolates_like_numpy():
+    xs = [15, 20, 35, 40, 50]
+    assert common.percentile(xs, 0) == 15
+    assert common.percentile(xs, 100) == 50
+    assert common.percentile(xs, 50) == 35
+    assert common.percentile(xs, 40) == pytest.approx(29.0)  # numpy.percentile(xs, 40)
+    assert common.percentile(xs, 5) == pytest.approx(16.0)
+    assert common.percentile([7], 95) == 7
+    assert common.percentile([3, 1, 2], 50) == 2  # unsorted input
+    with pytest.raises(ValueError):
+        common.percentile([], 50)
+    with pytest.raises(ValueError):
+        common.percentile([1], 101)
+
+
+def test_summarize():
+    s = common.summarize([1.0, 2.0, 3.0, 4.0])
+    assert s["n"] == 4 and s["mean"] == 2.5 and s["min"] == 1.0 and s["max"] == 4.0
+    assert s["p50"] == 2.5 and s["p5"] == pytest.approx(1.15) and s["p95"] == pytest.approx(3.85)
+    assert common.summarize([]) == {"n": 0}
+
+
+def test_ratio_and_extrapolation():
+    assert common.ratio(3, 2) == 1.5
+    assert common.ratio(1, 0) is None and common.ratio(None, 2) is None and common.ratio(2, None) is None
+    assert common.extrapolate_linear(256, 0.5, 1024) == pytest.approx(2.0)
+    with pytest.raises(ValueError):
+        common.extrapolate_linear(0, 1.0, 10)
+    a, b = common.fit_power([(100, 1.0), (1000, 100.0)])  # t = a n^2
+    assert b == pytest.approx(2.0) and a == pytest.approx(1e-4)
+    with pytest.raises(ValueError):
+        common.fit_power([(10, 1.0), (10, 2.0)])
+
+
+def test_flow_sets():
+    assert common.split_flows(256) == (1, 256)
+    assert common.split_flows(1024) == (1, 1024)
+    assert common.split_flows(65536) == (64, 1024)
+    with pytest.raises(common.BenchError):
+        common.split_flows(1500)
+    assert common.shape_flows(16384) == 16384
+    assert common.shape_flows(65536) == 63 * 1024
+    hosts = common.client_hosts(300)
+    assert str(hosts[0]) == "198.18.0.2" and str(hosts[252]) == "198.18.0.254" and str(hosts[253]) == "198.18.1.2"
+    assert len(set(hosts)) == 300
+    req = common.flows_request(4096, "police")
+    assert req.flow_count() == 4096 and len(req.hosts) == 4 and req.ports == ((10000, 11023),)
+    assert req.direction == "dest" and req.down.rate_bps == 28800
+
+
+# ---------------------------------------------------------------- the flat list of the packet benchmark
+
+
+def test_flat_ops_is_one_linear_list_of_the_same_filters():
+    from ratelimit.compile import compile_plan
+    from ratelimit.plan import HtbClass, HtbQdisc, U32Filter, U32Table
+    req, hit = packet.request_for(8192, "198.18.0.2", "rtr", "lan0")
+    assert ip_address("198.18.0.2") in req.hosts
+    assert req.hosts[len(req.hosts) // 2] == ip_address("198.18.0.2")  # the real client in the middle
+    assert hit == 10000 + 512
+    plan = compile_plan(req)
+    flat = packet.flat_ops(plan)
+    filters = [op for op in flat if isinstance(op, U32Filter)]
+    assert not any(isinstance(op, U32Table) for op in flat)
+    assert all(op.link is None and op.ht == 0 for op in filters)
+    assert len(filters) == 8192
+    assert [type(op) for op in flat[:2]] == [HtbQdisc, HtbClass]
+    prios = sorted({op.prio for op in filters})
+    assert prios == [10, 11, 12]  # 4095 per u32 table
+    assert max(op.node for op in filters) == 4095
+    assert len({(op.prio, op.node) for op in filters}) == 8192
+    leaf_keys = {op.keys for op in plan.ops if isinstance(op, U32Filter) and op.link is None and op.ht}
+    assert {op.keys for op in filters} == leaf_keys
+
+
+# ---------------------------------------------------------------- dial-up arithmetic and server logs
+
+
+def test_dialup_theory_and_windows():
+    assert dialup.theoretical(3600) == pytest.approx(1296)
+    assert dialup.theoretical(200) == pytest.approx(72)
+    assert dialup.link_ceiling(200) > dialup.theoretical(200)  # these links have a burst
+    times = [100.0, 100.5, 101.2, 102.9, 103.0, 104.999, 105.0]
+    rate, counted = dialup.rate_in_window(times, 100.4, 105.2)  # counts [101, 105)
+    assert counted == 4 and rate == pytest.approx(4 / 4)
+    assert dialup.rate_in_window(times, 100.2, 100.9) == (0.0, 0.0)
+
+
+def test_dialup_counts_only_complete_replies():
+    log = "\n".join([
+        '198.18.0.2 - - [22/Nov/2026:02:34:13 +0000] "GET /10000.bin HTTP/1.0" 200 10000 "-" "httperf/0.9.0"',
+        '198.18.0.3 - - [22/Nov/2026:02:34:14 +0000] "GET /10000.bin HTTP/1.0" 200 4096 "-" "httperf/0.9.0"',
+        '198.18.0.4 - - [22/Nov/2026:02:34:14 +0100] "GET /nope HTTP/1.0" 404 153 "-" "httperf/0.9.0"',
+        '198.18.0.5 - - [22/Nov/2026:03:34:14 +0100] "GET /10000.bin HTTP/1.0" 200 10000 "-" "httperf/0.9.0"',
+    ])
+    times = dialup.nginx_completions(log)
+    assert len(times) == 2
+    assert times[1] - times[0] == pytest.approx(1.0)  # time zones honoured
+    pre = "1700000000.100 200 10251\n1700000000.200 200 2000\n1700000000.300 404 120\nbroken line\n"
+    assert dialup.prefork_completions(pre) == [pytest.approx(1700000000.1)]
+
+
+# ---------------------------------------------------------------- results files and the report
+
+
+def _write(d, name, where, quick, rows, **extra):
+    doc = {"benchmark": name, "where": where, "quick": quick, "command": f"python -m bench {name}",
+           "started": "2026-11-22T00:00:00+00:00", "finished": "2026-11-22T00:01:00+00:00",
+           "machine": {"kernel": "6.18", "cpus": 2, "cpu": "test", "mem_bytes": 2**34, "loadavg": [0.5, 0.4, 0.3]},
+           "rows": rows, "notes": [], **extra}
+    (d / f"{name}-{where}{'-quick' if quick else ''}.json").write_text(json.dumps(doc))
+    return doc
+
+
+def _small_results(d):
+    setup_rows = []
+    for n, ours, batch in ((256, 0.005, 0.010), (1024, 0.050, 0.040)):
+        common_ = {"mode": "shape", "flows": n, "requested_flows": n, "ops": 2 * n + 5}
+        setup_rows += [{**common_, "tool": "ratelimit", "seconds": ours, "cpu_s": ours / 2, "extrapolated": False},
+                       {**common_, "tool": "tc-batch", "seconds": batch, "cpu_s": batch, "extrapolated": False},
+                       {**common_, "tool": "tc-per-rule", "seconds": 2.0 * n / 256, "extrapolated": n > 256,
+                        **({"basis": "test basis"} if n > 256 else {})},
+                       {**common_, "tool": "tcconfig", "seconds": 0.5 * n, "extrapolated": True,
+                        "lower_bound": True, "basis": "tcset dry runs"}]
+    _write(d, "setup", "host", False, setup_rows, config={"modes": ["shape"]}, identical_state=True)
+    # a quick file of the same part must lose against the full one
+    _write(d, "setup", "host", True, [], config={"modes": []})
+    prow = []
+    for layout, n, target, pps in (("none", 0, "hit", 250e3), ("hashed", 1, "hit", 200e3), ("hashed", 1, "miss", 210e3),
+                                   ("flat", 1, "hit", 200e3), ("flat", 1, "miss", 205e3),
+                                   ("hashed", 65536, "hit", 190e3), ("hashed", 65536, "miss", 180e3),
+                                   ("flat", 65536, "hit", 2e3), ("flat", 65536, "miss", 1e3)):
+        prow.append({"layout": layout, "flows": n, "target": target, "pps": pps, "sender": "c"})
+    packet._derive({"rows": prow})
+    _write(d, "packet", "host", False, prow)
+    _write(d, "stats", "host", False, [
+        {"mode": "shape", "flows": 1024, "tool": "ratelimit", "seconds": 0.004},
+        {"mode": "shape", "flows": 1024, "tool": "tc -s class show", "seconds": 0.008}], config={"modes": ["shape"]})
+    _write(d, "fidelity", "host", False, [
+        {"mode": "shape", "links": 100, "clients": 1, "failed": 0, "goodput_ratio": common.summarize([0.9, 0.95, 0.94]),
+         "ideal_ratio": 0.956, "ratios": [0.9, 0.95, 0.94], "backlog": {"queue_delay_s_p50": 15.0},
+         "retransmitted": 0.01, "cpu_busy": 0.5}])
+    _write(d, "fidelity", "vm", False, [], latency=[
+        {"profile": "national-100ms", "configured_rtt_s": 0.2, "measured_rtt_s": 0.204, "ratio": 1.02,
+         "excess_ms": 4.0, "samples_s": [0.204]}])
+    _write(d, "dialup", "host", False, [
+        {"server": s, "x": 200, "completed_per_s": v, "theoretical": 72.0, "link_ceiling": 99.0,
+         "published_event": 69, "published_process": 37, "cpu_busy": 0.4,
+         "httperf": {"errors": {"total": 0}}} for s, v in (("nginx", 95.0), ("prefork", 40.0))],
+        config={"mode": "shape", "window_s": 60, "ramp_s": 12, "workers": 256, "per_client": 450, "burst_pkts": 1})
+
+
+def test_load_results_prefers_full_runs(tmp_path):
+    _small_results(tmp_path)
+    res = common.load_results(tmp_path)
+    assert res[("setup", "host")]["quick"] is False
+    assert set(res) >= {("setup", "host"), ("packet", "host"), ("stats", "host"), ("fidelity", "host"),
+                        ("fidelity", "vm"), ("dialup", "host")}
+    assert common.load_results(tmp_path, quick=True)[("setup", "host")]["quick"] is True
+
+
+def test_packet_ratios_are_to_the_one_flow_run():
+    rows = [{"layout": "flat", "flows": 1, "target": "miss", "pps": 200.0},
+            {"layout": "flat", "flows": 1024, "target": "miss", "pps": 50.0},
+            {"layout": "none", "flows": 0, "target": "miss", "pps": 400.0}]
+    packet._derive({"rows": rows})
+    assert rows[1]["ratio_to_1flow"] == pytest.approx(0.25)
+    assert rows[1]["ratio_to_bare"] == pytest.approx(0.125)
+    assert rows[2]["ratio_to_1flow"] is None
+
+
+def test_report_from_small_results(tmp_path):
+    _small_results(tmp_path)
+    path = report.write(tmp_path)
+    assert path == tmp_path / "benchmarks.md"  # not docs/: the results are not the repository's
+    text = path.read_text()
+    for heading in ("## 1. Setup time", "## 2. Per-packet", "## 3. Statistics", "## 4. Link fidelity",
+                    "## 5. The dial-up table"):
+        assert heading in text
+    # setup: ratios computed side by side, extrapolations marked, lower bounds marked
+    assert "| 256 | 517 | 5.0 ms | 10.0 ms | 2.00 s | *>= 128 s* | **2.00** |" in text
+    assert "*8.00 s*" in text and "test basis" in text
+    assert "| 25.0 ms / 40.0 ms | 1.60 |" in text  # CPU ratio shown when both are >= 20 ms
+    assert "| 2.5 ms / 10.0 ms | - |" in text
+    assert "**Ours was slower at 1,024 flows.**" in text
+    assert "identical" in text
+    # per-packet: ratio to the one-flow run, and the tree-vs-flat reading
+    assert "190,000 (0.95)" in text and "1,000 (0.00)" in text
+    assert "180x faster than the flat list" in text
+    # stats, fidelity, latency, dial-up
+    assert "| 1,024 | 4.0 ms | tc -s class show | 8.0 ms | 2.00 |" in text
+    assert "| shape | host | 100 | 1 | 0.930 |" in text
+    assert "| national-100ms | 200.0 ms | 204.0 ms | 1.020 | +4.0 ms |" in text
+    assert "| 200 | 95.0 | 40.0 | 72 | 99 | 69 | 37 | 1.32 | ? / ? |" in text
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:  # the report still comes out, and says why it has no plots
+        assert "Plots not drawn (pip install matplotlib)" in text
+        return
+    for png in ("setup", "packet", "stats", "fidelity", "dialup"):
+        assert (tmp_path / "plots" / f"{png}.png").stat().st_size > 1000
+    assert "](plots/setup.png)" in text
+
+
+def test_report_renders_without_results():
+    text = report.render({})
+    assert text.count("Not run.") == 5
+
+
+# ---------------------------------------------------------------- the real thing (quick), on the host
+
+
+@pytest.mark.netns
+def test_quick_setup_benchmark_runs(tmp_path):
+    rc = bench_main(["setup", "--quick", "--no-vm", "--out", str(tmp_path), "--flows", "64", "256"])
+    assert rc == 0
+    doc = json.loads((tmp_path / "setup-host-quick.json").read_text())
+    assert doc["identical_state"] is True  # ours and tc -batch leave the same kernel state
+    tools = {(r["mode"], r["flows"], r["tool"]) for r in doc["rows"]}
+    for n in (64, 256):
+        assert ("shape", n, "ratelimit") in tools and ("shape", n, "tc-batch") in tools
+        assert ("shape", n, "tc-per-rule") in tools
+    for r in doc["rows"]:
+        assert r["seconds"] > 0 and math.isfinite(r["seconds"])
+    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{common.NS_PREFIX}{os.getpid()}-")]
+
+
+@pytest.mark.netns
+def test_quick_stats_benchmark_runs(tmp_path):
+    rc = bench_main(["stats", "--quick", "--no-vm", "--out", str(tmp_path), "--flows", "256"])
+    assert rc == 0
+    doc = json.loads((tmp_path / "stats-host-quick.json").read_text())
+    rows = {r["tool"]: r for r in doc["rows"]}
+    assert rows["ratelimit"]["rows"] == 256
+    assert rows["tc -s class show"]["output_bytes"] > 0
+    assert all(r["seconds"] > 0 for r in doc["rows"])
+    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{common.NS_PREFIX}{os.getpid()}-")]
