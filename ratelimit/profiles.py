@@ -18,7 +18,7 @@ SHIPPED = Path(__file__).resolve().parent / "shipped_profiles"
 if not SHIPPED.is_dir():  # running from a checkout: profiles/ beside the package
     SHIPPED = Path(__file__).resolve().parent.parent / "profiles"
 
-_SIDE_FIELDS = {
+SIDE_FIELDS = {
     # toml key: (LinkParams field, parser)
     "rate": ("rate_bps", parse_rate_bps),
     "delay": ("delay_us", parse_time_us),
@@ -81,10 +81,10 @@ def parse_file(path: Path) -> Profile:
             raise FieldError(f"profile {where}", f"'{side}'", "must be a table ([down] or [up])")
         values = {}
         for key, value in table.items():
-            if key not in _SIDE_FIELDS:
+            if key not in SIDE_FIELDS:
                 raise FieldError(f"profile {where}: [{side}]", f"'{key}'",
-                                 f"is not a field (allowed: {', '.join(_SIDE_FIELDS)})")
-            attr, parser = _SIDE_FIELDS[key]
+                                 f"is not a field (allowed: {', '.join(SIDE_FIELDS)})")
+            attr, parser = SIDE_FIELDS[key]
             values[attr] = parser(value, f"profile {where}: [{side}] {key}")
         sides[side] = LinkParams(**values)
     for key in ("description", "source"):

@@ -14,26 +14,14 @@ from .compile import ROOT, compile_plan, ifb_name
 from .errors import ApplyError, ConflictError, FieldError, KernelMissing, NotFoundError, PermissionDenied
 from .model import LinkParams, Request
 from .selectors import format_ports, parse_hosts, parse_ports
-from .units import parse_count, parse_percent, parse_rate_bps, parse_size_bytes, parse_time_us
+from .units import parse_count, parse_rate_bps, parse_size_bytes
 
 DEFAULT_RATE_BPS = 28800
 _DIRECTION_WORDS = {"source": "source", "src": "source", "dest": "dest", "dst": "dest",
                     "destination": "dest", "both": "both"}
 
-# option name -> (LinkParams field, parser)
-IMPAIRMENTS = {
-    "delay": ("delay_us", parse_time_us),
-    "jitter": ("jitter_us", parse_time_us),
-    "delay_correlation": ("delay_corr_pct", parse_percent),
-    "loss": ("loss_pct", parse_percent),
-    "loss_correlation": ("loss_corr_pct", parse_percent),
-    "duplicate": ("duplicate_pct", parse_percent),
-    "duplicate_correlation": ("duplicate_corr_pct", parse_percent),
-    "corrupt": ("corrupt_pct", parse_percent),
-    "corrupt_correlation": ("corrupt_corr_pct", parse_percent),
-    "reorder": ("reorder_pct", parse_percent),
-    "reorder_correlation": ("reorder_corr_pct", parse_percent),
-}
+# option name -> (LinkParams field, parser): the profile fields that are netem impairments
+IMPAIRMENTS = {name: spec for name, spec in profiles.SIDE_FIELDS.items() if name not in ("rate", "queue")}
 
 
 def make_request(interface: str, *, hosts, ports, profile: str | None = None, netns: str | None = None,
