@@ -354,7 +354,12 @@ class Topology:
     def _build(self, offload: bool) -> None:
         gso = "" if offload else " gso_max_segs 1"
         r, s = self.router, self.server
-        _batch(None, [f"netns add {ns}" for ns in self.namespaces])
+        for ns in self.namespaces:  # one process each: `ip -batch` mangles `netns add` now and then
+            made = _run([_ip(), "netns", "add", ns])
+            if made.returncode != 0:
+                if os.geteuid() != 0:
+                    raise PermissionDenied(f"building a namespace lab needs root ({made.stderr.strip()})")
+                raise TopologyError(f"ip netns add {ns} failed: {' '.join(made.stderr.split())}")
         lines = [
             "link set lo up",
             f"link add {LAN_IF}{gso} type bridge",

@@ -15,11 +15,11 @@ import pytest
 
 from ratelimit import service
 
-PORTS = "10000-10009"
+PORTS = "10000-10099"
 
 
 def _client_ports(topo):
-    topo.exec("client", ["sh", "-c", "echo '10000 10009' > /proc/sys/net/ipv4/ip_local_port_range"])
+    topo.exec("client", ["sh", "-c", "echo '10000 10099' > /proc/sys/net/ipv4/ip_local_port_range"])
 
 
 def _serve(topo, payload: bytes, *, upload: bool = False):
