@@ -9,7 +9,7 @@
     python -m bench report               docs/benchmarks.md from bench/results/
 
 Parts that need netem or act_police (police mode, latency classes) run that
-share inside the full-kernel VM (``ratelimit.vm``) unless ``--no-vm``; ``all``
+share inside the full-kernel VM (``ratelimit.kernel.vm``) unless ``--no-vm``; ``all``
 boots the VM once for all of them.  Needs root.  Exit status: 0 done, 1 a part
 failed, 2 usage.
 """
@@ -21,7 +21,7 @@ import sys
 import time
 import traceback
 
-from . import common
+from . import common, results, sandbox
 
 PARTS = ("setup", "packet", "stats", "fidelity", "dialup")
 
@@ -45,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--no-vm", dest="vm", action="store_false",
                    help="skip the parts that need the full-kernel VM (police mode, netem)")
     p.add_argument("--out", default=None, metavar="DIR",
-                   help=f"results directory (default {common.RESULTS_DIR})")
+                   help=f"results directory (default {results.RESULTS_DIR})")
     p.add_argument("--flows", type=int, nargs="+", metavar="N",
                    help="flow counts (setup, packet, stats) instead of the defaults")
     p.add_argument("--clients", type=int, nargs="+", metavar="X",
@@ -70,7 +70,7 @@ def _run_part(part: str, args) -> bool:
         traceback.print_exc()
         return False
     finally:
-        common.cleanup_all()
+        sandbox.cleanup_all()
     common.say(part, f"done in {time.monotonic() - t0:.0f} s")
     return True
 
@@ -78,19 +78,19 @@ def _run_part(part: str, args) -> bool:
 def _report(args) -> None:
     from . import report
     quick = {"any": None, "full": False, "quick": True}[args.report_from]
-    path = report.write(args.out or common.RESULTS_DIR, quick=quick)
+    path = report.write(args.out or results.RESULTS_DIR, quick=quick)
     common.say("report", f"wrote {path}")
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
-    common.install_signal_handlers()
+    sandbox.install_signal_handlers()
     if args.part == "report":
         _report(args)
         return 0
-    if common.in_vm():
+    if sandbox.in_vm():
         args.vm = False
-    found = common.remove_leftovers()
+    found = sandbox.remove_leftovers()
     if found:
         common.say(args.part, f"removed namespaces left by killed runs: {', '.join(found)}")
     ok = True
@@ -98,18 +98,18 @@ def main(argv: list[str] | None = None) -> int:
         vm_wanted = args.vm
         args.vm = False  # one VM boot for every part, below
         for part in PARTS:
-            if common.in_vm() and not getattr(_module(part), "VM_WORK", False):
+            if sandbox.in_vm() and not getattr(_module(part), "VM_WORK", False):
                 continue
             ok &= _run_part(part, args)
-        if vm_wanted and not common.in_vm():
+        if vm_wanted and not sandbox.in_vm():
             fwd = ["--quick"] if args.quick else []
             try:
-                ok &= common.run_vm_part("all", fwd, outdir=args.out or common.RESULTS_DIR,
+                ok &= sandbox.run_vm_part("all", fwd, outdir=args.out or results.RESULTS_DIR,
                                          timeout_s=1800 if args.quick else 4 * 3600) == 0
             except Exception as e:  # noqa: BLE001
                 common.say("all", f"the VM parts could not run: {e}")
                 ok = False
-        if not common.in_vm():
+        if not sandbox.in_vm():
             _report(args)
     else:
         ok = _run_part(args.part, args)

@@ -21,7 +21,7 @@ Theory: a fetch needs at least 10,000 x 8 / 28,800 = 2.78 s, so x clients
 complete at most 0.36 x fetches per second (the published formula).  The
 lab's links pass their first 3,600 bytes at once (burst = 1 packet = 1 s at
 the rate; ratelimit cannot go below rate/8 bytes), so a fetch whose port has
-idled for a second takes about 2.0 s (``lab_core.expected_seconds``) and the
+idled for a second takes about 2.0 s (``measure.expected_seconds``) and the
 ceiling here is about x / 2.0 s.
 """
 
@@ -39,8 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf
-from .common import (BenchError, MODEM_BPS, Steps, host_has, new_result, ratio, save, say, track_topology,
-                     untrack_topology)
+from .common import BenchError, MODEM_BPS, Steps, ratio, say
+from .sandbox import host_has, track_topology, untrack_topology
+from .results import new_result, save
 
 NAME = "dialup"
 VM_WORK = False
@@ -79,7 +80,7 @@ def theoretical(x: int) -> float:
 
 def link_ceiling(x: int, burst_pkts: int = 1) -> float:
     """The ceiling on these links (first burst bytes pass at once)."""
-    from ratelimit.lab_core import expected_seconds
+    from ratelimit.lab.measure import expected_seconds
     return x / expected_seconds(FILE_BYTES, MODEM_BPS, burst_pkts)
 
 
@@ -203,7 +204,8 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
     doc = new_result(NAME, quick)
     doc["config"] = {**cfg.__dict__, "per_client": PER_CLIENT, "ports": PORTS, "uri": URI,
                      "rate_bps": MODEM_BPS, "burst_pkts": 1}
-    from ratelimit.lab_core import Lab, LinkSpec
+    from ratelimit.lab.core import Lab
+    from ratelimit.lab.link import LinkSpec
     mode = "police" if host_has("police") else "shape"
     doc["config"]["mode"] = mode
     nclients = max(1, math.ceil(max(cfg.clients) / PER_CLIENT))
@@ -246,7 +248,7 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
 
 
 def main(args) -> int:
-    from .common import RESULTS_DIR
+    from .results import RESULTS_DIR
     outdir = args.out or RESULTS_DIR
     doc = measure(args.quick, clients=args.clients, outdir=outdir)
     say(NAME, f"wrote {save(doc, outdir)}")

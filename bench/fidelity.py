@@ -30,8 +30,9 @@ import os
 import time
 from dataclasses import dataclass
 
-from .common import (BenchError, MODEM_BPS, Steps, host_has, new_result, ratio, save, say, summarize,
-                     track_topology, untrack_topology)
+from .common import BenchError, MODEM_BPS, Steps, ratio, say, summarize
+from .sandbox import host_has, track_topology, untrack_topology
+from .results import new_result, save
 
 NAME = "fidelity"
 VM_WORK = True
@@ -73,7 +74,8 @@ def _cpu_times() -> tuple[float, float]:
 
 
 def _lab(name: str, clients: int, mode: str, rate: str | None = str(MODEM_BPS), profile=None):
-    from ratelimit.lab_core import Lab, LinkSpec
+    from ratelimit.lab.core import Lab
+    from ratelimit.lab.link import LinkSpec
     link = LinkSpec(profile=profile, mode=mode, burst=1, rate=rate)
     lab = Lab.up(name, clients=clients, link=link, server="nginx", ports=PORTS,
                  say=lambda m: say(NAME, m))
@@ -163,7 +165,7 @@ def _repo():
 def latency(lab, profiles_: tuple[str, ...], count: int, mode: str, steps) -> list[dict]:
     """Measured / configured round trip per latency profile (median TCP handshake)."""
     from ratelimit import profiles
-    from ratelimit.lab_core import LinkSpec
+    from ratelimit.lab.link import LinkSpec
     rows = []
     for name in profiles_:
         prof = profiles.load(name)
@@ -209,7 +211,8 @@ def measure(quick: bool, place: str, *, links=None, outdir=None) -> dict:
 
 
 def main(args) -> int:
-    from .common import RESULTS_DIR, in_vm, load_modules, run_vm_part
+    from .sandbox import in_vm, load_modules, run_vm_part
+    from .results import RESULTS_DIR
     outdir = args.out or RESULTS_DIR
     if in_vm():
         load_modules()

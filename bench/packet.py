@@ -1,6 +1,6 @@
 """Benchmark 2: per-packet cost of classification vs the number of flows installed.
 
-A one-client namespace lab (``nstopo``): a sender in the server namespace
+A one-client namespace lab (``topology``): a sender in the server namespace
 sends 18-byte UDP payloads (64-byte frames) as fast as the kernel takes them
 (``blast``) through the router to the client, where a bound socket keeps the
 port open; the client interface's received-packet counter over the run gives
@@ -34,13 +34,14 @@ import socket
 import time
 from dataclasses import dataclass
 
-from ratelimit import nstopo
+from ratelimit.lab import topology
 from ratelimit.compile import compile_plan
 from ratelimit.plan import HtbClass, HtbQdisc, U32Filter, tc_batch
 
 from . import blast
-from .common import (BenchError, Steps, client_hosts, flows_request, new_result, ratio, run, save, say,
-                     split_flows, track_topology, untrack_topology)
+from .common import BenchError, Steps, client_hosts, flows_request, ratio, run, say, split_flows
+from .sandbox import track_topology, untrack_topology
+from .results import new_result, save
 
 NAME = "packet"
 VM_WORK = False
@@ -119,7 +120,7 @@ def _blast_once(topo, client_addr: str, port: int, seconds: float) -> dict:
 def _install(topo, ops, how: str) -> float:
     t0 = time.perf_counter()
     if how == "executor":
-        from ratelimit.netlink import Executor
+        from ratelimit.kernel.executor import Executor
         with Executor(topo.router) as ex:
             ex.apply(ops)
     else:
@@ -138,7 +139,7 @@ def measure(quick: bool, *, flows=None, outdir=None) -> dict:
     cases = [("none", 0)] + [(layout, n) for n in cfg.flows for layout in ("hashed", "flat")]
     steps = Steps(NAME, len(cases) * 2)
     name = f"b{os.getpid()}pkt"
-    topo = nstopo.Topology.create(name, 1, replace=True)
+    topo = topology.Topology.create(name, 1, replace=True)
     track_topology(topo)
     socks = []
     try:
@@ -199,7 +200,7 @@ def _derive(doc: dict) -> None:
 
 
 def main(args) -> int:
-    from .common import RESULTS_DIR
+    from .results import RESULTS_DIR
     outdir = args.out or RESULTS_DIR
     if blast.compiled() is None:
         say(NAME, "no C compiler: using the Python sender (ratios are flattened)")

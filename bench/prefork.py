@@ -5,7 +5,7 @@ prefork model that the 2000 experiments measured.
 
 The master opens the listening socket (backlog 511, Apache 1.3's default
 ``ListenBacklog``) and forks N workers; each accepts one connection at a time,
-reads the request, sends the lab's file (``ratelimit.docroot``, held in
+reads the request, sends the lab's file (``ratelimit.lab.docroot``, held in
 memory), then closes like Apache's lingering close: shut down its sending side
 and read until the client closes.  A worker is therefore busy for as long as
 the reply takes to cross the client's emulated link, and with every worker
@@ -23,7 +23,7 @@ import socket
 import sys
 import time
 
-from ratelimit import docroot
+from ratelimit.lab import docroot
 
 LINGER_READ_S = 2.0  # Apache 1.3: lingering_close reads with a 2 s timeout...
 LINGER_MAX_S = 30.0  # ...for at most 30 s

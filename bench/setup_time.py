@@ -37,8 +37,9 @@ from dataclasses import dataclass
 from ratelimit.compile import compile_plan
 from ratelimit.plan import tc_batch
 
-from .common import (DEV, BenchError, Clock, Netns, Steps, fmt_s, flows_request, host_has, median, new_result,
-                     ratio, run, save, say, shape_flows)
+from .common import BenchError, Clock, DEV, Steps, flows_request, fmt_time, median, ratio, run, say, shape_flows
+from .sandbox import Netns, host_has
+from .results import new_result, save
 
 NAME = "setup"
 MIN_CPU_S = 0.02  # CPU times below this are too coarse to compare
@@ -66,7 +67,7 @@ def config(quick: bool, place: str, flows: tuple[int, ...] | None = None) -> Con
 
 
 def _ours(ns: Netns, plan) -> Clock:
-    from ratelimit.netlink import Executor
+    from ratelimit.kernel.executor import Executor
     with Clock() as c:
         with Executor(ns.name) as ex:
             ex.apply(plan.ops)
@@ -87,7 +88,7 @@ def _per_rule(ns: Netns, text: str) -> Clock:
 
 
 def _snapshot(ns: Netns):
-    from ratelimit.netlink import Executor
+    from ratelimit.kernel.executor import Executor
     with Executor(ns.name) as ex:
         return ex.snapshot([DEV])
 
@@ -152,12 +153,12 @@ def measure(quick: bool, place: str, *, flows: tuple[int, ...] | None = None, ou
                         if i == 0 and r == 0 and n <= 4096:
                             snaps[tool] = _snapshot(ns)
                         if tool == "ratelimit":
-                            from ratelimit.netlink import Executor
+                            from ratelimit.kernel.executor import Executor
                             t0 = time.perf_counter()
                             with Executor(ns.name) as ex:
                                 ex.remove(plan.teardown())
                             teardown.append(time.perf_counter() - t0)
-                    steps(f"{mode} {n:,} flows ({ops:,} ops) {tool}: {fmt_s(t)} (CPU {fmt_s(cpu[tool][-1])})")
+                    steps(f"{mode} {n:,} flows ({ops:,} ops) {tool}: {fmt_time(t)} (CPU {fmt_time(cpu[tool][-1])})")
                 if len(snaps) == 2:
                     same = snaps["ratelimit"] == snaps["tc-batch"]
                     doc["identical_state"] = doc.get("identical_state", True) and same
@@ -171,7 +172,7 @@ def measure(quick: bool, place: str, *, flows: tuple[int, ...] | None = None, ou
                 t = c.wall
                 samples["tc-per-rule"].append(t)
                 cpu["tc-per-rule"].append(c.cpu)
-                steps(f"{mode} {n:,} flows tc per rule: {fmt_s(t)}")
+                steps(f"{mode} {n:,} flows tc per rule: {fmt_time(t)}")
                 rule_basis = (n, ops, max(0.0, (t - min(samples["tc-batch"])) / ops),
                               max(0.0, (c.cpu - min(cpu["tc-batch"])) / ops))
             common = {"mode": mode, "flows": n, "requested_flows": n_req, "ops": ops,
@@ -198,7 +199,7 @@ def measure(quick: bool, place: str, *, flows: tuple[int, ...] | None = None, ou
                              "basis": f"{n:,} rules x {tcc['per_rule_s']:.2f} s (tcset --tc-command, "
                                       f"best of {len(tcc['samples'])}); kernel work and tc processes not included"})
             ours, batch = min(samples["ratelimit"]), min(samples["tc-batch"])
-            say(NAME, f"{mode} {n:,} flows: ratelimit {fmt_s(ours)}, tc -batch {fmt_s(batch)} "
+            say(NAME, f"{mode} {n:,} flows: ratelimit {fmt_time(ours)}, tc -batch {fmt_time(batch)} "
                       f"(tc -batch / ours = {ratio(batch, ours):.2f} wall, "
                       f"{fmt_ratio(cpu_ratio(min(cpu['tc-batch']), min(cpu['ratelimit'])))} CPU; best of {repeats})")
             save(doc, outdir) if outdir else save(doc)
@@ -240,7 +241,8 @@ def _timed(fn, *a):
 
 
 def main(args) -> int:
-    from .common import RESULTS_DIR, in_vm, load_modules, run_vm_part
+    from .sandbox import in_vm, load_modules, run_vm_part
+    from .results import RESULTS_DIR
     outdir = args.out or RESULTS_DIR
     flows = tuple(args.flows) if args.flows else None
     if in_vm():

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 from ratelimit.compile import compile_plan
 
-from .common import (DEV, BenchError, Clock, Netns, Steps, fmt_s, flows_request, host_has, median, new_result, ratio,
-                     run, save, say, shape_flows)
+from .common import BenchError, Clock, DEV, Steps, flows_request, fmt_time, median, ratio, run, say, shape_flows
+from .sandbox import Netns, host_has
+from .results import new_result, save
 
 NAME = "stats"
 VM_WORK = True
@@ -43,7 +44,7 @@ def config(quick: bool, place: str, flows=None) -> Config:
 
 
 def _ours(ns: Netns, plan) -> tuple[Clock, int]:
-    from ratelimit.netlink import Executor
+    from ratelimit.kernel.executor import Executor
     with Clock() as c:
         with Executor(ns.name) as ex:
             rows = ex.stats(plan)
@@ -68,7 +69,7 @@ def measure(quick: bool, place: str, *, flows=None, outdir=None) -> dict:
             plan = compile_plan(flows_request(n, mode))
             ours, theirs, ours_cpu, theirs_cpu = [], [], [], []
             with Netns("stats") as ns:
-                from ratelimit.netlink import Executor
+                from ratelimit.kernel.executor import Executor
                 with Executor(ns.name) as ex:
                     t0 = time.perf_counter()
                     ex.apply(plan.ops)
@@ -93,7 +94,7 @@ def measure(quick: bool, place: str, *, flows=None, outdir=None) -> dict:
             doc["rows"].append({**common, "tool": f"tc -s {tc_what} show", "seconds": min(theirs),
                                 "median_s": median(theirs), "samples": theirs, "cpu_s": min(theirs_cpu),
                                 "cpu_samples": theirs_cpu, "output_bytes": out_bytes})
-            steps(f"{mode} {n:,} flows: ratelimit {fmt_s(min(ours))}, tc -s {tc_what} show {fmt_s(min(theirs))} "
+            steps(f"{mode} {n:,} flows: ratelimit {fmt_time(min(ours))}, tc -s {tc_what} show {fmt_time(min(theirs))} "
                   f"(tc / ours = {ratio(min(theirs), min(ours)):.2f}; best of {cfg.repeats})")
             if outdir:
                 save(doc, outdir)
@@ -104,7 +105,8 @@ def measure(quick: bool, place: str, *, flows=None, outdir=None) -> dict:
 
 
 def main(args) -> int:
-    from .common import RESULTS_DIR, in_vm, load_modules, run_vm_part
+    from .sandbox import in_vm, load_modules, run_vm_part
+    from .results import RESULTS_DIR
     outdir = args.out or RESULTS_DIR
     if in_vm():
         load_modules()

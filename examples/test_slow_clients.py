@@ -8,7 +8,7 @@ two clients, each behind an emulated V.34 modem of its own, fetch a
 Run as root (the fixtures make network namespaces):
 
     python3 -m pytest examples/test_slow_clients.py          # ratelimit installed
-    python3 -m pytest -p ratelimit.pytest_plugin examples/test_slow_clients.py   # from a checkout
+    python3 -m pytest -p ratelimit.lab.pytest_plugin examples/test_slow_clients.py   # from a checkout
 """
 
 import sys

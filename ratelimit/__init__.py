@@ -1,15 +1,18 @@
 """ratelimit: make a Linux router emulate thousands of slow or distant links.
 
-Module map (who knows what):
-  errors    the one exception family users see, with exit codes
-  units     parsing and formatting of rates, sizes, times and percentages
-  model     the frozen inputs: link parameters, profiles, a request
-  profiles  finding and loading profile TOML files
-  plan      the operations a plan is made of, and their tc -batch text
-  compile   request -> plan, pure (no I/O): the u32 hash tree lives here
-  netlink   the executor: the only module that talks to the kernel
-  service   apply/clean/list/stats glue used by the CLI, web UI and lab
-  cli       the command line (compatible with ratelimit v0.3)
+Package map (docs/design.md has one line per module):
+  errors, units, model, selectors, profiles   the vocabulary, parsed once at the edge
+  compile, plan                               request -> plan of tc operations, pure
+  service, state, progress, cli               apply/clean/list/stats, their state and command line
+  kernel/   the executor (the only code that changes traffic control), netlink encoding and
+            decoding, namespaces and devices through pyroute2, the kernel probe, the VM runner
+  lab/      the namespace lab, its demo, the docroot server and the pytest fixtures
 """
 
+from pathlib import Path
+
 __version__ = "0.4.0"
+
+# The directory holding the ratelimit package: the checkout when run from one
+# (then it holds profiles/, vagrant/ and webui/ too).
+SOURCE_ROOT = Path(__file__).resolve().parent.parent

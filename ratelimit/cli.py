@@ -17,7 +17,8 @@ from . import __version__
 from .errors import RatelimitError, UsageError
 
 EXIT_INTERNAL = 70
-SUBCOMMANDS = ("profiles", "vm", "lab", "web")
+SUBCOMMANDS = ("profiles", "vm", "lab", "web")  # web: registered by the webui package
+PLUGIN_GROUP = "ratelimit.subcommands"
 ACTIONS = {"clean": "clean", "list": "list", "stats": "stats", "statistics": "stats"}
 
 USAGE = """\
@@ -99,20 +100,8 @@ class Console:
 
     def progress(self):
         """A progress callback drawing one line on a terminal, or None when piped."""
-        if not getattr(self.stderr, "isatty", lambda: False)():
-            return None
-        last = [0.0]
-
-        def show(done, total):
-            now = time.monotonic()
-            if done < total and now - last[0] < 0.1:
-                return
-            last[0] = now
-            self.stderr.write(f"\rapplying: {100 * done // max(total, 1):3d}% ({done}/{total} operations)")
-            if done >= total:
-                self.stderr.write("\n")
-            self.stderr.flush()
-        return show
+        from .progress import terminal
+        return terminal(self.stderr, "applying:")
 
 
 def main(argv=None, console: Console | None = None) -> int:
@@ -246,17 +235,31 @@ def _dry_clean(args, con) -> int:
     return 0
 
 
+def _vm(argv, con) -> int:
+    from .kernel.vm import vm_main
+    return vm_main(argv)
+
+
+def _lab(argv, con) -> int:
+    from .lab.cli import lab_main
+    return lab_main(argv)
+
+
 def _subcommand(name, argv, con) -> int:
-    if name == "profiles":
-        return _profiles(argv, con)
-    if name == "vm":
-        from .vm import vm_main
-        return vm_main(argv)
-    if name == "lab":
-        from .lab import lab_main
-        return lab_main(argv)
-    from webui.cli import web_main
-    return web_main(argv)
+    own = {"profiles": _profiles, "vm": _vm, "lab": _lab}.get(name)
+    if own is not None:
+        return own(argv, con)
+    return _registered(name)(argv)
+
+
+def _registered(name):
+    """A subcommand another package registers (entry point group ``ratelimit.subcommands``;
+    the dashboard's ``web`` is one), so ratelimit needs none of them to run."""
+    from importlib.metadata import entry_points
+    for ep in entry_points(group=PLUGIN_GROUP, name=name):
+        return ep.load()
+    raise UsageError(f"{name}: not installed (the '{name}' subcommand comes with the webui package of "
+                     f"ratelimit's checkout: pip install -e .)")
 
 
 def _profiles(argv, con) -> int:

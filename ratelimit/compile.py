@@ -23,14 +23,15 @@ ingress qdisc; shaping or netem needs an IFB device the ingress redirects to.
 """
 
 import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
 from operator import itemgetter
 from collections import Counter, defaultdict
-from ipaddress import IPv4Address
 
 from .errors import FieldError, UsageError
 from .model import DIRECTIONS, MODES, LinkParams, Request
-from .plan import (INGRESS_HANDLE, AddIfb, Flow, HashKey, HtbClass, HtbQdisc, IngressQdisc, Key,
-                   Netem, NetemQdisc, Plan, Police, U32Filter, U32Table)
+from .plan import (INGRESS_HANDLE, AddIfb, Flow, HashKey, HtbClass, HtbQdisc, IngressQdisc, Key, NetemQdisc,
+                   Plan, Police, U32Filter, U32Table)
 
 ROOT = 0x520000  # 52:
 POOL_CLASS = 0x520001  # 52:1
@@ -114,13 +115,6 @@ def _validate(req: Request) -> None:
 # ---------------------------------------------------------------- stages
 
 
-def _netem(params: LinkParams, limit_pkts: int) -> Netem:
-    return Netem(params.delay_us, params.jitter_us, params.delay_corr_pct, params.loss_pct,
-                 params.loss_corr_pct, params.duplicate_pct, params.duplicate_corr_pct,
-                 params.corrupt_pct, params.corrupt_corr_pct, params.reorder_pct,
-                 params.reorder_corr_pct, limit_pkts)
-
-
 def _pool_limit(req: Request, params: LinkParams) -> int:
     """netem queue for all policed flows: twice what is in flight, at least 1000."""
     if params.queue_pkts:
@@ -138,18 +132,18 @@ def _egress(req, dev, direction, params, ops, flows):
     ops.append(HtbClass(dev, ROOT, POOL_CLASS, bw, bw, pool_burst, req.mtu_bytes, req.mpu_bytes))
     if req.mode == "police":
         if params.needs_netem():
-            ops.append(NetemQdisc(dev, POOL_CLASS, POOL_NETEM, _netem(params, _pool_limit(req, params))))
+            ops.append(NetemQdisc(dev, POOL_CLASS, POOL_NETEM, params, _pool_limit(req, params)))
         _tree(req, dev, ROOT, direction, params, None, ops, flows)
         return
     rate = params.rate_bps or bw
-    leaf = _netem(params, params.queue_pkts or 1000) if params.needs_netem() else None
+    leaf_limit = params.queue_pkts or 1000
     classes = []
     for i in range(req.flow_count()):
         minor = FLOW_MINOR_BASE + i
         classes.append(HtbClass(dev, POOL_CLASS, ROOT | minor, rate, rate, req.burst_bytes(rate),
                                 req.mtu_bytes, req.mpu_bytes))
-        if leaf:
-            classes.append(NetemQdisc(dev, ROOT | minor, minor << 16, leaf))
+        if params.needs_netem():
+            classes.append(NetemQdisc(dev, ROOT | minor, minor << 16, params, leaf_limit))
     ops += classes
     _tree(req, dev, ROOT, direction, params, lambda i: ROOT | (FLOW_MINOR_BASE + i), ops, flows)
 
@@ -197,6 +191,22 @@ class _TableIds:
         return ht
 
 
+@dataclass(frozen=True)
+class _FilterList:
+    """One u32 filter list: a device, a parent qdisc, a priority (one per address family)."""
+
+    dev: str
+    parent: int
+    prio: int
+    protocol: str
+
+    def table(self, ht: int) -> U32Table:
+        return U32Table(self.dev, self.parent, self.prio, self.protocol, ht, 256)
+
+    def node(self, ht: int, bucket: int, node: int, keys, **kw) -> U32Filter:
+        return U32Filter(self.dev, self.parent, self.prio, self.protocol, ht, bucket, node, keys, **kw)
+
+
 def _tree(req, dev, parent, direction, params, classid_of, ops, flows):
     """The u32 hash tree for every selected (host, port) on ``dev``."""
     if classid_of is None:  # police mode: everyone joins the pool class
@@ -213,6 +223,7 @@ def _tree(req, dev, parent, direction, params, classid_of, ops, flows):
         if not hosts:
             continue
         prio, proto_name, l1 = FAMILY[family]
+        where = _FilterList(dev, parent, prio, proto_name)
         levels = _levels(family, direction)
         port_keys = [_port_key(family, direction, p) for p in port_list]
         port_vals = [(p >> 8, p & 0xFF) for p in port_list]
@@ -224,22 +235,27 @@ def _tree(req, dev, parent, direction, params, classid_of, ops, flows):
                 entries.append((index, host, port, (b3, hi, lo, b2, b1, b0), host_keys + (port_key,)))
                 index += 1
         first = _choose_level(entries, levels, set()) or 0
-        ops.append(U32Table(dev, parent, prio, proto_name, l1, 256))
-        place = _Placer(req, dev, parent, prio, proto_name, family, direction, police, classid_of, levels, ids, ops, flows)
+        ops.append(where.table(l1))
+        place = _Placer(where, direction, levels, classid_of, police, req.mode == "shape", ids, ops, flows)
         place.split(l1, entries, first, {first})
         _, off, mask = levels[first]
         for node, proto in enumerate(PROTOCOLS, start=1):
-            ops.append(U32Filter(dev, parent, prio, proto_name, 0, 0, node, _root_keys(family, proto),
-                                 HashKey(mask, off), link=l1))
+            ops.append(where.node(0, 0, node, _root_keys(family, proto), hashkey=HashKey(mask, off), link=l1))
 
 
+@dataclass
 class _Placer:
     """Places flows into 256-way tables until every bucket is small."""
 
-    def __init__(self, req, dev, parent, prio, proto, family, direction, police, classid_of, levels, ids, ops, flows):
-        self.__dict__.update(locals())
-        del self.__dict__["self"]
-        self.shape = req.mode == "shape"
+    where: _FilterList
+    direction: str
+    levels: list
+    classid_of: Callable[[int], int]  # flow index -> the class its packets join
+    police: Police | None
+    shape: bool  # flows remember their class (shape mode) for statistics
+    ids: _TableIds
+    ops: list
+    flows: list
 
     def split(self, ht, entries, level, used):
         """Put ``entries`` (hashed into table ``ht`` on ``level``) into its buckets."""
@@ -253,21 +269,19 @@ class _Placer:
                 self.leaves(ht, b, group)
                 continue
             child = self.ids.take(len(entries))
-            self.ops.append(U32Table(self.dev, self.parent, self.prio, self.proto, child, 256))
+            self.ops.append(self.where.table(child))
             self.split(child, group, nxt, used | {nxt})
             _, off, mask = self.levels[nxt]
-            self.ops.append(U32Filter(self.dev, self.parent, self.prio, self.proto, ht, b, 1, (Key(0, 0, 0),),
-                                      HashKey(mask, off), link=child))
+            self.ops.append(self.where.node(ht, b, 1, (Key(0, 0, 0),), hashkey=HashKey(mask, off), link=child))
 
     def leaves(self, ht, bucket, group):
         if len(group) > 0xFFF:
             raise FieldError("--hosts/--ports", f"{len(group)} flows", "share one u32 bucket (at most 4095)")
+        w = self.where
         for node, (i, host, port, _, keys) in enumerate(group, start=1):
             classid = self.classid_of(i)
-            f = U32Filter(self.dev, self.parent, self.prio, self.proto, ht, bucket, node, keys,
-                          classid=classid, police=self.police)
-            self.ops.append(f)
-            self.flows.append(Flow(self.direction, host, port, self.dev, self.prio, (ht << 20) | (bucket << 12) | node,
+            self.ops.append(w.node(ht, bucket, node, keys, classid=classid, police=self.police))
+            self.flows.append(Flow(self.direction, host, port, w.dev, w.prio, (ht << 20) | (bucket << 12) | node,
                                    classid if self.shape else None))
 
 

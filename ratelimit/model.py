@@ -53,6 +53,11 @@ class Profile:
     path: str = ""
 
 
+def v03_burst_bytes(rate_bps: int, burst: int, mtu_bytes: int) -> int:
+    """ratelimit v0.3's burst: ``rate x burst / 8`` bytes, never below one MTU."""
+    return max(mtu_bytes, rate_bps * burst // 8)
+
+
 @dataclass(frozen=True)
 class Request:
     """Everything the compiler needs; hosts are already resolved to addresses."""
@@ -73,8 +78,7 @@ class Request:
     profile: str | None = None
 
     def burst_bytes(self, rate_bps: int) -> int:
-        """ratelimit v0.3's burst: ``rate x burst / 8`` bytes, never below one MTU."""
-        return max(self.mtu_bytes, rate_bps * self.burst_pkts // 8)
+        return v03_burst_bytes(rate_bps, self.burst_pkts, self.mtu_bytes)
 
     def flow_count(self) -> int:
         return len(self.hosts) * sum(hi - lo + 1 for lo, hi in self.ports)

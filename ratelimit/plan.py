@@ -1,14 +1,17 @@
 """The operations a plan is made of, and how each reads as tc text.
 
 A plan is an ordered tuple of small frozen operations.  The compiler makes it
-without touching the system; the executor (``netlink``) carries it out, one
-function per operation type; ``script`` prints it as the shell/``tc -batch``
-text a person can paste.  Handles are ints inside (``0x520000`` is ``52:``).
+without touching the system; the executor (``kernel.executor``) carries it
+out, one function per operation type; ``script`` prints it as the
+shell/``tc -batch`` text a person can paste.  Handles are ints inside
+(``0x520000`` is ``52:``).  Each operation says which kernel parts it needs
+(``features``, names as ``kernel.probe`` knows them) and what removes it
+(``undo``; None when it goes with the qdisc it hangs under).
 """
 
 from dataclasses import dataclass
 
-from .model import IPAddress, Request
+from .model import IPAddress, LinkParams, Request
 from .units import format_percent, format_rate, format_time
 
 TC_H_ROOT = 0xFFFFFFFF
@@ -22,29 +25,49 @@ def tc_handle(handle: int) -> str:
     return f"{major:x}:" if minor == 0 else f"{major:x}:{minor:x}"
 
 
-def parse_handle(text: str) -> int:
-    """'52:' -> 0x520000, '52:100' -> 0x520100."""
-    major, _, minor = text.partition(":")
-    return (int(major or "0", 16) << 16) | int(minor or "0", 16)
-
-
 def u32_handle(ht: int, bucket: int = 0, node: int = 0) -> int:
     return (ht << 20) | (bucket << 12) | node
-
-
-def u32_text(handle: int) -> str:
-    """0x00105001 -> '1:5:1' (ht:bucket:node)."""
-    return f"{handle >> 20:x}:{(handle >> 12) & 0xFF:x}:{handle & 0xFFF:x}"
 
 
 # ---------------------------------------------------------------- operations
 
 
+class _Ip:
+    """An operation on a network device (``ip link ...``)."""
+
+    features: frozenset = frozenset()
+
+    def shell(self) -> list[str]:
+        raise NotImplementedError
+
+    def lines(self) -> list[str]:
+        return self.shell()
+
+    def undo(self):
+        return None
+
+
+class _Tc:
+    """An operation on traffic control (one ``tc -batch`` line)."""
+
+    features: frozenset = frozenset()
+
+    def tc(self) -> str:
+        raise NotImplementedError
+
+    def lines(self) -> list[str]:
+        return [self.tc()]
+
+    def undo(self):
+        return None  # removed with the root qdisc it hangs under
+
+
 @dataclass(frozen=True)
-class AddIfb:
+class AddIfb(_Ip):
     """An IFB device that ingress traffic is redirected to, for shaping/delay."""
 
     name: str
+    features = frozenset({"ifb"})
 
     def shell(self) -> list[str]:
         return [f"ip link add name {self.name} type ifb", f"ip link set dev {self.name} up"]
@@ -54,7 +77,7 @@ class AddIfb:
 
 
 @dataclass(frozen=True)
-class DelLink:
+class DelLink(_Ip):
     name: str
 
     def shell(self) -> list[str]:
@@ -62,10 +85,11 @@ class DelLink:
 
 
 @dataclass(frozen=True)
-class HtbQdisc:
+class HtbQdisc(_Tc):
     dev: str
     handle: int
     default_minor: int = 0  # 0: unclassified packets go out untouched
+    features = frozenset({"htb"})
 
     def tc(self) -> str:
         return f"qdisc add dev {self.dev} root handle {tc_handle(self.handle)} htb default {self.default_minor:x}"
@@ -75,8 +99,9 @@ class HtbQdisc:
 
 
 @dataclass(frozen=True)
-class IngressQdisc:
+class IngressQdisc(_Tc):
     dev: str
+    features = frozenset({"ingress"})
 
     def tc(self) -> str:
         return f"qdisc add dev {self.dev} handle ffff: ingress"
@@ -86,7 +111,7 @@ class IngressQdisc:
 
 
 @dataclass(frozen=True)
-class DelQdisc:
+class DelQdisc(_Tc):
     dev: str
     parent: int
 
@@ -96,7 +121,7 @@ class DelQdisc:
 
 
 @dataclass(frozen=True)
-class HtbClass:
+class HtbClass(_Tc):
     dev: str
     parent: int
     classid: int
@@ -105,6 +130,7 @@ class HtbClass:
     burst_bytes: int
     quantum_bytes: int
     mpu_bytes: int = 0
+    features = frozenset({"htb"})
 
     def tc(self) -> str:
         mpu = f" mpu {self.mpu_bytes}" if self.mpu_bytes else ""
@@ -112,63 +138,45 @@ class HtbClass:
                 f" htb rate {format_rate(self.rate_bps)} ceil {format_rate(self.ceil_bps)}"
                 f" burst {self.burst_bytes}b cburst {self.burst_bytes}b quantum {self.quantum_bytes}{mpu}")
 
-    def undo(self):
-        return None  # removed with the root qdisc
+
+def netem_args(p: LinkParams, limit_pkts: int) -> str:
+    """tc's words for the netem stage of link parameters ``p``."""
+    out = [f"limit {limit_pkts}"]
+    if p.delay_us or p.jitter_us:
+        out.append(f"delay {format_time(p.delay_us)}")
+        if p.jitter_us:
+            out.append(format_time(p.jitter_us))
+            if p.delay_corr_pct:
+                out.append(format_percent(p.delay_corr_pct))
+    for word, pct, corr in (("loss", p.loss_pct, p.loss_corr_pct),
+                            ("duplicate", p.duplicate_pct, p.duplicate_corr_pct),
+                            ("corrupt", p.corrupt_pct, p.corrupt_corr_pct),
+                            ("reorder", p.reorder_pct, p.reorder_corr_pct)):
+        if pct:
+            out.append(f"{word} {format_percent(pct)}")
+            if corr:
+                out.append(format_percent(corr))
+    return " ".join(out)
 
 
 @dataclass(frozen=True)
-class Netem:
-    """netem parameters; times in microseconds, probabilities in percent."""
+class NetemQdisc(_Tc):
+    """A netem stage for the impairments of ``params``, queueing at most ``limit_pkts``."""
 
-    delay_us: int = 0
-    jitter_us: int = 0
-    delay_corr_pct: float = 0.0
-    loss_pct: float = 0.0
-    loss_corr_pct: float = 0.0
-    duplicate_pct: float = 0.0
-    duplicate_corr_pct: float = 0.0
-    corrupt_pct: float = 0.0
-    corrupt_corr_pct: float = 0.0
-    reorder_pct: float = 0.0
-    reorder_corr_pct: float = 0.0
-    limit_pkts: int = 1000
-
-    def tc_args(self) -> str:
-        out = [f"limit {self.limit_pkts}"]
-        if self.delay_us or self.jitter_us:
-            out.append(f"delay {format_time(self.delay_us)}")
-            if self.jitter_us:
-                out.append(format_time(self.jitter_us))
-                if self.delay_corr_pct:
-                    out.append(format_percent(self.delay_corr_pct))
-        for word, pct, corr in (("loss", self.loss_pct, self.loss_corr_pct),
-                                ("duplicate", self.duplicate_pct, self.duplicate_corr_pct),
-                                ("corrupt", self.corrupt_pct, self.corrupt_corr_pct),
-                                ("reorder", self.reorder_pct, self.reorder_corr_pct)):
-            if pct:
-                out.append(f"{word} {format_percent(pct)}")
-                if corr:
-                    out.append(format_percent(corr))
-        return " ".join(out)
-
-
-@dataclass(frozen=True)
-class NetemQdisc:
     dev: str
     parent: int
     handle: int
-    netem: Netem
+    params: LinkParams
+    limit_pkts: int = 1000
+    features = frozenset({"netem"})
 
     def tc(self) -> str:
         return (f"qdisc add dev {self.dev} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
-                f" netem {self.netem.tc_args()}")
-
-    def undo(self):
-        return None
+                f" netem {netem_args(self.params, self.limit_pkts)}")
 
 
 @dataclass(frozen=True)
-class U32Table:
+class U32Table(_Tc):
     """A u32 hash table (``divisor``) in the filter list ``prio`` of ``parent``."""
 
     dev: str
@@ -177,13 +185,11 @@ class U32Table:
     protocol: str
     ht: int
     divisor: int
+    features = frozenset({"u32"})
 
     def tc(self) -> str:
         return (f"filter add dev {self.dev} parent {tc_handle(self.parent)} prio {self.prio}"
                 f" handle {self.ht:x}: protocol {self.protocol} u32 divisor {self.divisor}")
-
-    def undo(self):
-        return None
 
 
 @dataclass(frozen=True)
@@ -220,7 +226,7 @@ class Police:
 
 
 @dataclass(frozen=True)
-class U32Filter:
+class U32Filter(_Tc):
     """One u32 node: in table ``ht`` (0 = the root table of ``prio``), bucket, node."""
 
     dev: str
@@ -241,6 +247,10 @@ class U32Filter:
     def handle(self) -> int:
         return u32_handle(self.ht, self.bucket, self.node)
 
+    @property
+    def features(self) -> frozenset:
+        return frozenset({"u32"} | ({"police"} if self.police else set()) | ({"mirred"} if self.redirect else set()))
+
     def tc(self) -> str:
         where = f"{self.ht:x}:{self.bucket:x}:{self.node:x}" if self.ht else f"::{self.node:x}"
         out = [f"filter add dev {self.dev} parent {tc_handle(self.parent)} prio {self.prio}"
@@ -259,9 +269,6 @@ class U32Filter:
         if self.redirect:
             out.append(f"action mirred egress redirect dev {self.redirect}")
         return " ".join(out)
-
-    def undo(self):
-        return None
 
 
 # ---------------------------------------------------------------- the plan
@@ -300,24 +307,12 @@ class Plan:
         return tuple(u for u in (op.undo() for op in reversed(self.ops)) if u is not None)
 
     def features(self) -> frozenset[str]:
-        """Kernel parts the plan needs (names as used by ``probe``)."""
-        need = set()
-        for op in self.ops:
-            if isinstance(op, HtbQdisc):
-                need.add("htb")
-            elif isinstance(op, IngressQdisc):
-                need.add("ingress")
-            elif isinstance(op, NetemQdisc):
-                need.add("netem")
-            elif isinstance(op, AddIfb):
-                need.add("ifb")
-            elif isinstance(op, (U32Table, U32Filter)):
-                need.add("u32")
-                if getattr(op, "police", None):
-                    need.add("police")
-                if getattr(op, "redirect", None):
-                    need.add("mirred")
-        return frozenset(need)
+        """Kernel parts the plan needs (names as used by ``kernel.probe``)."""
+        return frozenset().union(*(op.features for op in self.ops))
+
+    def has_ingress(self) -> bool:
+        """True if the plan puts an ingress qdisc on its interface."""
+        return any(type(op) is IngressQdisc for op in self.ops)
 
 
 def script(ops, netns: str | None = None) -> str:
@@ -326,7 +321,7 @@ def script(ops, netns: str | None = None) -> str:
     lines = ["#!/bin/sh", "set -e"]
     batch: list[str] = []
     for op in ops:
-        if hasattr(op, "shell"):
+        if isinstance(op, _Ip):
             lines += [ns_ip + s[3:] for s in op.shell()]
         else:
             batch.append(op.tc())
@@ -340,4 +335,4 @@ def script(ops, netns: str | None = None) -> str:
 
 def tc_batch(ops) -> str:
     """Only the ``tc -batch`` lines of ``ops`` (for benchmarks and tests)."""
-    return "".join(op.tc() + "\n" for op in ops if hasattr(op, "tc"))
+    return "".join(op.tc() + "\n" for op in ops if isinstance(op, _Tc))

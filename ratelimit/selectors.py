@@ -11,21 +11,7 @@ def parse_ports(text: str, field: str = "--ports") -> tuple[tuple[int, int], ...
     """``"1024-2047,3000"`` -> ((1024, 2047), (3000, 3000)); overlaps are merged."""
     if text is None or not str(text).strip():
         raise UsageError(f"{field}: none given (ranges like 1024-2047,3000)")
-    ranges = []
-    for part in str(text).split(","):
-        part = part.strip()
-        lo_text, dash, hi_text = part.partition("-")
-        try:
-            lo = int(lo_text)
-            hi = int(hi_text) if dash else lo
-        except ValueError:
-            raise FieldError(field, f"'{part}'", "is not a port or range (e.g. 1024-2047,3000)") from None
-        for p in (lo, hi):
-            if not 1 <= p <= 65535:
-                raise FieldError(field, p, "is not a port (1-65535)")
-        if lo > hi:
-            raise FieldError(field, part, "is a reversed range (low-high)")
-        ranges.append((lo, hi))
+    ranges = [parse_port_range(part, field) for part in str(text).split(",")]
     merged: list[list[int]] = []
     for lo, hi in sorted(ranges):
         if merged and lo <= merged[-1][1] + 1:
@@ -33,6 +19,23 @@ def parse_ports(text: str, field: str = "--ports") -> tuple[tuple[int, int], ...
         else:
             merged.append([lo, hi])
     return tuple((lo, hi) for lo, hi in merged)
+
+
+def parse_port_range(text: str, field: str = "--ports") -> tuple[int, int]:
+    """``"1024-2047"`` -> (1024, 2047), ``"3000"`` -> (3000, 3000)."""
+    part = str(text).strip()
+    lo_text, dash, hi_text = part.partition("-")
+    try:
+        lo = int(lo_text)
+        hi = int(hi_text) if dash else lo
+    except ValueError:
+        raise FieldError(field, f"'{part}'", "is not a port or range (e.g. 1024-2047,3000)") from None
+    for p in (lo, hi):
+        if not 1 <= p <= 65535:
+            raise FieldError(field, p, "is not a port (1-65535)")
+    if lo > hi:
+        raise FieldError(field, part, "is a reversed range (low-high)")
+    return lo, hi
 
 
 def format_ports(ports) -> str:

@@ -64,7 +64,7 @@ def _require_root() -> None:
 
 
 def _executor(netns):
-    from .netlink import Executor  # the only module that touches netlink
+    from .kernel.executor import Executor  # the only code that changes traffic control
     return Executor(netns)
 
 
@@ -76,7 +76,7 @@ def _check_interface(ex, req_or_name, netns) -> None:
 
 
 def _check_kernel(plan) -> None:
-    from .probe import missing_message, probe
+    from .kernel.probe import missing_message, probe
     risky = sorted(plan.features() & {"netem", "police", "ifb", "mirred"})
     if not risky:
         return
@@ -102,7 +102,7 @@ def _check_ownership(ex, plan, old_plan, force: bool) -> None:
     if root is not None and root != ("htb", ROOT):
         raise ConflictError(f"--interface: {dev} has a root qdisc ratelimit did not install "
                             f"({root[0]} {root[1] >> 16:x}:); use --force to replace it")
-    ours_ingress = old_plan is not None and any(type(op).__name__ == "IngressQdisc" for op in old_plan.ops)
+    ours_ingress = old_plan is not None and old_plan.has_ingress()
     if ex.has_ingress(dev) and not ours_ingress and plan.request.direction != "dest":
         raise ConflictError(f"--interface: {dev} has an ingress qdisc ratelimit did not install; "
                             "use --force to replace it")
@@ -161,7 +161,7 @@ def clean(interface: str, netns: str | None = None, *, force: bool = False, echo
             return False
         for op in teardown:
             if echo:
-                echo(op.tc() if hasattr(op, "tc") else op.shell()[0])
+                echo(op.lines()[0])
         ex.remove(teardown)
         state.forget(netns, interface)
         return True

@@ -103,7 +103,7 @@ def parse_count(text, field: str, lo: int, hi: int) -> int:
 
 
 def format_rate(bps: int) -> str:
-    """tc text for a rate, exact: 28800 -> '28800bit', 1000000 -> '1Mbit'."""
+    """tc text for a rate, exact: 28800 -> '28800bit', 56000 -> '56kbit', 1000000 -> '1mbit'."""
     for unit, factor in (("gbit", 10**9), ("mbit", 10**6), ("kbit", 10**3)):
         if bps % factor == 0:
             return f"{bps // factor}{unit}"

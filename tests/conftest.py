@@ -7,7 +7,7 @@
   naming the probe features needed; default ``probe.FULL_KERNEL``): need a full
   kernel.  When the host kernel has the features they run on the host.
   Otherwise all of them run in ONE VM booted from the stock kernel
-  (``ratelimit.vm``): ``python -m pytest -m kernel NODEIDS`` in the same
+  (``ratelimit.kernel.vm``): ``python -m pytest -m kernel NODEIDS`` in the same
   checkout with the same interpreter, and each test here reports the VM's
   verdict for its node id (the VM's output, with the guest's ``uname -r``, is
   printed as it runs).  If no VM can be booted, each kernel test FAILS with
@@ -15,7 +15,7 @@
   inside the VM (``RATELIMIT_IN_VM=1``) kernel tests simply run.
 
 Fixtures: ``netns_name`` (unique names, cleaned up), ``netns`` (creates them),
-``lab`` (an ``nstopo.Topology`` built and destroyed for the test).
+``lab`` (an ``topology.Topology`` built and destroyed for the test).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def pytest_configure(config):
 # which kernel tests go to the VM
 
 def _needed(item) -> tuple[str, ...]:
-    from ratelimit.probe import FULL_KERNEL
+    from ratelimit.kernel.probe import FULL_KERNEL
     features: list[str] = []
     for mark in item.iter_markers("kernel"):
         features += mark.args
@@ -64,7 +64,7 @@ def _host_lacks(features: tuple[str, ...]) -> tuple[str, ...] | str:
     if os.geteuid() != 0:
         return "not root on the host"
     from ratelimit.errors import RatelimitError
-    from ratelimit.probe import missing
+    from ratelimit.kernel.probe import missing
     try:
         return tuple(missing(features))
     except RatelimitError as e:
@@ -139,7 +139,7 @@ class _VMSession:
         self.whys = whys
         self.ran = False
         self.error = ""  # why the VM gave no verdicts
-        self.result = None  # ratelimit.vm.VMResult
+        self.result = None  # ratelimit.kernel.vm.VMResult
         self.records: dict[str, list[dict]] = {}
         self.tail: list[str] = []
 
@@ -163,7 +163,7 @@ class _VMSession:
             self._run()
 
     def _run(self) -> None:
-        from ratelimit import vm
+        from ratelimit.kernel import vm
         from ratelimit.errors import RatelimitError
         rootdir = str(self.config.rootpath)
         outdir = tempfile.mkdtemp(prefix="ratelimit-kernel-tests-", dir="/tmp")
@@ -297,7 +297,7 @@ def netns_name():
     ``netns_name("tag")`` -> ``rlt-<pid>-<n>-tag``).  The namespace is not
     created; any namespace of that name is deleted (its processes killed) when
     the test ends."""
-    from ratelimit import nstopo
+    from ratelimit.kernel import netns
     names: list[str] = []
 
     def make(tag: str = "") -> str:
@@ -306,7 +306,7 @@ def netns_name():
         return name
 
     yield make
-    nstopo.delete_namespaces(names)
+    netns.delete_namespaces(names)
 
 
 @pytest.fixture
@@ -324,15 +324,42 @@ def netns(netns_name):
     return make
 
 
+HOST4, HOST6 = "198.18.1.2", "2001:db8:1::2"  # the client of router_pair
+ROUTER4, ROUTER6 = "198.18.1.1", "2001:db8:1::1"
+
+
+@pytest.fixture
+def router_pair(netns_name):
+    """A router namespace (device r0, facing the client) and a client namespace
+    (device c0), joined by a veth pair with IPv4 and IPv6 addresses; removed at
+    the end.  Yields (router, client)."""
+    import subprocess
+    subprocess.run(["modprobe", "-a", "sch_htb", "sch_netem", "sch_ingress", "cls_u32", "act_police",
+                    "act_mirred", "ifb"], capture_output=True)  # a full kernel loads them on demand too
+
+    def sh(*argv):
+        subprocess.run(argv, check=True, capture_output=True, text=True)
+    router, client = netns_name("r"), netns_name("c")
+    for ns in (router, client):
+        sh("ip", "netns", "add", ns)
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+    sh("ip", "-n", router, "link", "add", "r0", "type", "veth", "peer", "name", "c0", "netns", client)
+    for ns, dev, a4, a6 in ((router, "r0", ROUTER4, ROUTER6), (client, "c0", HOST4, HOST6)):
+        sh("ip", "-n", ns, "addr", "add", f"{a4}/24", "dev", dev)
+        sh("ip", "-n", ns, "addr", "add", f"{a6}/64", "dev", dev, "nodad")
+        sh("ip", "-n", ns, "link", "set", dev, "up")
+    return router, client
+
+
 @pytest.fixture
 def lab():
-    """Factory: ``lab(clients=1)`` -> a built ``nstopo.Topology`` with a unique
+    """Factory: ``lab(clients=1)`` -> a built ``topology.Topology`` with a unique
     name; destroyed (processes killed) when the test ends."""
-    from ratelimit import nstopo
+    from ratelimit.lab import topology
     made = []
 
     def make(clients: int = 1, **kw):
-        topo = nstopo.Topology.create(f"t{os.getpid()}_{next(_counter)}", clients, **kw)
+        topo = topology.Topology.create(f"t{os.getpid()}_{next(_counter)}", clients, **kw)
         made.append(topo)
         return topo
 

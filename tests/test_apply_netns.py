@@ -13,9 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from ratelimit import service
-from ratelimit.compile import compile_plan
 from ratelimit.errors import ApplyError, ConflictError, KernelMissing, NotFoundError, PermissionDenied
-from ratelimit.netlink import Executor
+from ratelimit.kernel.executor import Executor
 from ratelimit.plan import HtbClass, Plan, U32Filter, U32Table
 
 pytestmark = pytest.mark.netns
@@ -199,7 +198,7 @@ def test_unknown_namespace_is_not_created():
 
 
 def test_a_kernel_without_netem_is_named_before_anything_changes(router):
-    from ratelimit.probe import probe
+    from ratelimit.kernel.probe import probe
     if probe(["netem"]).get("netem"):
         pytest.skip("this kernel has netem; the VM-less message cannot be provoked here")  # noqa
     before = tc_dump(router, "rlt0", "rl-rlt0")

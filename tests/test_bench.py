@@ -16,7 +16,7 @@ from ipaddress import ip_address
 
 import pytest
 
-from bench import common, dialup, httperf, packet, report
+from bench import common, dialup, httperf, packet, report, results, sandbox
 from bench.__main__ import main as bench_main
 
 # ---------------------------------------------------------------- httperf
@@ -255,11 +255,11 @@ def _small_results(d):
 
 def test_load_results_prefers_full_runs(tmp_path):
     _small_results(tmp_path)
-    res = common.load_results(tmp_path)
+    res = results.load_results(tmp_path)
     assert res[("setup", "host")]["quick"] is False
     assert set(res) >= {("setup", "host"), ("packet", "host"), ("stats", "host"), ("fidelity", "host"),
                         ("fidelity", "vm"), ("dialup", "host")}
-    assert common.load_results(tmp_path, quick=True)[("setup", "host")]["quick"] is True
+    assert results.load_results(tmp_path, quick=True)[("setup", "host")]["quick"] is True
 
 
 def test_packet_ratios_are_to_the_one_flow_run():
@@ -325,7 +325,7 @@ def test_quick_setup_benchmark_runs(tmp_path):
         assert ("shape", n, "tc-per-rule") in tools
     for r in doc["rows"]:
         assert r["seconds"] > 0 and math.isfinite(r["seconds"])
-    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{common.NS_PREFIX}{os.getpid()}-")]
+    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{sandbox.NS_PREFIX}{os.getpid()}-")]
 
 
 @pytest.mark.netns
@@ -337,4 +337,4 @@ def test_quick_stats_benchmark_runs(tmp_path):
     assert rows["ratelimit"]["rows"] == 256
     assert rows["tc -s class show"]["output_bytes"] > 0
     assert all(r["seconds"] > 0 for r in doc["rows"])
-    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{common.NS_PREFIX}{os.getpid()}-")]
+    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{sandbox.NS_PREFIX}{os.getpid()}-")]

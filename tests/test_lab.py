@@ -17,7 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit import docroot, lab_core, nstopo
+from ratelimit import state
+from ratelimit.lab import measure, store
+from ratelimit.lab import docroot
+from ratelimit.lab import topology
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,7 +47,7 @@ def names(state_dir):
     yield make
     for name in made:
         if os.geteuid() == 0:
-            lab_core.down(name)
+            store.down(name)
 
 
 def run_lab(*argv, timeout=120, **kw):
@@ -70,14 +73,14 @@ def one_line_error(r, code, *needles):
 
 def leftovers(name):
     """Everything of lab ``name`` still on this machine."""
-    prefix = nstopo.lab_prefix(name)
-    found = [f"netns {n}" for n in nstopo.list_leftovers(prefix)]
-    for base in (Path("/etc/netns"), lab_core.state.state_dir()):
+    prefix = topology.lab_prefix(name)
+    found = [f"netns {n}" for n in topology.list_leftovers(prefix)]
+    for base in (Path("/etc/netns"), state.state_dir()):
         if base.is_dir():
             found += [f"path {p}" for p in base.iterdir() if p.name.startswith(prefix)]
-    if lab_core.lab_path(name).exists():
-        found.append(f"path {lab_core.lab_path(name)}")
-    marker = str(lab_core.lab_path(name))
+    if store.lab_path(name).exists():
+        found.append(f"path {store.lab_path(name)}")
+    marker = str(store.lab_path(name))
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             try:
@@ -97,7 +100,7 @@ def link_bytes(name, client="client1"):
 
 def expected_s(payload, rate_bps):
     """The time the configured rate implies (burst 1 packet, headers included)."""
-    return lab_core.expected_seconds(payload, rate_bps, burst_pkts=1)
+    return measure.expected_seconds(payload, rate_bps, burst_pkts=1)
 
 
 def curl(name, client, path):
@@ -167,7 +170,7 @@ def test_up_exec_apply_down_with_traffic(names):
     r = ok("up", "--name", name, "--clients", "2", "--profile", "modem-28k8", "--mode", "shape",
            "--no-delay", "--rate", "400kbit", "--ports", "20000-20199")
     assert "198.18.0.2" in r.stdout and "198.19.0.2" in r.stdout
-    assert nstopo.lab_namespaces(name) == sorted(f"{nstopo.lab_prefix(name)}{role}"
+    assert topology.lab_namespaces(name) == sorted(f"{topology.lab_prefix(name)}{role}"
                                                  for role in ("c1", "c2", "router", "server"))
 
     # every client connection is an emulated link: ports come from the limited range
@@ -176,7 +179,7 @@ def test_up_exec_apply_down_with_traffic(names):
 
     code, size, seconds, port = curl(name, "client1", "/100000.bin")
     assert (code, size) == (200, 100_000) and 20000 <= port <= 20199
-    assert link_bytes(name) >= lab_core.wire_bytes(100_000) * 0.98  # the router counted it
+    assert link_bytes(name) >= measure.wire_bytes(100_000) * 0.98  # the router counted it
     ratio = seconds / expected_s(100_000, 400_000)
     assert 0.8 < ratio < 1.3, (seconds, ratio)
 
@@ -208,8 +211,8 @@ def test_killed_lab_up_is_removed_by_lab_down(names):
     proc = subprocess.Popen([sys.executable, "-m", "ratelimit.lab", "up", "--name", name, "--clients", "3",
                              "--profile", "modem-28k8", "--mode", "shape", "--no-delay"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    pidfile = lab_core.lab_path(name) / "nginx" / "nginx.pid"
-    builtin = lab_core.lab_path(name) / "builtin" / "server.pid"
+    pidfile = store.lab_path(name) / "nginx" / "nginx.pid"
+    builtin = store.lab_path(name) / "builtin" / "server.pid"
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and proc.poll() is None:
         if pidfile.exists() or builtin.exists():  # namespaces made, server started
@@ -217,7 +220,7 @@ def test_killed_lab_up_is_removed_by_lab_down(names):
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert nstopo.lab_namespaces(name), "lab up was killed before it made anything"
+    assert topology.lab_namespaces(name), "lab up was killed before it made anything"
 
     one_line_error(run_lab("status", "--name", name), 3, "is incomplete", f"lab down --name {name}")
     one_line_error(run_lab("up", "--name", name), 6, "left over by an interrupted `lab up`")
@@ -250,7 +253,7 @@ def test_errors_leave_nothing_behind(names):
 
 @pytest.mark.netns
 def test_missing_netem_is_one_line_with_the_ways_out(names):
-    from ratelimit.probe import probe
+    from ratelimit.kernel.probe import probe
     if probe(["netem"])["netem"]:
         pytest.skip("this kernel has netem; the message is for kernels without it")
     name = names("netem")
@@ -276,7 +279,7 @@ def test_demo_with_the_modem_delay(state_dir):
     measured = float(out.split("measured")[1].split()[0])
     handshake_ms = float(out.split("TCP handshake")[1].split()[0])
     link_s = float(out.split("this link")[1].split()[0])
-    assert link_s == pytest.approx(lab_core.expected_seconds(10_000, 28_800), abs=0.01)
+    assert link_s == pytest.approx(measure.expected_seconds(10_000, 28_800), abs=0.01)
     assert handshake_ms >= 100  # 2 x 50 ms delay, plus serialization
     # the transfer, plus the handshake and the request's round trip
     assert 0.8 < measured / (link_s + 2 * handshake_ms / 1000) < 1.6, out

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import itertools
 import os
 import re
 import shutil
@@ -28,14 +27,13 @@ import pytest
 from ratelimit.compile import compile_plan
 from ratelimit.errors import ApplyError, NotFoundError
 from ratelimit.model import LinkParams, Request
-from ratelimit.netlink import Executor, StepFailed, shorten
-from ratelimit.netlink_encode import Clock, Encoder, percent
-from ratelimit.plan import (AddIfb, DelLink, DelQdisc, HtbClass, Key, Netem, NetemQdisc, Plan, Police,
+from ratelimit.kernel.executor import Executor, StepFailed, shorten
+from ratelimit.kernel.encode import Encoder
+from ratelimit.kernel.rates import Clock, percent
+from ratelimit.plan import (AddIfb, DelLink, DelQdisc, HtbClass, Key, NetemQdisc, Plan, Police,
                             U32Filter, U32Table, script, tc_batch)
 
-HOST4, HOST6 = "198.18.1.2", "2001:db8:1::2"
-ROUTER4, ROUTER6 = "198.18.1.1", "2001:db8:1::1"
-_count = itertools.count(1)
+from conftest import HOST4, HOST6, ROUTER4, ROUTER6
 
 
 def sh(*argv, check=True, **kw):
@@ -58,27 +56,6 @@ def without_police(plan: Plan) -> Plan:
 
 def tc_ops(plan: Plan, dev: str) -> set:
     return {op for op in plan.ops if isinstance(op, (U32Table, U32Filter)) and op.dev == dev}
-
-
-@pytest.fixture
-def lab():
-    """A router namespace (r0, facing the client) and a client namespace (c0),
-    joined by a veth pair, with IPv4 and IPv6 addresses; removed at the end."""
-    tag = f"{os.getpid()}-{next(_count)}-{uuid.uuid4().hex[:4]}"
-    router, client = f"rlnl-r{tag}", f"rlnl-c{tag}"
-    try:
-        for ns in (router, client):
-            sh("ip", "netns", "add", ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "-n", router, "link", "add", "r0", "type", "veth", "peer", "name", "c0", "netns", client)
-        for ns, dev, a4, a6 in ((router, "r0", ROUTER4, ROUTER6), (client, "c0", HOST4, HOST6)):
-            sh("ip", "-n", ns, "addr", "add", f"{a4}/24", "dev", dev)
-            sh("ip", "-n", ns, "addr", "add", f"{a6}/64", "dev", dev, "nodad")
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-        yield router, client
-    finally:
-        for ns in (router, client):
-            sh("ip", "netns", "del", ns, check=False)
 
 
 def tc_apply(ns: str, plan: Plan) -> None:
@@ -136,8 +113,8 @@ def test_a_missing_namespace_is_not_found_and_not_created():
 
 
 @pytest.mark.netns
-def test_shape_plan_builds_the_same_kernel_state_as_tc_batch(lab):
-    router, _ = lab
+def test_shape_plan_builds_the_same_kernel_state_as_tc_batch(router_pair):
+    router, _ = router_pair
     plan = plan_for(down=LinkParams(2_000_000), up=LinkParams(1_000_000), bandwidth_bps=50_000_000)
     devs = plan.devices()
     assert devs == ("r0", "rl-r0")
@@ -162,11 +139,11 @@ def test_shape_plan_builds_the_same_kernel_state_as_tc_batch(lab):
 
 
 @pytest.mark.netns
-def test_police_mode_tree_matches_tc_batch(lab):
+def test_police_mode_tree_matches_tc_batch(router_pair):
     """Police mode, both directions: egress tree on the root qdisc, the source
     tree on the ingress qdisc (no IFB).  The host lacks act_police, so the
     policer is left out here (the kernel test applies it)."""
-    router, _ = lab
+    router, _ = router_pair
     plan = without_police(plan_for(mode="police", ports=(2000, 2047)))
     with Executor(router) as ex:
         tc_apply(router, plan)
@@ -181,8 +158,8 @@ def test_police_mode_tree_matches_tc_batch(lab):
 
 
 @pytest.mark.netns
-def test_progress_and_echo(lab):
-    router, _ = lab
+def test_progress_and_echo(router_pair):
+    router, _ = router_pair
     plan = plan_for(ports=(1024, 1087))
     calls, lines = [], []
     with Executor(router) as ex:
@@ -194,13 +171,13 @@ def test_progress_and_echo(lab):
     assert 2 <= len(calls) <= 110  # at batch ends and lone steps, at most ~1% apart
     want = []
     for op in plan.ops:
-        want += op.shell() if isinstance(op, AddIfb) else [op.tc()]
+        want += op.lines()
     assert lines == want
 
 
 @pytest.mark.netns
-def test_the_first_refused_step_is_reported_with_its_index(lab):
-    router, _ = lab
+def test_the_first_refused_step_is_reported_with_its_index(router_pair):
+    router, _ = router_pair
     plan = plan_for(direction="dest")
     ops = list(plan.ops)
     dup = next(i for i, op in enumerate(ops) if isinstance(op, HtbClass) and op.classid & 0xFFFF == 0x103)
@@ -288,8 +265,8 @@ def resolve_neighbours(router, client):
 
 
 @pytest.mark.netns
-def test_stats_count_real_traffic_per_flow(lab):
-    router, client = lab
+def test_stats_count_real_traffic_per_flow(router_pair):
+    router, client = router_pair
     plan = plan_for(down=LinkParams(8_000_000), up=LinkParams(8_000_000))
     keys = ("direction", "host", "port", "dev", "bytes", "packets", "drops", "overlimits",
             "backlog_bytes", "backlog_pkts")
@@ -341,8 +318,8 @@ def test_stats_count_real_traffic_per_flow(lab):
 
 
 @pytest.mark.netns
-def test_police_mode_stats_read_one_dump_per_device_and_parent(lab, monkeypatch):
-    router, client = lab
+def test_police_mode_stats_read_one_dump_per_device_and_parent(router_pair, monkeypatch):
+    router, client = router_pair
     plan = without_police(plan_for(mode="police", ports=(1024, 1031)))
     with Executor(router) as ex:
         ex.apply(plan.ops)
@@ -389,40 +366,40 @@ def capture_tc(batch: str, netns: str) -> list[bytes]:
     return msgs
 
 
-NETEMS = (
-    Netem(delay_us=100_000, jitter_us=10_000, delay_corr_pct=25, loss_pct=1, loss_corr_pct=5, duplicate_pct=2,
-          corrupt_pct=0.5, reorder_pct=10, reorder_corr_pct=50, limit_pkts=2000),
-    Netem(delay_us=1, jitter_us=3, loss_pct=0.123),
-    Netem(corrupt_pct=3, corrupt_corr_pct=1, limit_pkts=77),
-    Netem(delay_us=400_000, duplicate_pct=0.5, duplicate_corr_pct=10, loss_pct=1),
-    Netem(jitter_us=5000),
+NETEMS = (  # (link parameters, queue limit)
+    (LinkParams(delay_us=100_000, jitter_us=10_000, delay_corr_pct=25, loss_pct=1, loss_corr_pct=5, duplicate_pct=2,
+                corrupt_pct=0.5, reorder_pct=10, reorder_corr_pct=50), 2000),
+    (LinkParams(delay_us=1, jitter_us=3, loss_pct=0.123), 1000),
+    (LinkParams(corrupt_pct=3, corrupt_corr_pct=1), 77),
+    (LinkParams(delay_us=400_000, duplicate_pct=0.5, duplicate_corr_pct=10, loss_pct=1), 1000),
+    (LinkParams(jitter_us=5000), 1000),
 )
 
 
 @pytest.mark.netns
 @pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to read tc's messages")
-def test_every_message_is_byte_for_byte_what_tc_sends(lab):
+def test_every_message_is_byte_for_byte_what_tc_sends(router_pair):
     """Police, mirred, netem, HTB and u32 messages against tc's (the host kernel
     refuses police and netem, but tc has sent them by then)."""
-    router, _ = lab
+    router, _ = router_pair
     sh("ip", "-n", router, "link", "add", "rl-r0", "type", "ifb")
     plan = plan_for(mode="police", ports=(1024, 1027), down=LinkParams(28800, delay_us=100_000),
                     up=LinkParams(56000, loss_pct=1))
     big = Police(10**12, 10**9, 1514, 64)  # over 2**32 bytes/s: TCA_POLICE_RATE64
-    extra = [NetemQdisc("r0", 0x520001, (0x54 + i) << 16, n) for i, n in enumerate(NETEMS)]
+    extra = [NetemQdisc("r0", 0x520001, (0x54 + i) << 16, n, limit) for i, (n, limit) in enumerate(NETEMS)]
     extra.append(U32Filter("r0", 0x520000, 1, "ip", 1, 255, 77, (Key(6, 0xFF, 8), Key(0x10000, 0xFFFF0000, 8)),
                            police=big))
     extra.append(HtbClass("r0", 0x520000, 0x520777, 8 * 2**33, 8 * 2**33, 10**6, 1514, 0))  # HTB_RATE64
-    ops = [op for op in plan.ops if hasattr(op, "tc")] + extra
+    ops = [op for op in plan.ops if not isinstance(op, AddIfb)] + extra
     theirs = capture_tc(tc_batch(ops), router)
     assert len(theirs) == len(ops)
     with Executor(router) as ex:
-        enc = Encoder(ex._ifindex, ex._clock, htb_tables=True)  # tc sends HTB's rate tables
+        enc = Encoder(ex._ifindex, ex.clock, htb_tables=True)  # tc sends HTB's rate tables
         for op, msg in zip(ops, theirs):
             name = {"HtbQdisc": "htb_qdisc", "IngressQdisc": "ingress_qdisc", "HtbClass": "htb_class",
                     "NetemQdisc": "netem_qdisc", "U32Table": "u32_table", "U32Filter": "u32_filter"}
             mine = getattr(enc, name[type(op).__name__])(op, 0, 0x5)
-            if type(op) is NetemQdisc and op.netem.duplicate_corr_pct and not (
-                    op.netem.loss_corr_pct or op.netem.delay_corr_pct):
-                continue  # tc 6.1 drops a lone duplicate correlation; we send it (see netlink_encode)
+            if type(op) is NetemQdisc and op.params.duplicate_corr_pct and not (
+                    op.params.loss_corr_pct or op.params.delay_corr_pct):
+                continue  # tc 6.1 drops a lone duplicate correlation; we send it (see kinds/netem.py)
             assert msg[:8] + bytes(4) + msg[12:] == mine, op.tc()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ratelimit import nstopo, probe
+from ratelimit.kernel import probe
+from ratelimit.kernel import netns as lab_netns
 from ratelimit.errors import KernelMissing, RatelimitError
 
 
@@ -55,7 +56,7 @@ def test_probe_answers_every_feature_and_leaves_no_namespace():
     assert all(isinstance(v, bool) for v in result.values())
     # what every kernel with traffic control has (LAB.md: even the sandbox's)
     assert result["htb"] and result["u32"] and result["veth"] and result["ingress"]
-    assert not [n for n in nstopo.namespaces() if n.startswith("rlprobe-")]
+    assert not [n for n in lab_netns.namespaces() if n.startswith("rlprobe-")]
 
 
 @pytest.mark.netns

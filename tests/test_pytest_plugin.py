@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit import nstopo
+from ratelimit.lab import topology
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "test_slow_clients.py"
@@ -18,9 +18,9 @@ EXAMPLE = ROOT / "examples" / "test_slow_clients.py"
 
 
 def _plugin_args():
-    """``-p ratelimit.pytest_plugin`` unless an installed ratelimit loads it already."""
-    installed = any(ep.value == "ratelimit.pytest_plugin" for ep in entry_points(group="pytest11"))
-    return [] if installed else ["-p", "ratelimit.pytest_plugin"]
+    """``-p ratelimit.lab.pytest_plugin`` unless an installed ratelimit loads it already."""
+    installed = any(ep.value == "ratelimit.lab.pytest_plugin" for ep in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "ratelimit.lab.pytest_plugin"]
 
 
 def run_pytest(tmp_path, *args, cwd=None):
@@ -33,7 +33,7 @@ def run_pytest(tmp_path, *args, cwd=None):
 
 def fixture_labs():
     """Namespaces the fixtures' labs (named pt<pid>_<n>) have on this machine."""
-    return [n for n in nstopo.list_leftovers(nstopo.PREFIX + "pt")]
+    return [n for n in topology.list_leftovers(topology.PREFIX + "pt")]
 
 
 def test_docs_show_the_tested_example():
@@ -97,7 +97,7 @@ def test_labs_are_removed_after_failures_and_errors(tmp_path):
     made = names.read_text().split()
     assert len(made) == 3
     for name in made:
-        assert nstopo.lab_namespaces(name) == []
+        assert topology.lab_namespaces(name) == []
     assert not list((tmp_path / "state").glob("lab/pt*"))
     # the http.server the failing test started is gone with its namespace
     ps = subprocess.run(["pgrep", "-f", "http.server 8080"], capture_output=True, text=True)

@@ -254,7 +254,7 @@ def _host_overrides(tmp_path):
 
 def _router_overrides():
     """police and netem are modules every stock kernel has, but not this sandbox's kernel."""
-    from ratelimit.probe import probe
+    from ratelimit.kernel.probe import probe
     have = probe(["police", "netem"])
     if have["police"] and have["netem"]:
         return {"RL_ARGS": "--rate 400kbit"}

@@ -1,4 +1,4 @@
-"""ratelimit.vm without booting a VM: the guest script, the vng command line,
+"""ratelimit.kernel.vm without booting a VM: the guest script, the vng command line,
 missing-part errors, timeouts and output handling (through the in-VM path,
 which runs the command directly with the same plumbing)."""
 
@@ -12,7 +12,8 @@ import time
 
 import pytest
 
-from ratelimit import vm
+from ratelimit import SOURCE_ROOT
+from ratelimit.kernel import vm
 from ratelimit.errors import RatelimitError
 
 
@@ -159,8 +160,8 @@ def test_vm_main_runs_the_command_after_the_double_dash(here, capfd):
 
 
 def test_python_dash_m_entry_point_reports_errors_on_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "ratelimit.vm", "--kernel", "/nonexistent", "--", "true"],
-                       capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(vm.__file__)),
+    r = subprocess.run([sys.executable, "-m", "ratelimit.kernel.vm", "--kernel", "/nonexistent", "--", "true"],
+                       capture_output=True, text=True, cwd=str(SOURCE_ROOT),
                        env={**os.environ, vm.IN_VM_ENV: "0"})
     assert r.returncode == vm.VMUnavailable.exit_code
     assert r.stderr.strip().splitlines() == ["ratelimit: --kernel: /nonexistent is not a readable kernel image"]

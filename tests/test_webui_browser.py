@@ -6,7 +6,7 @@ server on a loopback port.
   stays virtualized, sorts and filters, the charts draw, a bad value typed into
   the form comes back as its one-line error.  Timings are printed, not asserted.
 * ``test_dashboard_watches_a_lab`` (``netns``): client, router and server
-  namespaces (``ratelimit.nstopo``) with TCP traffic from server to client through the router, the
+  namespaces (``ratelimit.lab.topology``) with TCP traffic from server to client through the router, the
   server started as ``python -m webui`` (subprocess); shape mode on the
   router; the page's counters rise, its chart draws, and a rate applied from
   the page changes the rate the client measures.  Saves screenshots to
@@ -275,7 +275,7 @@ def cpu_seconds(pid):
 def test_dashboard_watches_a_lab(browser, artifacts, tmp_path, monkeypatch, lab):
     from ratelimit import service
     monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
-    lab = lab(clients=1)  # conftest's nstopo.Topology factory; destroyed after the test
+    lab = lab(clients=1)  # conftest's topology.Topology factory; destroyed after the test
     router, iface = lab.router, lab.router_client_if
     client_ip, server_ip = lab.addr("client"), lab.addr("server")
     web = None

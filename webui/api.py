@@ -8,6 +8,7 @@ documented in docs/webui.md.
 from flask import Blueprint, current_app, request
 
 from ratelimit import profiles
+from ratelimit.selectors import parse_port_range
 from ratelimit.service import IMPAIRMENTS, summary
 
 from .errors import WebError, field_error
@@ -69,24 +70,12 @@ def status():
     return target_info(_snapshot(args))
 
 
-def _port_filter(text: str):
-    lo_text, dash, hi_text = text.partition("-")
-    try:
-        lo = int(lo_text)
-        hi = int(hi_text) if dash else lo
-    except ValueError:
-        raise field_error("port", text, "is not a port or range (e.g. 5000 or 5000-5099)") from None
-    if not (1 <= lo <= 65535 and 1 <= hi <= 65535) or lo > hi:
-        raise field_error("port", text, "is not a port or range within 1-65535 (low-high)")
-    return lo, hi
-
-
 @bp.get("/links")
 def links():
     args = check_query(TARGET_QUERY + ("host", "port", "direction", "active", "sort", "order", "offset", "limit"))
     snap = _snapshot(args)
     host = args.get("host", "").strip()
-    ports = _port_filter(args["port"].strip()) if args.get("port", "").strip() else None
+    ports = parse_port_range(args["port"], "port") if args.get("port", "").strip() else None
     direction = args.get("direction") or None
     if direction not in (None, "dest", "source"):
         raise field_error("direction", direction, "is not a direction (allowed: dest, source)")

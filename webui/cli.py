@@ -10,6 +10,7 @@ import sys
 import threading
 
 from ratelimit.errors import EXIT_USAGE, RatelimitError
+from ratelimit.kernel.netns import parent_only
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 TOKEN_ENV = "RATELIMIT_WEB_TOKEN"
@@ -177,6 +178,7 @@ def _serve_waitress(app, host: str, port: int, ready) -> None:
     bound = server.effective_host if hasattr(server, "effective_host") else host
     ready(host if bound in ("0.0.0.0", "::") else bound, server.effective_port)
 
+    @parent_only
     def stop(_signum, _frame):
         raise KeyboardInterrupt
 

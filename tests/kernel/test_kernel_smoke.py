@@ -1,5 +1,5 @@
 """Smoke tests of the kernel-test plumbing (temporary): they prove that the
-stock-kernel VM, nstopo and real traffic work together, using plain ``tc``.
+stock-kernel VM, topology and real traffic work together, using plain ``tc``.
 Tests of ratelimit's own netem and police paths belong beside that code.
 
 Traffic stays short: in the VM (software emulation) everything is ~10x slower.

@@ -8,53 +8,26 @@ Traffic stays short (software emulation is slow).
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import subprocess
 import sys
 import time
-import uuid
 from ipaddress import ip_address
 
 import pytest
 
 from ratelimit.compile import compile_plan
 from ratelimit.model import LinkParams, Request
-from ratelimit.netlink import Executor
-from ratelimit.plan import Netem, NetemQdisc, U32Filter, U32Table, script
+from ratelimit.kernel.executor import Executor
+from ratelimit.plan import NetemQdisc, U32Filter, U32Table, netem_args, script
 
 pytestmark = pytest.mark.kernel("htb", "u32", "ingress", "netem", "police", "mirred", "ifb")
 
-HOST4, HOST6 = "198.18.1.2", "2001:db8:1::2"
-ROUTER4, ROUTER6 = "198.18.1.1", "2001:db8:1::1"
-_count = itertools.count(1)
+from conftest import HOST4, HOST6, ROUTER4
 
 
 def sh(*argv, check=True):
     return subprocess.run(argv, check=check, capture_output=True, text=True)
-
-
-@pytest.fixture
-def lab():
-    """Router namespace (r0) and client namespace (c0) on a veth pair; removed at the end."""
-    subprocess.run(["modprobe", "-a", "sch_htb", "sch_netem", "sch_ingress", "cls_u32", "act_police",
-                    "act_mirred", "ifb"], capture_output=True)
-    tag = f"{os.getpid()}-{next(_count)}-{uuid.uuid4().hex[:4]}"
-    router, client = f"rlnl-r{tag}", f"rlnl-c{tag}"
-    try:
-        for ns in (router, client):
-            sh("ip", "netns", "add", ns)
-            sh("ip", "-n", ns, "link", "set", "lo", "up")
-        sh("ip", "-n", router, "link", "add", "r0", "type", "veth", "peer", "name", "c0", "netns", client)
-        for ns, dev, a4, a6 in ((router, "r0", ROUTER4, ROUTER6), (client, "c0", HOST4, HOST6)):
-            sh("ip", "-n", ns, "addr", "add", f"{a4}/24", "dev", dev)
-            sh("ip", "-n", ns, "addr", "add", f"{a6}/64", "dev", dev, "nodad")
-            sh("ip", "-n", ns, "link", "set", dev, "up")
-        yield router, client
-    finally:
-        for ns in (router, client):
-            sh("ip", "netns", "del", ns, check=False)
 
 
 def plan_for(mode, direction="both", ports=(1024, 1031), down=None, up=None):
@@ -78,8 +51,8 @@ PLANS = {
 
 
 @pytest.mark.parametrize("name", sorted(PLANS))
-def test_plan_builds_the_same_kernel_state_as_tc_batch(lab, name):
-    router, _ = lab
+def test_plan_builds_the_same_kernel_state_as_tc_batch(router_pair, name):
+    router, _ = router_pair
     plan = plan_for(**PLANS[name])
     devs = plan.devices()
     with Executor(router) as ex:
@@ -100,14 +73,14 @@ def test_plan_builds_the_same_kernel_state_as_tc_batch(lab, name):
         assert ex.snapshot(devs) == pristine
 
 
-NETEMS = (
-    Netem(delay_us=100_000, jitter_us=10_000, delay_corr_pct=25, loss_pct=1, loss_corr_pct=5,
-          duplicate_pct=2, duplicate_corr_pct=0, corrupt_pct=0.5, corrupt_corr_pct=3, reorder_pct=10,
-          reorder_corr_pct=50, limit_pkts=2000),
-    Netem(delay_us=400_000, limit_pkts=5000),
-    Netem(loss_pct=0.1, duplicate_pct=0.2, limit_pkts=10),
-    Netem(delay_us=2500, jitter_us=500, corrupt_pct=50),
-)
+NETEMS = tuple(NetemQdisc("r0", 0xFFFFFFFF, 0x530000, params, limit) for params, limit in (
+    (LinkParams(delay_us=100_000, jitter_us=10_000, delay_corr_pct=25, loss_pct=1, loss_corr_pct=5,
+                duplicate_pct=2, duplicate_corr_pct=0, corrupt_pct=0.5, corrupt_corr_pct=3, reorder_pct=10,
+                reorder_corr_pct=50), 2000),
+    (LinkParams(delay_us=400_000), 5000),
+    (LinkParams(loss_pct=0.1, duplicate_pct=0.2), 10),
+    (LinkParams(delay_us=2500, jitter_us=500, corrupt_pct=50), 1000),
+))
 
 
 def _close(a, b, rel=1e-6):
@@ -120,15 +93,16 @@ def _close_s(shown_s, set_us):
     return abs(shown_s * 1e6 - set_us) <= 1.0
 
 
-@pytest.mark.parametrize("netem", NETEMS, ids=[n.tc_args() for n in NETEMS])
-def test_netem_parameters_read_back_as_set(lab, netem):
-    router, _ = lab
+@pytest.mark.parametrize("stage", NETEMS, ids=[netem_args(n.params, n.limit_pkts) for n in NETEMS])
+def test_netem_parameters_read_back_as_set(router_pair, stage):
+    router, _ = router_pair
+    netem = stage.params
     with Executor(router) as ex:
-        ex.apply([NetemQdisc("r0", 0xFFFFFFFF, 0x530000, netem)])
+        ex.apply([stage])
     shown = json.loads(sh("tc", "-n", router, "-j", "-d", "qdisc", "show", "dev", "r0").stdout)
     (q,) = [q for q in shown if q["kind"] == "netem"]
     opts = q["options"]
-    assert q["handle"] == "53:" and opts["limit"] == netem.limit_pkts
+    assert q["handle"] == "53:" and opts["limit"] == stage.limit_pkts
     if netem.delay_us:
         assert _close_s(opts["delay"]["delay"], netem.delay_us)
         assert _close_s(opts["delay"]["jitter"], netem.jitter_us)
@@ -163,10 +137,10 @@ def _send(ns, dst, dport, n, size, sport=0):
     sh("ip", "netns", "exec", ns, sys.executable, "-c", SEND, *map(str, (dst, dport, n, size, sport)))
 
 
-def test_police_counters_count_and_drop(lab):
+def test_police_counters_count_and_drop(router_pair):
     """Both directions: the same u32 handles exist under the root and the ingress
     qdisc of r0; each flow must read its own policer."""
-    router, client = lab
+    router, client = router_pair
     plan = plan_for("police", direction="both", ports=(1024, 1027))
     with Executor(router) as ex:
         ex.apply(plan.ops)

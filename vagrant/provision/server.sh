@@ -7,11 +7,11 @@
 #   Vagrant:        RL_LAB_DIR=/srv/ratelimit-lab RL_SRC=/vagrant sh server.sh
 #   namespace lab:  ip netns exec NS env RL_INSTALL=0 RL_LAB_DIR=DIR RL_LISTEN=198.18.x.y sh server.sh
 #
-# It writes the fixed-size files (python3 -m ratelimit.docroot write: 1000.bin,
+# It writes the fixed-size files (python3 -m ratelimit.lab.docroot write: 1000.bin,
 # 10000.bin -- the 10,000-byte file of the 2000 experiments -- 100000.bin,
 # 1000000.bin, index.html) to $RL_LAB_DIR/www and starts nginx with its own
 # configuration, pid and log files under $RL_LAB_DIR/nginx (never the system
-# nginx's), or the built-in server (python3 -m ratelimit.docroot serve).  Run
+# nginx's), or the built-in server (python3 -m ratelimit.lab.docroot serve).  Run
 # again, it restarts the server: the Vagrantfile runs it on every `vagrant up`.
 #
 # Environment (all optional):
@@ -73,7 +73,7 @@ www="$RL_LAB_DIR/www"
 run="$RL_LAB_DIR/$RL_SERVER"
 mkdir -p "$RL_LAB_DIR" "$run"
 chmod 755 "$RL_LAB_DIR"
-PYTHONPATH="$RL_SRC${PYTHONPATH:+:$PYTHONPATH}" "$RL_PYTHON" -m ratelimit.docroot write "$www" >/dev/null
+PYTHONPATH="$RL_SRC${PYTHONPATH:+:$PYTHONPATH}" "$RL_PYTHON" -m ratelimit.lab.docroot write "$www" >/dev/null
 
 # stop a server this script started before (same lab directory)
 for pidfile in "$RL_LAB_DIR/nginx/nginx.pid" "$RL_LAB_DIR/builtin/server.pid"; do
@@ -122,7 +122,7 @@ EOF
         || fail "nginx refused $run/nginx.conf (see above)"
     nginx -e "$run/error.log" -c "$run/nginx.conf" -p "$run/"
 else
-    PYTHONPATH="$RL_SRC${PYTHONPATH:+:$PYTHONPATH}" setsid "$RL_PYTHON" -m ratelimit.docroot serve \
+    PYTHONPATH="$RL_SRC${PYTHONPATH:+:$PYTHONPATH}" setsid "$RL_PYTHON" -m ratelimit.lab.docroot serve \
         --root "$www" --bind "$RL_LISTEN" --port "$RL_PORT" --pidfile "$run/server.pid" \
         --access-log "$run/access.log" </dev/null >>"$run/server.log" 2>&1 &
     started=$!

@@ -24,29 +24,26 @@ emulation (TCG; boot ~20 s, CPU-bound work ~10x slower) is the safe default.
 
 Entry points: ``run_in_vm(argv) -> exit code``, ``run_vm(argv) -> VMResult``
 (with timings), and ``vm_main(argv)`` behind ``ratelimit vm -- COMMAND`` and
-``python -m ratelimit.vm -- COMMAND``.
+``python -m ratelimit.kernel.vm -- COMMAND``.
 """
 
 from __future__ import annotations
 
 import argparse
 import glob
-import io
 import os
 import platform
 import re
-import selectors
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ratelimit.errors import EXIT_NOT_FOUND, EXIT_USAGE, RatelimitError
+from ..errors import EXIT_NOT_FOUND, EXIT_USAGE, RatelimitError
+from .proc import start_and_pump
 
 DEFAULT_MEMORY = "1G"
 DEFAULT_TIMEOUT_S = 900.0
@@ -185,7 +182,7 @@ def _script(argv: Sequence[str], cwd: str, env: Mapping[str, str], workdir: str,
     """The shell script the guest runs: it sets the environment, records timings
     and the guest's kernel release in ``workdir`` and exits with the command's status."""
     q = shlex.quote
-    lines = ["# written by ratelimit.vm; runs inside the guest",
+    lines = ["# written by ratelimit.kernel.vm; runs inside the guest",
              f"W={q(workdir)}",
              'read up _ < /proc/uptime; echo "$up" > "$W/start"; uname -r > "$W/release"']
     if announce:
@@ -212,112 +209,6 @@ def vng_argv(*, vng: str, kernel: str, memory: str, cpus: int | None, kvm: bool,
         argv.append(f"--rwdir={d}")
     argv += ["--exec", f"sh {shlex.quote(script)}"]
     return argv
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Stop vng, virtme-run and qemu: the whole process group, TERM then KILL."""
-    for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=grace)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _writer(target) -> Callable[[bytes], None]:
-    """A sink copying bytes to ``target``: a file descriptor, a file object with
-    a descriptor, a text stream (e.g. ``io.StringIO``) or a binary stream."""
-    if isinstance(target, int):
-        fd = target
-    else:
-        try:
-            fd = target.fileno()
-        except (AttributeError, OSError, ValueError):
-            fd = None
-    if fd is not None:
-        def write_fd(data: bytes) -> None:
-            if not isinstance(target, int):
-                target.flush()
-            while data:
-                data = data[os.write(fd, data):]
-        return write_fd
-    if isinstance(target, io.TextIOBase):
-        return lambda data: target.write(data.decode("utf-8", "replace"))
-    return target.write
-
-
-def _line_sink(on_output: Callable[[str], None]):
-    buf = bytearray()
-
-    def sink(data: bytes) -> None:
-        if not data:  # end of stream: flush the last partial line
-            if buf:
-                on_output(buf.decode("utf-8", "replace").rstrip("\r"))
-                buf.clear()
-            return
-        buf.extend(data)
-        *lines, rest = bytes(buf).split(b"\n")
-        buf[:] = rest
-        for line in lines:
-            on_output(line.decode("utf-8", "replace").rstrip("\r"))
-    return sink
-
-
-def _pump(proc: subprocess.Popen, sinks: dict, deadline: float | None) -> bool:
-    """Copy ``proc``'s piped streams to their sinks (``{pipe: sink(bytes)}``,
-    ``sink(b"")`` at end of stream) until both close and ``proc`` exits.
-    Returns False if the deadline passed first."""
-    sel = selectors.DefaultSelector()
-    for pipe, sink in sinks.items():
-        sel.register(pipe, selectors.EVENT_READ, sink)
-    try:
-        while sel.get_map():
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                return False
-            for key, _ in sel.select(timeout=left):
-                chunk = os.read(key.fd, 65536)
-                key.data(chunk)
-                if not chunk:
-                    sel.unregister(key.fileobj)
-    finally:
-        sel.close()
-    try:
-        proc.wait(timeout=None if deadline is None else max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return False
-    return True
-
-
-def _start_and_pump(cmd, *, cwd, env, stdout, stderr, on_output, deadline):
-    """Start ``cmd`` in its own process group with its output piped through us
-    (never handed straight to a file: qemu reopens /proc/self/fd/1 and would
-    write over the caller's file from offset 0) and wait for it.
-    Returns (proc, finished)."""
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    if on_output is not None:
-        sinks = {proc.stdout: _line_sink(on_output), proc.stderr: _line_sink(on_output)}
-    else:
-        out = _writer(sys.stdout if stdout is None else stdout)
-        err = _writer(sys.stderr if stderr is None else stderr)
-        sinks = {proc.stdout: lambda d: d and out(d), proc.stderr: lambda d: d and err(d)}
-    try:
-        finished = _pump(proc, sinks, deadline)
-    except BaseException:
-        _kill_group(proc)
-        raise
-    finally:
-        proc.stdout.close()
-        proc.stderr.close()
-    if not finished:
-        _kill_group(proc)
-    return proc, finished
 
 
 def _read_float(path: str) -> float | None:
@@ -379,7 +270,7 @@ def run_vm(argv: Sequence[str], *, kernel: str | None = None, memory: str = DEFA
         host_env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + host_env.get("PATH", "")
         start = time.monotonic()
         deadline = None if timeout_s is None else start + timeout_s
-        proc, finished = _start_and_pump(cmd, cwd=cwd, env=host_env, stdout=stdout, stderr=stderr,
+        proc, finished = start_and_pump(cmd, cwd=cwd, env=host_env, stdout=stdout, stderr=stderr,
                                          on_output=on_output, deadline=deadline)
         if not finished:
             raise VMTimeout(f"the VM did not finish within {timeout_s:g} s and was killed "
@@ -404,7 +295,7 @@ def _run_here(argv, cwd, env, timeout_s, stdout, stderr, on_output) -> VMResult:
     full_env = dict(os.environ)
     full_env.update(env)
     start = time.monotonic()
-    proc, finished = _start_and_pump(argv, cwd=cwd, env=full_env, stdout=stdout, stderr=stderr,
+    proc, finished = start_and_pump(argv, cwd=cwd, env=full_env, stdout=stdout, stderr=stderr,
                                      on_output=on_output,
                                      deadline=None if timeout_s is None else start + timeout_s)
     if not finished:

@@ -1,4 +1,4 @@
-"""nstopo: the layout and names (pure), and real labs in namespaces (netns)."""
+"""topology: the layout and names (pure), and real labs in namespaces (netns)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import time
 
 import pytest
 
-from ratelimit import nstopo
+from ratelimit.kernel import netns as lab_netns
+from ratelimit.lab import topology
 from ratelimit.errors import ConflictError, FieldError, NotFoundError, RatelimitError
-from ratelimit.nstopo import Topology
+from ratelimit.lab.topology import Topology
 
 
 # -- pure -------------------------------------------------------------------
@@ -32,7 +33,7 @@ def test_layout_names_and_addresses():
 
 def test_every_address_is_in_the_benchmark_or_documentation_ranges():
     import ipaddress
-    t = Topology.layout("x", clients=nstopo.MAX_CLIENTS)
+    t = Topology.layout("x", clients=topology.MAX_CLIENTS)
     v4 = [*t.client_addrs, t.router_client_addr, t.router_server_addr, t.server_addr]
     v6 = [*t.client_addrs6, t.router_client_addr6, t.router_server_addr6, t.server_addr6]
     assert all(ipaddress.ip_address(a) in ipaddress.ip_network("198.18.0.0/15") for a in v4)
@@ -59,31 +60,31 @@ def test_bad_lab_names_are_refused(name):
         Topology.layout(name)
 
 
-@pytest.mark.parametrize("clients", [0, -1, nstopo.MAX_CLIENTS + 1, "2", True])
+@pytest.mark.parametrize("clients", [0, -1, topology.MAX_CLIENTS + 1, "2", True])
 def test_bad_client_counts_are_refused(clients):
     with pytest.raises(FieldError, match="clients"):
         Topology.layout("x", clients=clients)
 
 
 def test_interface_names_must_fit_ifnamsiz():
-    assert nstopo.check_ifname("a" * 15) == "a" * 15
+    assert topology.check_ifname("a" * 15) == "a" * 15
     for bad in ("a" * 16, "", "a/b", "a:b", "a b"):
         with pytest.raises(FieldError, match="interface name"):
-            nstopo.check_ifname(bad)
-    t = Topology.layout("x", clients=nstopo.MAX_CLIENTS)
-    for name in (t.router_client_if, t.router_server_if, t.client_if, f"c{nstopo.MAX_CLIENTS}"):
-        nstopo.check_ifname(name)
+            topology.check_ifname(bad)
+    t = Topology.layout("x", clients=topology.MAX_CLIENTS)
+    for name in (t.router_client_if, t.router_server_if, t.client_if, f"c{topology.MAX_CLIENTS}"):
+        topology.check_ifname(name)
 
 
 def test_one_labs_prefix_never_matches_another_lab():
     # names may not contain '-', so rl-a- is never the start of lab "a-b"'s names
     with pytest.raises(FieldError):
-        nstopo.lab_prefix("a-b")
-    assert nstopo._ROLE_RE.match("router") and not nstopo._ROLE_RE.match("b-router")
+        topology.lab_prefix("a-b")
+    assert topology._ROLE_RE.match("router") and not topology._ROLE_RE.match("b-router")
 
 
 def test_errors_are_ratelimit_errors():
-    assert issubclass(nstopo.TopologyError, RatelimitError)
+    assert issubclass(topology.TopologyError, RatelimitError)
 
 
 # -- real labs ---------------------------------------------------------------
@@ -146,7 +147,7 @@ def test_open_rebuilds_an_existing_lab_and_create_refuses_to_clobber_it(lab):
         Topology.create(topo.name, clients=1)
     again = Topology.create(topo.name, clients=1, replace=True)
     assert again.clients == (f"rl-{topo.name}-c1",)
-    assert nstopo.lab_namespaces(topo.name) == sorted(again.namespaces)
+    assert topology.lab_namespaces(topo.name) == sorted(again.namespaces)
     with pytest.raises(NotFoundError, match="no complete lab 'nosuchlab'"):
         Topology.open("nosuchlab")
 
@@ -156,33 +157,33 @@ def test_destroy_finds_leftovers_by_name_and_kills_what_runs_there(lab):
     topo = lab(clients=1)
     sleeper = topo.popen("server", ["sleep", "60"])
     deadline = time.monotonic() + 5
-    while sleeper.pid not in nstopo.netns_pids(topo.server) and time.monotonic() < deadline:
+    while sleeper.pid not in lab_netns.netns_pids(topo.server) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert sleeper.pid in nstopo.netns_pids(topo.server)
-    assert set(nstopo.list_leftovers(topo.prefix)) == set(topo.namespaces)
+    assert sleeper.pid in lab_netns.netns_pids(topo.server)
+    assert set(topology.list_leftovers(topo.prefix)) == set(topo.namespaces)
     # a "crash": nothing but the name is known
-    assert sorted(nstopo.destroy(topo.name)) == sorted(topo.namespaces)
+    assert sorted(topology.destroy(topo.name)) == sorted(topo.namespaces)
     assert sleeper.wait(timeout=5) is not None
-    assert nstopo.list_leftovers(topo.prefix) == []
-    assert nstopo.destroy(topo.name) == []  # nothing left: not an error
+    assert topology.list_leftovers(topo.prefix) == []
+    assert topology.destroy(topo.name) == []  # nothing left: not an error
 
 
 @pytest.mark.netns
 def test_a_failed_build_leaves_nothing_behind(lab, monkeypatch):
     name = f"t{os.getpid()}_broken"
-    real = nstopo._batch
+    real = topology.configure
     calls = []
 
-    def failing_on_server(netns, lines, **kw):
-        calls.append(netns)
-        if netns and netns.endswith("-server"):
-            lines = [*lines, "link set nosuchdev up"]  # the kernel refuses this for real
-        return real(netns, lines, **kw)
+    def failing_on_server(ns, steps):
+        calls.append(ns)
+        if ns.endswith("-server"):  # the kernel refuses this for real
+            steps = [*steps, ("link set nosuchdev up", lambda ipr: ipr.link("set", index=999999, state="up"))]
+        return real(ns, steps)
 
-    monkeypatch.setattr(nstopo, "_batch", failing_on_server)
-    with pytest.raises(nstopo.TopologyError, match="nosuchdev"):
+    monkeypatch.setattr(topology, "configure", failing_on_server)
+    with pytest.raises(topology.TopologyError, match="nosuchdev"):
         Topology.create(name, clients=2)
-    assert nstopo.lab_namespaces(name) == []
+    assert topology.lab_namespaces(name) == []
 
 
 @pytest.mark.netns
@@ -205,26 +206,26 @@ def test_exec_reports_failures_with_stderr(lab):
     topo = lab(clients=1)
     r = topo.exec("client1", [sys.executable, "-c", "import sys; print('ok'); sys.exit(0)"])
     assert r.stdout == "ok\n"
-    with pytest.raises(nstopo.TopologyError, match="exited 3: boom"):
+    with pytest.raises(topology.TopologyError, match="exited 3: boom"):
         topo.exec("client1", ["sh", "-c", "echo boom >&2; exit 3"])
     assert topo.exec("client1", ["false"], check=False).returncode == 1
-    with pytest.raises(nstopo.TopologyError, match="did not finish within 0.2 s"):
+    with pytest.raises(topology.TopologyError, match="did not finish within 0.2 s"):
         topo.exec("client1", ["sleep", "5"], timeout=0.2)
 
 
 @pytest.mark.netns
 def test_sockets_and_sysctls_in_a_namespace_without_a_process(netns):
     name = netns()
-    s = nstopo.netns_socket(name, socket.AF_INET, socket.SOCK_DGRAM)
+    s = lab_netns.netns_socket(name, socket.AF_INET, socket.SOCK_DGRAM)
     with s:
         s.bind(("127.0.0.1", 0))  # lo is up in that namespace only
         assert s.getsockname()[0] == "127.0.0.1"
-    nstopo.set_sysctl(name, "net.ipv4.ip_forward", 1)
+    lab_netns.set_sysctl(name, "net.ipv4.ip_forward", 1)
     out = subprocess.run(["ip", "netns", "exec", name, "sysctl", "-n", "net.ipv4.ip_forward"],
                          capture_output=True, text=True, check=True).stdout
     assert out.strip() == "1"
     with pytest.raises(NotFoundError, match="does not exist"):
-        nstopo.netns_socket("rlt-no-such-namespace")
+        lab_netns.netns_socket("rlt-no-such-namespace")
 
 
 @pytest.mark.netns
@@ -232,4 +233,4 @@ def test_netns_name_fixture_cleans_up(netns_name):
     name = netns_name("x")
     assert name.startswith(f"rlt-{os.getpid()}-") and name.endswith("-x")
     subprocess.run(["ip", "netns", "add", name], check=True)
-    assert name in nstopo.namespaces()  # deleted by the fixture after this test
+    assert name in lab_netns.namespaces()  # deleted by the fixture after this test

@@ -26,40 +26,44 @@ prefix ``rl-NAME-``, so ``destroy(NAME)`` finds it again even after a crash)::
   the router MTU-sized packets, as a real wire would, instead of 64 kB
   super-packets that a per-packet policer or netem would treat as one.
 
-Built with a handful of ``ip -batch`` processes (one per namespace), so a
-64-client lab takes well under a second on a host.  Needs root.
+Built through pyroute2 (one netlink socket per namespace; no ``ip``
+processes), so a 64-client lab takes well under a second on a host.  Commands
+run inside with ``ip netns exec``, which also shows ``/etc/netns/NS/hosts`` as
+``/etc/hosts``.  Needs root.
 """
 
 from __future__ import annotations
 
-import ctypes
+import errno
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
-import threading
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ratelimit.errors import (ApplyError, ConflictError, FieldError, NotFoundError,
-                              PermissionDenied)
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from ..errors import ApplyError, ConflictError, FieldError, NotFoundError, PermissionDenied
+from ..kernel import netns as ns_
 
 PREFIX = "rl-"
 IFNAMSIZ = 16  # including the terminating NUL: names of at most 15 characters
 MAX_CLIENTS = 253
-NETNS_DIR = "/run/netns"
 
 LAN_IF = "lan0"  # router, client-facing bridge
 WAN_IF = "wan0"  # router, server-facing
 HOST_IF = "eth0"  # the one interface of a client or the server
 LAN4, WAN4 = "198.18.0", "198.19.0"
 LAN6, WAN6 = "2001:db8:18::", "2001:db8:19::"
+IFA_F_NODAD = 0x02
 
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_]{0,31}$")
 _ROLE_RE = re.compile(r"^(router|server|c[1-9][0-9]*)$")
+
+Step = tuple[str, Callable[[IPRoute], object]]  # (what it does, as ip would say it; the call)
 
 
 class TopologyError(ApplyError):
@@ -89,106 +93,73 @@ def lab_prefix(name: str) -> str:
     return f"{PREFIX}{check_name(name)}-"
 
 
-def _ip() -> str:
-    path = shutil.which("ip")
-    if path is None:
-        raise NotFoundError("the 'ip' command is missing: apt-get install iproute2")
-    return path
+def configure(netns: str, steps: Sequence[Step]) -> None:
+    """Carry out ``steps`` in ``netns`` through one pyroute2 socket; the first the
+    kernel refuses raises TopologyError naming it."""
+    ns_.off_loop(_configure, netns, steps)
 
 
-def _run(argv: Sequence[str], stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(list(argv), input=stdin, text=True, capture_output=True, check=False)
-
-
-def _batch(netns: str | None, lines: Sequence[str], *, force: bool = False) -> None:
-    """Run ``lines`` through one ``ip [-n NETNS] -batch -`` process."""
-    if not lines:
-        return
-    argv = [_ip()]
-    if netns:
-        argv += ["-n", netns]
-    if force:
-        argv.append("-force")
-    argv += ["-batch", "-"]
-    r = _run(argv, "\n".join(lines) + "\n")
-    if r.returncode != 0 and not force:
-        where = f" in {netns}" if netns else ""
-        if os.geteuid() != 0:
-            raise PermissionDenied(f"building a namespace lab needs root ({r.stderr.strip()})")
-        raise TopologyError(f"ip{where} failed: {' '.join(r.stderr.split())}")
-
-
-_CLONE_NEWNET = 0x40000000
-
-
-def in_netns(netns: str, fn, *args):
-    """Call ``fn(*args)`` in network namespace ``netns`` and return its result.
-
-    It runs in a short-lived thread that joins the namespace (``setns`` acts on
-    the calling thread only), so this process stays where it is and no process
-    is started: cheap, which matters in the VM where starting one costs ~0.3 s.
-    Sockets made there keep that namespace for their life and can be used
-    from any thread; ``/proc/sys/net`` opened there shows that namespace's
-    settings.
-    """
-    out: dict = {}
-
-    def run() -> None:
-        try:
-            fd = os.open(os.path.join(NETNS_DIR, netns), os.O_RDONLY | os.O_CLOEXEC)
+def _configure(netns: str, steps: Sequence[Step]) -> None:
+    with IPRoute(netns=netns, flags=0) as ipr:
+        for what, call in steps:
             try:
-                libc = ctypes.CDLL(None, use_errno=True)
-                if libc.setns(fd, _CLONE_NEWNET) != 0:
-                    err = ctypes.get_errno()
-                    raise OSError(err, f"setns({netns}): {os.strerror(err)}")
-            finally:
-                os.close(fd)
-            out["result"] = fn(*args)
-        except BaseException as e:  # handed to the caller's thread
-            out["error"] = e
-
-    t = threading.Thread(target=run, name=f"netns-{netns}")
-    t.start()
-    t.join()
-    if "error" in out:
-        e = out["error"]
-        if isinstance(e, FileNotFoundError) and not os.path.exists(os.path.join(NETNS_DIR, netns)):
-            raise NotFoundError(f"network namespace {netns!r} does not exist") from e
-        if isinstance(e, PermissionError):
-            raise PermissionDenied(f"entering network namespace {netns!r} needs root") from e
-        raise e
-    return out["result"]
+                call(ipr)
+            except NetlinkError as e:
+                if e.code == errno.EPERM and os.geteuid() != 0:
+                    raise PermissionDenied(f"building a namespace lab needs root ({what})") from None
+                raise TopologyError(f"{what} in {netns} failed: {os.strerror(e.code)}") from None
 
 
-def netns_socket(netns: str, family: int = socket.AF_INET, type: int = socket.SOCK_STREAM,
-                 proto: int = 0) -> socket.socket:
-    """A socket that lives in network namespace ``netns`` (see ``in_netns``):
-    a test can run a server and its clients in different namespaces without
-    starting a process."""
-    return in_netns(netns, socket.socket, family, type, proto)
+def _index(ipr: IPRoute, name: str) -> int:
+    found = ipr.link_lookup(ifname=name)
+    if not found:
+        raise NetlinkError(errno.ENODEV, f"no device {name}")
+    return found[0]
 
 
-def set_sysctl(netns: str, key: str, value: str | int) -> None:
-    """Write sysctl ``key`` (``net.ipv4.ip_forward``) inside ``netns``."""
-    path = "/proc/sys/" + key.replace(".", "/")
-
-    def write() -> None:
-        with open(path, "w") as f:
-            f.write(f"{value}\n")
-    in_netns(netns, write)
+def _up(name: str) -> Step:
+    return f"link set {name} up", lambda ipr: ipr.link("set", index=_index(ipr, name), state="up")
 
 
-def namespaces() -> list[str]:
-    """Names of all named network namespaces (those in /run/netns)."""
-    try:
-        return sorted(os.listdir(NETNS_DIR))
-    except FileNotFoundError:
-        return []
+def _addr(dev: str, address: str, prefixlen: int) -> Step:
+    v6 = ":" in address
+    return (f"addr add {address}/{prefixlen} dev {dev}" + (" nodad" if v6 else ""),
+            lambda ipr: ipr.addr("add", index=_index(ipr, dev), address=address, prefixlen=prefixlen,
+                                 **({"flags": IFA_F_NODAD} if v6 else {})))
+
+
+def _route(gateway: str) -> Step:
+    v6 = ":" in gateway
+    dst = "::/0" if v6 else "0.0.0.0/0"
+    return (f"route add {dst} via {gateway}",
+            lambda ipr: ipr.route("add", dst=dst, gateway=gateway, family=socket.AF_INET6 if v6 else socket.AF_INET))
+
+
+def _link(name: str, kind: str, gso: dict, **attrs) -> Step:
+    return f"link add {name} type {kind}", lambda ipr: ipr.link("add", ifname=name, kind=kind, **gso, **attrs)
+
+
+def _veth(name: str, peer_netns: str, gso: dict) -> Step:
+    return (f"link add {name} type veth peer name {HOST_IF} netns {peer_netns}",
+            lambda ipr: ipr.link("add", ifname=name, kind="veth", **gso,
+                                 peer={"ifname": HOST_IF, "net_ns_fd": peer_netns, **gso}))
+
+
+def _master(name: str, bridge: str) -> Step:
+    return (f"link set {name} master {bridge}",
+            lambda ipr: ipr.link("set", index=_index(ipr, name), master=_index(ipr, bridge)))
+
+
+def _tool_path(tool: str) -> str:
+    path = shutil.which(tool)
+    if path is None:
+        raise NotFoundError(f"the {tool!r} command is missing: apt-get install iproute2")
+    return path
 
 
 def list_leftovers(prefix: str = PREFIX) -> list[str]:
     """Named namespaces whose names start with ``prefix`` (default: every lab's)."""
-    return [n for n in namespaces() if n.startswith(prefix)]
+    return [n for n in ns_.namespaces() if n.startswith(prefix)]
 
 
 def lab_namespaces(name: str) -> list[str]:
@@ -197,83 +168,13 @@ def lab_namespaces(name: str) -> list[str]:
     return [n for n in list_leftovers(prefix) if _ROLE_RE.match(n[len(prefix):])]
 
 
-def _pids_in(netns_names: Sequence[str]) -> list[int]:
-    """Processes whose network namespace is one of ``netns_names`` (one pass
-    over /proc, like ``ip netns pids``, without starting a process)."""
-    wanted = set()
-    for name in netns_names:
-        try:
-            st = os.stat(os.path.join(NETNS_DIR, name))
-        except FileNotFoundError:
-            continue
-        wanted.add((st.st_dev, st.st_ino))
-    if not wanted:
-        return []
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            ns = os.stat(f"/proc/{entry}/ns/net")
-        except OSError:
-            continue
-        if (ns.st_dev, ns.st_ino) in wanted:
-            pids.append(int(entry))
-    return pids
-
-
-def netns_pids(netns: str) -> list[int]:
-    """Processes whose network namespace is ``netns``."""
-    return _pids_in([netns])
-
-
-def _alive(pid: int) -> bool:
-    """True while ``pid`` exists and is not a zombie (a child we have not reaped)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] not in ("Z", "X")
-    except (OSError, IndexError):
-        return False
-
-
-def kill_netns_processes(netns_names: Sequence[str], grace_s: float = 2.0) -> None:
-    """SIGTERM, then after ``grace_s`` SIGKILL, every process in the namespaces."""
-    pids = [p for p in _pids_in(netns_names) if p != os.getpid()]
-    if not pids:
-        return
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in pids:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            pids = [p for p in pids if _alive(p)]
-            if not pids:
-                return
-            time.sleep(0.02)
-
-
-def delete_namespaces(netns_names: Sequence[str], *, kill: bool = True) -> None:
-    """Delete the named namespaces (their veths go with them), killing the
-    processes inside first unless ``kill=False``.  Missing names are ignored."""
-    names = [n for n in netns_names if n in set(namespaces())]
-    if not names:
-        return
-    if kill:
-        kill_netns_processes(names)
-    _batch(None, [f"netns delete {n}" for n in names], force=True)
-    left = [n for n in names if n in set(namespaces())]
-    if left:
-        raise TopologyError(f"could not delete namespaces {', '.join(left)}")
-
-
 def destroy(name: str, *, kill: bool = True) -> list[str]:
     """Remove every namespace of lab ``name`` (leftovers of a crash included).
     Returns the namespaces removed; removing nothing is not an error."""
     found = lab_namespaces(name)
-    delete_namespaces(found, kill=kill)
+    left = ns_.delete_namespaces(found, kill=kill)
+    if left:
+        raise TopologyError(f"could not delete namespaces {', '.join(left)}")
     return found
 
 
@@ -329,12 +230,12 @@ class Topology:
             if not replace:
                 raise ConflictError(f"lab {name!r} exists already ({', '.join(existing[:3])}"
                                     f"{', ...' if len(existing) > 3 else ''}); remove it with "
-                                    f"nstopo.destroy({name!r}) or pass replace=True")
+                                    f"topology.destroy({name!r}) or pass replace=True")
             destroy(name)
         try:
             topo._build(offload)
         except BaseException:
-            delete_namespaces(topo.namespaces, kill=True)
+            ns_.delete_namespaces(topo.namespaces, kill=True)
             raise
         return topo
 
@@ -352,46 +253,28 @@ class Topology:
         return cls.layout(name, n)
 
     def _build(self, offload: bool) -> None:
-        gso = "" if offload else " gso_max_segs 1"
-        r, s = self.router, self.server
-        for ns in self.namespaces:  # one process each: `ip -batch` mangles `netns add` now and then
-            made = _run([_ip(), "netns", "add", ns])
-            if made.returncode != 0:
-                if os.geteuid() != 0:
-                    raise PermissionDenied(f"building a namespace lab needs root ({made.stderr.strip()})")
-                raise TopologyError(f"ip netns add {ns} failed: {' '.join(made.stderr.split())}")
-        lines = [
-            "link set lo up",
-            f"link add {LAN_IF}{gso} type bridge",
-            f"link add {WAN_IF}{gso} type veth peer name {HOST_IF} netns {s}{gso}",
-        ]
+        gso = {} if offload else {"gso_max_segs": 1}
+        for ns in self.namespaces:
+            ns_.create(ns)
+        steps = [_up("lo"), _link(LAN_IF, "bridge", gso), _veth(WAN_IF, self.server, gso)]
         for i, ns in enumerate(self.clients, 1):
-            lines += [f"link add c{i}{gso} type veth peer name {HOST_IF} netns {ns}{gso}",
-                      f"link set c{i} master {LAN_IF}",
-                      f"link set c{i} up"]
-        lines += [
-            f"addr add {self.router_client_addr}/{self.prefixlen} dev {LAN_IF}",
-            f"addr add {self.router_client_addr6}/{self.prefixlen6} dev {LAN_IF} nodad",
-            f"addr add {self.router_server_addr}/{self.prefixlen} dev {WAN_IF}",
-            f"addr add {self.router_server_addr6}/{self.prefixlen6} dev {WAN_IF} nodad",
-            f"link set {LAN_IF} up",
-            f"link set {WAN_IF} up",
-        ]
-        _batch(r, lines)
-        _batch(s, self._host_lines(self.server_addr, self.server_addr6,
-                                   self.router_server_addr, self.router_server_addr6))
+            steps += [_veth(f"c{i}", ns, gso), _master(f"c{i}", LAN_IF), _up(f"c{i}")]
+        steps += [_addr(LAN_IF, self.router_client_addr, self.prefixlen),
+                  _addr(LAN_IF, self.router_client_addr6, self.prefixlen6),
+                  _addr(WAN_IF, self.router_server_addr, self.prefixlen),
+                  _addr(WAN_IF, self.router_server_addr6, self.prefixlen6),
+                  _up(LAN_IF), _up(WAN_IF)]
+        configure(self.router, steps)
+        configure(self.server, self._host_steps(self.server_addr, self.server_addr6,
+                                                self.router_server_addr, self.router_server_addr6))
         for ns, a4, a6 in zip(self.clients, self.client_addrs, self.client_addrs6):
-            _batch(ns, self._host_lines(a4, a6, self.router_client_addr, self.router_client_addr6))
-        set_sysctl(r, "net.ipv4.ip_forward", 1)
-        set_sysctl(r, "net.ipv6.conf.all.forwarding", 1)
+            configure(ns, self._host_steps(a4, a6, self.router_client_addr, self.router_client_addr6))
+        ns_.set_sysctl(self.router, "net.ipv4.ip_forward", 1)
+        ns_.set_sysctl(self.router, "net.ipv6.conf.all.forwarding", 1)
 
-    def _host_lines(self, addr4: str, addr6: str, gw4: str, gw6: str) -> list[str]:
-        return ["link set lo up",
-                f"addr add {addr4}/{self.prefixlen} dev {HOST_IF}",
-                f"addr add {addr6}/{self.prefixlen6} dev {HOST_IF} nodad",
-                f"link set {HOST_IF} up",
-                f"route add default via {gw4}",
-                f"route add ::/0 via {gw6}"]
+    def _host_steps(self, addr4: str, addr6: str, gw4: str, gw6: str) -> list[Step]:
+        return [_up("lo"), _addr(HOST_IF, addr4, self.prefixlen), _addr(HOST_IF, addr6, self.prefixlen6),
+                _up(HOST_IF), _route(gw4), _route(gw6)]
 
     # -- use --------------------------------------------------------------
     @property
@@ -435,7 +318,7 @@ class Topology:
 
     def argv(self, host: str | int, argv: Sequence[str]) -> list[str]:
         """``argv`` wrapped to run in ``host``'s namespace (``ip netns exec``)."""
-        return [_ip(), "netns", "exec", self.ns(host), *argv]
+        return [_tool_path("ip"), "netns", "exec", self.ns(host), *argv]
 
     def exec(self, host: str | int, argv: Sequence[str], *, check: bool = True,
              timeout: float | None = 60, input: str | None = None,
@@ -462,7 +345,7 @@ class Topology:
     def socket(self, host: str | int, family: int = socket.AF_INET,
                type: int = socket.SOCK_STREAM) -> socket.socket:
         """A socket in ``host``'s namespace (see ``netns_socket``)."""
-        return netns_socket(self.ns(host), family, type)
+        return ns_.netns_socket(self.ns(host), family, type)
 
     def tc(self, *args: str, host: str | int = "router", check: bool = True) -> subprocess.CompletedProcess:
         """``tc -n NS ARGS`` (on the router unless ``host`` says otherwise)."""
@@ -473,11 +356,8 @@ class Topology:
         return self._tool("ip", host, args, check)
 
     def _tool(self, tool: str, host, args, check) -> subprocess.CompletedProcess:
-        path = shutil.which(tool)
-        if path is None:
-            raise NotFoundError(f"the {tool!r} command is missing: apt-get install iproute2")
         ns = self.ns(host)
-        r = _run([path, "-n", ns, *args])
+        r = subprocess.run([_tool_path(tool), "-n", ns, *args], text=True, capture_output=True, check=False)
         if check and r.returncode != 0:
             raise TopologyError(f"{tool} -n {ns} {' '.join(args)} exited {r.returncode}: "
                                 f"{' '.join(r.stderr.split())[-500:]}")

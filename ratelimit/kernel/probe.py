@@ -20,7 +20,11 @@ import subprocess
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from ratelimit.errors import KernelMissing, NotFoundError, PermissionDenied
+from pyroute2 import IPRoute
+from pyroute2.netlink.exceptions import NetlinkError
+
+from ..errors import KernelMissing, NotFoundError, PermissionDenied
+from . import netns
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,8 @@ class Feature:
     name: str
     family: str  # "qdisc", "classifier", "action" or "link"
     module: str  # kernel module name; "" when it is always built in
-    args: tuple[str, ...]  # what to create (see _attempt)
+    args: tuple[str, ...] = ()  # tc arguments that create it (see attempt)
+    link: tuple = ()  # for links: pyroute2's link("add", ...) keywords, as (key, value) pairs
 
 
 def _q(name, module, *args):
@@ -46,13 +51,15 @@ def _a(name, *args):
     return Feature(name, "action", "act_" + name, args)
 
 
-def _l(name, module, *args):
-    return Feature(name, "link", module, args)
+def _l(name, module, **link):
+    return Feature(name, "link", module, link=tuple(link.items()))
 
 
-# The probe device is ``rlp0`` (a veth whose peer is ``rlp1``).  Classifiers are
-# added under an ingress (or clsact) qdisc; actions are created stand-alone
-# with ``tc actions add``, which loads the same module a filter's action would.
+# The probe device is ``rlp0`` (a veth whose peer is ``rlp1``).  Qdiscs, classifiers
+# and actions are tried with ``tc`` itself (what the kernel accepts from tc is
+# the question); classifiers are added under an ingress (or clsact) qdisc;
+# actions are created stand-alone with ``tc actions add``, which loads the same
+# module a filter's action would.  Namespace and links go through pyroute2.
 FEATURES: dict[str, Feature] = {f.name: f for f in (
     _q("htb", "sch_htb"),
     _q("tbf", "sch_tbf", "tbf", "rate", "1mbit", "burst", "10kb", "latency", "50ms"),
@@ -85,12 +92,12 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
     _a("pedit", "pedit", "munge", "ip", "tos", "set", "0x10"),
     _a("nat", "nat", "egress", "198.18.0.1", "198.18.0.2"),
     _a("csum", "csum", "ip4h"),
-    _l("veth", "veth", "type", "veth", "peer", "name", "rlpp"),
-    _l("ifb", "ifb", "type", "ifb"),
-    _l("dummy", "dummy", "type", "dummy"),
-    _l("bridge", "bridge", "type", "bridge"),
-    _l("macvlan", "macvlan", "link", "rlp0", "type", "macvlan"),
-    _l("vlan", "8021q", "link", "rlp0", "type", "vlan", "id", "5"),
+    _l("veth", "veth", kind="veth", peer="rlpp"),
+    _l("ifb", "ifb", kind="ifb"),
+    _l("dummy", "dummy", kind="dummy"),
+    _l("bridge", "bridge", kind="bridge"),
+    _l("macvlan", "macvlan", kind="macvlan", link="rlp0"),
+    _l("vlan", "8021q", kind="vlan", link="rlp0", vlan_id=5),
 )}
 
 # feature -> kernel module ("" = built into every kernel that has tc at all)
@@ -137,9 +144,8 @@ def _run(argv: list[str]) -> subprocess.CompletedProcess:
 
 
 def _check_tools() -> None:
-    for tool in ("ip", "tc"):
-        if shutil.which(tool) is None:
-            raise NotFoundError(f"the {tool!r} command is missing: apt-get install iproute2")
+    if shutil.which("tc") is None:
+        raise NotFoundError("the 'tc' command is missing: apt-get install iproute2")
     if os.geteuid() != 0:
         raise PermissionDenied("probing the kernel's traffic control needs root "
                                "(it creates a throwaway network namespace)")
@@ -157,35 +163,45 @@ class _ProbeNamespace:
         self._index = 0
 
     def __enter__(self) -> _ProbeNamespace:
-        r = _run(["ip", "netns", "add", self.name])
-        if r.returncode != 0:
-            raise PermissionDenied(f"cannot create probe namespace {self.name}: {r.stderr.strip()}")
         try:
-            r = _run(["ip", "-n", self.name, "link", "add", "rlp0", "type", "veth",
-                      "peer", "name", "rlp1"])
-            if r.returncode == 0:
-                self.base_link = True
+            netns.create(self.name)
+        except OSError as e:
+            raise PermissionDenied(f"cannot create probe namespace {self.name}: {e.strerror or e}") from None
+        try:
+            self.ipr = IPRoute(netns=self.name, flags=0)
+            self.base_link = self.add_link("rlp0", kind="veth", peer="rlp1")
+            if self.base_link:
                 for dev in ("rlp0", "rlp1"):
-                    _run(["ip", "-n", self.name, "link", "set", dev, "up"])
+                    self.ipr.link("set", index=self.ipr.link_lookup(ifname=dev)[0], state="up")
         except BaseException:
             self.__exit__()
             raise
         return self
 
     def __exit__(self, *exc) -> None:
-        _run(["ip", "netns", "delete", self.name])
+        ipr = getattr(self, "ipr", None)
+        if ipr is not None:
+            ipr.close()
+        netns.delete_namespaces([self.name], kill=False)
 
-    def ip(self, *args: str) -> bool:
-        return _run(["ip", "-n", self.name, *args]).returncode == 0
+    def add_link(self, name: str, **kw) -> bool:
+        """Create link ``name``; False if the kernel refuses its kind."""
+        if "link" in kw:
+            kw["link"] = self.ipr.link_lookup(ifname=kw["link"])[0]
+        try:
+            self.ipr.link("add", ifname=name, **kw)
+        except NetlinkError:
+            return False
+        return True
 
     def tc(self, *args: str) -> bool:
         return _run(["tc", "-n", self.name, *args]).returncode == 0
 
     def attempt(self, f: Feature) -> bool:
         if f.family == "link":
-            ok = self.ip("link", "add", "rlpx", *f.args)
+            ok = self.add_link("rlpx", **dict(f.link))
             if ok:
-                self.ip("link", "delete", "rlpx")
+                self.ipr.link("del", ifname="rlpx")
             return ok
         if not self.base_link:
             return False
@@ -231,6 +247,13 @@ class _ProbeNamespace:
         return self.filter_parent
 
 
+def _probe_all(todo: list[str]) -> None:
+    with _ProbeNamespace() as ns:
+        order = {"link": 3, "qdisc": 0, "classifier": 1, "action": 2}
+        for name in sorted(todo, key=lambda n: order[FEATURES[n].family]):
+            _CACHE[name] = ns.attempt(FEATURES[name])
+
+
 def probe(features: Iterable[str] | None = None) -> dict[str, bool]:
     """Return ``{feature: accepted}`` for ``features`` (all of ``FEATURES`` if None).
 
@@ -243,10 +266,7 @@ def probe(features: Iterable[str] | None = None) -> dict[str, bool]:
     todo = [n for n in names if n not in _CACHE]
     if todo:
         _check_tools()
-        with _ProbeNamespace() as ns:
-            order = {"link": 3, "qdisc": 0, "classifier": 1, "action": 2}
-            for name in sorted(todo, key=lambda n: order[FEATURES[n].family]):
-                _CACHE[name] = ns.attempt(FEATURES[name])
+        netns.off_loop(_probe_all, todo)
     return {n: _CACHE[n] for n in names}
 
 

@@ -13,8 +13,8 @@ standard library, for machines without nginx; it answers GET and HEAD with a
 
 Command line (run by the lab inside the server namespace)::
 
-    python3 -m ratelimit.docroot write DIR
-    python3 -m ratelimit.docroot serve --root DIR --bind ADDRESS --port 80 [--pidfile FILE]
+    python3 -m ratelimit.lab.docroot write DIR
+    python3 -m ratelimit.lab.docroot serve --root DIR --bind ADDRESS --port 80 [--pidfile FILE]
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import ip_address
 from pathlib import Path
 
-from .errors import FieldError, NotFoundError, RatelimitError
+from ..errors import FieldError, NotFoundError, RatelimitError
 
 # file name -> size in bytes; EXPERIMENT_FILE is the one the 2000 benchmark fetched
 SIZES = {"1000.bin": 1_000, "10000.bin": 10_000, "100000.bin": 100_000, "1000000.bin": 1_000_000}
@@ -122,7 +122,7 @@ def make_server(root: str | os.PathLike, host: str, port: int, access_log=None) 
     root = Path(root)
     if not root.is_dir():
         raise NotFoundError(f"--root: '{root}' is not a directory (create it with: "
-                            f"python3 -m ratelimit.docroot write {root})")
+                            f"python3 -m ratelimit.lab.docroot write {root})")
     try:
         family = ip_address(host.strip("[]")).version
     except ValueError:
@@ -154,7 +154,7 @@ def serve(root, host: str, port: int, pidfile: str | None = None, access_log=Non
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python3 -m ratelimit.docroot",
+    p = argparse.ArgumentParser(prog="python3 -m ratelimit.lab.docroot",
                                 description="Write the lab's fixed-size files, or serve a directory over HTTP.")
     sub = p.add_subparsers(dest="command", required=True)
     w = sub.add_parser("write", help="write the files into DIR")

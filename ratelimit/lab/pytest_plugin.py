@@ -1,7 +1,7 @@
 """pytest fixtures: run your server behind emulated links and test what users see.
 
 Loaded automatically once ratelimit is installed (entry point ``pytest11``:
-``ratelimit = ratelimit.pytest_plugin``), or with ``-p ratelimit.pytest_plugin``.
+``ratelimit = ratelimit.lab.pytest_plugin``), or with ``-p ratelimit.lab.pytest_plugin``.
 Needs root (network namespaces)::
 
     @pytest.mark.emulated_link(profile="modem-28k8", clients=2)
@@ -14,7 +14,7 @@ Needs root (network namespaces)::
 Fixtures:
 
 ``emulated_link``
-    A namespace lab (``ratelimit.lab_core.Lab``) made for the test and removed
+    A namespace lab (``ratelimit.lab.core.Lab``) made for the test and removed
     after it, whatever happens.  Configure it with the marker
     ``@pytest.mark.emulated_link(profile=None, clients=1, mode="auto", rate=None,
     delay=None, no_delay=False, burst=1, ports="10000-10099", server="none")``.
@@ -112,9 +112,9 @@ class EmulatedLink:
 
     def expected_seconds(self, nbytes: int) -> float:
         """How long downloading ``nbytes`` should take at the link's down rate:
-        headers added, the burst taken off (``lab_core.expected_seconds``);
+        headers added, the burst taken off (``measure.expected_seconds``);
         handshake and delay not included."""
-        from .lab_core import expected_seconds
+        from .measure import expected_seconds
         link = self.lab.info.get("link")
         if not link or not link["summary"]["down"].get("rate_bps"):
             raise RuntimeError("emulated_link: no rate is applied, so no time is expected")
@@ -176,7 +176,7 @@ class EmulatedLink:
     # -- changes -----------------------------------------------------------
     def apply(self, profile: str | None = None, **options) -> None:
         """Change the link live (options as the marker's: mode, rate, delay, no_delay, burst)."""
-        from .lab_core import LinkSpec
+        from .link import LinkSpec
         self.lab.apply(LinkSpec(profile=profile, **options))
 
     def _close(self) -> None:
@@ -193,13 +193,14 @@ class EmulatedLink:
 
 def _make(name: str, *, profile=None, clients=1, mode="auto", rate=None, delay=None, no_delay=False,
           burst=1, ports=None, server="none") -> EmulatedLink:
-    from .errors import RatelimitError
-    from .lab_core import Lab, LinkSpec
+    from ..errors import RatelimitError
+    from .core import Lab
+    from .link import LinkSpec
     left_out = False
     if no_delay == "auto":
         no_delay = False
         if profile is not None or delay is not None:
-            from .probe import probe
+            from ..kernel.probe import probe
             if not probe(["netem"])["netem"]:
                 no_delay = left_out = True
                 warnings.warn(EmulatedLinkWarning(

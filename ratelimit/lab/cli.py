@@ -10,10 +10,10 @@
     ratelimit lab down [--all]                remove everything the lab made (also after a crash)
 
 Every command takes ``--name NAME`` (default ``lab``) so several labs can
-coexist.  ``lab_core`` does the work; this module parses, prints and runs the
-demo.  Kernels without netem (or police) get a one-line explanation and the
+coexist.  ``core.Lab`` does the work; this module parses and prints (the
+demo is ``demo.py``).  Kernels without netem (or police) get a one-line explanation and the
 ways out: ``--no-delay`` / ``--mode shape`` here, or ``--vm`` to run the whole
-lab command inside the full-kernel VM (``ratelimit.vm``).
+lab command inside the full-kernel VM (``ratelimit.kernel.vm``).
 """
 
 from __future__ import annotations
@@ -24,16 +24,16 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from . import docroot, lab_core
-from .errors import RatelimitError, UsageError
-from .lab_core import DEFAULT_BURST, DEFAULT_NAME, DEFAULT_PORTS, Lab, LinkSpec
-from .units import format_rate
+from .. import SOURCE_ROOT
+from ..errors import FieldError, RatelimitError, UsageError
+from ..progress import terminal
+from ..units import format_rate
+from . import docroot, store
+from .core import DEFAULT_PORTS, SERVERS, Lab
+from .link import DEFAULT_BURST, MODES, LinkSpec
+from .store import DEFAULT_NAME
 
-DEMO_NAME = "demo"
-DEMO_PROFILE = "modem-28k8"
-DEMO_PORTS = "10000-10099"  # one download needs one port; fewer links build faster in shape mode
 VM_STATE_DIR = "/tmp/ratelimit-vm-state"  # the guest's /tmp is its own
 
 
@@ -50,7 +50,7 @@ def _name_opt(p, default=None):
 
 
 def _link_opts(p, *, up: bool):
-    p.add_argument("--mode", default="auto", choices=lab_core.MODES,
+    p.add_argument("--mode", default="auto", choices=MODES,
                    help="police (drop above the rate), shape (queue), or auto: police if the kernel "
                         "has act_police, else shape (default auto)")
     p.add_argument("--burst", default=str(DEFAULT_BURST), metavar="PACKETS",
@@ -75,7 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     up.add_argument("--clients", default="1", metavar="N", help="client namespaces (default 1, at most 253)")
     up.add_argument("--profile", metavar="PROFILE",
                     help="link profile to apply (see `ratelimit profiles`); default: none, links unimpaired")
-    up.add_argument("--server", default="auto", choices=lab_core.SERVERS,
+    up.add_argument("--server", default="auto", choices=SERVERS,
                     help="web server: nginx, builtin (Python), auto: nginx if installed (default)")
     up.add_argument("--ports", default=DEFAULT_PORTS, metavar="LOW-HIGH",
                     help=f"the clients' ephemeral ports, all limited by the router (default {DEFAULT_PORTS})")
@@ -106,6 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     dn.add_argument("--all", action="store_true", help="every lab on this machine")
 
     de = sub.add_parser("demo", help="the first command to run: a 10,000-byte download over a 28.8k modem")
+    from .demo import DEMO_NAME
     de.add_argument("--name", default=DEMO_NAME, metavar="NAME", help=f"lab name (default {DEMO_NAME})")
     de.add_argument("--vm", action="store_true",
                     help="run in the full-kernel VM, with the modem's delay (a minute or more)")
@@ -123,20 +124,7 @@ def _say(text: str) -> None:
 
 def _progress():
     """Percent of the apply on one terminal line, or None when stderr is not a terminal."""
-    if not sys.stderr.isatty():
-        return None
-    last = [0.0]
-
-    def show(done, total):
-        now = time.monotonic()
-        if done < total and now - last[0] < 0.2:
-            return
-        last[0] = now
-        sys.stderr.write(f"\rlab: applying {100 * done // max(total, 1):3d}% ({done}/{total} operations)")
-        if done >= total:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-    return show
+    return terminal(sys.stderr, "lab: applying", every_s=0.2)
 
 
 def _link_text(link: dict | None) -> str:
@@ -156,7 +144,7 @@ def _pick_name(name: str | None) -> str:
     """``--name``, else ``lab``, else the only lab that is up."""
     if name:
         return name
-    labs = lab_core.list_labs()
+    labs = store.list_labs()
     if DEFAULT_NAME in labs or len(labs) != 1:
         return DEFAULT_NAME
     return labs[0]
@@ -167,14 +155,13 @@ def _link_spec(args, profile) -> LinkSpec:
     try:
         burst = int(burst)
     except ValueError:
-        from .errors import FieldError
         raise FieldError("--burst", f"'{burst}'", "is not a whole number of packets (1-100000)") from None
     return LinkSpec(profile=profile, mode=args.mode, burst=burst, rate=args.rate, delay=args.delay,
                     no_delay=args.no_delay)
 
 
 def _package_parent() -> str:
-    return str(Path(__file__).resolve().parent.parent)
+    return str(SOURCE_ROOT)
 
 
 def _in_vm_cmd(argv: list[str]) -> list[str]:
@@ -182,7 +169,7 @@ def _in_vm_cmd(argv: list[str]) -> list[str]:
 
 
 def _run_in_vm(inner: list[str]) -> int:
-    from .vm import run_in_vm
+    from ..kernel.vm import run_in_vm
     _say("lab: starting the full-kernel VM (about 20 s to boot; software emulation is slower "
          "than this machine, so expect traffic to take longer)")
     env = {"RATELIMIT_STATE_DIR": VM_STATE_DIR,
@@ -215,7 +202,7 @@ def _debug_opt(parser) -> None:
 
 
 def _up(args, argv, cmd_after) -> int:
-    from .vm import in_vm
+    from ..kernel.vm import in_vm
     if args.vm and not in_vm():
         inner = [a for a in argv if a != "--vm"]
         if not cmd_after:
@@ -315,11 +302,11 @@ def _clean(args, argv, cmd_after) -> int:
 
 
 def _down(args, argv, cmd_after) -> int:
-    names = lab_core.list_labs() if args.all else [_pick_name(args.name)]
+    names = store.list_labs() if args.all else [_pick_name(args.name)]
     if args.all and args.name:
         raise UsageError("lab down: give --name NAME or --all, not both")
     for name in names:
-        r = lab_core.down(name)
+        r = store.down(name)
         if not (r["namespaces"] or r["paths"]):
             print(f"lab '{name}': nothing to remove")
             continue
@@ -331,72 +318,9 @@ def _down(args, argv, cmd_after) -> int:
     return 0
 
 
-# ---------------------------------------------------------------- the demo
-
-
 def _demo(args, argv, cmd_after) -> int:
-    from .probe import probe
-    from .vm import in_vm
-    if args.vm and not in_vm():
-        return _run_in_vm(["demo", "--name", args.name])
-    t_start = time.monotonic()
-    prof = __import__("ratelimit.profiles", fromlist=["load"]).load(DEMO_PROFILE)
-    rate = prof.down.rate_bps
-    size = docroot.EXPERIMENT_BYTES
-    have = probe(["netem", "police"])
-    mode = "police" if have["police"] else "shape"
-    print(f"ratelimit lab demo: one client downloads the {size:,}-byte file of the 2000 experiments "
-          f"through a router that emulates a {rate / 1000:g} kbit/s modem ({DEMO_PROFILE}).")
-    if not have["netem"]:
-        print(f"note: this kernel lacks netem (module sch_netem), so the modem's "
-              f"{prof.down.delay_us // 1000} ms delay each way is left out; the rate is emulated in full. "
-              f"`ratelimit lab demo --vm` runs the whole profile in a full-kernel VM (a minute or more: "
-              f"it boots and runs under software emulation).")
-    if not have["police"]:
-        print("note: this kernel lacks act_police, so the rate is enforced by shaping (queueing) "
-              "instead of policing (dropping); both give the profile's rate.")
-    link = LinkSpec(profile=DEMO_PROFILE, mode=mode, burst=DEFAULT_BURST, no_delay=not have["netem"])
-    lab = Lab.up(args.name, clients=1, link=link, ports=DEMO_PORTS, say=_say)
-    try:
-        flag = f" --name {lab.name}" if lab.name != DEFAULT_NAME else ""
-        print(f"$ ratelimit lab exec{flag} client1 -- curl -o /dev/null http://server/{docroot.EXPERIMENT_FILE}")
-        d = lab.download("/" + docroot.EXPERIMENT_FILE, 1)
-        stats = lab.statistics()
-    finally:
-        lab.down()
-    if d.bytes != size or d.http_code != 200:
-        raise lab_core.LabError(f"lab demo: the download returned HTTP {d.http_code} and {d.bytes} bytes, "
-                                f"not 200 and {size}")
-    rows = [r for r in stats["links"] if r.get("bytes") and r["port"] == d.local_port]
-    wire = sum(r["bytes"] for r in rows if r["direction"] == "dest")
-    burst = max(1514, rate * DEFAULT_BURST // 8)
-    theory = size * 8 / rate
-    link_s = lab_core.expected_seconds(size, rate, DEFAULT_BURST)
-    print()
-    print(f"  measured   {d.seconds:5.2f} s   curl on client1, port {d.local_port} "
-          f"(TCP handshake {d.connect_s * 1000:.0f} ms)")
-    print(f"  theory     {theory:5.2f} s   {size:,} bytes x 8 / {rate:,} bit/s, as in 2000")
-    print(f"  this link  {link_s:5.2f} s   + headers (~{lab_core.wire_bytes(size):,} bytes on the wire), "
-          f"- the first {burst:,} bytes, which pass at once (--burst {DEFAULT_BURST})")
-    print()
-    print(f"  link statistics on the router ({lab.topo.router}/{lab.topo.router_client_if}), "
-          f"the connection's (host, port):")
-    print(f"  {'DIR':<5} {'HOST':<12} {'PORT':>6} {'BYTES':>8} {'PACKETS':>8} {'DROPS':>6} {'OVERLIM':>8}")
-    for r in sorted(rows, key=lambda r: r["direction"]):
-        print(f"  {'down' if r['direction'] == 'dest' else 'up':<5} {r['host']:<12} {r['port']:>6} "
-              f"{r['bytes']:>8,} {r['packets']:>8,} {r['drops']:>6,} {r['overlimits']:>8,}")
-    drops = sum(r["drops"] for r in rows if r["direction"] == "dest")
-    if drops:
-        print(f"  (the policer dropped {drops} packet(s) above the rate; TCP sent them again, which is "
-              f"why down counted {wire:,} bytes)")
-    elif wire > 1.15 * lab_core.wire_bytes(size):
-        print(f"  (down counted {wire:,} bytes, more than the file: part of TCP's first window waited in "
-              f"the modem's queue longer than TCP's 1 s initial timeout and was sent again)")
-    print()
-    print(f"done in {time.monotonic() - t_start:.0f} s; the lab is down again. Next: "
-          f"ratelimit lab up --profile {DEMO_PROFILE}" + (" --no-delay" if not have["netem"] else "")
-          + " (docs/lab.md)")
-    return 0
+    from .demo import demo
+    return demo(args)
 
 
 COMMANDS = {"up": _up, "status": _status, "exec": _exec, "apply": _apply, "clean": _clean,
@@ -417,6 +341,3 @@ def _cli() -> int:
         print("ratelimit: interrupted", file=sys.stderr)
         return 130
 
-
-if __name__ == "__main__":
-    raise SystemExit(_cli())

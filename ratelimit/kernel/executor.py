@@ -1,0 +1,220 @@
+"""The executor: the only code that changes the kernel's traffic control.
+
+It carries out plan operations in one network namespace (which must exist: we
+never create one).  Each operation type has one small function in the dispatch
+tables at the end; ``encode`` packs the messages, ``readback.Reader`` (which
+the executor extends) reads state back, ``links`` handles devices through
+pyroute2.
+
+Speed comes from batching: the messages of consecutive classes, netem leaves,
+u32 tables and filters go out many per ``send``; only the last of a batch asks
+for an acknowledgement, and the kernel answers a failure whatever we ask, so
+one round trip covers a batch.  The kernel carries on past a failure within a
+batch, so root and ingress qdiscs and links are sent alone, each acknowledged
+before anything under them goes out: a batch only holds classes, leaf qdiscs
+and filters under qdiscs the plan made earlier.  If one of them fails, the
+later ones of its batch that the kernel carried out go with those qdiscs when
+the caller rolls back (the plan's teardown).
+"""
+
+import errno as errnos
+import time
+
+from ..errors import ApplyError
+from ..plan import AddIfb, DelLink, DelQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, U32Filter, U32Table
+from .encode import Encoder
+from .nl import NLM_F_REQUEST, SEQ_OFFSET, TC_H_INGRESS, TC_H_ROOT
+from .readback import Reader, without_gc
+from .transport import KernelError, set_ack, strerror
+
+BATCH_BYTES = 256 * 1024  # most bytes per send
+BATCH_MSGS = 1024  # most messages per send (bounds the failure replies a batch can queue)
+PROGRESS_EVERY_S = 0.2
+
+_NOT_THERE = frozenset({errnos.ENOENT, errnos.EINVAL, errnos.ENODEV})
+
+
+class StepFailed(ApplyError):
+    """The kernel refused one operation of a plan."""
+
+    def __init__(self, index: int, op, errno: int, kernel_message: str = "", total: int | None = None):
+        self.index, self.op, self.errno, self.kernel_message = index, op, errno, kernel_message
+        self.total = total
+        detail = f" ({kernel_message})" if kernel_message else ""
+        of = f" of {total}" if total is not None else ""
+        super().__init__(f"step {index + 1}{of} ({shorten(op_text(op))}) failed: {strerror(errno)}{detail}")
+
+
+def op_text(op) -> str:
+    return "; ".join(op.lines())
+
+
+def shorten(text: str, width: int = 110) -> str:
+    if len(text) <= width:
+        return text
+    keep = width - 5
+    return text[:keep * 2 // 3] + " ... " + text[-(keep - keep * 2 // 3):]
+
+
+class _NoDevice(Exception):
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.name = name
+
+
+class Executor(Reader):
+    """Carries out plan operations and reads traffic-control state in one namespace."""
+
+    def __init__(self, netns: str | None = None):
+        super().__init__(netns)
+        self._fresh()
+
+    def _fresh(self) -> None:
+        """Forget device indexes and everything packed with them (links may have changed)."""
+        self.links.forget()
+        self.encoder = Encoder(self._ifindex, self.clock)
+
+    def _ifindex(self, name: str) -> int:
+        index = self.links.index(name)
+        if index is None:
+            raise _NoDevice(name)
+        return index
+
+    @without_gc
+    def apply(self, ops, *, progress=None, echo=None) -> None:
+        """Carry out ``ops`` in order; raise StepFailed on the first one the kernel refuses."""
+        ops = tuple(ops)
+        total = len(ops)
+        self._fresh()
+        enc, chan = self.encoder, self.chan
+        batch = bytearray()
+        where: list[int] = []  # op index of each message in the batch
+        starts: list[int] = []  # where each message starts in the batch
+        report = _Progress(progress, total)
+
+        def flush():
+            nonlocal batch, where, starts
+            if not where:
+                return
+            set_ack(batch, starts[-1])
+            first = chan.next_seq(len(where))
+            for k, at in enumerate(starts):
+                SEQ_OFFSET.pack_into(batch, at + 8, first + k)
+            failures = chan.exchange(batch, first, first + len(where) - 1)
+            if failures:
+                seq, err, msg = min(failures)
+                i = where[seq - first]
+                raise StepFailed(i, ops[i], err, msg, total)
+            batch, where, starts = bytearray(), [], []
+
+        for i, op in enumerate(ops):
+            if echo is not None:
+                for line in op.lines():
+                    echo(line)
+            packer = _BATCHED.get(type(op))
+            if packer is not None and not (type(op) is NetemQdisc and op.parent in (TC_H_ROOT, TC_H_INGRESS)):
+                try:
+                    msg = packer(enc, op, 0, NLM_F_REQUEST)
+                except _NoDevice as e:
+                    flush()
+                    raise StepFailed(i, op, errnos.ENODEV, f"no device {e.name}", total) from None
+                except ValueError as e:
+                    flush()
+                    raise StepFailed(i, op, errnos.EINVAL, str(e), total) from None
+                starts.append(len(batch))
+                batch += msg
+                where.append(i)
+                if len(where) >= BATCH_MSGS or len(batch) >= BATCH_BYTES:
+                    flush()
+                    report(i + 1)
+                continue
+            flush()
+            alone = _ALONE.get(type(op))
+            if alone is None:
+                raise TypeError(f"not a plan operation: {op!r}")
+            try:
+                alone(self, op)
+            except KernelError as e:
+                raise StepFailed(i, op, e.errno, e.message, total) from None
+            except _NoDevice as e:
+                raise StepFailed(i, op, errnos.ENODEV, f"no device {e.name}", total) from None
+            report(i + 1)
+        flush()
+        report(total, final=True)
+
+    def remove(self, ops) -> None:
+        """Carry out teardown operations (DelQdisc, DelLink), ignoring what is already gone."""
+        ops = tuple(ops)
+        self._fresh()
+        for i, op in enumerate(ops):
+            if type(op) not in (DelQdisc, DelLink):
+                raise TypeError(f"not a teardown operation: {op!r}")
+            try:
+                _ALONE[type(op)](self, op)
+            except KernelError as e:
+                if e.errno not in _NOT_THERE:
+                    raise StepFailed(i, op, e.errno, e.message, len(ops)) from None
+            except _NoDevice:
+                pass
+
+
+class _Progress:
+    """Calls progress(done, total) about every 1% or 0.2 s, and once at the end."""
+
+    def __init__(self, fn, total: int):
+        self.fn, self.total = fn, total
+        self.step = max(1, total // 100)
+        self.next = self.step
+        self.last = time.monotonic()
+
+    def __call__(self, done: int, final: bool = False) -> None:
+        if self.fn is None:
+            return
+        now = time.monotonic()
+        if final or done >= self.next or now - self.last >= PROGRESS_EVERY_S:
+            self.fn(done, self.total)
+            self.next = done + self.step
+            self.last = now
+
+
+# ------------------------------------------------------------------ one function per operation type
+
+
+def _add_ifb(ex: Executor, op: AddIfb) -> None:
+    ex.links.add_ifb(op.name)
+    ex._fresh()
+
+
+def _del_link(ex: Executor, op: DelLink) -> None:
+    try:
+        ex.links.delete(op.name)
+    finally:
+        ex._fresh()
+
+
+def _alone(pack):
+    """A dispatch entry that sends one packed message and waits for its acknowledgement."""
+    def send(ex: Executor, op) -> None:
+        ex.chan.request(pack(ex.encoder, op, 0, NLM_F_REQUEST))
+    return send
+
+
+# Operations sent on their own, each acknowledged before the next is sent.
+_ALONE = {
+    AddIfb: _add_ifb,
+    DelLink: _del_link,
+    HtbQdisc: _alone(Encoder.htb_qdisc),
+    IngressQdisc: _alone(Encoder.ingress_qdisc),
+    DelQdisc: _alone(Encoder.del_qdisc),
+    NetemQdisc: _alone(Encoder.netem_qdisc),  # only when it is a root or ingress qdisc
+}
+
+# Operations packed into batches: (encoder, op, seq, flags) -> message bytes.
+_BATCHED = {
+    HtbClass: Encoder.htb_class,
+    NetemQdisc: Encoder.netem_qdisc,
+    U32Table: Encoder.u32_table,
+    U32Filter: Encoder.u32_filter,
+}
+
+__all__ = ["Executor", "StepFailed"]

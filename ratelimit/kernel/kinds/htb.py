@@ -1,0 +1,62 @@
+"""HTB: the qdisc's global options and a class's rate, ceil and buffers."""
+
+import struct
+
+from ..nl import U32_MAX, U64, attr, attr_str, attrs, hexof, nest, TCA_KIND, TCA_OPTIONS
+from ..rates import Clock, decode_ratespec, rate_bytes, rate_table, ratespec
+
+TCA_HTB_PARMS, TCA_HTB_INIT, TCA_HTB_CTAB, TCA_HTB_RTAB = 1, 2, 3, 4
+TCA_HTB_RATE64, TCA_HTB_CEIL64 = 6, 7
+HTB_DEFAULT_MTU = 1600  # tc's default when a class gives no "mtu"
+HTB_OPT = struct.Struct("=12s12sIIIII")  # rate, ceil, buffer, cbuffer, quantum, level, prio
+HTB_GLOB = struct.Struct("=IIIII")  # version, rate2quantum, defcls, debug, direct_pkts
+
+KIND = attr_str(TCA_KIND, "htb")
+
+
+def qdisc_options(default_minor: int) -> bytes:
+    """TCA_KIND + TCA_OPTIONS of ``tc qdisc add ... htb default MINOR`` (r2q 10)."""
+    return KIND + nest(TCA_OPTIONS, attr(TCA_HTB_INIT, HTB_GLOB.pack(3, 10, default_minor, 0, 0)))
+
+
+def class_options(rate_bps: int, ceil_bps: int, burst: int, quantum: int, mpu: int, clk: Clock,
+                  tables: bool = False) -> bytes:
+    """TCA_KIND + TCA_OPTIONS of an HTB class.  The two 1 KiB rate tables are left
+    out unless ``tables``: a kernel reads them only when the rate spec's link layer
+    is unknown, and ours names Ethernet, as tc's does."""
+    rate, ceil = rate_bytes(rate_bps), rate_bytes(ceil_bps)
+    parms = HTB_OPT.pack(ratespec(rate, HTB_DEFAULT_MTU, mpu), ratespec(ceil, HTB_DEFAULT_MTU, mpu),
+                         clk.xmittime(rate, burst), clk.xmittime(ceil, burst), quantum, 0, 0)
+    parts = []
+    if rate > U32_MAX:
+        parts.append(attr(TCA_HTB_RATE64, U64.pack(rate)))
+    if ceil > U32_MAX:
+        parts.append(attr(TCA_HTB_CEIL64, U64.pack(ceil)))
+    parts.append(attr(TCA_HTB_PARMS, parms))
+    if tables:
+        parts.append(attr(TCA_HTB_RTAB, rate_table(min(rate, U32_MAX), HTB_DEFAULT_MTU, mpu, clk)))
+        parts.append(attr(TCA_HTB_CTAB, rate_table(min(ceil, U32_MAX), HTB_DEFAULT_MTU, mpu, clk)))
+    return KIND + nest(TCA_OPTIONS, *parts)
+
+
+def decode_qdisc(buf, s, e) -> tuple:
+    out = []
+    for kind, ps, pe in attrs(buf, s, e):
+        if kind == TCA_HTB_INIT and pe - ps >= HTB_GLOB.size:
+            version, r2q, defcls, debug, _direct_pkts = HTB_GLOB.unpack_from(buf, ps)  # direct_pkts counts
+            out.append(("init", version, r2q, defcls, debug))
+        else:
+            out.append((kind, hexof(buf, ps, pe)))
+    return tuple(out)
+
+
+def decode_class(buf, s, e) -> tuple:
+    out = []
+    for kind, ps, pe in attrs(buf, s, e):
+        if kind == TCA_HTB_PARMS and pe - ps >= HTB_OPT.size:
+            rate, ceil, buffer, cbuffer, quantum, level, prio = HTB_OPT.unpack_from(buf, ps)
+            out.append(("parms", decode_ratespec(rate), decode_ratespec(ceil), "buffer", buffer, "cbuffer", cbuffer,
+                        "quantum", quantum, "level", level, "prio", prio))
+        else:
+            out.append((kind, hexof(buf, ps, pe)))
+    return tuple(out)

@@ -1,0 +1,56 @@
+"""netem: delay, jitter and the random impairments, as ``tc qdisc ... netem`` sends them."""
+
+import struct
+
+from ..nl import U32_MAX, attr, attr_str, attrs, hexof, TCA_KIND, TCA_OPTIONS
+from ..rates import Clock, percent
+
+TCA_NETEM_CORR, TCA_NETEM_REORDER, TCA_NETEM_CORRUPT = 1, 3, 4
+TCA_NETEM_PAD, TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64, TCA_NETEM_PRNG_SEED = 9, 10, 11, 14
+NETEM_QOPT = struct.Struct("=IIIIII")  # latency limit loss gap duplicate jitter
+
+KIND = attr_str(TCA_KIND, "netem")
+
+
+def options(n, limit_pkts: int, clk: Clock) -> bytes:
+    """TCA_KIND + TCA_OPTIONS of netem for link parameters ``n``: struct
+    tc_netem_qopt, then attributes (not a nest).  Where tc 6.1 cannot say what
+    is asked, we say it: a duplicate correlation is sent even when it is the only
+    correlation, and delays beyond tc's 32-bit tick range (about 274 s) go in
+    TCA_NETEM_LATENCY64/JITTER64."""
+    delayed = bool(n.delay_us or n.jitter_us)
+    latency_us = n.delay_us if delayed else 0
+    jitter_us = n.jitter_us if delayed else 0
+    delay_corr = n.delay_corr_pct if jitter_us else 0.0
+    pick = lambda pct, corr: (pct, corr if pct else 0.0)  # noqa: E731 - tc ignores a lone correlation
+    loss, loss_corr = pick(n.loss_pct, n.loss_corr_pct)
+    dup, dup_corr = pick(n.duplicate_pct, n.duplicate_corr_pct)
+    corrupt, corrupt_corr = pick(n.corrupt_pct, n.corrupt_corr_pct)
+    reorder, reorder_corr = pick(n.reorder_pct, n.reorder_corr_pct)
+    wide = latency_us * clk.tick_in_usec > U32_MAX or jitter_us * clk.tick_in_usec > U32_MAX
+    qopt = NETEM_QOPT.pack(clk.time2tick(latency_us), limit_pkts, percent(loss),
+                           1 if reorder else 0, percent(dup), clk.time2tick(jitter_us))
+    extra = []
+    if delay_corr or loss_corr or dup_corr or reorder_corr or corrupt_corr:
+        extra.append(attr(TCA_NETEM_CORR, struct.pack("=III", percent(delay_corr), percent(loss_corr),
+                                                      percent(dup_corr))))
+    if reorder:
+        extra.append(attr(TCA_NETEM_REORDER, struct.pack("=II", percent(reorder), percent(reorder_corr))))
+    if corrupt:
+        extra.append(attr(TCA_NETEM_CORRUPT, struct.pack("=II", percent(corrupt), percent(corrupt_corr))))
+    if wide:
+        extra.append(attr(TCA_NETEM_LATENCY64, struct.pack("=q", latency_us * 1000)))
+        extra.append(attr(TCA_NETEM_JITTER64, struct.pack("=q", jitter_us * 1000)))
+    return KIND + attr(TCA_OPTIONS, qopt + b"".join(extra))
+
+
+def decode(buf, s, e) -> tuple:
+    if e - s < NETEM_QOPT.size:
+        return (("raw", hexof(buf, s, e)),)
+    latency, limit, loss, gap, duplicate, jitter = NETEM_QOPT.unpack_from(buf, s)
+    out = [("qopt", "latency", latency, "limit", limit, "loss", loss, "gap", gap,
+            "duplicate", duplicate, "jitter", jitter)]
+    for kind, ps, pe in attrs(buf, s + NETEM_QOPT.size, e):
+        if kind not in (TCA_NETEM_PRNG_SEED, TCA_NETEM_PAD):  # the seed is random unless set
+            out.append((kind, hexof(buf, ps, pe)))
+    return tuple(out)

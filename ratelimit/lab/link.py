@@ -1,0 +1,114 @@
+"""The link a lab's router applies: a profile and overrides, checked against the kernel."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from .. import profiles, service
+from ..errors import FieldError, KernelMissing, UsageError
+
+DEFAULT_BURST = 1  # packets; v0.3's 5 (rate x 5 / 8 bytes) lets a 10 kB reply through at once
+MODES = ("auto", "police", "shape")
+
+Say = Callable[[str], None]
+
+
+def check_choice(field: str, value: str, allowed: Sequence[str]) -> str:
+    if value not in allowed:
+        raise FieldError(field, f"'{value}'", f"is not one of {', '.join(allowed)}")
+    return value
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """What the router applies: a profile (or none) and its overrides."""
+
+    profile: str | None = None
+    mode: str = "auto"  # auto: police if the kernel has act_police, else shape
+    burst: int = DEFAULT_BURST
+    rate: str | None = None
+    delay: str | None = None
+    no_delay: bool = False
+
+    def overrides(self) -> dict:
+        kw: dict = {}
+        if self.no_delay:
+            kw.update(delay="0ms", jitter="0ms", loss="0%", duplicate="0%", corrupt="0%", reorder="0%")
+        if self.delay is not None:
+            kw["delay"] = self.delay
+        if self.rate is not None:
+            kw["rate"] = self.rate
+        return kw
+
+    @property
+    def empty(self) -> bool:
+        return self.profile is None and self.rate is None and self.delay is None
+
+
+def _features_needed(req) -> set[str]:
+    from ..compile import compile_plan
+    return set(compile_plan(req).features())
+
+
+def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, hosts: Sequence[str],
+                 ports: str, say: Say | None = None, vm_hint: bool = True):
+    """Validate ``spec`` against the kernel; return ``(request, mode)``.
+
+    ``mode='auto'`` becomes police when the kernel has act_police, else shape
+    (said through ``say``).  A missing netem, police, ifb or mirred is one
+    ``KernelMissing`` line naming the module and the ways out.
+    """
+    from ..kernel.probe import missing_message, probe
+    check_choice("--mode", spec.mode, MODES)
+    if spec.profile is not None:
+        profiles.load(spec.profile)  # unknown profile: the profiles module's one line
+    mode = spec.mode
+    note = None
+    if mode == "auto":
+        mode = "police" if probe(["police"])["police"] else "shape"
+        if mode == "shape":
+            note = "lab: this kernel lacks act_police, so the rate is enforced by shaping (--mode shape)"
+    req = service.make_request(interface, hosts=list(hosts), ports=ports, profile=spec.profile, netns=netns,
+                               mode=mode, burst=spec.burst, **spec.overrides())
+    if spec.no_delay and not (req.down.rate_bps or req.up.rate_bps):
+        raise UsageError(f"--no-delay: profile '{spec.profile}' has no rate, so nothing would be left to "
+                         f"emulate; run it with --vm (full kernel) instead")
+    needed = _features_needed(req) & {"netem", "police", "ifb", "mirred", "htb", "u32", "ingress"}
+    if in_vm():
+        _modprobe(needed)
+    have = probe(sorted(needed))
+    lacking = [f for f in ("netem", "police", "ifb", "mirred", "htb", "u32", "ingress")
+               if f in needed and not have[f]]
+    if lacking:
+        if not set(lacking) <= {"netem", "police"}:
+            raise KernelMissing(missing_message(lacking[0]), lacking[0])
+        ways = []
+        if "netem" in lacking:
+            ways.append("--no-delay to leave the delay and loss out")
+        if "police" in lacking:
+            ways.append("--mode shape instead of police")
+        if vm_hint:
+            ways.append("--vm to run the lab in the full-kernel VM")
+        what = f"profile '{spec.profile}'" if spec.profile else "this link"
+        need = {"netem": "delay/loss (module sch_netem)", "police": "police mode (module act_police)"}
+        raise KernelMissing(f"{what} needs {' and '.join(need[f] for f in lacking)}, which this kernel "
+                            f"lacks: add {', or '.join(ways)}", lacking[0])
+    if note and say:
+        say(note)
+    return req, mode
+
+
+def in_vm() -> bool:
+    from ..kernel.vm import in_vm
+    return in_vm()
+
+
+def _modprobe(features) -> None:
+    from ..kernel.probe import module_for
+    for f in features:
+        mod = module_for(f)
+        if mod:
+            subprocess.run(["modprobe", "-q", mod], capture_output=True, check=False)
+
