@@ -155,7 +155,7 @@ def shape_flows(n: int) -> int:
 def flows_request(n: int, mode: str, *, interface: str = DEV, netns: str | None = None,
                   rate_bps: int | None = MODEM_BPS, direction: str = "dest",
                   first_port: int = FIRST_PORT, bandwidth_bps: int = 100_000_000,
-                  burst_pkts: int = 5, hosts: Sequence[IPv4Address] | None = None) -> Request:
+                  burst=None, hosts: Sequence[IPv4Address] | None = None) -> Request:
     """A request for ``n`` (host, port) flows in one direction: ``split_flows(n)``
     hosts from ``client_hosts`` (or ``hosts``), ports from ``first_port`` up."""
     nhosts, nports = split_flows(n)
@@ -170,7 +170,7 @@ def flows_request(n: int, mode: str, *, interface: str = DEV, netns: str | None 
     link = LinkParams(rate_bps=rate_bps)
     return Request(interface=interface, hosts=tuple(hosts), ports=((first_port, first_port + nports - 1),),
                    down=link, up=link, mode=mode, direction=direction, netns=netns,
-                   bandwidth_bps=bandwidth_bps, burst_pkts=burst_pkts)
+                   bandwidth_bps=bandwidth_bps, burst=burst)
 
 
 # ---------------------------------------------------------------- commands

@@ -1,28 +1,33 @@
-"""Benchmark 5: the dial-up table of the 2000 experiments, in the namespace lab.
+"""Benchmark 5: the dial-up table of the 2000 experiments, the 2000 way, in the namespace lab.
 
-x simultaneous clients, each fetching the 10,000-byte file again and again,
-every fetch a new connection through its own 28,800 bit/s link (the router
-limits every client port, 10000-12999, each way: shape mode on the host).
-The load is httperf in closed-loop sessions (``httperf.session_argv``): x
-sessions over ceil(x / 900) client namespaces, one httperf each (select()
-caps a process near 1,024 descriptors), all sessions started within about two
-seconds.  httperf polls its descriptors in a busy loop, so every process costs
-CPU whatever its load: as few as select() allows (x = 3,600: four, as the
-four client machines of 2000).  After a ramp, completed fetches are counted on the server side over
-a fixed window -- nginx's access log (status 200, 10,000 bytes), or the
-prefork server's own log -- so the rate does not depend on how httperf ends.
+x simultaneous users, each one persistent HTTP/1.1 connection fetching the
+10,000-byte file 20 times in a row, every connection its own emulated 28.8k
+modem (``modem-28k8``: PPP frames with compressed headers over V.42, shaped
+per (host, port) -- one connection is one user, as in 2000).  Two load
+generators, each in four client namespaces (the 2000 lab had four clients):
 
-Servers: the lab's nginx (event-driven, like the 2000 "event-driven" column)
-and ``prefork``, a process-per-connection server capped at 256 workers that
-holds a worker until its client has the whole reply (Apache 1.3's lingering
-close), like the "process-per-connection" column.
+* httperf, as in 2000: ``--wsess N,20,0 --burst-length 1`` with the sessions
+  started by ``--rate`` over a few seconds, each keeping one connection for its
+  20 calls; at most ``PER_HTTPERF`` sessions per process (select() caps a
+  process near 1,024 descriptors, and httperf busy-polls: every process keeps a
+  core busy whatever its load);
+* wrk (epoll): ``-t1 -c N`` per client namespace, N keep-alive connections
+  each fetching back to back; it also runs x = 10,000, where httperf would need
+  a dozen spinning processes on two cores.
 
-Theory: a fetch needs at least 10,000 x 8 / 28,800 = 2.78 s, so x clients
-complete at most 0.36 x fetches per second (the published formula).  The
-lab's links pass their first 3,600 bytes at once (burst = 1 packet = 1 s at
-the rate; ratelimit cannot go below rate/8 bytes), so a fetch whose port has
-idled for a second takes about 2.0 s (``measure.expected_seconds``) and the
-ceiling here is about x / 2.0 s.
+Measurement window: completions (status 200, 10,000 bytes) counted in the
+server's access log over whole seconds, from ``ramp`` after the start (every
+session connected and past its first call) for ``window`` seconds; the same
+window for every row.  Theory: a fetch needs at least 10,000 x 8 / 28,800 =
+2.78 s, so x users complete at most 0.36 x fetches per second (the published
+formula).  The link model's ceiling counts what each call puts on the link:
+the request up, the response's frames down (``LinkModel.call_seconds``), at
+the rate the PPP frames get; so x users complete at most x / call_seconds.
+
+CPU: the load generators' and the server's processes (utime + stime from
+/proc), and the kernel's softirq time over all CPUs.  veth delivery runs in
+the sender's context, so the router's forwarding and shaping show up as
+softirq time, charged to whichever process sent the packet.
 """
 
 from __future__ import annotations
@@ -33,55 +38,50 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf
 from .common import BenchError, MODEM_BPS, Steps, ratio, say
-from .sandbox import host_has, track_topology, untrack_topology
 from .results import new_result, save
+from .sandbox import track_topology, untrack_topology
 
 NAME = "dialup"
 VM_WORK = False
 URI = "/10000.bin"
 FILE_BYTES = 10_000
-PER_CLIENT = 900  # sessions per httperf process: below FD_SETSIZE, and few spinning processes
-# httperf closes each connection itself once the reply is in, so every fetch
-# leaves its client port in TIME_WAIT, reusable after 1 s (tcp_tw_reuse=1);
-# 900 sessions fetching every 2 s need about 900 + 450 x 2 ports: give 3,000
-PORTS = "10000-12999"
-PREFORK_PORT = 8080
-# x -> (event-driven, process-per-connection) completed connections/s, measured in 2000 (MISSION.md)
-PUBLISHED = {200: (69, 37), 1000: (349, 60), 2000: (697, 66), 3600: (1239, 55)}
-THEORY_FACTOR = MODEM_BPS / (FILE_BYTES * 8)  # 0.36 completions/s per client
+CALLS = 20  # per session, as in 2000
+CLIENTS = 4  # client namespaces (the 2000 lab's four client machines)
+PER_HTTPERF = 900  # sessions per httperf process: below FD_SETSIZE
+PORTS = "10000-12999"  # each client's ephemeral range, every port an emulated link
+PROFILE = "modem-28k8"
+# x -> event-driven server's completed connections/s measured in 2000 (MISSION.md)
+PUBLISHED = {200: 69, 1000: 349, 2000: 697, 3600: 1239}
+THEORY_FACTOR = MODEM_BPS / (FILE_BYTES * 8)  # 0.36 completions/s per user
+# what each generator sends for a call (the request's time on the uplink counts)
+REQUEST = {"httperf": "GET {uri} HTTP/1.1\r\nUser-Agent: httperf/0.9.0\r\nHost: {host}\r\n\r\n",
+           "wrk": "GET {uri} HTTP/1.1\r\nHost: {host}:80\r\n\r\n"}
 
 
 @dataclass(frozen=True)
 class Config:
-    clients: tuple[int, ...]
+    points: tuple[tuple[str, int], ...]  # (load generator, x)
     ramp_s: float
     window_s: float
-    workers: int
-    servers: tuple[str, ...] = ("nginx", "prefork")
 
 
 def config(quick: bool, clients=None) -> Config:
     if quick:
-        return Config(tuple(clients or (200,)), 6.0, 10.0, 64)
-    return Config(tuple(clients or (200, 1000, 2000, 3600)), 12.0, 60.0, 256)
+        xs = tuple(clients or (40,))
+        return Config(tuple((g, x) for g in ("httperf", "wrk") for x in xs), 8.0, 8.0)
+    xs = tuple(clients or (200, 1000, 2000, 3600))
+    return Config(tuple(("httperf", x) for x in xs) + tuple(("wrk", x) for x in (*xs, 10_000)), 12.0, 40.0)
 
 
 def theoretical(x: int) -> float:
     """The published ceiling: 0.36 x completed fetches per second."""
     return x * THEORY_FACTOR
-
-
-def link_ceiling(x: int, burst_pkts: int = 1) -> float:
-    """The ceiling on these links (first burst bytes pass at once)."""
-    from ratelimit.lab.measure import expected_seconds
-    return x / expected_seconds(FILE_BYTES, MODEM_BPS, burst_pkts)
 
 
 _NGINX_TIME = re.compile(r'\[(\d{2}/\w{3}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4})\] "[^"]*" (\d{3}) (\d+)')
@@ -96,151 +96,177 @@ def nginx_completions(text: str) -> list[float]:
     return out
 
 
-def prefork_completions(text: str) -> list[float]:
-    """Times of 200 replies carrying the whole file in the prefork server's log."""
-    out = []
-    for line in text.splitlines():
-        f = line.split()
-        if len(f) == 3 and f[1] == "200" and int(f[2]) >= FILE_BYTES:
-            out.append(float(f[0]))
-    return out
-
-
-def rate_in_window(times: list[float], start: float, end: float, resolution_s: float = 1.0) -> tuple[float, float]:
-    """(completions per second, seconds counted) within [start, end], on whole
-    ``resolution_s`` boundaries so that 1-second log stamps count fairly."""
-    lo = math.ceil(start / resolution_s) * resolution_s
-    hi = math.floor(end / resolution_s) * resolution_s
+def rate_in_window(times: list[float], start: float, end: float) -> tuple[float, float]:
+    """(completions per second, seconds counted) within [start, end] on whole seconds,
+    so that 1-second log stamps count fairly."""
+    lo, hi = math.ceil(start), math.floor(end)
     if hi <= lo:
         return 0.0, 0.0
     n = sum(1 for t in times if lo <= t < hi)
     return n / (hi - lo), hi - lo
 
 
-def _cpu() -> tuple[float, float]:
+def shares(x: int, n: int = CLIENTS) -> list[int]:
+    """x users over n client namespaces, as evenly as possible."""
+    return [x // n + (1 if i < x % n else 0) for i in range(n)]
+
+
+def load_argv(generator: str, server: str, users: int, duration_s: float, ramp_s: float) -> list[str]:
+    """One client namespace's load: ``users`` persistent connections."""
+    if generator == "httperf":
+        if users > PER_HTTPERF:
+            raise BenchError(f"httperf: {users} sessions in one process exceed {PER_HTTPERF} (select() limit)")
+        return ["httperf", "--server", server, "--port", "80", "--uri", URI, f"--wsess={users},{CALLS},0",
+                "--burst-length", "1", "--rate", f"{max(1.0, users / (ramp_s / 2)):g}",
+                "--timeout", f"{duration_s + 60:g}"]
+    return ["wrk", "-t1", f"-c{users}", f"-d{duration_s:.0f}s", "--timeout", "60s", f"http://{server}{URI}"]
+
+
+# ---------------------------------------------------------------- CPU
+
+
+def _proc_cpu_s(pids) -> float:
+    """User + system seconds of these processes and their reaped children."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rpartition(")")[2].split()
+            total += sum(int(v) for v in fields[11:15])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_totals() -> tuple[float, float, float]:
+    """(all CPU seconds, idle seconds, softirq seconds) since boot, over every CPU."""
     with open("/proc/stat") as f:
-        parts = [float(x) for x in f.readline().split()[1:]]
-    return sum(parts), parts[3] + (parts[4] if len(parts) > 4 else 0)
+        parts = [int(x) for x in f.readline().split()[1:]]
+    tick = os.sysconf("SC_CLK_TCK")
+    return sum(parts) / tick, (parts[3] + parts[4]) / tick, parts[6] / tick
 
 
-def _start_prefork(lab, workers: int, log: Path) -> subprocess.Popen:
-    log.write_text("")
-    from .common import REPO
-    p = lab.server.popen([sys.executable, "-m", "bench.prefork", "--bind", lab.server.address,
-                          "--port", str(PREFORK_PORT), "--workers", str(workers), "--log", str(log)],
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if p.poll() is not None:
-            raise BenchError(f"prefork server exited {p.returncode}: {p.stderr.read()[-300:]}")
-        try:
-            s = lab.topo.socket("server")
-            s.settimeout(1)
-            s.connect((lab.server.address, PREFORK_PORT))
-            s.close()
-            time.sleep(0.5)
-            log.write_text("")  # forget the probe
-            return p
-        except OSError:
-            time.sleep(0.2)
-    p.terminate()
-    raise BenchError("prefork server did not start listening within 30 s")
+# ---------------------------------------------------------------- one row
 
 
-def run_point(lab, server: str, x: int, cfg: Config, log: Path) -> dict:
-    """One x: start the httperfs, count completions over the window, stop them."""
-    nclients = math.ceil(x / PER_CLIENT)
-    if nclients > len(lab.clients):
-        raise BenchError(f"{x} clients need {nclients} client namespaces; the lab has {len(lab.clients)}")
-    shares = [x // nclients + (1 if i < x % nclients else 0) for i in range(nclients)]
-    calls = math.ceil((cfg.ramp_s + cfg.window_s + 60) / 1.9)
-    port = 80 if server == "nginx" else PREFORK_PORT
+def run_point(lab, model, generator: str, x: int, cfg: Config, log: Path, header_bytes: int) -> dict:
+    """One (generator, x): start the load in every client namespace, count completions at
+    the server over the window, stop the load, read each generator's own totals."""
+    users = shares(x)
+    duration = cfg.ramp_s + cfg.window_s + 5
+    if generator == "httperf":  # sessions end after 20 calls: the window must fit in them
+        duration = max(duration, CALLS * model.call_seconds(FILE_BYTES) + cfg.ramp_s)
     offset = log.stat().st_size if log.exists() else 0
-    procs = []
-    for i, share in enumerate(shares):
-        argv = httperf.session_argv(lab.server.address, port, URI, share, calls, rate=max(1.0, share / 2),
-                                    timeout_s=cfg.ramp_s + cfg.window_s + 120)
-        procs.append(lab.client(i + 1).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    server_pids = _server_pids(lab)
+    cpu0 = _cpu_totals()
+    procs = [lab.client(i + 1).popen(load_argv(generator, lab.server.address, n, duration, cfg.ramp_s),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i, n in enumerate(users) if n]
     time.sleep(cfg.ramp_s)
-    start = time.time()
-    c0 = _cpu()
+    start, c0 = time.time(), (_cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids))
     time.sleep(cfg.window_s)
-    end = time.time()
-    c1 = _cpu()
-    for p in procs:  # httperf prints its report when interrupted
-        try:
-            p.send_signal(signal.SIGINT)
-        except ProcessLookupError:
-            pass
-    reports, raw = [], []
+    end, c1 = time.time(), (_cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids))
+    outputs = []
     for p in procs:
+        if generator == "httperf":  # it prints its report when interrupted
+            try:
+                p.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
         try:
-            out, _ = p.communicate(timeout=30)
+            out, _ = p.communicate(timeout=duration + 60)
         except subprocess.TimeoutExpired:
             p.kill()
             out, _ = p.communicate()
-        raw.append(out[-3000:])
-        reports.append(httperf.parse(out))
+        outputs.append(out)
     with open(log, "rb") as f:
         f.seek(offset)
-        text = f.read().decode("utf-8", "replace")
-    times = nginx_completions(text) if server == "nginx" else prefork_completions(text)
-    rate, counted = rate_in_window(times, start, end, 1.0 if server == "nginx" else 0.001)
-    busy = 1 - (c1[1] - c0[1]) / (c1[0] - c0[0]) if c1[0] > c0[0] else None
-    pub = PUBLISHED.get(x)
-    combined = httperf.combine(reports)
-    return {"server": server, "x": x, "clients": nclients, "sessions_per_client": shares, "calls": calls,
-            "completed_per_s": rate, "counted_s": counted, "completions": len(times),
-            "theoretical": theoretical(x), "link_ceiling": link_ceiling(x),
-            "ratio_to_theoretical": ratio(rate, theoretical(x)),
-            "published_event": pub[0] if pub else None, "published_process": pub[1] if pub else None,
-            "cpu_busy": busy, "httperf": combined, "httperf_tail": raw[0][-1500:] if raw else "",
-            "workers": cfg.workers if server == "prefork" else None}
+        times = nginx_completions(f.read().decode("utf-8", "replace"))
+    rate, counted = rate_in_window(times, start, end)
+    wall = (c1[0][0] - c0[0][0]) or 1.0
+    request = len(REQUEST[generator].format(uri=URI, host=lab.server.address))
+    call_s = model.call_seconds(FILE_BYTES, header=header_bytes, request=request)
+    ceiling = x / call_s
+    row = {"generator": generator, "x": x, "users_per_client": users, "completed_per_s": rate,
+           "counted_s": counted, "theoretical": theoretical(x), "ratio_to_theoretical": ratio(rate, theoretical(x)),
+           "model_call_s": call_s, "model_ceiling": ceiling, "ratio_to_model": ratio(rate, ceiling),
+           "request_bytes": request, "published": PUBLISHED.get(x) if generator == "httperf" else None,
+           "cpu": {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
+                   "load_generators": (c1[1] - c0[1]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
+                   "server": (c1[2] - c0[2]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
+                   "softirq": (c1[0][2] - c0[0][2]) / wall,
+                   "window_s": c1[0][0] - c0[0][0]},
+           "cpu_run": {"machine_busy": 1 - (c1[0][1] - cpu0[1]) / ((c1[0][0] - cpu0[0]) or 1)}}
+    row.update(_generator_totals(generator, outputs, x))
+    return row
+
+
+def _generator_totals(generator: str, outputs: list[str], x: int) -> dict:
+    """What the load generators say: errors and sessions lost (httperf), errors (wrk)."""
+    if generator == "httperf":
+        rep = httperf.combine([httperf.parse(o) for o in outputs])
+        errors = rep.get("errors", {}).get("total")
+        return {"errors": errors, "sessions_total": rep.get("sessions_total"),
+                "sessions_ok": rep.get("sessions_ok"), "generator_report": rep}
+    errors = 0
+    for o in outputs:
+        m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", o)
+        if m:
+            errors += sum(int(v) for v in m.groups())
+        m = re.search(r"Non-2xx or 3xx responses: (\d+)", o)
+        if m:
+            errors += int(m.group(1))
+    return {"errors": errors, "generator_report": {"tail": [o[-400:] for o in outputs]}}
+
+
+def _server_pids(lab) -> list[int]:
+    from ratelimit.kernel.netns import netns_pids
+    return netns_pids(lab.server.netns)
+
+
+def _header_bytes(lab) -> int:
+    """The nginx response header for the file on a keep-alive connection."""
+    r = lab.client(1).run(["curl", "-sS", "-o", "/dev/null", "-w", "%{size_header}",
+                           "-H", "Connection: keep-alive", lab.url(URI)])
+    if r.returncode != 0:
+        raise BenchError(f"curl through the lab failed: {r.stderr.strip()}")
+    return int(r.stdout)
+
+
+# ---------------------------------------------------------------- the table
 
 
 def measure(quick: bool, *, clients=None, outdir=None) -> dict:
-    cfg = config(quick, clients)
-    doc = new_result(NAME, quick)
-    doc["config"] = {**cfg.__dict__, "per_client": PER_CLIENT, "ports": PORTS, "uri": URI,
-                     "rate_bps": MODEM_BPS, "burst_pkts": 1}
+    from ratelimit.kernel.probe import probe
     from ratelimit.lab.core import Lab
     from ratelimit.lab.link import LinkSpec
-    mode = "police" if host_has("police") else "shape"
-    doc["config"]["mode"] = mode
-    nclients = max(1, math.ceil(max(cfg.clients) / PER_CLIENT))
-    steps = Steps(NAME, len(cfg.servers) * len(cfg.clients))
-    lab = Lab.up(f"bd{os.getpid()}", clients=nclients, link=LinkSpec(rate=str(MODEM_BPS), mode=mode, burst=1),
-                 server="nginx", ports=PORTS, say=lambda m: say(NAME, m))
+    cfg = config(quick, clients)
+    biggest = max(x for _, x in cfg.points)
+    bandwidth = f"{max(100, math.ceil(biggest * MODEM_BPS * 1.2 / 1e6))}mbit"  # every modem at once, and room
+    netem = probe(["netem"])["netem"]
+    doc = new_result(NAME, quick)
+    doc["config"] = {"points": [list(p) for p in cfg.points], "ramp_s": cfg.ramp_s, "window_s": cfg.window_s,
+                     "calls": CALLS, "clients": CLIENTS, "per_httperf": PER_HTTPERF, "ports": PORTS,
+                     "uri": URI, "profile": PROFILE, "mode": "shape", "per": "port", "bandwidth": bandwidth,
+                     "delay_stage": netem}
+    link = LinkSpec(profile=PROFILE, mode="shape", per="port", no_delay=not netem, bandwidth=bandwidth)
+    steps = Steps(NAME, len(cfg.points))
+    lab = Lab.up(f"bd{os.getpid()}", clients=CLIENTS, link=link, server="nginx", ports=PORTS,
+                 say=lambda m: say(NAME, m))
     track_topology(lab)
     try:
-        for c in lab.clients:
-            c.run(["sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"], check=False)
-        for server in cfg.servers:
-            prefork = None
-            if server == "nginx":
-                log = Path(lab.info["dir"]) / "nginx" / "access.log"
-            else:
-                log = Path(lab.info["dir"]) / "prefork.log"
-                prefork = _start_prefork(lab, cfg.workers, log)
-            try:
-                for x in cfg.clients:
-                    row = run_point(lab, server, x, cfg, log)
-                    doc["rows"].append(row)
-                    h = row["httperf"]
-                    steps(f"{server} x={x:,}: {row['completed_per_s']:.1f} completed/s (theory 0.36x = "
-                          f"{row['theoretical']:.0f}; published {row['published_event'] if server == 'nginx' else row['published_process']}); "
-                          f"httperf errors {h.get('errors', {}).get('total', '?')}, CPU {100 * (row['cpu_busy'] or 0):.0f}% busy")
-                    if outdir:
-                        save(doc, outdir)
-                    time.sleep(2 if quick else 5)  # let interrupted connections drain
-            finally:
-                if prefork is not None:
-                    prefork.terminate()
-                    try:
-                        prefork.wait(timeout=20)
-                    except subprocess.TimeoutExpired:
-                        prefork.kill()
+        header = doc["config"]["header_bytes"] = _header_bytes(lab)
+        model = lab.link_model()
+        log = Path(lab.info["dir"]) / "nginx" / "access.log"
+        for generator, x in cfg.points:
+            row = run_point(lab, model, generator, x, cfg, log, header)
+            doc["rows"].append(row)
+            steps(f"{generator} x={x:,}: {row['completed_per_s']:.1f} replies/s = {100 * row['ratio_to_model']:.1f}% "
+                  f"of the link model's {row['model_ceiling']:.1f}, {100 * row['ratio_to_theoretical']:.1f}% of 0.36x; "
+                  f"errors {row['errors']}; machine {100 * row['cpu']['machine_busy']:.0f}% busy")
+            if outdir:
+                save(doc, outdir)
+            time.sleep(2 if quick else 5)  # let the connections close
     finally:
         lab.down()
         untrack_topology(lab)
@@ -253,3 +279,4 @@ def main(args) -> int:
     doc = measure(args.quick, clients=args.clients, outdir=outdir)
     say(NAME, f"wrote {save(doc, outdir)}")
     return 0
+

@@ -130,16 +130,16 @@ def plot_dialup(doc: dict, plot_dir: Path) -> str | None:
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     xs = sorted({r["x"] for r in rows} | set(PUBLISHED))
     ax.plot(xs, [theoretical(x) for x in xs], ":", color="grey", label="theory 0.36 x")
-    for server, label in (("nginx", "nginx (event-driven), measured"),
-                          ("prefork", "prefork, 256 workers, measured")):
-        rs = sorted((r for r in rows if r["server"] == server), key=lambda r: r["x"])
+    model = sorted({(r["x"], r["model_ceiling"]) for r in rows})
+    ax.plot([x for x, _ in model], [c for _, c in model], "--", color="black", alpha=0.6, label="link model ceiling")
+    for generator in ("httperf", "wrk"):
+        rs = sorted((r for r in rows if r["generator"] == generator), key=lambda r: r["x"])
         if rs:
-            ax.plot([r["x"] for r in rs], [r["completed_per_s"] for r in rs], marker="o", label=label)
+            ax.plot([r["x"] for r in rs], [r["completed_per_s"] for r in rs], marker="o", label=f"{generator}, measured")
     px = sorted(PUBLISHED)
-    ax.plot(px, [PUBLISHED[x][0] for x in px], "s--", alpha=0.6, label="2000: event-driven")
-    ax.plot(px, [PUBLISHED[x][1] for x in px], "^--", alpha=0.6, label="2000: process-per-connection")
-    ax.set_xlabel("simultaneous clients (28.8 kbit/s each)")
-    ax.set_ylabel("completed 10,000-byte fetches / s")
+    ax.plot(px, [PUBLISHED[x] for x in px], "s--", alpha=0.6, label="2000: event-driven server")
+    ax.set_xlabel("simultaneous users (28.8k modems)")
+    ax.set_ylabel("replies / s")
     ax.set_title("Dial-up table")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)

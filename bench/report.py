@@ -83,12 +83,13 @@ def summary(setup: list[dict], packet: dict | None, stats: list[dict], fid: list
         if rs:
             out.append(f"**Latency classes**: measured / configured round trip {min(rs):.3f} to {max(rs):.3f}.")
     if dialup:
-        for server in ("nginx", "prefork"):
-            rs = sorted(rows_of(dialup, server=server), key=lambda r: r["x"])
+        for generator in ("httperf", "wrk"):
+            rs = sorted(rows_of(dialup, generator=generator), key=lambda r: r["x"])
             if rs:
-                out.append(f"**Dial-up, {server}**: " + ", ".join(
-                    f"x={r['x']:,}: {r['completed_per_s']:.0f}/s" for r in rs)
-                    + " (theory 0.36 x: " + ", ".join(f"{r['theoretical']:.0f}" for r in rs) + ").")
+                out.append(f"**Dial-up table, {generator}**: " + ", ".join(
+                    f"x={r['x']:,}: {r['completed_per_s']:.0f}/s ({100 * r['ratio_to_model']:.1f}% of the link "
+                    f"model, {100 * r['ratio_to_theoretical']:.1f}% of 0.36 x)" for r in rs)
+                    + f"; errors {sum(r.get('errors') or 0 for r in rs)}.")
     return [f"- {b}" for b in out]
 
 

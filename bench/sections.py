@@ -304,71 +304,61 @@ def section_dialup(doc: dict | None, img: str | None) -> list[str]:
     if not doc:
         return out + ["Not run.", ""]
     cfg = doc.get("config", {})
+    stage = ("" if cfg.get("delay_stage") else
+             " This kernel has no sch_netem, so the profile's 50 ms delays are left out and the link "
+             "model is that of a token bucket without a delay stage (the last packet of each response "
+             "leaves as soon as the ones before it are paid for).")
     out += [f"({_machine_line(doc)})", "",
-            f"x simultaneous httperf sessions, each fetching the 10,000-byte file over and over, every fetch "
-            f"a new HTTP/1.0 connection through its own 28,800 bit/s link ({cfg.get('mode', 'shape')} mode, "
-            f"burst {cfg.get('burst_pkts', 1)} packet); at most {cfg.get('per_client', 450)} sessions per "
-            f"client namespace and httperf process.  Completed fetches per second counted at the server over "
-            f"{cfg.get('window_s', '?'):g} s after a {cfg.get('ramp_s', '?'):g} s ramp.  *prefork*: a "
-            f"process-per-connection server with {cfg.get('workers', 256)} workers and lingering close.", ""]
+            f"x simultaneous users, {cfg.get('clients', 4)} client namespaces, each user one persistent "
+            f"HTTP/1.1 connection fetching the 10,000-byte file {cfg.get('calls', 20)} times in a row, every "
+            f"connection its own emulated modem (profile `{cfg.get('profile')}`: PPP frames with compressed "
+            f"headers at 93.3% of 28,800 bit/s; {cfg.get('mode')} mode, a link per (host, port); the router's "
+            f"bandwidth {cfg.get('bandwidth')}). httperf as in 2000: `--wsess N,20,0 --burst-length 1` with the "
+            f"sessions started by `--rate`, at most {cfg.get('per_httperf', 900)} per process; wrk: `-t1 -c N` "
+            f"per client namespace. Replies counted at the server (status 200, 10,000 bytes) over "
+            f"{cfg.get('window_s', '?'):g} s of whole seconds, {cfg.get('ramp_s', '?'):g} s after the load "
+            f"starts, for every row.{stage}", "",
+            "The link model's ceiling: each call puts the request on the uplink and the response's frames on "
+            "the downlink (a " + f"{cfg.get('header_bytes', '?')}-byte header and 10,000 bytes in TCP segments "
+            "of 1,460 bytes, each a PPP frame 8 bytes longer than its payload), so x users complete at most "
+            "x / (seconds per call) replies per second.", ""]
     body = []
-    for x in sorted({r["x"] for r in doc["rows"]}):
-        n = next((r for r in rows_of(doc, x=x, server="nginx")), None)
-        p = next((r for r in rows_of(doc, x=x, server="prefork")), None)
-        any_r = n or p
-        body.append([f"{x:,}", fmt_ratio(n and n["completed_per_s"], 1), fmt_ratio(p and p["completed_per_s"], 1),
-                     f"{any_r['theoretical']:.0f}", f"{any_r['link_ceiling']:.0f}",
-                     fmt_int(any_r.get("published_event")), fmt_int(any_r.get("published_process")),
-                     fmt_ratio(ratio(n and n["completed_per_s"], any_r["theoretical"])),
-                     " / ".join(_lost(r) for r in (n, p)),
-                     "-" if any_r.get("cpu_busy") is None else f"{100 * max(r['cpu_busy'] or 0 for r in (n, p) if r):.0f}%"])
-    out += table(["x", "nginx, measured", "prefork, measured", "theory 0.36 x", "ceiling, these links",
-                  "2000: event-driven", "2000: process", "nginx / theory", "sessions lost (nginx / prefork)",
-                  "CPU busy (max)"], body) + [""]
-    out += ["*Sessions lost*: httperf sessions that ended with an error before the window closed (each "
-            "lowers the number of simultaneous clients from then on).", ""]
+    for r in sorted(doc["rows"], key=lambda r: (r["generator"], r["x"])):
+        cpu = r.get("cpu", {})
+        lost = r.get("sessions_total", 0) - r.get("sessions_ok", 0) if "sessions_total" in r else None
+        body.append([r["generator"], f"{r['x']:,}", f"{r['completed_per_s']:.1f}",
+                     f"{100 * r['ratio_to_model']:.1f}%", f"{r['model_ceiling']:.1f} ({r['model_call_s']:.3f} s/call)",
+                     f"{100 * r['ratio_to_theoretical']:.1f}%", fmt_int(r.get("published")),
+                     fmt_int(r.get("errors")), "-" if lost is None else f"{lost:,}",
+                     f"{100 * cpu.get('load_generators', 0):.0f}%", f"{100 * cpu.get('server', 0):.0f}%",
+                     f"{100 * cpu.get('softirq', 0):.0f}%", f"{100 * cpu.get('machine_busy', 0):.0f}%"])
+    out += table(["load", "x", "replies/s", "of the model's ceiling", "model ceiling", "of 0.36 x",
+                  "2000 (event-driven)", "errors", "sessions lost", "CPU: load", "CPU: server",
+                  "CPU: softirq", "machine busy"], body) + [""]
+    out += ["CPU columns are shares of one core (load generators and server: their processes' user + "
+            "system time; softirq: the kernel's, over all CPUs, which is where the router's forwarding and "
+            "shaping run: veth delivers in the sender's context). httperf busy-polls, so its share says "
+            "nothing about the router.", ""]
     out += _dialup_reading(doc) + [""]
-    errs = []
-    for r in doc["rows"]:
-        e = (r.get("httperf") or {}).get("errors", {})
-        if e.get("total"):
-            errs.append(f"{r['server']} x={r['x']:,}: " + ", ".join(f"{k} {v}" for k, v in e.items() if v and k != "total"))
-    if errs:
-        out += ["httperf errors: " + "; ".join(errs) + ".", ""]
     out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
     if img:
         out += [f"![dial-up table]({img})", ""]
     return out
 
 
-def _lost(r: dict | None) -> str:
-    if not r:
-        return "-"
-    h = r.get("httperf") or {}
-    if "sessions_total" not in h:
-        return "?"
-    return f"{h['sessions_total'] - h.get('sessions_ok', 0):,}"
-
-
 def _dialup_reading(doc: dict) -> list[str]:
-    n = sorted(rows_of(doc, server="nginx"), key=lambda r: r["x"])
-    p = sorted(rows_of(doc, server="prefork"), key=lambda r: r["x"])
-    parts = []
-    if n:
-        parts.append("nginx completed " + ", ".join(f"{r['completed_per_s'] / r['link_ceiling']:.0%}"
-                                                     for r in n)
-                     + " of these links' ceiling at x = " + ", ".join(f"{r['x']:,}" for r in n))
-    if p:
-        peak = max(p, key=lambda r: r["completed_per_s"])
-        last = p[-1]
-        parts.append(f"the prefork server peaked at {peak['completed_per_s']:.0f}/s (x = {peak['x']:,}) and gave "
-                     f"{last['completed_per_s']:.0f}/s at x = {last['x']:,}: with every worker held for a whole "
-                     f"slow transfer it cannot pass workers / seconds-per-fetch, however many clients wait")
-    text = "Reading: " + "; ".join(parts) + "." if parts else ""
-    text += (" These links pass their first 3,600 bytes at once, so a fetch takes about 2.0 s instead of the "
-             "2.78 s behind the published 0.36 x: the measured rates should be compared with the "
-             "'ceiling, these links' column (x / 2.0 s); the 2000 figures sit near 0.36 x because their "
-             "links had no such burst.")
-    return [text]
+    rows = sorted(doc["rows"], key=lambda r: (r["generator"], r["x"]))
+    if not rows:
+        return []
+    worst = min(rows, key=lambda r: r["ratio_to_model"])
+    busiest = max(rows, key=lambda r: r.get("cpu", {}).get("machine_busy", 0))
+    errors = sum(r.get("errors") or 0 for r in rows)
+    return [f"Reading: every row reached at least {100 * worst['ratio_to_model']:.1f}% of the link model's "
+            f"ceiling (lowest: {worst['generator']} at x = {worst['x']:,}), with {errors} errors in all. The "
+            f"model's ceiling is {100 * rows[0]['model_ceiling'] / rows[0]['theoretical']:.1f}% of 0.36 x: "
+            f"a 28.8k modem's line carries PPP frames at 93.3% of its bit rate (V.42 framing and stuffing), "
+            f"each call also puts its request and the response header on the link, and the 2000 links let "
+            f"18 KB through at once (v0.3's --burst 5), which no modem did. The machine was at most "
+            f"{100 * busiest['cpu']['machine_busy']:.0f}% busy ({busiest['generator']}, x = {busiest['x']:,})."]
 
 

@@ -57,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--hosts", "-h", help="hosts to limit, comma-separated names or addresses")
     g.add_argument("--ports", "-p", help="port ranges, e.g. 1024-2048,3000,5000-6000")
     g.add_argument("--rate", "-r", help="bits per second per (host, port) (default 28800, or the profile's)")
-    g.add_argument("--burst", "-b", default="5", help="burst in packets: rate x burst / 8 bytes (default 5)")
+    g.add_argument("--burst", "-b", help="burst: a bare number N is v0.3's rate x N / 8 bytes; or bytes (1600b, "
+                   "3kb), or a time at the rate (20ms). Default: the profile's, else the mode's (police "
+                   "without a profile: 5, as in v0.3)")
     g.add_argument("--direction", "-d", default="both",
                    help="source, dest[ination] or both (default both)")
     g.add_argument("--mtu", default="1514", help="maximum transfer unit (default 1514)")
@@ -74,7 +76,12 @@ def build_parser() -> argparse.ArgumentParser:
                        ("corrupt-correlation", "corrupt correlation"), ("reorder", "reordered packets (needs a delay)"),
                        ("reorder-correlation", "reorder correlation")):
         g.add_argument(f"--{name}", help=what)
-    g.add_argument("--queue", help="queue limit in packets for the netem stage")
+    g.add_argument("--queue", help="each link's queue (shape mode): packets (10, 10p), bytes (3250b) or a time "
+                   "at the rate (1s); default: the profile's, else the larger of 10 packets and 200 ms")
+    g.add_argument("--per", default="port", choices=("port", "host"),
+                   help="link granularity: a link per (host, port) as in v0.3, or one per host shared by "
+                        "all its connections (default port)")
+    g.add_argument("--link", help="link layer over the profile's: ethernet, ppp-vj (modem) or atm (DSL)")
     g.add_argument("--netns", help="network namespace the interface is in")
     g.add_argument("--dry-run", action="store_true", help="print the shell/tc -batch script instead of applying")
     g.add_argument("--json", action="store_true", help="--list/--stats as JSON")
@@ -167,6 +174,7 @@ def _dispatch(argv, con) -> int:
         args.interface, hosts=args.hosts, ports=args.ports, profile=args.profile, netns=args.netns,
         mode=args.mode, direction=args.direction, rate=args.rate, burst=args.burst,
         bandwidth=args.bandwidth, mtu=args.mtu, avpkt=args.avpkt, mpu=args.mpu, queue=args.queue,
+        per=args.per, link=args.link,
         **{name: getattr(args, name) for name in service.IMPAIRMENTS})
     if args.dry_run:
         from .compile import compile_plan
@@ -269,9 +277,7 @@ def _profiles(argv, con) -> int:
         raise UsageError(f"profiles: '{' '.join(argv)}' is not an option (only --json)")
     loaded = [profiles.load(str(path)) for path in profiles.available().values()]
     if argv == ["--json"]:
-        con.out(json.dumps([{"name": p.name, "description": p.description, "source": p.source, "path": p.path,
-                             "down": {k: v for k, v in p.down.__dict__.items() if v},
-                             "up": {k: v for k, v in p.up.__dict__.items() if v}} for p in loaded], indent=1))
+        con.out(json.dumps([p.as_dict() for p in loaded], indent=1))
         return 0
 
     def side(s):
@@ -280,12 +286,15 @@ def _profiles(argv, con) -> int:
             parts.append(format_time(s.delay_us) + (f"±{format_time(s.jitter_us)}" if s.jitter_us else ""))
         if s.loss_pct:
             parts.append(f"loss {format_percent(s.loss_pct)}")
+        if s.queue:
+            parts.append(f"queue {s.queue.text()}")
         return " ".join(parts)
-    rows = [(p.name, side(p.down), side(p.up), p.description) for p in loaded]
-    widths = [max(len(r[i]) for r in rows + [("profile", "down", "up", "")]) for i in range(3)]
-    con.out("  ".join(h.ljust(w) for h, w in zip(("profile", "down", "up"), widths)) + "  description")
+    head = ("profile", "link", "down", "up")
+    rows = [(p.name, p.link.name, side(p.down), side(p.up), p.description) for p in loaded]
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    con.out("  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  description")
     for r in rows:
-        con.out("  ".join(v.ljust(w) for v, w in zip(r[:3], widths)) + "  " + r[3])
+        con.out("  ".join(v.ljust(w) for v, w in zip(r[:-1], widths)) + "  " + r[-1])
     return 0
 
 

@@ -17,6 +17,7 @@ from .units import format_percent, format_rate, format_time
 TC_H_ROOT = 0xFFFFFFFF
 TC_H_INGRESS = 0xFFFFFFF1
 INGRESS_HANDLE = 0xFFFF0000
+SHARED_POLICE_INDEX_BASE = 0x40000000  # indexes ratelimit picks for policers filters share
 
 
 def tc_handle(handle: int) -> str:
@@ -85,14 +86,35 @@ class DelLink(_Ip):
 
 
 @dataclass(frozen=True)
+class Stab:
+    """A size table: the kernel meters each packet as ``skb->len + overhead``, padded to
+    53-byte ATM cells when ``atm`` (tc-stab(8)); for ATM the table has one slot per byte
+    up to 2047, so no rounding."""
+
+    overhead_bytes: int
+    atm: bool = False
+
+    def tc(self) -> str:
+        if self.atm:
+            return f"stab mtu {STAB_MTU} tsize {STAB_TSIZE} overhead {self.overhead_bytes} linklayer atm"
+        return f"stab overhead {self.overhead_bytes} linklayer ethernet"
+
+
+STAB_MTU, STAB_TSIZE = 2047, 2048
+
+
+@dataclass(frozen=True)
 class HtbQdisc(_Tc):
     dev: str
     handle: int
     default_minor: int = 0  # 0: unclassified packets go out untouched
+    stab: Stab | None = None  # the link layer (None: tc's own count, Ethernet frames)
     features = frozenset({"htb"})
 
     def tc(self) -> str:
-        return f"qdisc add dev {self.dev} root handle {tc_handle(self.handle)} htb default {self.default_minor:x}"
+        stab = f" {self.stab.tc()}" if self.stab else ""
+        return (f"qdisc add dev {self.dev} root handle {tc_handle(self.handle)}{stab}"
+                f" htb default {self.default_minor:x}")
 
     def undo(self):
         return DelQdisc(self.dev, TC_H_ROOT)
@@ -161,18 +183,42 @@ def netem_args(p: LinkParams, limit_pkts: int) -> str:
 
 @dataclass(frozen=True)
 class NetemQdisc(_Tc):
-    """A netem stage for the impairments of ``params``, queueing at most ``limit_pkts``."""
+    """A netem stage for the impairments of ``params``, queueing at most ``limit_pkts``;
+    with ``rate_bps`` it also serializes packets at that rate, in order (a packet never
+    leaves before the one ahead of it, whatever its jitter)."""
 
     dev: str
     parent: int
     handle: int
     params: LinkParams
     limit_pkts: int = 1000
+    rate_bps: int = 0
     features = frozenset({"netem"})
 
     def tc(self) -> str:
+        rate = f" rate {format_rate(self.rate_bps)}" if self.rate_bps else ""
         return (f"qdisc add dev {self.dev} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
-                f" netem {netem_args(self.params, self.limit_pkts)}")
+                f" netem {netem_args(self.params, self.limit_pkts)}{rate}")
+
+
+@dataclass(frozen=True)
+class FifoQdisc(_Tc):
+    """A link's queue without netem: ``bfifo`` (a limit in bytes, as the link meters them)
+    or ``pfifo`` (in packets)."""
+
+    dev: str
+    parent: int
+    handle: int
+    kind: str  # "bfifo" or "pfifo"
+    limit: int
+
+    @property
+    def features(self) -> frozenset:
+        return frozenset({self.kind})
+
+    def tc(self) -> str:
+        return (f"qdisc add dev {self.dev} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
+                f" {self.kind} limit {self.limit}")
 
 
 @dataclass(frozen=True)
@@ -214,15 +260,22 @@ class HashKey:
 
 @dataclass(frozen=True)
 class Police:
+    """A token bucket; filters whose policers share an ``index`` share one bucket (a link
+    per host).  ``overhead_bytes`` is added to every packet it meters."""
+
     rate_bps: int
     burst_bytes: int
     mtu_bytes: int
     mpu_bytes: int = 0
+    overhead_bytes: int = 0
+    index: int = 0  # 0: the kernel picks one, unshared
 
     def tc(self) -> str:
+        index = f" index {self.index}" if self.index else ""
         mpu = f" mpu {self.mpu_bytes}" if self.mpu_bytes else ""
-        return (f"action police rate {format_rate(self.rate_bps)} burst {self.burst_bytes}"
-                f" mtu {self.mtu_bytes}{mpu} conform-exceed drop/ok")
+        overhead = f" overhead {self.overhead_bytes}" if self.overhead_bytes else ""
+        return (f"action police{index} rate {format_rate(self.rate_bps)} burst {self.burst_bytes}"
+                f" mtu {self.mtu_bytes}{mpu}{overhead} conform-exceed drop/ok")
 
 
 @dataclass(frozen=True)
@@ -276,14 +329,15 @@ class U32Filter(_Tc):
 
 @dataclass(frozen=True)
 class Flow:
-    """Where one (host, port, direction) lives in the kernel, for statistics."""
+    """Where one emulated link -- (host, port) or, per host, (host, None) -- and direction
+    lives in the kernel, for statistics."""
 
     direction: str
     host: IPAddress
-    port: int
+    port: int | None
     dev: str
     prio: int
-    handle: int  # of its u32 filter
+    handle: int  # of its u32 filter (per host: of one of them; they share the policer)
     classid: int | None = None  # shape mode: its own HTB class
 
 

@@ -10,9 +10,10 @@ import os
 import tomllib
 from pathlib import Path
 
+from . import linklayer
 from .errors import FieldError, NotFoundError, UsageError
 from .model import LinkParams, Profile
-from .units import parse_count, parse_percent, parse_rate_bps, parse_time_us
+from .units import parse_burst, parse_percent, parse_queue, parse_rate_bps, parse_time_us
 
 SHIPPED = Path(__file__).resolve().parent / "shipped_profiles"
 if not SHIPPED.is_dir():  # running from a checkout: profiles/ beside the package
@@ -32,9 +33,11 @@ SIDE_FIELDS = {
     "corrupt_correlation": ("corrupt_corr_pct", parse_percent),
     "reorder": ("reorder_pct", parse_percent),
     "reorder_correlation": ("reorder_corr_pct", parse_percent),
-    "queue": ("queue_pkts", lambda v, field: parse_count(v, field, 1, 1_000_000)),
+    "queue": ("queue", parse_queue),
+    "burst": ("burst", parse_burst),
 }
-_TOP_FIELDS = {"description", "source", "down", "up"}
+_TOP_FIELDS = {"description", "source", "down", "up", "link", "reference_rate"}
+_LINK_FIELDS = {"layer", "overhead"}
 
 
 def search_path() -> list[Path]:
@@ -73,7 +76,7 @@ def parse_file(path: Path) -> Profile:
     unknown = set(data) - _TOP_FIELDS
     if unknown:
         raise FieldError(f"profile {where}", f"'{sorted(unknown)[0]}'",
-                         "is not a field (allowed: description, source, [down], [up])")
+                         "is not a field (allowed: description, source, reference_rate, [link], [down], [up])")
     sides = {}
     for side in ("down", "up"):
         table = data.get(side, {})
@@ -90,8 +93,26 @@ def parse_file(path: Path) -> Profile:
     for key in ("description", "source"):
         if not isinstance(data.get(key, ""), str):
             raise FieldError(f"profile {where}", f"'{key}'", "must be a string")
+    reference = data.get("reference_rate")
     return Profile(name=Path(path).stem, description=data.get("description", ""),
-                   source=data.get("source", ""), down=sides["down"], up=sides["up"], path=where)
+                   source=data.get("source", ""), down=sides["down"], up=sides["up"],
+                   link=_link(data.get("link", {}), where),
+                   reference_bps=None if reference is None else parse_rate_bps(reference, f"profile {where}: reference_rate"),
+                   path=where)
+
+
+def _link(table, where: str) -> linklayer.LinkLayer:
+    """The ``[link]`` table: ``layer`` (ethernet, ppp-vj, atm) and an optional ``overhead``."""
+    field = f"profile {where}: [link]"
+    if not isinstance(table, dict):
+        raise FieldError(f"profile {where}", "'link'", "must be a table ([link])")
+    unknown = set(table) - _LINK_FIELDS
+    if unknown:
+        raise FieldError(field, f"'{sorted(unknown)[0]}'", f"is not a field (allowed: {', '.join(sorted(_LINK_FIELDS))})")
+    overhead = table.get("overhead")
+    if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, int)):
+        raise FieldError(f"{field} overhead", f"'{overhead}'", "is not a whole number of bytes")
+    return linklayer.layer(table.get("layer", "ethernet"), overhead, f"{field} layer")
 
 
 def available() -> dict[str, Path]:

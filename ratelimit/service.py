@@ -9,25 +9,31 @@ as it was.
 import os
 import time
 
-from . import profiles, state
+from . import linklayer, profiles, state
 from .compile import ROOT, compile_plan, ifb_name
 from .errors import ApplyError, ConflictError, FieldError, KernelMissing, NotFoundError, PermissionDenied
 from .model import LinkParams, Request
 from .selectors import format_ports, parse_hosts, parse_ports
-from .units import parse_count, parse_rate_bps, parse_size_bytes
+from .units import parse_burst, parse_count, parse_queue, parse_rate_bps, parse_size_bytes
 
 DEFAULT_RATE_BPS = 28800
 _DIRECTION_WORDS = {"source": "source", "src": "source", "dest": "dest", "dst": "dest",
                     "destination": "dest", "both": "both"}
 
 # option name -> (LinkParams field, parser): the profile fields that are netem impairments
-IMPAIRMENTS = {name: spec for name, spec in profiles.SIDE_FIELDS.items() if name not in ("rate", "queue")}
+IMPAIRMENTS = {name: spec for name, spec in profiles.SIDE_FIELDS.items() if name not in ("rate", "queue", "burst")}
+V03_BURST = "5"  # the bare command line's police burst, as in v0.3: rate x 5 / 8 bytes
 
 
 def make_request(interface: str, *, hosts, ports, profile: str | None = None, netns: str | None = None,
-                 mode: str = "police", direction: str = "both", rate=None, burst=5,
-                 bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=64, queue=None, **impairments) -> Request:
-    """Validate what a person typed and return the request (resolves host names)."""
+                 mode: str = "police", direction: str = "both", rate=None, burst=None,
+                 bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=64, queue=None, per: str = "port",
+                 link: str | None = None, **impairments) -> Request:
+    """Validate what a person typed and return the request (resolves host names).
+
+    ``burst`` None: the profile's, else the mode's default; without a profile, police
+    mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
+    over the profile's."""
     if direction not in _DIRECTION_WORDS:
         raise FieldError("--direction", direction, "is not a direction (source, dest[ination], both)")
     unknown = set(impairments) - set(IMPAIRMENTS)
@@ -41,7 +47,9 @@ def make_request(interface: str, *, hosts, ports, profile: str | None = None, ne
     if rate is not None:
         overrides["rate_bps"] = parse_rate_bps(rate, "--rate")
     if queue is not None:
-        overrides["queue_pkts"] = parse_count(queue, "--queue", 1, 1_000_000)
+        overrides["queue"] = parse_queue(queue, "--queue")
+    if burst is None and prof is None and mode == "police":
+        burst = V03_BURST
     port_ranges = parse_ports(ports)  # pure checks before any name lookup
     req = Request(
         interface=interface, netns=netns or None,
@@ -49,10 +57,12 @@ def make_request(interface: str, *, hosts, ports, profile: str | None = None, ne
         down=down.merged(**overrides), up=up.merged(**overrides),
         mode=mode, direction=_DIRECTION_WORDS[direction],
         bandwidth_bps=parse_rate_bps(bandwidth, "--bandwidth"),
-        burst_pkts=parse_count(burst, "--burst", 1, 100000),
+        burst=None if burst is None else parse_burst(burst, "--burst"),
         mtu_bytes=parse_size_bytes(mtu, "--mtu"), avpkt_bytes=parse_size_bytes(avpkt, "--avpkt"),
         mpu_bytes=parse_count(mpu, "--mpu", 0, 65535),
         profile=prof.name if prof else None,
+        link=linklayer.layer(link, field="--link") if link else (prof.link if prof else linklayer.ETHERNET),
+        per=per,
     )
     compile_plan(req)  # every remaining check, before anything touches the router
     return req
@@ -168,13 +178,26 @@ def clean(interface: str, netns: str | None = None, *, force: bool = False, echo
 
 
 def summary(req: Request) -> dict:
-    """What is applied, as data (for --list, --json and the dashboard)."""
+    """What is applied, as data (for --list, --json, the dashboard and /metrics): per side
+    the link's numbers, its burst and queue (as given and in line bytes), and the link
+    layer and granularity the links share."""
     def side(p: LinkParams) -> dict:
-        return {k: v for k, v in p.__dict__.items() if v}
+        out = {k: v for k, v in p.__dict__.items() if v and k not in ("queue", "burst")}
+        if p.rate_bps:
+            rate = req.link.carried_bps(p.rate_bps)
+            out["frame_rate_bps"] = rate
+            out["burst"] = req.burst_of(p).text()
+            out["burst_bytes"] = req.burst_bytes(p, rate)
+            if req.mode == "shape":
+                out["queue"] = p.queue.text() if p.queue else "default"
+                out["queue_bytes"] = req.queue_bytes(p, rate)
+        return out
+    directions = 2 if req.direction == "both" else 1
     return {
         "interface": req.interface, "netns": req.netns, "profile": req.profile, "mode": req.mode,
         "direction": req.direction, "hosts": [str(h) for h in req.hosts], "ports": format_ports(req.ports),
-        "flows": req.flow_count() * (2 if req.direction == "both" else 1),
+        "per": req.per, "link": req.link.describe(),
+        "flows": req.flow_count() * directions, "links": req.link_count() * directions,
         "down": side(req.down), "up": side(req.up),
     }
 

@@ -13,7 +13,8 @@ from dataclasses import asdict, fields
 from ipaddress import ip_address
 from pathlib import Path
 
-from .model import LinkParams, Request
+from . import linklayer
+from .model import Burst, LinkParams, Request
 
 
 def state_dir() -> Path:
@@ -28,6 +29,7 @@ def to_json(req: Request) -> dict:
     data = asdict(req)
     data["hosts"] = [str(h) for h in req.hosts]
     data["ports"] = [list(p) for p in req.ports]
+    data["link"] = req.link.describe()
     return data
 
 
@@ -36,8 +38,10 @@ def from_json(data: dict) -> Request:
     values = {k: v for k, v in data.items() if k in names}
     values["hosts"] = tuple(ip_address(h) for h in data["hosts"])
     values["ports"] = tuple(tuple(p) for p in data["ports"])
-    values["down"] = LinkParams(**data["down"])
-    values["up"] = LinkParams(**data["up"])
+    values["down"] = LinkParams.from_dict(data["down"])
+    values["up"] = LinkParams.from_dict(data["up"])
+    values["burst"] = Burst(**data["burst"]) if data.get("burst") else None
+    values["link"] = linklayer.LinkLayer.from_description(data["link"]) if data.get("link") else linklayer.ETHERNET
     return Request(**values)
 
 

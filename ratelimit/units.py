@@ -91,6 +91,47 @@ def parse_percent(text, field: str = "percent") -> float:
     return value
 
 
+_PACKETS = {"p", "pkt", "pkts", "packet", "packets"}
+
+
+def parse_burst(text, field: str = "--burst"):
+    """A burst: a bare number is v0.3's (``rate x N / 8`` bytes), a size is bytes
+    (``1600b``, ``3kb``), a time is that long at the link's rate (``20ms``)."""
+    from .model import Burst
+    allowed = "is not a burst (v0.3's N as in 5, bytes as in 1600b or 3kb, or a time at the rate as in 20ms)"
+    value, unit = _split(field, text, allowed)
+    if unit == "":
+        if value != int(value) or not 1 <= value <= 100000:
+            raise FieldError(field, f"'{text}'", "is out of range (a whole number 1-100000 for v0.3's rate x N / 8)")
+        return Burst(int(value), "v03")
+    if unit in _TIME_US:
+        return Burst(parse_time_us(text, field) or _nonzero(field, text), "us")
+    if unit in _SIZE_BYTES:
+        return Burst(parse_size_bytes(text, field), "bytes")
+    raise FieldError(field, f"'{text}'", allowed)
+
+
+def parse_queue(text, field: str = "--queue"):
+    """A queue: packets (a bare number or ``10p``), bytes (``3250b``, ``16kb``) or a time at
+    the link's rate (``1s``)."""
+    from .model import Queue
+    allowed = "is not a queue (packets as in 10 or 10p, bytes as in 3250b or 16kb, or a time at the rate as in 1s)"
+    value, unit = _split(field, text, allowed)
+    if unit == "" or unit in _PACKETS:
+        if value != int(value) or not 1 <= value <= 1_000_000:
+            raise FieldError(field, f"'{text}'", "is out of range (1-1000000 packets)")
+        return Queue(int(value), "pkts")
+    if unit in _TIME_US:
+        return Queue(parse_time_us(text, field) or _nonzero(field, text), "us")
+    if unit in _SIZE_BYTES and unit != "":
+        return Queue(parse_size_bytes(text, field), "bytes")
+    raise FieldError(field, f"'{text}'", allowed)
+
+
+def _nonzero(field: str, text) -> int:
+    raise FieldError(field, f"'{text}'", "is zero (give a positive time)")
+
+
 def parse_count(text, field: str, lo: int, hi: int) -> int:
     allowed = f"is not a whole number from {lo} to {hi}"
     try:

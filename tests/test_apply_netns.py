@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
@@ -228,7 +229,12 @@ def test_statistics_count_real_packets(router):
               "s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b'rlt0');"
               "[s.sendto(b'x' * 100, ('198.18.1.2', 10002)) for _ in range(20)]")
     sh("ip", "netns", "exec", router, sys.executable, "-c", sender)
-    links = {(row["host"], row["port"]): row for row in service.statistics("rlt0", router)["links"]}
+    deadline = time.monotonic() + 5  # the link queues them: 20 x 142 bytes take 0.11 s at 200 kbit/s
+    while True:
+        links = {(row["host"], row["port"]): row for row in service.statistics("rlt0", router)["links"]}
+        if links["198.18.1.2", 10002]["backlog_pkts"] == 0 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     assert links["198.18.1.2", 10002]["packets"] == 20
     assert links["198.18.1.2", 10002]["bytes"] >= 20 * 128
     assert all(links["198.18.1.2", p]["packets"] == 0 for p in (10000, 10001, 10003))

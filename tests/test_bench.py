@@ -182,7 +182,7 @@ def test_flat_ops_is_one_linear_list_of_the_same_filters():
 def test_dialup_theory_and_windows():
     assert dialup.theoretical(3600) == pytest.approx(1296)
     assert dialup.theoretical(200) == pytest.approx(72)
-    assert dialup.link_ceiling(200) > dialup.theoretical(200)  # these links have a burst
+    assert dialup.shares(3600) == [900] * 4 and dialup.shares(10) == [3, 3, 2, 2]
     times = [100.0, 100.5, 101.2, 102.9, 103.0, 104.999, 105.0]
     rate, counted = dialup.rate_in_window(times, 100.4, 105.2)  # counts [101, 105)
     assert counted == 4 and rate == pytest.approx(4 / 4)
@@ -199,8 +199,16 @@ def test_dialup_counts_only_complete_replies():
     times = dialup.nginx_completions(log)
     assert len(times) == 2
     assert times[1] - times[0] == pytest.approx(1.0)  # time zones honoured
-    pre = "1700000000.100 200 10251\n1700000000.200 200 2000\n1700000000.300 404 120\nbroken line\n"
-    assert dialup.prefork_completions(pre) == [pytest.approx(1700000000.1)]
+
+
+def test_dialup_loads_are_the_2000_method():
+    argv = dialup.load_argv("httperf", "198.19.0.2", 900, 80, 12)
+    assert "--wsess=900,20,0" in argv and argv[argv.index("--burst-length") + 1] == "1"
+    assert float(argv[argv.index("--rate") + 1]) == 150  # all 900 started within half the ramp
+    assert "--hog" not in argv  # it would bind ports outside the limited range
+    with pytest.raises(common.BenchError, match="select"):
+        dialup.load_argv("httperf", "198.19.0.2", 901, 80, 12)
+    assert dialup.load_argv("wrk", "198.19.0.2", 2500, 60, 12)[:3] == ["wrk", "-t1", "-c2500"]
 
 
 # ---------------------------------------------------------------- results files and the report
@@ -247,10 +255,13 @@ def _small_results(d):
         {"profile": "national-100ms", "configured_rtt_s": 0.2, "measured_rtt_s": 0.204, "ratio": 1.02,
          "excess_ms": 4.0, "samples_s": [0.204]}])
     _write(d, "dialup", "host", False, [
-        {"server": s, "x": 200, "completed_per_s": v, "theoretical": 72.0, "link_ceiling": 99.0,
-         "published_event": 69, "published_process": 37, "cpu_busy": 0.4,
-         "httperf": {"errors": {"total": 0}}} for s, v in (("nginx", 95.0), ("prefork", 40.0))],
-        config={"mode": "shape", "window_s": 60, "ramp_s": 12, "workers": 256, "per_client": 450, "burst_pkts": 1})
+        {"generator": g, "x": 200, "completed_per_s": v, "theoretical": 72.0, "ratio_to_theoretical": v / 72,
+         "model_ceiling": 64.5, "model_call_s": 3.1, "ratio_to_model": v / 64.5, "published": 69 if g == "httperf" else None,
+         "errors": 0, "cpu": {"machine_busy": 0.4, "load_generators": 1.0, "server": 0.1, "softirq": 0.2},
+         **({"sessions_total": 200, "sessions_ok": 200} if g == "httperf" else {})}
+        for g, v in (("httperf", 64.0), ("wrk", 63.5))],
+        config={"profile": "modem-28k8", "mode": "shape", "window_s": 40, "ramp_s": 12, "calls": 20, "clients": 4,
+                "per_httperf": 900, "bandwidth": "100mbit", "header_bytes": 250, "delay_stage": False})
 
 
 def test_load_results_prefers_full_runs(tmp_path):
@@ -294,7 +305,8 @@ def test_report_from_small_results(tmp_path):
     assert "| 1,024 | 4.0 ms | tc -s class show | 8.0 ms | 2.00 |" in text
     assert "| shape | host | 100 | 1 | 0.930 |" in text
     assert "| national-100ms | 200.0 ms | 204.0 ms | 1.020 | +4.0 ms |" in text
-    assert "| 200 | 95.0 | 40.0 | 72 | 99 | 69 | 37 | 1.32 | ? / ? |" in text
+    assert "| httperf | 200 | 64.0 | 99.2% | 64.5 (3.100 s/call) | 88.9% | 69 | 0 | 0 | 100% | 10% | 20% | 40% |" in text
+    assert "every row reached at least 98.4% of the link model's ceiling (lowest: wrk at x = 200)" in text
     try:
         import matplotlib  # noqa: F401
     except ImportError:  # the report still comes out, and says why it has no plots

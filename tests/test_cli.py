@@ -37,9 +37,13 @@ def test_v03_options_and_aliases(argv, field, value):
 
 def test_v03_defaults():
     args = build_parser().parse_args([])
-    assert (args.interface, args.bandwidth, args.rate, args.burst, args.direction, args.mtu, args.avpkt, args.mpu) == \
-        ("eth0", "100mbit", None, "5", "both", "1514", "1200", "64")
-    assert args.verbose is False and args.mode == "police"
+    assert (args.interface, args.bandwidth, args.rate, args.direction, args.mtu, args.avpkt, args.mpu) == \
+        ("eth0", "100mbit", None, "both", "1514", "1200", "64")
+    assert args.verbose is False and args.mode == "police" and args.per == "port"
+    # the bare command line (police, no profile) keeps v0.3's --burst 5: rate x 5 / 8 bytes
+    from ratelimit.service import make_request
+    req = make_request(args.interface, hosts="198.18.0.2", ports="1024")
+    assert req.burst.text() == "5" and req.burst_bytes(req.down, 28800) == 28800 * 5 // 8
 
 
 def test_help_is_long_option_and_lists_every_v03_option():
@@ -57,9 +61,9 @@ def test_dry_run_prints_a_runnable_script_without_root_or_netlink():
     assert code == 0, err
     assert "ip -n labr link add name rl-eth9 type ifb" in out
     assert "tc -n labr -batch - <<'EOF'" in out
-    assert "qdisc add dev eth9 root handle 52: htb default 0" in out
+    assert "qdisc add dev eth9 root handle 52: stab overhead -46 linklayer ethernet htb default 0" in out
     assert "netem limit 1000 delay 50ms" in out
-    assert out.count("action police rate 28800bit") == 4  # 2 ports x 2 directions
+    assert out.count("action police rate 26864bit") == 4  # 2 ports x 2 directions, PPP frames at 28,800 x 0.9328
 
 
 @pytest.mark.parametrize("argv,message,code", [
@@ -111,4 +115,5 @@ def test_user_profile_directory_overrides_and_adds(tmp_path, monkeypatch):
 def test_explicit_flags_override_the_profile():
     rc, out, _ = run("-h", "198.18.1.2", "-p", "80", "--profile", "modem-28k8", "--rate", "14.4kbit",
                      "--delay", "300ms", "-d", "dest", "--dry-run")
-    assert rc == 0 and "police rate 14400bit" in out and "delay 300ms" in out
+    # the modem's line rate, less what V.42 and PPP framing take of it (link layer ppp-vj)
+    assert rc == 0 and "police rate 13432bit" in out and "delay 300ms" in out

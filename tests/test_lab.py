@@ -98,16 +98,22 @@ def link_bytes(name, client="client1"):
     return sum(t["bytes"] for t in data["totals"] if t["client"] == client and t["direction"] == "dest")
 
 
-def expected_s(payload, rate_bps):
-    """The time the configured rate implies (burst 1 packet, headers included)."""
-    return measure.expected_seconds(payload, rate_bps, burst_pkts=1)
+def model_of(name):
+    """The applied link's model on this kernel (as the lab keeps it)."""
+    from ratelimit.linkmodel import LinkModel
+    from ratelimit.kernel.probe import probe
+    data = json.loads(ok("status", "--name", name, "--json").stdout)
+    return LinkModel.from_summary(data["link"]["summary"], delay_stage=probe(["netem"])["netem"])
 
 
 def curl(name, client, path):
+    """(code, size, seconds, local port, the link model's seconds for exactly this download)."""
     r = ok("exec", "--name", name, client, "--", "curl", "-sS", "-o", "/dev/null", "-w",
-           "%{http_code} %{size_download} %{time_total} %{local_port}", f"http://server{path}")
-    code, size, seconds, port = r.stdout.split()
-    return int(code), int(size), float(seconds), int(port)
+           "%{http_code} %{size_download} %{time_total} %{local_port} %{size_header} %{size_request}",
+           f"http://server{path}")
+    code, size, seconds, port, header, request = r.stdout.split()
+    d = measure.Download("", client, int(code), int(size), float(seconds), 0, 0, int(port), int(header), int(request))
+    return d.http_code, d.bytes, d.seconds, d.local_port, d
 
 
 # ---------------------------------------------------------------- pure
@@ -150,7 +156,7 @@ def test_builtin_server_serves_the_files_on_loopback(tmp_path):
     (["up", "--ports", "10000-10999,20000"], "is not one range LOW-HIGH"),
     (["up", "--name", "Bad-Name"], "lab name: Bad-Name is not 1-32 of a-z, 0-9, '_'"),
     (["up", "--mode", "fast"], "argument --mode: invalid choice: 'fast'"),
-    (["up", "--burst", "many"], "--burst: 'many' is not a whole number"),
+    (["up", "--burst", "many"], "--burst: 'many' is not a burst"),
     (["apply"], "lab apply: no PROFILE given"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ])
@@ -177,25 +183,26 @@ def test_up_exec_apply_down_with_traffic(names):
     rng = ok("exec", "--name", name, "client2", "--", "cat", "/proc/sys/net/ipv4/ip_local_port_range")
     assert rng.stdout.split() == ["20000", "20199"]
 
-    code, size, seconds, port = curl(name, "client1", "/100000.bin")
+    code, size, seconds, port, d = curl(name, "client1", "/100000.bin")
     assert (code, size) == (200, 100_000) and 20000 <= port <= 20199
-    assert link_bytes(name) >= measure.wire_bytes(100_000) * 0.98  # the router counted it
-    ratio = seconds / expected_s(100_000, 400_000)
-    assert 0.8 < ratio < 1.3, (seconds, ratio)
+    model = model_of(name)
+    assert link_bytes(name) >= model.response_frame_bytes(100_000, header=d.header_bytes)  # the router counted it
+    ratio = seconds / d.model_seconds(model)
+    assert 0.95 < ratio < 1.05, (seconds, ratio)
 
     status = ok("status", "--name", name).stdout
     assert "modem-28k8" in status and "client2" in status and "198.18.0.3" in status
 
     # change the link live: 250 kbit/s
     ok("apply", "--name", name, "modem-28k8", "--mode", "shape", "--no-delay", "--rate", "250kbit")
-    code, size, seconds2, _ = curl(name, "client1", "/100000.bin")
-    ratio = seconds2 / expected_s(100_000, 250_000)
-    assert 0.8 < ratio < 1.3, (seconds2, ratio)
+    code, size, seconds2, _, d = curl(name, "client1", "/100000.bin")
+    ratio = seconds2 / d.model_seconds(model_of(name))
+    assert 0.95 < ratio < 1.05, (seconds2, ratio)
     assert seconds2 > 1.5 * seconds
 
     # clean: the lab stays, the link is unimpaired
     ok("clean", "--name", name)
-    _, _, seconds3, _ = curl(name, "client1", "/100000.bin")
+    _, _, seconds3, _, _ = curl(name, "client1", "/100000.bin")
     assert seconds3 < seconds / 4
 
     r = ok("down", "--name", name)
@@ -270,17 +277,37 @@ def test_up_with_command_runs_it_and_goes_down(names):
     assert leftovers(name) == []
 
 
-@pytest.mark.kernel("netem", "police")
+def assert_demo_output(out, *, delay_stage):
+    """The demo's numbers: measured within 5% of the link model; the model within 5% of
+    what the cited real modems moved for the same bytes; on a full kernel, a handshake
+    of at least the modem's two 50 ms delays."""
+    def seconds(label):
+        return float(out.split(f"\n  {label}")[1].split()[0])
+    measured, model = seconds("measured"), seconds("the model")
+    assert 0.95 < measured / model < 1.05, out
+    real = out.split("\n  real modem")[1].split("\n")[0]
+    assert abs(float(real.split("(")[-1].split("%")[0])) < 5, out  # "... in 2.99 s (-4.2%)"
+    assert seconds("theory") == pytest.approx(10_000 * 8 / 28_800, abs=0.01)
+    handshake_ms = float(out.split("TCP handshake")[1].split()[0])
+    if delay_stage:
+        assert handshake_ms >= 100 and "lacks netem" not in out, out
+    else:
+        assert "lacks netem" in out and seconds("whole link") > model, out
+
+
+@pytest.mark.netns
+def test_demo_on_this_kernel(state_dir):
+    """The newcomer's first command, wherever it runs (here: the host kernel)."""
+    from ratelimit.kernel.probe import probe
+    r = ok("demo", "--name", lab_name("hdemo"), timeout=300)
+    assert_demo_output(r.stdout, delay_stage=probe(["netem"])["netem"])
+    assert leftovers(lab_name("hdemo")) == []
+
+
+@pytest.mark.kernel("netem")
 def test_demo_with_the_modem_delay(state_dir):
-    """The newcomer's first command on a full kernel: 28.8k modem with its 50 ms delay, policed."""
+    """The newcomer's first command on a full kernel: the 28.8k modem with its 50 ms delays."""
     r = ok("demo", "--name", lab_name("demo"), timeout=900)
     out = r.stdout
-    assert "lacks netem" not in out and "lacks act_police" not in out
-    measured = float(out.split("measured")[1].split()[0])
-    handshake_ms = float(out.split("TCP handshake")[1].split()[0])
-    link_s = float(out.split("this link")[1].split()[0])
-    assert link_s == pytest.approx(measure.expected_seconds(10_000, 28_800), abs=0.01)
-    assert handshake_ms >= 100  # 2 x 50 ms delay, plus serialization
-    # the transfer, plus the handshake and the request's round trip
-    assert 0.8 < measured / (link_s + 2 * handshake_ms / 1000) < 1.6, out
+    assert_demo_output(out, delay_stage=True)
     assert leftovers(lab_name("demo")) == []

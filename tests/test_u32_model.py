@@ -6,11 +6,12 @@ Each packet of a selected (host, port) must land on exactly its own filter
 
 from ipaddress import IPv4Address, IPv6Address
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ratelimit.compile import INGRESS_HANDLE, LEAF_MAX, ROOT, compile_plan, ifb_name
+from ratelimit.compile import INGRESS_HANDLE, ROOT, compile_plan, ifb_name
 from ratelimit.model import LinkParams, Request
+from ratelimit.u32tree import LEAF_MAX
 from u32model import Tree, ipv4_packet, ipv6_packet
 
 CLIENT4 = IPv4Address("198.19.0.9")
@@ -23,7 +24,7 @@ port_ranges = st.lists(st.tuples(st.integers(1, 65535), st.integers(0, 300)).map
     lambda t: (t[0], min(65535, t[0] + t[1]))), min_size=1, max_size=3)
 
 
-def _request(hosts, ranges, mode, direction, delay):
+def _request(hosts, ranges, mode, direction, delay, per="port"):
     merged = []
     for lo, hi in sorted(ranges):
         if merged and lo <= merged[-1][1] + 1:
@@ -32,7 +33,7 @@ def _request(hosts, ranges, mode, direction, delay):
             merged.append((lo, hi))
     params = LinkParams(28800, delay_us=delay)
     return Request("eth0", tuple(dict.fromkeys(hosts)), tuple(merged), params, params,
-                   mode=mode, direction=direction)
+                   mode=mode, direction=direction, per=per)
 
 
 def _trees(plan):
@@ -59,14 +60,33 @@ def _packet(direction, host, port, proto=6, other_port=443):
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hosts=st.lists(st.one_of(v4_hosts, v6_hosts), min_size=1, max_size=6), ranges=port_ranges,
        mode=st.sampled_from(["police", "shape"]), direction=st.sampled_from(["dest", "source", "both"]),
-       delay=st.sampled_from([0, 50000]), probes=st.data())
-def test_every_packet_lands_on_its_own_filter(hosts, ranges, mode, direction, delay, probes):
-    req = _request(hosts, ranges, mode, direction, delay)
-    if mode == "shape" and req.flow_count() > 20000:
-        return
+       delay=st.sampled_from([0, 50000]), per=st.sampled_from(["port", "host"]), probes=st.data())
+def test_every_packet_lands_on_its_own_filter(hosts, ranges, mode, direction, delay, per, probes):
+    """Per (host, port): the packet's own filter.  Per host: a filter of its own (host,
+    port) that carries the host's class (shape) or the host's shared policer (police)."""
+    req = _request(hosts, ranges, mode, direction, delay, per)
+    assume(mode == "police" or req.link_count() <= 20000)
     plan = compile_plan(req)
     trees = _trees(plan)
-    by_key = {(f.direction, f.host, f.port): f for f in plan.flows}
+    links = {(f.direction, f.host, f.port): f for f in plan.flows}
+    assert len(links) == len(plan.flows)  # one statistics row per link and direction
+    filters = {(op.dev, op.parent, op.prio, op.handle): op for op in plan.ops if type(op).__name__ == "U32Filter"}
+
+    def check(d, host, port, hit):
+        assert hit is not None, (d, host, port)
+        if per == "port":
+            flow = links[d, host, port]
+            assert hit.handle == flow.handle, (d, host, port)
+            if mode == "shape":
+                assert hit.classid == flow.classid
+            return
+        flow = links[d, host, None]
+        mine = filters[(flow.dev, hit.parent, flow.prio, flow.handle)]
+        assert hit.keys[-1].value & hit.keys[-1].mask in (port, port << 16)  # its own port's filter
+        if mode == "shape":
+            assert hit.classid == flow.classid
+        elif mine.police:
+            assert hit.police == mine.police and hit.police.index  # one bucket for all its ports
     directions = ["dest", "source"] if direction == "both" else [direction]
     ports = [p for lo, hi in req.ports for p in range(lo, hi + 1)]
     for _ in range(40):
@@ -75,11 +95,7 @@ def test_every_packet_lands_on_its_own_filter(hosts, ranges, mode, direction, de
         port = probes.draw(st.sampled_from(ports))
         proto = probes.draw(st.sampled_from([6, 17]))
         packet, ethertype = _packet(d, host, port, proto)
-        hit = trees[d].classify(packet, ethertype)
-        flow = by_key[d, host, port]
-        assert hit is not None and hit.handle == flow.handle, (d, host, port)
-        if mode == "shape":
-            assert hit.classid == flow.classid
+        check(d, host, port, trees[d].classify(packet, ethertype))
     # packets outside the selectors pass untouched
     for _ in range(40):
         d = probes.draw(st.sampled_from(directions))
@@ -90,7 +106,7 @@ def test_every_packet_lands_on_its_own_filter(hosts, ranges, mode, direction, de
         selected = host in req.hosts and port in set(ports) and proto in (6, 17)
         hit = trees[d].classify(packet, ethertype)
         if selected:
-            assert hit is not None and hit.handle == by_key[d, host, port].handle
+            check(d, host, port, hit)
         else:
             assert hit is None, (d, host, port, proto)
 

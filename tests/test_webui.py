@@ -495,7 +495,7 @@ def test_read_only_refuses_changes(reader, control):
     ({"profile": "no-such-profile"}, 400, "--profile: 'no-such-profile' is not a profile"),
     ({"delay": "5"}, 400, "--delay: '5' is not a time with a unit"),
     ({"loss": "150%"}, 400, "--loss: '150%' is not a percentage"),
-    ({"burst": 0}, 400, "--burst: 0 is not a whole number from 1 to 100000"),
+    ({"burst": 0}, 400, "--burst: '0' is out of range (a whole number 1-100000"),
     ({"force": "maybe"}, 400, "force: 'maybe' is not a boolean"),
 ])
 def test_apply_bad_input(client, control, change, status, fragment):

@@ -58,9 +58,7 @@ def profile_list():
         except Exception as err:  # a broken profile file must not hide the others
             out.append({"name": name, "error": " ".join(str(err).split())})
             continue
-        out.append({"name": prof.name, "description": prof.description,
-                    "down": {k: v for k, v in prof.down.__dict__.items() if v},
-                    "up": {k: v for k, v in prof.up.__dict__.items() if v}})
+        out.append(prof.as_dict())
     return {"profiles": out}
 
 

@@ -12,8 +12,8 @@ Pure functions over the bytes of one netlink message (``buf[off:end]``):
 
 import struct
 
-from .kinds import htb, netem, u32
-from .nl import (NLATTR, TCA_CHAIN, TCA_FCNT, TCA_KIND, TCA_OPTIONS, TCA_PAD, TCA_RATE, TCA_STATS,
+from .kinds import fifo, htb, netem, stab, u32
+from .nl import (NLATTR, TCA_CHAIN, TCA_STAB, TCA_FCNT, TCA_KIND, TCA_OPTIONS, TCA_PAD, TCA_RATE, TCA_STATS,
                  TCA_STATS2, TCA_STATS_BASIC, TCA_STATS_PKT64, TCA_STATS_QUEUE, TCA_XSTATS, U64, NLA_TYPE_MASK,
                  attr_map, cstr, find, header, hexof, protocol_name, u32_at)
 
@@ -27,7 +27,7 @@ CLASSLESS = frozenset({"netem", "pfifo", "bfifo", "pfifo_fast", "pfifo_head_drop
                        "tbf", "fq", "codel", "red", "choke", "gred", "pie", "fq_pie", "cake", "mq", "mqprio",
                        "plug", "skbprio", "etf", "taprio", "cbs"})
 
-_QDISC_OPTS = {"htb": htb.decode_qdisc, "netem": netem.decode}
+_QDISC_OPTS = {"htb": htb.decode_qdisc, "netem": netem.decode, "bfifo": fifo.decode, "pfifo": fifo.decode}
 _CLASS_OPTS = {"htb": htb.decode_class}
 _FILTER_OPTS = {"u32": u32.decode}
 
@@ -52,7 +52,9 @@ def qdisc_item(buf, off: int, end: int) -> tuple[int, tuple]:
     kind = cstr(buf, amap.get(TCA_KIND))
     span = amap.get(TCA_OPTIONS)
     opts = () if span is None else _QDISC_OPTS.get(kind, _raw)(buf, *span)
-    return ifindex, ("qdisc", parent, handle, kind, opts, _rest(buf, amap, (TCA_KIND, TCA_OPTIONS)))
+    size_table = () if TCA_STAB not in amap else stab.decode(buf, *amap[TCA_STAB])
+    return ifindex, ("qdisc", parent, handle, kind, opts, size_table,
+                     _rest(buf, amap, (TCA_KIND, TCA_OPTIONS, TCA_STAB)))
 
 
 def class_item(buf, off: int, end: int) -> tuple[int, tuple]:

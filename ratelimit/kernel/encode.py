@@ -7,7 +7,7 @@ per-kind parts are in ``kinds/``; the differences from tc on purpose are
 documented there (HTB's rate tables, netem's wide delays).
 """
 
-from .kinds import actions, htb, ingress, mirred, netem, police, u32
+from .kinds import actions, fifo, htb, ingress, mirred, netem, police, stab, u32
 from .nl import (NLMSGHDR, NLM_F_CREATE, NLM_F_EXCL, RTM_DELQDISC, RTM_NEWQDISC, RTM_NEWTCLASS,
                  RTM_NEWTFILTER, TC_H_INGRESS, TC_H_ROOT, TCA_KIND, TCMSG, attr_str, htons, message,
                  protocol_number, tcmsg)
@@ -38,6 +38,8 @@ class Encoder:
 
     def htb_qdisc(self, op, seq: int, flags: int) -> bytes:
         body = tcmsg(self.ifindex(op.dev), op.handle, TC_H_ROOT) + htb.qdisc_options(op.default_minor)
+        if op.stab is not None:
+            body += stab.options(op.stab)
         return message(RTM_NEWQDISC, flags | _ADD, seq, body)
 
     def ingress_qdisc(self, op, seq: int, flags: int) -> bytes:
@@ -52,7 +54,11 @@ class Encoder:
 
     def netem_qdisc(self, op, seq: int, flags: int) -> bytes:
         body = (tcmsg(self.ifindex(op.dev), op.handle, op.parent)
-                + netem.options(op.params, op.limit_pkts, self.clock))
+                + netem.options(op.params, op.limit_pkts, self.clock, op.rate_bps))
+        return message(RTM_NEWQDISC, flags | _ADD, seq, body)
+
+    def fifo_qdisc(self, op, seq: int, flags: int) -> bytes:
+        body = tcmsg(self.ifindex(op.dev), op.handle, op.parent) + fifo.options(op.kind, op.limit)
         return message(RTM_NEWQDISC, flags | _ADD, seq, body)
 
     # -- classes

@@ -21,7 +21,8 @@ import errno as errnos
 import time
 
 from ..errors import ApplyError
-from ..plan import AddIfb, DelLink, DelQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, U32Filter, U32Table
+from ..plan import (AddIfb, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, U32Filter,
+                    U32Table)
 from .encode import Encoder
 from .nl import NLM_F_REQUEST, SEQ_OFFSET, TC_H_INGRESS, TC_H_ROOT
 from .readback import Reader, without_gc
@@ -213,6 +214,7 @@ _ALONE = {
 _BATCHED = {
     HtbClass: Encoder.htb_class,
     NetemQdisc: Encoder.netem_qdisc,
+    FifoQdisc: Encoder.fifo_qdisc,
     U32Table: Encoder.u32_table,
     U32Filter: Encoder.u32_filter,
 }

@@ -26,12 +26,12 @@ import sys
 import time
 
 from .. import SOURCE_ROOT
-from ..errors import FieldError, RatelimitError, UsageError
+from ..errors import RatelimitError, UsageError
 from ..progress import terminal
-from ..units import format_rate
+from ..units import format_rate, parse_burst
 from . import docroot, store
 from .core import DEFAULT_PORTS, SERVERS, Lab
-from .link import DEFAULT_BURST, MODES, LinkSpec
+from .link import GRANULARITIES, MODES, LinkSpec
 from .store import DEFAULT_NAME
 
 VM_STATE_DIR = "/tmp/ratelimit-vm-state"  # the guest's /tmp is its own
@@ -50,12 +50,14 @@ def _name_opt(p, default=None):
 
 
 def _link_opts(p, *, up: bool):
-    p.add_argument("--mode", default="auto", choices=MODES,
-                   help="police (drop above the rate), shape (queue), or auto: police if the kernel "
-                        "has act_police, else shape (default auto)")
-    p.add_argument("--burst", default=str(DEFAULT_BURST), metavar="PACKETS",
-                   help=f"burst in packets, rate x PACKETS / 8 bytes (default {DEFAULT_BURST}: a 10,000-byte "
-                        "reply is not let through in one burst)")
+    p.add_argument("--mode", default="shape", choices=MODES,
+                   help="shape: queue like the real link (default); police: drop above the rate (v0.3)")
+    p.add_argument("--per", default="host", choices=GRANULARITIES,
+                   help="host: each client is one link shared by all its connections, as behind one modem "
+                        "(default); port: one link per connection (host, port), as v0.3's benchmark clients")
+    p.add_argument("--burst", metavar="BURST",
+                   help="bytes (1600b), a time at the rate (20ms) or v0.3's N (rate x N / 8 bytes); "
+                        "default: the profile's, else the mode's (docs/profiles.md)")
     p.add_argument("--rate", metavar="RATE", help="override the profile's rate, e.g. 200kbit")
     p.add_argument("--delay", metavar="TIME", help="override the profile's one-way delay, e.g. 50ms")
     p.add_argument("--no-delay", action="store_true",
@@ -130,7 +132,9 @@ def _progress():
 def _link_text(link: dict | None) -> str:
     if not link:
         return "none (links unimpaired; change with: ratelimit lab apply PROFILE)"
-    parts = [link.get("profile") or "custom", link["mode"], f"burst {link['burst']}"]
+    parts = [link.get("profile") or "custom", link["mode"], f"per {link.get('per', 'port')}"]
+    if link.get("burst"):
+        parts.append(f"burst {link['burst']}")
     if link.get("rate"):
         parts.append(f"rate {link['rate']}")
     if link.get("delay"):
@@ -151,13 +155,10 @@ def _pick_name(name: str | None) -> str:
 
 
 def _link_spec(args, profile) -> LinkSpec:
-    burst = args.burst
-    try:
-        burst = int(burst)
-    except ValueError:
-        raise FieldError("--burst", f"'{burst}'", "is not a whole number of packets (1-100000)") from None
-    return LinkSpec(profile=profile, mode=args.mode, burst=burst, rate=args.rate, delay=args.delay,
-                    no_delay=args.no_delay)
+    if args.burst is not None:
+        parse_burst(args.burst, "--burst")  # a bad value is one line before anything is made
+    return LinkSpec(profile=profile, mode=args.mode, per=args.per, burst=args.burst, rate=args.rate,
+                    delay=args.delay, no_delay=args.no_delay)
 
 
 def _package_parent() -> str:

@@ -38,6 +38,7 @@ from pathlib import Path
 from .. import SOURCE_ROOT, service
 from ..errors import FieldError, NotFoundError, RatelimitError, UsageError
 from ..selectors import parse_ports
+from ..kernel import netns as kernel_netns
 from ..kernel.netns import parent_only
 from . import docroot, store, topology
 from .link import LinkSpec, Say, check_choice, in_vm, resolve_link
@@ -258,19 +259,20 @@ class Lab:
         if shutil.which("curl") is None:
             raise NotFoundError("curl is missing: apt-get install curl")
         host = self.client(client)
-        fmt = "%{http_code} %{size_download} %{time_connect} %{time_starttransfer} %{time_total} %{local_port}"
+        fmt = ("%{http_code} %{size_download} %{time_connect} %{time_starttransfer} %{time_total} %{local_port}"
+               " %{size_header} %{size_request}")
         try:
             r = host.run(["curl", "-sS", "-o", "/dev/null", "--max-time", f"{timeout:g}", "-w", fmt, url],
                          timeout=timeout + 30)
         except subprocess.TimeoutExpired:
             raise LabError(f"download of {url} from {host.name} did not finish within {timeout:g} s") from None
         fields = r.stdout.split()
-        if r.returncode != 0 or len(fields) != 6:
+        if r.returncode != 0 or len(fields) != 8:
             raise LabError(f"download of {url} from {host.name} failed: "
                            f"{' '.join(r.stderr.split()) or 'curl exited ' + str(r.returncode)}")
-        code, size, connect, first, total, port = fields
+        code, size, connect, first, total, port, header, request = fields
         return Download(url, host.name, int(code), int(size), float(total), float(connect), float(first),
-                        int(port))
+                        int(port), int(header), int(request))
 
     def measure_rtt(self, client: int = 1, *, count: int = 3) -> float:
         """The round trip over the emulated link, in seconds: the median TCP
@@ -333,12 +335,29 @@ class Lab:
     # -- internals ---------------------------------------------------------
     def _apply(self, req, mode, link: LinkSpec, say: Say, progress) -> None:
         what = link.profile or "custom link"
-        say(f"lab: applying {what} ({mode}) on {self.topo.router}/{req.interface} for "
-            f"{len(req.hosts)} client(s) x ports {self.info['ports']} ({req.flow_count()} links)")
+        say(f"lab: applying {what} ({mode}, per {req.per}) on {self.topo.router}/{req.interface} for "
+            f"{len(req.hosts)} client(s) x ports {self.info['ports']} ({req.link_count()} links each way)")
         t0 = time.monotonic()
         service.apply(req, progress=progress)
         say(f"lab: applied in {time.monotonic() - t0:.1f} s")
+        self._match_clients(req)
         self.info["link"] = {**asdict(link), "mode": mode, "summary": service.summary(req)}
+
+    def _match_clients(self, req) -> None:
+        """Make the clients the kind of host the link model assumes: no TCP timestamps
+        behind header compression (a 1990s stack; linkmodel.LinkModel.timestamps)."""
+        value = 0 if req.link.vj else 1
+        for c in self.clients:
+            kernel_netns.set_sysctl(c.netns, "net.ipv4.tcp_timestamps", value)
+
+    def link_model(self):
+        """The applied link's ``LinkModel`` on this kernel (no delay stage without sch_netem)."""
+        from ..linkmodel import LinkModel
+        from ..kernel.probe import probe
+        link = self.info.get("link")
+        if not link:
+            raise LabError(f"lab '{self.name}' has no link applied")
+        return LinkModel.from_summary(link["summary"], delay_stage=probe(["netem"])["netem"])
 
     def _provision(self, host: Host, script: Path, **env) -> None:
         timeout = 600 if in_vm() else 120  # software emulation is slow

@@ -1,24 +1,24 @@
 """``ratelimit lab demo``: the first command to run -- the 10,000-byte download of the
-2000 experiments through an emulated 28.8k modem, timed and explained."""
+2000 experiments through an emulated 28.8k modem, timed and set against the link's model
+and against what real modems moved."""
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from .. import profiles
-from ..model import v03_burst_bytes
 from ..kernel.probe import probe
 from ..kernel.vm import in_vm
 from . import docroot
 from .cli import _run_in_vm, _say
 from .core import Lab, LabError
-from .link import DEFAULT_BURST, LinkSpec
-from .measure import expected_seconds, wire_bytes
+from .link import LinkSpec
 from .store import DEFAULT_NAME
 
 DEMO_NAME = "demo"
 DEMO_PROFILE = "modem-28k8"
-DEMO_PORTS = "10000-10099"  # one download needs one port; fewer links build faster in shape mode
+DEMO_PORTS = "10000-10099"
 
 
 def demo(args) -> int:
@@ -28,59 +28,55 @@ def demo(args) -> int:
     prof = profiles.load(DEMO_PROFILE)
     rate = prof.down.rate_bps
     size = docroot.EXPERIMENT_BYTES
-    have = probe(["netem", "police"])
-    mode = "police" if have["police"] else "shape"
+    netem = probe(["netem"])["netem"]
     print(f"ratelimit lab demo: one client downloads the {size:,}-byte file of the 2000 experiments "
-          f"through a router that emulates a {rate / 1000:g} kbit/s modem ({DEMO_PROFILE}).")
-    if not have["netem"]:
+          f"through a router that emulates a {rate / 1000:g} kbit/s modem ({DEMO_PROFILE}: "
+          f"{prof.link.name} framing, {prof.down.delay_us // 1000} ms each way, shaped per host).")
+    if not netem:
         print(f"note: this kernel lacks netem (module sch_netem), so the modem's "
-              f"{prof.down.delay_us // 1000} ms delay each way is left out; the rate is emulated in full. "
-              f"`ratelimit lab demo --vm` runs the whole profile in a full-kernel VM (a minute or more: "
-              f"it boots and runs under software emulation).")
-    if not have["police"]:
-        print("note: this kernel lacks act_police, so the rate is enforced by shaping (queueing) "
-              "instead of policing (dropping); both give the profile's rate.")
-    link = LinkSpec(profile=DEMO_PROFILE, mode=mode, burst=DEFAULT_BURST, no_delay=not have["netem"])
+              f"{prof.down.delay_us // 1000} ms delay each way is left out; the rate and framing are emulated "
+              f"in full. `ratelimit lab demo --vm` runs the whole profile in a full-kernel VM (a minute or "
+              f"more: it boots and runs under software emulation).")
+    link = LinkSpec(profile=DEMO_PROFILE, no_delay=not netem)
     lab = Lab.up(args.name, clients=1, link=link, ports=DEMO_PORTS, say=_say)
     try:
         flag = f" --name {lab.name}" if lab.name != DEFAULT_NAME else ""
         print(f"$ ratelimit lab exec{flag} client1 -- curl -o /dev/null http://server/{docroot.EXPERIMENT_FILE}")
         d = lab.download("/" + docroot.EXPERIMENT_FILE, 1)
         stats = lab.statistics()
+        model = lab.link_model()
     finally:
         lab.down()
     if d.bytes != size or d.http_code != 200:
-        raise LabError(f"lab demo: the download returned HTTP {d.http_code} and {d.bytes} bytes, "
-                                f"not 200 and {size}")
-    rows = [r for r in stats["links"] if r.get("bytes") and r["port"] == d.local_port]
-    wire = sum(r["bytes"] for r in rows if r["direction"] == "dest")
-    burst = v03_burst_bytes(rate, DEFAULT_BURST, 1514)
-    theory = size * 8 / rate
-    link_s = expected_seconds(size, rate, DEFAULT_BURST)
+        raise LabError(f"lab demo: the download returned HTTP {d.http_code} and {d.bytes} bytes, not 200 and {size}")
+    full = replace(model, down_delay_us=prof.down.delay_us, up_delay_us=prof.up.delay_us, delay_stage=True)
+    frames = model.response_frame_bytes(d.bytes, header=d.header_bytes)
+    segments = len(model.segments(d.bytes + d.header_bytes))
     print()
-    print(f"  measured   {d.seconds:5.2f} s   curl on client1, port {d.local_port} "
-          f"(TCP handshake {d.connect_s * 1000:.0f} ms)")
-    print(f"  theory     {theory:5.2f} s   {size:,} bytes x 8 / {rate:,} bit/s, as in 2000")
-    print(f"  this link  {link_s:5.2f} s   + headers (~{wire_bytes(size):,} bytes on the wire), "
-          f"- the first {burst:,} bytes, which pass at once (--burst {DEFAULT_BURST})")
+    print(f"  measured    {d.seconds:5.2f} s   curl on client1 (TCP handshake {d.connect_s * 1000:.0f} ms)")
+    print(f"  the model   {d.model_seconds(model):5.2f} s   this link{'' if netem else ' on this kernel'}: "
+          f"handshake, request and {frames:,} bytes of {model.layer.name} frames ({d.bytes:,} + a "
+          f"{d.header_bytes}-byte header in {segments} TCP segments) at {model.layer.carried_bps(rate):,} bit/s"
+          + ("" if netem else "; no delay stage, so the last packet of each burst leaves at once"))
+    if not netem:
+        print(f"  whole link  {d.model_seconds(full):5.2f} s   with the modem's {prof.down.delay_us // 1000} ms "
+              f"each way (ratelimit lab demo --vm)")
+    print(f"  theory      {size * 8 / rate:5.2f} s   {size:,} bytes x 8 / {rate:,} bit/s, as in 2000")
+    if prof.reference_bps:
+        real = d.bytes * 8 / prof.reference_bps
+        mine = model.response_seconds(d.bytes, header=0)
+        print(f"  real modem  {real:5.2f} s   {d.bytes:,} bytes at {prof.reference_bps / 8:,.0f} bytes/s, what a real "
+              f"28.8K moved (profile sources); the model sends them in {mine:.2f} s ({mine / real - 1:+.1%})")
     print()
-    print(f"  link statistics on the router ({lab.topo.router}/{lab.topo.router_client_if}), "
-          f"the connection's (host, port):")
-    print(f"  {'DIR':<5} {'HOST':<12} {'PORT':>6} {'BYTES':>8} {'PACKETS':>8} {'DROPS':>6} {'OVERLIM':>8}")
+    print(f"  the link on the router ({lab.topo.router}/{lab.topo.router_client_if}), counted in "
+          f"{model.layer.name} frame bytes:")
+    print(f"  {'DIR':<5} {'HOST':<12} {'BYTES':>8} {'PACKETS':>8} {'DROPS':>6} {'OVERLIM':>8}")
+    rows = [r for r in stats["links"] if r.get("bytes")]
     for r in sorted(rows, key=lambda r: r["direction"]):
-        print(f"  {'down' if r['direction'] == 'dest' else 'up':<5} {r['host']:<12} {r['port']:>6} "
+        print(f"  {'down' if r['direction'] == 'dest' else 'up':<5} {r['host']:<12} "
               f"{r['bytes']:>8,} {r['packets']:>8,} {r['drops']:>6,} {r['overlimits']:>8,}")
-    drops = sum(r["drops"] for r in rows if r["direction"] == "dest")
-    if drops:
-        print(f"  (the policer dropped {drops} packet(s) above the rate; TCP sent them again, which is "
-              f"why down counted {wire:,} bytes)")
-    elif wire > 1.15 * wire_bytes(size):
-        print(f"  (down counted {wire:,} bytes, more than the file: part of TCP's first window waited in "
-              f"the modem's queue longer than TCP's 1 s initial timeout and was sent again)")
     print()
     print(f"done in {time.monotonic() - t_start:.0f} s; the lab is down again. Next: "
-          f"ratelimit lab up --profile {DEMO_PROFILE}" + (" --no-delay" if not have["netem"] else "")
+          f"ratelimit lab up --profile {DEMO_PROFILE}" + (" --no-delay" if not netem else "")
           + " (docs/lab.md)")
     return 0
-
-

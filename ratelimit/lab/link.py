@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from .. import profiles, service
 from ..errors import FieldError, KernelMissing, UsageError
 
-DEFAULT_BURST = 1  # packets; v0.3's 5 (rate x 5 / 8 bytes) lets a 10 kB reply through at once
-MODES = ("auto", "police", "shape")
+MODES = ("shape", "police")  # the lab shapes by default: it queues like the real link
+GRANULARITIES = ("host", "port")  # a lab client is a machine (per host) unless asked otherwise
 
 Say = Callable[[str], None]
 
@@ -26,14 +26,16 @@ class LinkSpec:
     """What the router applies: a profile (or none) and its overrides."""
 
     profile: str | None = None
-    mode: str = "auto"  # auto: police if the kernel has act_police, else shape
-    burst: int = DEFAULT_BURST
+    mode: str = "shape"
+    per: str = "host"
+    burst: str | None = None  # None: the profile's, else the mode's default
     rate: str | None = None
     delay: str | None = None
     no_delay: bool = False
+    bandwidth: str | None = None  # the router's (shape mode enforces it): e.g. benchmarks of 10,000 modems
 
     def overrides(self) -> dict:
-        kw: dict = {}
+        kw: dict = {} if self.bandwidth is None else {"bandwidth": self.bandwidth}
         if self.no_delay:
             kw.update(delay="0ms", jitter="0ms", loss="0%", duplicate="0%", corrupt="0%", reorder="0%")
         if self.delay is not None:
@@ -56,22 +58,16 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, hosts: Se
                  ports: str, say: Say | None = None, vm_hint: bool = True):
     """Validate ``spec`` against the kernel; return ``(request, mode)``.
 
-    ``mode='auto'`` becomes police when the kernel has act_police, else shape
-    (said through ``say``).  A missing netem, police, ifb or mirred is one
-    ``KernelMissing`` line naming the module and the ways out.
+    A missing netem, police, ifb or mirred is one ``KernelMissing`` line naming
+    the module and the ways out.
     """
     from ..kernel.probe import missing_message, probe
-    check_choice("--mode", spec.mode, MODES)
+    mode = check_choice("--mode", spec.mode, MODES)
+    check_choice("--per", spec.per, GRANULARITIES)
     if spec.profile is not None:
         profiles.load(spec.profile)  # unknown profile: the profiles module's one line
-    mode = spec.mode
-    note = None
-    if mode == "auto":
-        mode = "police" if probe(["police"])["police"] else "shape"
-        if mode == "shape":
-            note = "lab: this kernel lacks act_police, so the rate is enforced by shaping (--mode shape)"
     req = service.make_request(interface, hosts=list(hosts), ports=ports, profile=spec.profile, netns=netns,
-                               mode=mode, burst=spec.burst, **spec.overrides())
+                               mode=mode, burst=spec.burst, per=spec.per, **spec.overrides())
     if spec.no_delay and not (req.down.rate_bps or req.up.rate_bps):
         raise UsageError(f"--no-delay: profile '{spec.profile}' has no rate, so nothing would be left to "
                          f"emulate; run it with --vm (full kernel) instead")
@@ -95,8 +91,6 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, hosts: Se
         need = {"netem": "delay/loss (module sch_netem)", "police": "police mode (module act_police)"}
         raise KernelMissing(f"{what} needs {' and '.join(need[f] for f in lacking)}, which this kernel "
                             f"lacks: add {', or '.join(ways)}", lacking[0])
-    if note and say:
-        say(note)
     return req, mode
 
 

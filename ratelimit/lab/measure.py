@@ -1,31 +1,8 @@
-"""What a lab measures: timed downloads, and the time a link should take for them."""
+"""What a lab measures: timed downloads (``ratelimit.linkmodel`` says how long they should take)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-
-from ..model import v03_burst_bytes
-from .link import DEFAULT_BURST
-
-MSS_BYTES = 1448  # TCP payload per frame on a 1500-byte MTU, with timestamps
-FRAME_OVERHEAD = 66  # Ethernet 14 + IP 20 + TCP 32 bytes per frame
-HTTP_OVERHEAD = 400  # response header, SYN-ACK, FIN and the like, roughly
-
-
-def wire_bytes(payload: int) -> int:
-    """Bytes a router counts for an HTTP response of ``payload`` bytes (no retransmissions)."""
-    frames = -(-payload // MSS_BYTES)
-    return payload + frames * FRAME_OVERHEAD + HTTP_OVERHEAD
-
-
-def expected_seconds(payload: int, rate_bps: int, burst_pkts: int = DEFAULT_BURST, mtu: int = 1514) -> float:
-    """How long a download of ``payload`` bytes takes over a link of ``rate_bps``:
-    the link's burst (``rate x burst / 8`` bytes, at least one MTU, as
-    ``Request.burst_bytes``) passes at once, the rest at the rate.  Handshake
-    and delay not included."""
-    burst = v03_burst_bytes(rate_bps, burst_pkts, mtu)
-    return max(0, wire_bytes(payload) - burst) * 8 / rate_bps
-
 
 
 @dataclass(frozen=True)
@@ -40,12 +17,17 @@ class Download:
     connect_s: float  # TCP handshake: one round trip over the emulated link
     first_byte_s: float
     local_port: int
+    header_bytes: int = 0  # the response's HTTP header
+    request_bytes: int = 0
 
     @property
     def bps(self) -> float:
         """Payload bits per second over the whole download."""
         return self.bytes * 8 / self.seconds if self.seconds > 0 else float("inf")
 
+    def model_seconds(self, model) -> float:
+        """The time ``model`` (a ``linkmodel.LinkModel``) gives for exactly this download."""
+        return model.fetch_seconds(self.bytes, header=self.header_bytes, request=self.request_bytes)
+
     def as_dict(self) -> dict:
         return {**asdict(self), "bps": self.bps}
-

@@ -16,8 +16,10 @@ Fixtures:
 ``emulated_link``
     A namespace lab (``ratelimit.lab.core.Lab``) made for the test and removed
     after it, whatever happens.  Configure it with the marker
-    ``@pytest.mark.emulated_link(profile=None, clients=1, mode="auto", rate=None,
-    delay=None, no_delay=False, burst=1, ports="10000-10099", server="none")``.
+    ``@pytest.mark.emulated_link(profile=None, clients=1, mode="shape", per="host",
+    rate=None, delay=None, no_delay=False, burst=None, ports="10000-10099",
+    server="none")``: a client is one person behind one link (``per="host"``);
+    ``per="port"`` makes every connection its own link, as v0.3's benchmark clients.
 ``make_emulated_link``
     The factory behind it: ``make_emulated_link(profile=..., clients=...)``, as
     many labs as a test needs, all removed afterwards.
@@ -41,7 +43,7 @@ from collections.abc import Sequence
 import pytest
 
 MARKER = "emulated_link"
-_OPTIONS = ("profile", "clients", "mode", "rate", "delay", "no_delay", "burst", "ports", "server")
+_OPTIONS = ("profile", "clients", "mode", "per", "rate", "delay", "no_delay", "burst", "ports", "server")
 _counter = itertools.count(1)
 DEFAULT_PORTS = "10000-10099"  # 100 links per client: quick to build even in shape mode
 
@@ -65,8 +67,8 @@ class EmulatedLinkWarning(UserWarning):
 def pytest_configure(config):
     config.addinivalue_line(
         "markers",
-        f"{MARKER}(profile=None, clients=1, mode='auto', rate=None, delay=None, no_delay=False, "
-        f"burst=1, ports='{DEFAULT_PORTS}', server='none'): the link the emulated_link fixture emulates "
+        f"{MARKER}(profile=None, clients=1, mode='shape', per='host', rate=None, delay=None, no_delay=False, "
+        f"burst=None, ports='{DEFAULT_PORTS}', server='none'): the link the emulated_link fixture emulates "
         "(ratelimit; see docs/fixtures.md)")
 
 
@@ -110,15 +112,19 @@ class EmulatedLink:
         link = self.lab.info.get("link")
         return link["summary"] if link else None
 
-    def expected_seconds(self, nbytes: int) -> float:
-        """How long downloading ``nbytes`` should take at the link's down rate:
-        headers added, the burst taken off (``measure.expected_seconds``);
-        handshake and delay not included."""
-        from .measure import expected_seconds
+    @property
+    def model(self):
+        """The link's ``ratelimit.linkmodel.LinkModel`` on this kernel: how long things should take."""
         link = self.lab.info.get("link")
         if not link or not link["summary"]["down"].get("rate_bps"):
             raise RuntimeError("emulated_link: no rate is applied, so no time is expected")
-        return expected_seconds(nbytes, link["summary"]["down"]["rate_bps"], link["burst"])
+        return self.lab.link_model()
+
+    def expected_seconds(self, nbytes: int) -> float:
+        """How long an HTTP download of ``nbytes`` should take on the link, from connect to
+        the last byte (``model.fetch_seconds``; ``Download.model_seconds(link.model)`` uses
+        a measured download's own header and request sizes)."""
+        return self.model.fetch_seconds(nbytes)
 
     def url(self, path: str = "/", port: int = 80) -> str:
         host = self.server.address
@@ -175,7 +181,7 @@ class EmulatedLink:
 
     # -- changes -----------------------------------------------------------
     def apply(self, profile: str | None = None, **options) -> None:
-        """Change the link live (options as the marker's: mode, rate, delay, no_delay, burst)."""
+        """Change the link live (options as the marker's: mode, per, rate, delay, no_delay, burst)."""
         from .link import LinkSpec
         self.lab.apply(LinkSpec(profile=profile, **options))
 
@@ -191,8 +197,8 @@ class EmulatedLink:
         self.lab.down()
 
 
-def _make(name: str, *, profile=None, clients=1, mode="auto", rate=None, delay=None, no_delay=False,
-          burst=1, ports=None, server="none") -> EmulatedLink:
+def _make(name: str, *, profile=None, clients=1, mode="shape", per="host", rate=None, delay=None, no_delay=False,
+          burst=None, ports=None, server="none") -> EmulatedLink:
     from ..errors import RatelimitError
     from .core import Lab
     from .link import LinkSpec
@@ -210,7 +216,7 @@ def _make(name: str, *, profile=None, clients=1, mode="auto", rate=None, delay=N
         pytest.fail(f"{MARKER}: no_delay={no_delay!r} is not True, False or 'auto'", pytrace=False)
     try:
         lab = Lab.up(name, clients=clients, server=server, ports=ports or DEFAULT_PORTS,
-                     link=LinkSpec(profile=profile, mode=mode, burst=burst, rate=rate, delay=delay,
+                     link=LinkSpec(profile=profile, mode=mode, per=per, burst=burst, rate=rate, delay=delay,
                                    no_delay=no_delay))
     except RatelimitError as err:
         pytest.fail(f"emulated_link: {err}", pytrace=False)

@@ -20,7 +20,8 @@
 #   RL_SRC         ratelimit checkout (default: two directories above this script)
 #   RL_PYTHON      Python 3.11+ interpreter (default python3)
 #   RL_LAB_DIR     where files, configuration, pid and logs go (default /srv/ratelimit-lab)
-#   RL_LISTEN      address to listen on (default 0.0.0.0)
+#   RL_LISTEN      address to listen on (default 0.0.0.0: every IPv4 address, and with
+#                  nginx every IPv6 address too)
 #   RL_PORT        TCP port (default 80)
 #   RL_SERVER      nginx, builtin or auto (nginx if installed; default auto)
 #   RL_NGINX_USER  user nginx's workers run as (default www-data)
@@ -87,6 +88,9 @@ for pidfile in "$RL_LAB_DIR/nginx/nginx.pid" "$RL_LAB_DIR/builtin/server.pid"; d
 done
 
 case "$RL_LISTEN" in *:*) listen="[$RL_LISTEN]:$RL_PORT" ;; *) listen="$RL_LISTEN:$RL_PORT" ;; esac
+listen6=""  # 0.0.0.0 means every address: IPv6 as well
+[ "$RL_LISTEN" = 0.0.0.0 ] && listen6="        listen [::]:$RL_PORT ipv6only=on reuseport backlog=4096;
+"
 
 if [ "$RL_SERVER" = nginx ]; then
     mkdir -p "$run/tmp"
@@ -113,7 +117,7 @@ http {
     keepalive_timeout 65;
 $temp_paths    server {
         listen $listen reuseport backlog=4096;
-        root $www;
+$listen6        root $www;
         index index.html;
     }
 }

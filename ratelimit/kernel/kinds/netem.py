@@ -5,19 +5,20 @@ import struct
 from ..nl import U32_MAX, attr, attr_str, attrs, hexof, TCA_KIND, TCA_OPTIONS
 from ..rates import Clock, percent
 
-TCA_NETEM_CORR, TCA_NETEM_REORDER, TCA_NETEM_CORRUPT = 1, 3, 4
-TCA_NETEM_PAD, TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64, TCA_NETEM_PRNG_SEED = 9, 10, 11, 14
+TCA_NETEM_CORR, TCA_NETEM_REORDER, TCA_NETEM_CORRUPT, TCA_NETEM_RATE = 1, 3, 4, 6
+TCA_NETEM_PAD, TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64, TCA_NETEM_RATE64, TCA_NETEM_PRNG_SEED = 9, 10, 11, 13, 14
+NETEM_RATE = struct.Struct("=IiIi")  # rate (bytes/s), packet_overhead, cell_size, cell_overhead
 NETEM_QOPT = struct.Struct("=IIIIII")  # latency limit loss gap duplicate jitter
 
 KIND = attr_str(TCA_KIND, "netem")
 
 
-def options(n, limit_pkts: int, clk: Clock) -> bytes:
+def options(n, limit_pkts: int, clk: Clock, rate_bps: int = 0) -> bytes:
     """TCA_KIND + TCA_OPTIONS of netem for link parameters ``n``: struct
     tc_netem_qopt, then attributes (not a nest).  Where tc 6.1 cannot say what
     is asked, we say it: a duplicate correlation is sent even when it is the only
     correlation, and delays beyond tc's 32-bit tick range (about 274 s) go in
-    TCA_NETEM_LATENCY64/JITTER64."""
+    TCA_NETEM_LATENCY64/JITTER64.  ``rate_bps`` serializes packets at that rate."""
     delayed = bool(n.delay_us or n.jitter_us)
     latency_us = n.delay_us if delayed else 0
     jitter_us = n.jitter_us if delayed else 0
@@ -38,6 +39,11 @@ def options(n, limit_pkts: int, clk: Clock) -> bytes:
         extra.append(attr(TCA_NETEM_REORDER, struct.pack("=II", percent(reorder), percent(reorder_corr))))
     if corrupt:
         extra.append(attr(TCA_NETEM_CORRUPT, struct.pack("=II", percent(corrupt), percent(corrupt_corr))))
+    if rate_bps:
+        rate = rate_bps // 8  # tc's get_rate64
+        if rate >= 1 << 32:
+            extra.append(attr(TCA_NETEM_RATE64, struct.pack("=Q", rate)))
+        extra.append(attr(TCA_NETEM_RATE, NETEM_RATE.pack(min(rate, U32_MAX), 0, 0, 0)))
     if wide:
         extra.append(attr(TCA_NETEM_LATENCY64, struct.pack("=q", latency_us * 1000)))
         extra.append(attr(TCA_NETEM_JITTER64, struct.pack("=q", jitter_us * 1000)))

@@ -14,8 +14,8 @@ def options(p, clk: Clock) -> bytes:
     """The TCA_ACT_OPTIONS payload for police parameters ``p`` (plan.Police).  Police keeps
     its rate table: the kernel requires it."""
     rate = rate_bytes(p.rate_bps)
-    tbf = POLICE.pack(0, TC_ACT_SHOT, 0, clk.xmittime(rate, p.burst_bytes), p.mtu_bytes,
-                      ratespec(rate, p.mtu_bytes, p.mpu_bytes), bytes(12), 0, 0, 0)
+    tbf = POLICE.pack(p.index, TC_ACT_SHOT, 0, clk.xmittime(rate, p.burst_bytes), p.mtu_bytes,
+                      ratespec(rate, p.mtu_bytes, p.mpu_bytes, p.overhead_bytes), bytes(12), 0, 0, 0)
     parts = [attr(TCA_POLICE_TBF, tbf), attr(TCA_POLICE_RATE, rate_table(rate, p.mtu_bytes, p.mpu_bytes, clk))]
     if rate > U32_MAX:
         parts.append(attr(TCA_POLICE_RATE64, U64.pack(rate)))
@@ -36,12 +36,13 @@ def decode(buf, s, e, names) -> tuple:
 
 def parse(buf, amap: dict, clk: Clock, link_name):
     """The plan.Police these options describe, or None."""
-    from ...plan import Police
+    from ...plan import SHARED_POLICE_INDEX_BASE, Police
     if TCA_POLICE_TBF not in amap:
         return None
     fields = POLICE.unpack_from(buf, amap[TCA_POLICE_TBF][0])
-    burst, mtu = fields[3], fields[4]
-    _, _, _, _, mpu, rate = RATESPEC.unpack(fields[5])
+    index, burst, mtu = fields[0], fields[3], fields[4]
+    _, _, overhead, _, mpu, rate = RATESPEC.unpack(fields[5])
     if TCA_POLICE_RATE64 in amap:
         rate = U64.unpack_from(buf, amap[TCA_POLICE_RATE64][0])[0]
-    return Police(rate * 8, clk.size_of(rate, burst) if rate else 0, mtu, mpu)
+    shared = index if index >= SHARED_POLICE_INDEX_BASE else 0  # else the kernel picked it
+    return Police(rate * 8, clk.size_of(rate, burst) if rate else 0, mtu, mpu, overhead, shared)

@@ -3,7 +3,7 @@ set -e
 tc -batch - <<'EOF'
 qdisc add dev eth0 root handle 52: htb default 0
 class add dev eth0 parent 52: classid 52:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1514 mpu 64
-qdisc add dev eth0 parent 52:1 handle 53: netem limit 1000 delay 100ms 10ms 25% loss 1% 50% duplicate 0.5% corrupt 0.1% reorder 5% 50%
+qdisc add dev eth0 parent 52:1 handle 53: netem limit 1000 delay 100ms 10ms 25% loss 1% 50% duplicate 0.5% corrupt 0.1% reorder 5% 50% rate 100mbit
 filter add dev eth0 parent 52: prio 1 handle 1: protocol ip u32 divisor 256
 filter add dev eth0 parent 52: prio 1 handle 1:2:1 protocol ip u32 ht 1:2: match u32 0xc6120102 0xffffffff at 16 match u32 0x00000050 0x0000ffff at 20 classid 52:1 action police rate 28800bit burst 18000 mtu 1514 mpu 64 conform-exceed drop/ok
 filter add dev eth0 parent 52: prio 1 handle ::1 protocol ip u32 match u32 0x05000000 0x0f000000 at 0 match u32 0x00000000 0x00001fff at 4 match u32 0x00060000 0x00ff0000 at 8 hashkey mask 0x000000ff at 16 link 1:

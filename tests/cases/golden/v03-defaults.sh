@@ -12,10 +12,10 @@ filter add dev eth0 parent 52: prio 1 handle ::1 protocol ip u32 match u32 0x050
 filter add dev eth0 parent 52: prio 1 handle ::2 protocol ip u32 match u32 0x05000000 0x0f000000 at 0 match u32 0x00000000 0x00001fff at 4 match u32 0x00110000 0x00ff0000 at 8 hashkey mask 0x000000ff at 20 link 1:
 qdisc add dev eth0 handle ffff: ingress
 filter add dev eth0 parent ffff: prio 1 handle 1: protocol ip u32 divisor 256
-filter add dev eth0 parent ffff: prio 1 handle 1:0:1 protocol ip u32 ht 1:0: match u32 0xc6120102 0xffffffff at 12 match u32 0x04000000 0xffff0000 at 20 classid ffff:1 action police rate 28800bit burst 18000 mtu 1514 mpu 64 conform-exceed drop/ok
-filter add dev eth0 parent ffff: prio 1 handle 1:1:1 protocol ip u32 ht 1:1: match u32 0xc6120102 0xffffffff at 12 match u32 0x04010000 0xffff0000 at 20 classid ffff:1 action police rate 28800bit burst 18000 mtu 1514 mpu 64 conform-exceed drop/ok
-filter add dev eth0 parent ffff: prio 1 handle 1:2:1 protocol ip u32 ht 1:2: match u32 0xc6120102 0xffffffff at 12 match u32 0x04020000 0xffff0000 at 20 classid ffff:1 action police rate 28800bit burst 18000 mtu 1514 mpu 64 conform-exceed drop/ok
-filter add dev eth0 parent ffff: prio 1 handle 1:3:1 protocol ip u32 ht 1:3: match u32 0xc6120102 0xffffffff at 12 match u32 0x04030000 0xffff0000 at 20 classid ffff:1 action police rate 28800bit burst 18000 mtu 1514 mpu 64 conform-exceed drop/ok
+filter add dev eth0 parent ffff: prio 1 handle 1:0:1 protocol ip u32 ht 1:0: match u32 0xc6120102 0xffffffff at 12 match u32 0x04000000 0xffff0000 at 20 classid ffff:1 action police rate 28800bit burst 18000 mtu 1514 mpu 64 overhead 14 conform-exceed drop/ok
+filter add dev eth0 parent ffff: prio 1 handle 1:1:1 protocol ip u32 ht 1:1: match u32 0xc6120102 0xffffffff at 12 match u32 0x04010000 0xffff0000 at 20 classid ffff:1 action police rate 28800bit burst 18000 mtu 1514 mpu 64 overhead 14 conform-exceed drop/ok
+filter add dev eth0 parent ffff: prio 1 handle 1:2:1 protocol ip u32 ht 1:2: match u32 0xc6120102 0xffffffff at 12 match u32 0x04020000 0xffff0000 at 20 classid ffff:1 action police rate 28800bit burst 18000 mtu 1514 mpu 64 overhead 14 conform-exceed drop/ok
+filter add dev eth0 parent ffff: prio 1 handle 1:3:1 protocol ip u32 ht 1:3: match u32 0xc6120102 0xffffffff at 12 match u32 0x04030000 0xffff0000 at 20 classid ffff:1 action police rate 28800bit burst 18000 mtu 1514 mpu 64 overhead 14 conform-exceed drop/ok
 filter add dev eth0 parent ffff: prio 1 handle ::1 protocol ip u32 match u32 0x05000000 0x0f000000 at 0 match u32 0x00000000 0x00001fff at 4 match u32 0x00060000 0x00ff0000 at 8 hashkey mask 0x00ff0000 at 20 link 1:
 filter add dev eth0 parent ffff: prio 1 handle ::2 protocol ip u32 match u32 0x05000000 0x0f000000 at 0 match u32 0x00000000 0x00001fff at 4 match u32 0x00110000 0x00ff0000 at 8 hashkey mask 0x00ff0000 at 20 link 1:
 EOF

@@ -1,0 +1,200 @@
+"""The u32 hash tree that finds a packet's (host, port) in constant time: pure.
+
+One tree per address family (prio 1 IPv4, prio 2 IPv6) in one filter list.  The
+root filters match TCP and UDP (IPv4: no IP options, first fragment) and hash on
+the byte that best splits the flows into the first 256-way table.  A bucket
+holding more than ``LEAF_MAX`` flows links to a further table keyed on the next
+level -- host octets, port high byte, port low byte, chosen at each table as the
+one that leaves the smallest largest bucket -- until every bucket holds at most
+``LEAF_MAX`` exact (host, port) filters.  Ports are read at the fixed offset of a
+20-byte IPv4 (40-byte IPv6) header, which is why the root filter requires it:
+u32 reads a ``hashkey`` before its own ``offset`` applies.
+"""
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from operator import itemgetter
+
+from .errors import FieldError
+from .plan import Flow, HashKey, Key, Police, U32Filter, U32Table
+
+LEAF_MAX = 16  # most exact filters left in one bucket
+FIRST_TABLE, LAST_TABLE = 0x003, 0x7FF  # ids we pick; the kernel hands out 0x800 and up
+PROTOCOLS = (6, 17)  # TCP, UDP
+FAMILY = {  # prio, tc protocol, first table id
+    4: (1, "ip", 0x001),
+    6: (2, "ipv6", 0x002),
+}
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """What the exact filter of a flow carries, and whether it speaks for its link in statistics."""
+
+    classid: int
+    police: Police | None = None
+    reports: bool = True  # False: another filter of the same link (per host) already does
+    per_host: bool = False  # the link is the host's, all its ports: it reports no port
+
+
+@dataclass(frozen=True)
+class Flows:
+    """The (host, port) pairs a tree selects, in a fixed order (host-major): flow i is
+    ``hosts[i // len(ports)]`` and ``ports[i % len(ports)]``."""
+
+    hosts: tuple
+    ports: tuple[int, ...]
+
+    @classmethod
+    def of(cls, hosts, port_ranges) -> "Flows":
+        return cls(tuple(hosts), tuple(p for lo, hi in port_ranges for p in range(lo, hi + 1)))
+
+    def __len__(self) -> int:
+        return len(self.hosts) * len(self.ports)
+
+
+def build(flows: Flows, dev: str, parent: int, direction: str, terminal: Callable[[int], Terminal],
+          ops: list, links: list, *, link_classid: bool) -> None:
+    """Append the tree's tables and filters for ``flows`` on ``dev`` under ``parent`` to
+    ``ops``, and a ``Flow`` per reporting filter to ``links`` (with its class when
+    ``link_classid``: shape mode's counters are the class's)."""
+    ids = _TableIds()
+    host_index = {h: i for i, h in enumerate(flows.hosts)}
+    n_ports = len(flows.ports)
+    for family in (4, 6):
+        hosts = sorted(h for h in flows.hosts if h.version == family)
+        if not hosts:
+            continue
+        prio, proto_name, l1 = FAMILY[family]
+        where = _FilterList(dev, parent, prio, proto_name)
+        levels = _levels(family, direction)
+        port_keys = [_port_key(family, direction, p) for p in flows.ports]
+        port_vals = [(p >> 8, p & 0xFF) for p in flows.ports]
+        entries = []  # (flow index, host, port, bucket value per level, exact keys)
+        for host in hosts:
+            host_keys = _host_keys(family, direction, host)
+            b0, b1, b2, b3 = (int(host) & 0xFFFFFFFF).to_bytes(4, "big")
+            base = host_index[host] * n_ports
+            for k, (port, port_key, (hi, lo)) in enumerate(zip(flows.ports, port_keys, port_vals)):
+                entries.append((base + k, host, port, (b3, hi, lo, b2, b1, b0), host_keys + (port_key,)))
+        first = _choose_level(entries, levels, set()) or 0
+        ops.append(where.table(l1))
+        place = _Placer(where, direction, levels, terminal, link_classid, ids, ops, links)
+        place.split(l1, entries, first, {first})
+        _, off, mask = levels[first]
+        for node, proto in enumerate(PROTOCOLS, start=1):
+            ops.append(where.node(0, 0, node, _root_keys(family, proto), hashkey=HashKey(mask, off), link=l1))
+
+
+def _levels(family: int, direction: str):
+    """Hash levels, as (name, word offset, mask) in radix order."""
+    addr = {(4, "dest"): 16, (4, "source"): 12, (6, "dest"): 36, (6, "source"): 20}[family, direction]
+    ports = 20 if family == 4 else 40
+    hi, lo = (0x0000FF00, 0x000000FF) if direction == "dest" else (0xFF000000, 0x00FF0000)
+    return [("host3", addr, 0x000000FF), ("port_hi", ports, hi), ("port_lo", ports, lo),
+            ("host2", addr, 0x0000FF00), ("host1", addr, 0x00FF0000), ("host0", addr, 0xFF000000)]
+
+
+def _host_keys(family: int, direction: str, host) -> tuple[Key, ...]:
+    """Exact match on the whole address (it precedes the ports in the header)."""
+    packed = host.packed
+    base = {(4, "dest"): 16, (4, "source"): 12, (6, "dest"): 24, (6, "source"): 8}[family, direction]
+    return tuple(Key(int.from_bytes(packed[i:i + 4], "big"), 0xFFFFFFFF, base + i) for i in range(0, len(packed), 4))
+
+
+def _port_key(family: int, direction: str, port: int) -> Key:
+    off = 20 if family == 4 else 40
+    return Key(port, 0x0000FFFF, off) if direction == "dest" else Key(port << 16, 0xFFFF0000, off)
+
+
+def _root_keys(family: int, proto: int) -> tuple[Key, ...]:
+    if family == 4:  # 20-byte header, first fragment, protocol
+        return (Key(0x05000000, 0x0F000000, 0), Key(0, 0x00001FFF, 4), Key(proto << 16, 0x00FF0000, 8))
+    return (Key(proto << 8, 0x0000FF00, 4),)  # next header (no extension headers)
+
+
+class _TableIds:
+    def __init__(self):
+        self.next = FIRST_TABLE
+
+    def take(self, n_flows: int) -> int:
+        if self.next > LAST_TABLE:
+            raise FieldError("--hosts/--ports", f"{n_flows} flows",
+                             f"need more than {LAST_TABLE - FIRST_TABLE + 1} u32 hash tables; "
+                             "use fewer hosts sharing a last octet or narrower port ranges")
+        ht, self.next = self.next, self.next + 1
+        return ht
+
+
+@dataclass(frozen=True)
+class _FilterList:
+    """One u32 filter list: a device, a parent qdisc, a priority (one per address family)."""
+
+    dev: str
+    parent: int
+    prio: int
+    protocol: str
+
+    def table(self, ht: int) -> U32Table:
+        return U32Table(self.dev, self.parent, self.prio, self.protocol, ht, 256)
+
+    def node(self, ht: int, bucket: int, node: int, keys, **kw) -> U32Filter:
+        return U32Filter(self.dev, self.parent, self.prio, self.protocol, ht, bucket, node, keys, **kw)
+
+
+@dataclass
+class _Placer:
+    """Places flows into 256-way tables until every bucket is small."""
+
+    where: _FilterList
+    direction: str
+    levels: list
+    terminal: Callable[[int], Terminal]  # flow index -> what its exact filter carries
+    link_classid: bool  # links remember their class (shape mode) for statistics
+    ids: _TableIds
+    ops: list
+    links: list
+
+    def split(self, ht, entries, level, used):
+        """Put ``entries`` (hashed into table ``ht`` on ``level``) into its buckets."""
+        buckets = defaultdict(list)
+        for e in entries:
+            buckets[e[3][level]].append(e)  # noqa: PERF401
+        for b in sorted(buckets):
+            group = buckets[b]
+            nxt = _choose_level(group, self.levels, used) if len(group) > LEAF_MAX else None
+            if nxt is None:
+                self.leaves(ht, b, group)
+                continue
+            child = self.ids.take(len(entries))
+            self.ops.append(self.where.table(child))
+            self.split(child, group, nxt, used | {nxt})
+            _, off, mask = self.levels[nxt]
+            self.ops.append(self.where.node(ht, b, 1, (Key(0, 0, 0),), hashkey=HashKey(mask, off), link=child))
+
+    def leaves(self, ht, bucket, group: Sequence):
+        if len(group) > 0xFFF:
+            raise FieldError("--hosts/--ports", f"{len(group)} flows", "share one u32 bucket (at most 4095)")
+        w = self.where
+        for node, (i, host, port, _, keys) in enumerate(group, start=1):
+            t = self.terminal(i)
+            self.ops.append(w.node(ht, bucket, node, keys, classid=t.classid, police=t.police))
+            if t.reports:
+                self.links.append(Flow(self.direction, host, None if t.per_host else port, w.dev, w.prio,
+                                       (ht << 20) | (bucket << 12) | node, t.classid if self.link_classid else None))
+
+
+def _choose_level(group, levels, used):
+    """The unused level that leaves the smallest largest bucket (None if none splits)."""
+    best = None
+    values = list(map(itemgetter(3), group))
+    for d in range(len(levels)):
+        if d in used:
+            continue
+        counts = Counter(map(itemgetter(d), values))
+        if len(counts) > 1:
+            score = (max(counts.values()), d)
+            if best is None or score < best:
+                best = score
+    return best[1] if best else None
