@@ -72,12 +72,13 @@ def summary(setup: list[dict], packet: dict | None, stats: list[dict], fid: list
                                f"{fmt_time(t['seconds'])} ({t['seconds'] / o:.2f}x ours).")
     for doc in fid:
         for r in doc.get("rows", []):
-            g = r["goodput_ratio"]
+            g, c = r["goodput_ratio"], r.get("carried_ratio") or {}
             if g.get("n"):
                 where = "VM" if doc.get("where") == "vm" else "host"
-                out.append(f"**Fidelity, {r['mode']} mode, {r['links']:,} links** ({where}): goodput / configured mean "
-                           f"{g['mean']:.3f}, p5 {g['p5']:.3f}, p95 {g['p95']:.3f} (most TCP can carry: "
-                           f"{r.get('ideal_ratio', 0):.3f}).")
+                sent = f"frames sent / link rate mean {c['mean']:.3f}, p5 {c['p5']:.3f}; " if c.get("n") else ""
+                out.append(f"**Fidelity, {r['mode']} mode, {r['links']:,} modem-28k8 links** ({where}): {sent}goodput / "
+                           f"the link model's capacity mean {g['mean']:.3f}, p5 {g['p5']:.3f}; retransmitted "
+                           f"{100 * (r.get('retransmitted') or 0):.1f}% of segments.")
         lat = doc.get("latency", [])
         rs = [x["ratio"] for x in lat if x.get("ratio")]
         if rs:

@@ -180,30 +180,37 @@ def _dispatch(argv, con) -> int:
         from .compile import compile_plan
         from .plan import script
         plan = compile_plan(req)
-        con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(req)}")
+        con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(service.summary(req))}")
         con.out(script(plan.ops, req.netns).rstrip("\n"))
         return 0
     started = time.monotonic()
     plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo,
                          on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"))
-    con.out(f"{req.interface}: {describe(req)}; {len(plan.ops)} operations in {time.monotonic() - started:.2f} s")
+    con.out(f"{req.interface}: {describe(service.summary(req))}; {len(plan.ops)} operations in "
+            f"{time.monotonic() - started:.2f} s")
     return 0
 
 
-def describe(req) -> str:
-    from .selectors import format_ports
+def describe(applied: dict) -> str:
+    """One line for an applied link (``service.summary``): what, how, per what, each side's
+    rate, delay, burst and queue, the link layer, the selectors and how many links."""
     from .units import format_rate, format_time
-    what = req.profile or "custom link"
     sides = []
-    for name, p, used in (("down", req.down, req.direction in ("dest", "both")),
-                          ("up", req.up, req.direction in ("source", "both"))):
-        if used:
-            rate = format_rate(p.rate_bps) if p.rate_bps else "unlimited"
-            delay = f" +{format_time(p.delay_us)}" if p.delay_us else ""
-            sides.append(f"{name} {rate}{delay}")
-    hosts = ",".join(str(h) for h in req.hosts)
-    return (f"{what} ({req.mode}, {', '.join(sides)}) for hosts {hosts} ports {format_ports(req.ports)}: "
-            f"{req.flow_count() * (2 if req.direction == 'both' else 1)} links")
+    for name, used in (("down", ("dest", "both")), ("up", ("source", "both"))):
+        p = applied[name]
+        if applied["direction"] not in used:
+            continue
+        text = f"{name} {format_rate(p['rate_bps']) if p.get('rate_bps') else 'unlimited'}"
+        if p.get("delay_us"):
+            text += f" +{format_time(p['delay_us'])}"
+        if p.get("burst"):
+            text += f" burst {p['burst']}"
+        if p.get("queue"):
+            text += f" queue {p['queue']}"
+        sides.append(text)
+    return (f"{applied['profile'] or 'custom link'} ({applied['mode']}, per {applied['per']}, "
+            f"{applied['link']['layer']} framing; {', '.join(sides)}) for hosts {','.join(applied['hosts'])} "
+            f"ports {applied['ports']}: {applied['links']} links")
 
 
 def render_table(data: dict, counters: bool) -> str:
@@ -211,15 +218,13 @@ def render_table(data: dict, counters: bool) -> str:
     applied = data["applied"]
     if not applied:
         return f"{data['interface']}: nothing installed by ratelimit"
-    head = (f"{applied['interface']}: {applied['profile'] or 'custom link'}, {applied['mode']} mode, "
-            f"direction {applied['direction']}, hosts {','.join(applied['hosts'])}, ports {applied['ports']}, "
-            f"{applied['flows']} links")
+    head = f"{applied['interface']}: {describe(applied)}"
     cols = ["direction", "host", "port", "rate"]
     if counters:
         cols += ["bytes", "packets", "drops", "overlimits", "backlog"]
     rows = []
     for link in data["links"]:
-        row = [link["direction"], link["host"], str(link["port"]),
+        row = [link["direction"], link["host"], "all" if link["port"] is None else str(link["port"]),
                format_rate(link["rate_bps"]) if link["rate_bps"] else "unlimited"]
         if counters:
             row += [str(link["bytes"]), str(link["packets"]), str(link["drops"]), str(link["overlimits"]),

@@ -22,7 +22,7 @@ import zlib
 from dataclasses import replace
 
 from .errors import FieldError, UsageError
-from .model import DIRECTIONS, GRANULARITIES, MODES, LinkParams, Request
+from .model import DIRECTIONS, GRANULARITIES, MODES, LinkParams, Request, min_police_burst
 from .plan import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, AddIfb, FifoQdisc, Flow, HtbClass, HtbQdisc, IngressQdisc, Key, NetemQdisc,
                    Plan, Police, Stab, U32Filter)
 from .linklayer import ETHERNET_HEADER_BYTES
@@ -111,11 +111,12 @@ def _validate(req: Request) -> None:
         if params.reorder_pct and not params.delay_us:
             raise UsageError(f"--reorder: {params.reorder_pct:g}% needs a delay ({side}link delay is 0)")
         if req.mode == "police" and params.rate_bps:
-            burst = req.burst_bytes(params, params.rate_bps)
-            if burst < req.line_mtu_bytes():
+            rate = _carried(req, params)
+            burst, least = req.burst_bytes(params, rate), min_police_burst(rate, req.line_mtu_bytes())
+            if burst < least:
                 raise FieldError("--burst", f"'{req.burst_of(params).text()}'",
-                                 f"is {burst} bytes, less than one full packet ({req.line_mtu_bytes()} bytes on "
-                                 f"this link): the policer would drop every full-size packet")
+                                 f"is {burst} bytes, too small for a full packet ({req.line_mtu_bytes()} bytes on "
+                                 f"this link; at least {least}): the policer would drop every full-size packet")
 
 
 # ---------------------------------------------------------------- a device
@@ -148,10 +149,13 @@ def _egress(req, dev, direction, params, ops, links):
     # that each is guaranteed its share and borrows up to its rate, so the pool class
     # holds them all to --bandwidth.
     guaranteed = min(rate, max(8, bw // links_n))
+    # with a netem stage, netem serializes the link exactly; a second shaper at the same
+    # rate would only add its timer's lateness, so the class may go up to the bandwidth
+    ceil = max(rate, bw) if params.needs_netem() else rate
     burst = req.burst_bytes(params, rate)
     for i in range(links_n):
         minor = FLOW_MINOR_BASE + i
-        ops.append(HtbClass(dev, POOL_CLASS, ROOT | minor, guaranteed, rate, burst, req.line_mtu_bytes(),
+        ops.append(HtbClass(dev, POOL_CLASS, ROOT | minor, guaranteed, ceil, burst, req.line_mtu_bytes(),
                             req.mpu_bytes))
         ops.append(_leaf(req, params, rate, dev, ROOT | minor, minor << 16))
     _tree(req, dev, ROOT, direction, params, ops, links)

@@ -30,8 +30,8 @@ class LinkModel:
     """One link in both directions: ``down`` towards the client, ``up`` from it."""
 
     layer: LinkLayer
-    down_bps: int
-    up_bps: int
+    down_bps: int | None  # None: not limited (the router leaves that direction alone)
+    up_bps: int | None
     down_delay_us: int = 0
     up_delay_us: int = 0
     delay_stage: bool = True  # False: a kernel without netem (see the module docstring)
@@ -40,8 +40,9 @@ class LinkModel:
     def from_summary(cls, summary: dict, *, delay_stage: bool = True) -> "LinkModel":
         """The model of an applied link, from ``service.summary`` (as the lab and the API keep it)."""
         layer = LinkLayer.from_description(summary["link"])
-        down, up = summary["down"], summary["up"]
-        return cls(layer, down["rate_bps"], up["rate_bps"], down.get("delay_us", 0), up.get("delay_us", 0),
+        sides = {"dest": ("down",), "source": ("up",), "both": ("down", "up")}[summary["direction"]]
+        down, up = (summary[s] if s in sides else {} for s in ("down", "up"))
+        return cls(layer, down.get("rate_bps"), up.get("rate_bps"), down.get("delay_us", 0), up.get("delay_us", 0),
                    delay_stage)
 
     @property
@@ -62,7 +63,7 @@ class LinkModel:
 
     def _burst(self, ip_lens: list[int], bps: int) -> float:
         """One busy period: packets back to back; without a delay stage the last leaves at once."""
-        if not ip_lens:
+        if not ip_lens or not bps:
             return 0.0
         sent = ip_lens if self.delay_stage else ip_lens[:-1]
         return self.layer.seconds(sent, bps)

@@ -133,8 +133,16 @@ class Profile:
 
 
 def v03_burst_bytes(rate_bps: int, burst: int, mtu_bytes: int) -> int:
-    """ratelimit v0.3's burst: ``rate x burst / 8`` bytes, never below one MTU."""
-    return max(mtu_bytes, rate_bps * burst // 8)
+    """ratelimit v0.3's burst: ``rate x burst / 8`` bytes, never so small that a full packet
+    could not pass (``min_police_burst``)."""
+    return max(min_police_burst(rate_bps, mtu_bytes), rate_bps * burst // 8)
+
+
+def min_police_burst(rate_bps: int, mtu_bytes: int) -> int:
+    """The smallest policer burst that passes an ``mtu_bytes`` packet: the burst travels as
+    whole microseconds at the rate (tc's xmittime), so exactly one MTU rounds down below
+    the packet and every full-size packet would be dropped (measured)."""
+    return mtu_bytes + math.ceil(rate_bps / 8e6) + 1
 
 
 @dataclass(frozen=True)

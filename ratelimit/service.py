@@ -189,8 +189,8 @@ def summary(req: Request) -> dict:
             out["burst"] = req.burst_of(p).text()
             out["burst_bytes"] = req.burst_bytes(p, rate)
             if req.mode == "shape":
-                out["queue"] = p.queue.text() if p.queue else "default"
                 out["queue_bytes"] = req.queue_bytes(p, rate)
+                out["queue"] = p.queue.text() if p.queue else f"{out['queue_bytes']}b (default)"
         return out
     directions = 2 if req.direction == "both" else 1
     return {

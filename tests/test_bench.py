@@ -248,9 +248,10 @@ def _small_results(d):
         {"mode": "shape", "flows": 1024, "tool": "ratelimit", "seconds": 0.004},
         {"mode": "shape", "flows": 1024, "tool": "tc -s class show", "seconds": 0.008}], config={"modes": ["shape"]})
     _write(d, "fidelity", "host", False, [
-        {"mode": "shape", "links": 100, "clients": 1, "failed": 0, "goodput_ratio": common.summarize([0.9, 0.95, 0.94]),
-         "ideal_ratio": 0.956, "ratios": [0.9, 0.95, 0.94], "backlog": {"queue_delay_s_p50": 15.0},
-         "retransmitted": 0.01, "cpu_busy": 0.5}])
+        {"mode": "shape", "links": 100, "clients": 1, "failed": 0, "goodput_ratio": common.summarize([0.97, 0.99, 0.98]),
+         "carried_ratio": common.summarize([1.0, 0.99, 1.0]),
+         "ratios": [0.97, 0.99, 0.98], "backlog": {"queue_delay_s_p50": 2.0, "queue_delay_s_p95": 4.5},
+         "queue_s": 4.88, "retransmitted": 0.01, "cpu_busy": 0.5}])
     _write(d, "fidelity", "vm", False, [], latency=[
         {"profile": "national-100ms", "configured_rtt_s": 0.2, "measured_rtt_s": 0.204, "ratio": 1.02,
          "excess_ms": 4.0, "samples_s": [0.204]}])
@@ -303,7 +304,7 @@ def test_report_from_small_results(tmp_path):
     assert "180x faster than the flat list" in text
     # stats, fidelity, latency, dial-up
     assert "| 1,024 | 4.0 ms | tc -s class show | 8.0 ms | 2.00 |" in text
-    assert "| shape | host | 100 | 1 | 0.930 |" in text
+    assert "| shape | host | 100 | 1 | 0.997 | 0.991 | 0.980 | 0.971 | 0.980 | 0.989 | 0 | 2.00 s | 4.50 s | 4.88 s | 1.0% | 50% |" in text
     assert "| national-100ms | 200.0 ms | 204.0 ms | 1.020 | +4.0 ms |" in text
     assert "| httperf | 200 | 64.0 | 99.2% | 64.5 (3.100 s/call) | 88.9% | 69 | 0 | 0 | 100% | 10% | 20% | 40% |" in text
     assert "every row reached at least 98.4% of the link model's ceiling (lowest: wrk at x = 200)" in text

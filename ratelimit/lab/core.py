@@ -158,7 +158,7 @@ class Lab:
         req = mode = None
         if not link.empty:  # every check on the link before anything is made
             req, mode = resolve_link(link, interface=layout.router_client_if, netns=layout.router,
-                                     hosts=layout.client_addrs, ports=f"{lo}-{hi}", say=say)
+                                     hosts=layout.client_hosts, ports=f"{lo}-{hi}", say=say)
         scripts = provision_dir()
         with store.lock(name):
             store.check_not_up(name)
@@ -300,7 +300,7 @@ class Lab:
             agg["active"] += 1 if row.get("bytes") else 0
             for k in ("bytes", "packets", "drops", "overlimits", "backlog_bytes"):
                 agg[k] += row.get(k) or 0
-        by_addr = {h.address: h.name for h in self.clients}
+        by_addr = {a: h.name for h in self.clients for a in (h.address, h.address6)}
         totals = sorted(per.values(), key=lambda a: (a["host"], a["direction"]))
         for t in totals:
             t["client"] = by_addr.get(t["host"], t["host"])
@@ -315,7 +315,7 @@ class Lab:
         """Put ``link`` on the router's client-facing interface, live (atomic)."""
         say = say or (lambda _msg: None)
         req, mode = resolve_link(link, interface=self.topo.router_client_if, netns=self.topo.router,
-                                 hosts=self.topo.client_addrs, ports=self.info["ports"], say=say,
+                                 hosts=self.topo.client_hosts, ports=self.info["ports"], say=say,
                                  vm_hint=False)
         with store.lock(self.name):
             self._apply(req, mode, link, say, progress)

@@ -19,6 +19,7 @@ from .store import DEFAULT_NAME
 DEMO_NAME = "demo"
 DEMO_PROFILE = "modem-28k8"
 DEMO_PORTS = "10000-10099"
+CONTROL_FRAMES_BYTES = 64  # the SYN-ACK's and a few bare ACKs' frames, next to the response
 
 
 def demo(args) -> int:
@@ -52,12 +53,21 @@ def demo(args) -> int:
     full = replace(model, down_delay_us=prof.down.delay_us, up_delay_us=prof.up.delay_us, delay_stage=True)
     frames = model.response_frame_bytes(d.bytes, header=d.header_bytes)
     segments = len(model.segments(d.bytes + d.header_bytes))
+    rows = [r for r in stats["links"] if r.get("bytes")]
+    carried = sum(r["bytes"] for r in rows if r["direction"] == "dest")
+    resent = carried - frames - CONTROL_FRAMES_BYTES  # what TCP sent twice, if anything
+    resent = resent if resent > CONTROL_FRAMES_BYTES else 0
+    rate_f = model.layer.carried_bps(rate)
     print()
     print(f"  measured    {d.seconds:5.2f} s   curl on client1 (TCP handshake {d.connect_s * 1000:.0f} ms)")
-    print(f"  the model   {d.model_seconds(model):5.2f} s   this link{'' if netem else ' on this kernel'}: "
-          f"handshake, request and {frames:,} bytes of {model.layer.name} frames ({d.bytes:,} + a "
-          f"{d.header_bytes}-byte header in {segments} TCP segments) at {model.layer.carried_bps(rate):,} bit/s"
+    print(f"  the model   {d.model_seconds(model):5.2f} s   this link{'' if netem else ' on this kernel'}: handshake, "
+          f"request and {frames:,} bytes of {model.layer.name} frames ({d.bytes:,} + a {d.header_bytes}-byte header "
+          f"in {segments} TCP segments) at {rate_f:,} bit/s"
           + ("" if netem else "; no delay stage, so the last packet of each burst leaves at once"))
+    if resent:
+        print(f"              TCP also sent {resent:,} bytes again: its retransmission timeout, set from the "
+              f"handshake's round trip, is shorter than the {model.layer.frame_bytes(model.mss_bytes + 40) * 8 / rate_f:.2f} s "
+              f"a full packet takes on this line (as behind a real modem); the copies queue behind the data")
     if not netem:
         print(f"  whole link  {d.model_seconds(full):5.2f} s   with the modem's {prof.down.delay_us // 1000} ms "
               f"each way (ratelimit lab demo --vm)")
@@ -71,7 +81,6 @@ def demo(args) -> int:
     print(f"  the link on the router ({lab.topo.router}/{lab.topo.router_client_if}), counted in "
           f"{model.layer.name} frame bytes:")
     print(f"  {'DIR':<5} {'HOST':<12} {'BYTES':>8} {'PACKETS':>8} {'DROPS':>6} {'OVERLIM':>8}")
-    rows = [r for r in stats["links"] if r.get("bytes")]
     for r in sorted(rows, key=lambda r: r["direction"]):
         print(f"  {'down' if r['direction'] == 'dest' else 'up':<5} {r['host']:<12} "
               f"{r['bytes']:>8,} {r['packets']:>8,} {r['drops']:>6,} {r['overlimits']:>8,}")

@@ -33,9 +33,10 @@ class LinkSpec:
     delay: str | None = None
     no_delay: bool = False
     bandwidth: str | None = None  # the router's (shape mode enforces it): e.g. benchmarks of 10,000 modems
+    queue: str | None = None  # each link's queue over the profile's
 
     def overrides(self) -> dict:
-        kw: dict = {} if self.bandwidth is None else {"bandwidth": self.bandwidth}
+        kw: dict = {k: v for k, v in (("bandwidth", self.bandwidth), ("queue", self.queue)) if v is not None}
         if self.no_delay:
             kw.update(delay="0ms", jitter="0ms", loss="0%", duplicate="0%", corrupt="0%", reorder="0%")
         if self.delay is not None:

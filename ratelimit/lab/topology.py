@@ -278,6 +278,11 @@ class Topology:
 
     # -- use --------------------------------------------------------------
     @property
+    def client_hosts(self) -> tuple[str, ...]:
+        """Every client address, IPv4 and IPv6: what a lab's router limits."""
+        return self.client_addrs + self.client_addrs6
+
+    @property
     def namespaces(self) -> tuple[str, ...]:
         return (self.router, self.server, *self.clients)
 

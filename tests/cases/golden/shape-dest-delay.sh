@@ -3,17 +3,17 @@ set -e
 tc -batch - <<'EOF'
 qdisc add dev veth0 root handle 52: htb default 0
 class add dev veth0 parent 52: classid 52:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1514 mpu 64
-class add dev veth0 parent 52:1 classid 52:100 htb rate 200kbit ceil 200kbit burst 25b cburst 25b quantum 1514 mpu 64
+class add dev veth0 parent 52:1 classid 52:100 htb rate 200kbit ceil 100mbit burst 25b cburst 25b quantum 1514 mpu 64
 qdisc add dev veth0 parent 52:100 handle 100: netem limit 31 delay 20ms 2ms loss 0.5% rate 200kbit
-class add dev veth0 parent 52:1 classid 52:101 htb rate 200kbit ceil 200kbit burst 25b cburst 25b quantum 1514 mpu 64
+class add dev veth0 parent 52:1 classid 52:101 htb rate 200kbit ceil 100mbit burst 25b cburst 25b quantum 1514 mpu 64
 qdisc add dev veth0 parent 52:101 handle 101: netem limit 31 delay 20ms 2ms loss 0.5% rate 200kbit
-class add dev veth0 parent 52:1 classid 52:102 htb rate 200kbit ceil 200kbit burst 25b cburst 25b quantum 1514 mpu 64
+class add dev veth0 parent 52:1 classid 52:102 htb rate 200kbit ceil 100mbit burst 25b cburst 25b quantum 1514 mpu 64
 qdisc add dev veth0 parent 52:102 handle 102: netem limit 31 delay 20ms 2ms loss 0.5% rate 200kbit
-class add dev veth0 parent 52:1 classid 52:103 htb rate 200kbit ceil 200kbit burst 25b cburst 25b quantum 1514 mpu 64
+class add dev veth0 parent 52:1 classid 52:103 htb rate 200kbit ceil 100mbit burst 25b cburst 25b quantum 1514 mpu 64
 qdisc add dev veth0 parent 52:103 handle 103: netem limit 31 delay 20ms 2ms loss 0.5% rate 200kbit
-class add dev veth0 parent 52:1 classid 52:104 htb rate 200kbit ceil 200kbit burst 25b cburst 25b quantum 1514 mpu 64
+class add dev veth0 parent 52:1 classid 52:104 htb rate 200kbit ceil 100mbit burst 25b cburst 25b quantum 1514 mpu 64
 qdisc add dev veth0 parent 52:104 handle 104: netem limit 31 delay 20ms 2ms loss 0.5% rate 200kbit
-class add dev veth0 parent 52:1 classid 52:105 htb rate 200kbit ceil 200kbit burst 25b cburst 25b quantum 1514 mpu 64
+class add dev veth0 parent 52:1 classid 52:105 htb rate 200kbit ceil 100mbit burst 25b cburst 25b quantum 1514 mpu 64
 qdisc add dev veth0 parent 52:105 handle 105: netem limit 31 delay 20ms 2ms loss 0.5% rate 200kbit
 filter add dev veth0 parent 52: prio 1 handle 1: protocol ip u32 divisor 256
 filter add dev veth0 parent 52: prio 1 handle 1:d0:1 protocol ip u32 ht 1:d0: match u32 0xc6120102 0xffffffff at 16 match u32 0x000007d0 0x0000ffff at 20 classid 52:100
