@@ -67,8 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--mpu", default="64", help="minimum policing unit (default 64)")
     g = p.add_argument_group("additions")
     g.add_argument("--profile", help="link profile name or TOML file (see 'ratelimit profiles')")
-    g.add_argument("--mode", default="police", choices=("police", "shape"),
-                   help="police: drop above the rate (v0.3); shape: queue like a modem")
+    g.add_argument("--mode", choices=("police", "shape"),
+                   help="shape: queue and send at the rate, as the link does (default with --profile); "
+                        "police: drop above the rate (v0.3, the default without a profile)")
     for name, what in (("delay", "one-way delay, e.g. 200ms"), ("jitter", "delay variation, e.g. 10ms"),
                        ("delay-correlation", "jitter correlation, e.g. 25%%"), ("loss", "random loss, e.g. 0.5%%"),
                        ("loss-correlation", "loss correlation"), ("duplicate", "duplicated packets, e.g. 1%%"),

@@ -26,13 +26,14 @@ V03_BURST = "5"  # the bare command line's police burst, as in v0.3: rate x 5 / 
 
 
 def make_request(interface: str, *, hosts, ports, profile: str | None = None, netns: str | None = None,
-                 mode: str = "police", direction: str = "both", rate=None, burst=None,
+                 mode: str | None = None, direction: str = "both", rate=None, burst=None,
                  bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=64, queue=None, per: str = "port",
                  link: str | None = None, **impairments) -> Request:
     """Validate what a person typed and return the request (resolves host names).
 
-    ``burst`` None: the profile's, else the mode's default; without a profile, police
-    mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
+    ``mode`` None: shape with a profile (the links it describes queue), police without
+    (v0.3).  ``burst`` None: the profile's, else the mode's default; without a profile,
+    police mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
     over the profile's."""
     if direction not in _DIRECTION_WORDS:
         raise FieldError("--direction", direction, "is not a direction (source, dest[ination], both)")
@@ -40,6 +41,7 @@ def make_request(interface: str, *, hosts, ports, profile: str | None = None, ne
     if unknown:
         raise FieldError("option", sorted(unknown)[0], f"is not an impairment ({', '.join(IMPAIRMENTS)})")
     prof = profiles.load(profile) if profile else None
+    mode = mode or ("shape" if prof else "police")
     down = prof.down if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
     up = prof.up if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
     overrides = {attr: parser(impairments[name], f"--{name.replace('_', '-')}")

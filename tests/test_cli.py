@@ -39,11 +39,16 @@ def test_v03_defaults():
     args = build_parser().parse_args([])
     assert (args.interface, args.bandwidth, args.rate, args.direction, args.mtu, args.avpkt, args.mpu) == \
         ("eth0", "100mbit", None, "both", "1514", "1200", "64")
-    assert args.verbose is False and args.mode == "police" and args.per == "port"
-    # the bare command line (police, no profile) keeps v0.3's --burst 5: rate x 5 / 8 bytes
+    assert args.verbose is False and args.mode is None and args.per == "port"
+    # the bare command line polices, as v0.3 did, with its --burst 5: rate x 5 / 8 bytes
     from ratelimit.service import make_request
     req = make_request(args.interface, hosts="198.18.0.2", ports="1024")
+    assert req.mode == "police"
     assert req.burst.text() == "5" and req.burst_bytes(req.down, 28800) == 28800 * 5 // 8
+    # a profile describes a link that queues: shape unless police is asked for
+    assert make_request(args.interface, hosts="198.18.0.2", ports="1024", profile="modem-28k8").mode == "shape"
+    assert make_request(args.interface, hosts="198.18.0.2", ports="1024", profile="modem-28k8",
+                        mode="police").mode == "police"
 
 
 def test_help_is_long_option_and_lists_every_v03_option():
@@ -56,7 +61,7 @@ def test_help_is_long_option_and_lists_every_v03_option():
 
 
 def test_dry_run_prints_a_runnable_script_without_root_or_netlink():
-    code, out, err = run("--if", "eth9", "-h", "198.18.1.2", "-p", "1024-1025", "--profile", "modem-28k8",
+    code, out, err = run("--if", "eth9", "-h", "198.18.1.2", "-p", "1024-1025", "--profile", "modem-28k8", "--mode", "police",
                          "--netns", "labr", "--dry-run")
     assert code == 0, err
     assert "ip -n labr link add name rl-eth9 type ifb" in out
@@ -109,11 +114,11 @@ def test_user_profile_directory_overrides_and_adds(tmp_path, monkeypatch):
     rc, out, _ = run("profiles")
     assert "my-link " in out and "64kbit" in out
     rc, out, _ = run("-h", "198.18.1.2", "-p", "80", "--profile", "modem-28k8", "--dry-run", "-d", "dest")
-    assert "police rate 20kbit" in out
+    assert "htb rate 20kbit" in out
 
 
 def test_explicit_flags_override_the_profile():
     rc, out, _ = run("-h", "198.18.1.2", "-p", "80", "--profile", "modem-28k8", "--rate", "14.4kbit",
                      "--delay", "300ms", "-d", "dest", "--dry-run")
     # the modem's line rate, less what V.42 and PPP framing take of it (link layer ppp-vj)
-    assert rc == 0 and "police rate 13432bit" in out and "delay 300ms" in out
+    assert rc == 0 and "htb rate 13432bit" in out and "delay 300ms" in out

@@ -157,6 +157,7 @@ def test_builtin_server_serves_the_files_on_loopback(tmp_path):
     (["up", "--name", "Bad-Name"], "lab name: Bad-Name is not 1-32 of a-z, 0-9, '_'"),
     (["up", "--mode", "fast"], "argument --mode: invalid choice: 'fast'"),
     (["up", "--burst", "many"], "--burst: 'many' is not a burst"),
+    (["up", "--queue", "12xyz"], "--queue: '12xyz' is not a queue"),
     (["apply"], "lab apply: no PROFILE given"),
     (["frobnicate"], "invalid choice: 'frobnicate'"),
 ])

@@ -28,7 +28,7 @@ import time
 from .. import SOURCE_ROOT
 from ..errors import RatelimitError, UsageError
 from ..progress import terminal
-from ..units import format_rate, parse_burst
+from ..units import format_rate, parse_burst, parse_queue
 from . import docroot, store
 from .core import DEFAULT_PORTS, SERVERS, Lab
 from .link import GRANULARITIES, MODES, LinkSpec
@@ -59,6 +59,9 @@ def _link_opts(p, *, up: bool):
                    help="bytes (1600b), a time at the rate (20ms) or v0.3's N (rate x N / 8 bytes); "
                         "default: the profile's, else the mode's (docs/profiles.md)")
     p.add_argument("--rate", metavar="RATE", help="override the profile's rate, e.g. 200kbit")
+    p.add_argument("--queue", metavar="QUEUE",
+                   help="override each link's queue (shape mode): packets (10p), bytes (64kb) or a time at the "
+                        "rate (1s)")
     p.add_argument("--delay", metavar="TIME", help="override the profile's one-way delay, e.g. 50ms")
     p.add_argument("--no-delay", action="store_true",
                    help="leave out the profile's delay, jitter and loss (for kernels without sch_netem)")
@@ -157,8 +160,10 @@ def _pick_name(name: str | None) -> str:
 def _link_spec(args, profile) -> LinkSpec:
     if args.burst is not None:
         parse_burst(args.burst, "--burst")  # a bad value is one line before anything is made
+    if args.queue is not None:
+        parse_queue(args.queue, "--queue")
     return LinkSpec(profile=profile, mode=args.mode, per=args.per, burst=args.burst, rate=args.rate,
-                    delay=args.delay, no_delay=args.no_delay)
+                    delay=args.delay, no_delay=args.no_delay, queue=args.queue)
 
 
 def _package_parent() -> str:
