@@ -9,10 +9,12 @@ measured over a window after a warm-up:
 * link: the frame bytes each busy link sent (the router's class counters,
   which meter PPP frames through the size table) over the rate the frames get
   (93.3% of 28,800 bit/s) -- what the emulated link delivers;
-* goodput: the bytes each connection received over the link model's capacity
-  for a bulk TCP flow (1,460 payload bytes per 1,468-byte frame at that rate)
-  -- what TCP makes of the link; the server's TCP counters (``nstat``) say how
-  much of the difference it spent on retransmissions;
+* goodput: the full segments each connection had delivered (the server's
+  ``delivered`` count: acknowledged cumulatively or selectively, each once, so a
+  byte counts when it reaches the client, in order or not) over the link
+  model's capacity for a bulk TCP flow (1,460 payload bytes per 1,468-byte
+  frame at that rate) -- what TCP makes of the link; the server's TCP counters
+  (``nstat``) say how much of the difference it spent on retransmissions;
 * queue: each link's backlog halfway through the window, as seconds at the
   frames' rate, against the profile's queue.
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
 
@@ -40,7 +43,14 @@ VM_WORK = True
 PER_CLIENT = 500
 PORTS = f"10000-{10000 + PER_CLIENT + 99}"  # 600 ports per client: every link its own, some to spare
 PATH = "/1000000.bin"
-RCVBUF = 0  # the client kernel's default (autotuned) receive buffer
+# The clients: the link model's (a 1990s stack: Windows 95/98 and NT advertised an 8,192-byte
+# receive window, dslreports.com/tweaks/TweakMatrix; no timestamps) and today's (Linux's
+# autotuned receive buffer, which lets TCP fill a modem's queue and lose packets).
+CLIENTS = {"1990s": 8192, "today": 0}  # kind -> SO_RCVBUF bytes (0: the kernel's default)
+# Today's clients lose packets: bytes held out of order at the window's start count when the
+# hole fills, so their window starts after the first loss recoveries (a longer warm-up).
+WARMUP_FACTOR = {"1990s": 1, "today": 4}
+SERVER_CC = "cubic"  # Linux's default congestion control, set in the server namespace when allowed
 TCP_COUNTERS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes")
 PROFILE = "modem-28k8"
 LATENCY_PROFILES = ("lan-0ms", "regional-50ms", "national-100ms", "international-200ms",
@@ -81,12 +91,13 @@ def _lab(name: str, clients: int, mode: str):
     lab = Lab.up(name, clients=clients, link=link, server="nginx", ports=PORTS,
                  say=lambda m: say(NAME, m))
     track_topology(lab)
+    lab.server.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={SERVER_CC}"], check=False)
     for c in lab.clients:  # a port in TIME_WAIT may be reused after 1 s (the next K)
         c.run(["sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"], check=False)
     return lab
 
 
-def downloads(lab, k: int, warmup: float, window: float) -> dict:
+def downloads(lab, k: int, warmup: float, window: float, rcvbuf: int) -> dict:
     """K concurrent downloads through ``lab``; per-link goodput / the link model's capacity."""
     import sys
     nclients = min(len(lab.clients), math.ceil(k / PER_CLIENT))
@@ -94,8 +105,8 @@ def downloads(lab, k: int, warmup: float, window: float) -> dict:
     procs = []
     for i, share in enumerate(shares):
         argv = [sys.executable, "-m", "bench.downloader", "--server", lab.server.address, "--path", PATH,
-                "--conns", str(share), "--warmup", str(warmup), "--window", str(window),
-                "--rcvbuf", str(RCVBUF), "--spread", str(min(5.0, max(1.0, share / 200)))]
+                "--conns", str(share), "--seconds", str(warmup + window + 1),
+                "--rcvbuf", str(rcvbuf), "--spread", str(min(5.0, max(1.0, share / 200)))]
         env = {**os.environ, "PYTHONPATH": str(_repo())}
         procs.append(lab.client(i + 1).popen(argv, stdout=-1, stderr=-1, text=True, env=env))
     time.sleep(warmup)
@@ -106,13 +117,14 @@ def downloads(lab, k: int, warmup: float, window: float) -> dict:
     segment = model.mss_bytes + 40
     capacity = model.mss_bytes / model.layer.frame_bytes(segment) * rate_bps  # bulk payload, bits/s
     queue_s = lab.info["link"]["summary"]["down"]["queue_bytes"] * 8 / rate_bps
-    sent0, t0 = _link_bytes(lab), time.monotonic()
+    sent0, got0, t0 = _link_bytes(lab), delivered(lab.server.netns), time.monotonic()
     time.sleep(window / 2)
     backlog = _backlogs(lab, rate_bps)
     time.sleep(max(0.0, window / 2 - 1))
-    sent1, t1 = _link_bytes(lab), time.monotonic()
+    sent1, got1, t1 = _link_bytes(lab), delivered(lab.server.netns), time.monotonic()
     carried = [(sent1.get(key, 0) - n) * 8 / (t1 - t0) / rate_bps for key, n in sent0.items()
                if sent1.get(key, 0) > n]
+    ratios = [(got1[key] - n) * model.mss_bytes * 8 / (t1 - t0) / capacity for key, n in got0.items() if key in got1]
     outs = []
     for p in procs:
         try:
@@ -127,8 +139,6 @@ def downloads(lab, k: int, warmup: float, window: float) -> dict:
     tcp1 = tcp_counters(lab.server.netns)
     tcp = {k: tcp1.get(k, 0) - tcp0.get(k, 0) for k in TCP_COUNTERS}
     cpu_busy = 1 - (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
-    links = [(port, nbytes * 8 / o["window_s"] / capacity) for o in outs for port, nbytes in o["links"]]
-    ratios = [r for _, r in links]
     failed = sum(o["failed"] for o in outs)
     return {"links": k, "clients": nclients, "measured_links": len(ratios), "failed": failed,
             "errors": sorted({e for o in outs for e in o["errors"]})[:5],
@@ -151,6 +161,24 @@ def tcp_counters(netns: str) -> dict:
         f = line.split()
         if len(f) >= 2 and f[1].isdigit():
             out[f[0]] = int(f[1])
+    return out
+
+
+def delivered(netns: str) -> dict:
+    """Segments each server connection has had delivered (``ss``'s ``delivered``: cumulatively
+    or selectively acknowledged, each once), by the client's (address, port).  Counted
+    at the sender, a byte counts when it reaches the client, in order or not."""
+    from .common import run
+    out, key = {}, None
+    for line in run(["ip", "netns", "exec", netns, "ss", "-tinH", "state", "established"]).stdout.splitlines():
+        if not line.startswith((" ", "\t")):
+            peer = line.split()[-1]
+            addr, _, port = peer.rpartition(":")
+            key = (addr.strip("[]"), int(port)) if port.isdigit() else None
+        elif key is not None:
+            m = re.search(r"\bdelivered:(\d+)", line)
+            if m:
+                out[key] = int(m.group(1))
     return out
 
 
@@ -208,19 +236,20 @@ def latency(lab, profiles_: tuple[str, ...], count: int, mode: str, steps) -> li
 def measure(quick: bool, place: str, *, links=None, outdir=None) -> dict:
     cfg = config(quick, place, links)
     doc = new_result(NAME, quick)
-    doc["config"] = {**cfg.__dict__, "profile": PROFILE, "rate_bps": MODEM_BPS, "file": PATH, "rcvbuf": RCVBUF,
+    doc["config"] = {**cfg.__dict__, "profile": PROFILE, "rate_bps": MODEM_BPS, "file": PATH, "clients": CLIENTS,
                      "per_client": PER_CLIENT, "ports": PORTS, "per": "port"}
-    steps = Steps(NAME, len(cfg.links) + len(cfg.latency))
+    steps = Steps(NAME, len(cfg.links) * len(CLIENTS) + len(cfg.latency))
     clients = max(1, math.ceil(max(cfg.links) / PER_CLIENT))
     name = f"bf{os.getpid()}"
     lab = _lab(name, clients, cfg.mode)
     doc["config"]["server_congestion_control"] = _congestion_control(lab.server.netns)
     try:
-        for k in cfg.links:
-            row = {"mode": cfg.mode, **downloads(lab, k, cfg.warmup_s, cfg.window_s)}
+        for k, (kind, rcvbuf) in ((k, c) for k in cfg.links for c in CLIENTS.items()):
+            row = {"mode": cfg.mode, "client": kind, "rcvbuf": rcvbuf,
+                   **downloads(lab, k, cfg.warmup_s * WARMUP_FACTOR[kind], cfg.window_s, rcvbuf)}
             doc["rows"].append(row)
             g, c, b = row["goodput_ratio"], row["carried_ratio"], row["backlog"]
-            steps(f"{cfg.mode} {k:,} links: frames sent / link rate mean {c.get('mean', 0):.3f}, "
+            steps(f"{cfg.mode} {k:,} links, {kind} clients: frames sent / link rate mean {c.get('mean', 0):.3f}, "
                   f"p5 {c.get('p5', 0):.3f}; goodput / model capacity mean {g.get('mean', 0):.3f}, "
                   f"p5 {g.get('p5', 0):.3f}, p95 {g.get('p95', 0):.3f}; queueing p95 "
                   f"{b.get('queue_delay_s_p95') or 0:.2f} s of {row['queue_s']:.2f} s; retransmitted "

@@ -76,7 +76,8 @@ def summary(setup: list[dict], packet: dict | None, stats: list[dict], fid: list
             if g.get("n"):
                 where = "VM" if doc.get("where") == "vm" else "host"
                 sent = f"frames sent / link rate mean {c['mean']:.3f}, p5 {c['p5']:.3f}; " if c.get("n") else ""
-                out.append(f"**Fidelity, {r['mode']} mode, {r['links']:,} modem-28k8 links** ({where}): {sent}goodput / "
+                out.append(f"**Fidelity, {r['mode']} mode, {r['links']:,} modem-28k8 links, {r.get('client', '?')} "
+                           f"clients** ({where}): {sent}goodput / "
                            f"the link model's capacity mean {g['mean']:.3f}, p5 {g['p5']:.3f}; retransmitted "
                            f"{100 * (r.get('retransmitted') or 0):.1f}% of segments.")
         lat = doc.get("latency", [])

@@ -245,21 +245,25 @@ def section_fidelity(docs: list[dict], img: str | None) -> list[str]:
             "bytes per 1,468-byte frame at that rate, 3,340 bytes/s) -- what TCP makes of it; the gap is the "
             "server's retransmissions (segments retransmitted / new segments sent in the window).  Queue: "
             "each link's backlog halfway through the window, as seconds at the frames' rate, against the "
-            "profile's queue.", ""]
+            "profile's queue.  Clients: *1990s* is the link model's client (an 8,192-byte receive window, as "
+            "Windows 95/98 and NT advertised, and no TCP timestamps); *today* is Linux's autotuned receive "
+            "buffer, which lets TCP overfill the modem's queue: its losses and the spurious timeouts of a "
+            "0.44 s packet against a handshake-sized retransmission timeout are what today's TCP does behind "
+            "a real modem too.", ""]
     body = []
     for doc in docs:
         for r in doc.get("rows", []):
             g, c = r["goodput_ratio"], r.get("carried_ratio") or {}
             b = r.get("backlog") or {}
             body.append([r["mode"], "VM" if doc.get("where") == "vm" else "host", f"{r['links']:,}",
-                         str(r.get("clients", "-")), fmt_ratio(c.get("mean"), 3), fmt_ratio(c.get("p5"), 3),
+                         r.get("client", "-"), str(r.get("clients", "-")), fmt_ratio(c.get("mean"), 3), fmt_ratio(c.get("p5"), 3),
                          fmt_ratio(g.get("mean"), 3), fmt_ratio(g.get("p5"), 3), fmt_ratio(g.get("p50"), 3),
                          fmt_ratio(g.get("p95"), 3), f"{r['failed']:,}",
                          fmt_time(b.get("queue_delay_s_p50")), fmt_time(b.get("queue_delay_s_p95")),
                          fmt_time(r.get("queue_s")),
                          "-" if r.get("retransmitted") is None else f"{100 * r['retransmitted']:.1f}%",
                          "-" if r.get("cpu_busy") is None else f"{100 * r['cpu_busy']:.0f}%"])
-    out += table(["mode", "where", "links", "client ns", "link mean", "link p5", "goodput mean", "p5", "p50",
+    out += table(["mode", "where", "links", "clients", "client ns", "link mean", "link p5", "goodput mean", "p5", "p50",
                   "p95", "failed", "queue p50",
                   "queue p95", "profile's queue", "retransmitted", "CPU busy"], body) + [""]
     ccs = sorted({d.get("config", {}).get("server_congestion_control") or "?" for d in docs})
@@ -288,7 +292,7 @@ def _fidelity_reading(docs: list[dict]) -> list[str]:
         g, c, b = r["goodput_ratio"], r.get("carried_ratio") or {}, r.get("backlog") or {}
         if not g.get("n"):
             continue
-        text = f"{r['mode']} mode, {r['links']:,} links: "
+        text = f"{r['mode']} mode, {r['links']:,} links, {r.get('client', '?')} clients: "
         if c.get("n"):
             text += f"the links sent {c['mean']:.1%} of their rate (p5 {c['p5']:.1%}); "
         text += (f"goodput {g['mean']:.1%} of the model's capacity (p5 {g['p5']:.1%}), the server "

@@ -248,7 +248,7 @@ def _small_results(d):
         {"mode": "shape", "flows": 1024, "tool": "ratelimit", "seconds": 0.004},
         {"mode": "shape", "flows": 1024, "tool": "tc -s class show", "seconds": 0.008}], config={"modes": ["shape"]})
     _write(d, "fidelity", "host", False, [
-        {"mode": "shape", "links": 100, "clients": 1, "failed": 0, "goodput_ratio": common.summarize([0.97, 0.99, 0.98]),
+        {"mode": "shape", "links": 100, "client": "1990s", "clients": 1, "failed": 0, "goodput_ratio": common.summarize([0.97, 0.99, 0.98]),
          "carried_ratio": common.summarize([1.0, 0.99, 1.0]),
          "ratios": [0.97, 0.99, 0.98], "backlog": {"queue_delay_s_p50": 2.0, "queue_delay_s_p95": 4.5},
          "queue_s": 4.88, "retransmitted": 0.01, "cpu_busy": 0.5}])
@@ -304,7 +304,7 @@ def test_report_from_small_results(tmp_path):
     assert "180x faster than the flat list" in text
     # stats, fidelity, latency, dial-up
     assert "| 1,024 | 4.0 ms | tc -s class show | 8.0 ms | 2.00 |" in text
-    assert "| shape | host | 100 | 1 | 0.997 | 0.991 | 0.980 | 0.971 | 0.980 | 0.989 | 0 | 2.00 s | 4.50 s | 4.88 s | 1.0% | 50% |" in text
+    assert "| shape | host | 100 | 1990s | 1 | 0.997 | 0.991 | 0.980 | 0.971 | 0.980 | 0.989 | 0 | 2.00 s | 4.50 s | 4.88 s | 1.0% | 50% |" in text
     assert "| national-100ms | 200.0 ms | 204.0 ms | 1.020 | +4.0 ms |" in text
     assert "| httperf | 200 | 64.0 | 99.2% | 64.5 (3.100 s/call) | 88.9% | 69 | 0 | 0 | 100% | 10% | 20% | 40% |" in text
     assert "every row reached at least 98.4% of the link model's ceiling (lowest: wrk at x = 200)" in text

@@ -26,12 +26,13 @@ import pytest
 
 from ratelimit.compile import compile_plan
 from ratelimit.errors import ApplyError, NotFoundError
-from ratelimit.model import LinkParams, Request
+from ratelimit.model import LinkParams, Queue, Request
 from ratelimit.kernel.executor import Executor, StepFailed, shorten
 from ratelimit.kernel.encode import Encoder
 from ratelimit.kernel.rates import Clock, percent
-from ratelimit.plan import (AddIfb, DelLink, DelQdisc, HtbClass, Key, NetemQdisc, Plan, Police,
-                            U32Filter, U32Table, script, tc_batch)
+from ratelimit import linklayer
+from ratelimit.plan import (AddIfb, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, Key, NetemQdisc, Plan,
+                            Police, U32Filter, U32Table, script, tc_batch)
 
 from conftest import HOST4, HOST6, ROUTER4, ROUTER6
 
@@ -390,16 +391,49 @@ def test_every_message_is_byte_for_byte_what_tc_sends(router_pair):
     extra.append(U32Filter("r0", 0x520000, 1, "ip", 1, 255, 77, (Key(6, 0xFF, 8), Key(0x10000, 0xFFFF0000, 8)),
                            police=big))
     extra.append(HtbClass("r0", 0x520000, 0x520777, 8 * 2**33, 8 * 2**33, 10**6, 1514, 0))  # HTB_RATE64
-    ops = [op for op in plan.ops if not isinstance(op, AddIfb)] + extra
+    assert_same_messages_as_tc(router, [op for op in plan.ops if not isinstance(op, AddIfb)] + extra)
+
+
+ENCODER = {"HtbQdisc": "htb_qdisc", "IngressQdisc": "ingress_qdisc", "HtbClass": "htb_class",
+           "NetemQdisc": "netem_qdisc", "FifoQdisc": "fifo_qdisc", "U32Table": "u32_table", "U32Filter": "u32_filter"}
+
+
+def assert_same_messages_as_tc(router, ops):
+    """Each op's netlink message is the one ``tc -batch`` sends for its line (bar the sequence number)."""
     theirs = capture_tc(tc_batch(ops), router)
     assert len(theirs) == len(ops)
     with Executor(router) as ex:
         enc = Encoder(ex._ifindex, ex.clock, htb_tables=True)  # tc sends HTB's rate tables
         for op, msg in zip(ops, theirs):
-            name = {"HtbQdisc": "htb_qdisc", "IngressQdisc": "ingress_qdisc", "HtbClass": "htb_class",
-                    "NetemQdisc": "netem_qdisc", "U32Table": "u32_table", "U32Filter": "u32_filter"}
-            mine = getattr(enc, name[type(op).__name__])(op, 0, 0x5)
+            mine = getattr(enc, ENCODER[type(op).__name__])(op, 0, 0x5)
             if type(op) is NetemQdisc and op.params.duplicate_corr_pct and not (
                     op.params.loss_corr_pct or op.params.delay_corr_pct):
                 continue  # tc 6.1 drops a lone duplicate correlation; we send it (see kinds/netem.py)
             assert msg[:8] + bytes(4) + msg[12:] == mine, op.tc()
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to read tc's messages")
+@pytest.mark.parametrize("layer", [linklayer.PPP_VJ, linklayer.ATM], ids=lambda layer: layer.name)
+def test_link_layer_messages_are_byte_for_byte_what_tc_sends(router_pair, layer):
+    """The fidelity kinds: the root qdisc's size table (plain and ATM cells), netem's
+    rate, byte and packet fifos, and policers with an overhead and a shared index."""
+    router, _ = router_pair
+    sh("ip", "-n", router, "link", "add", "rl-r0", "type", "ifb")
+    shape = plan_for(mode="shape", ports=(1024, 1025), link=layer,
+                     down=LinkParams(28800, delay_us=50_000, queue=Queue(16384, "bytes")),
+                     up=LinkParams(28800, queue=Queue(10, "pkts")))
+    police = plan_for(mode="police", ports=(1024, 1025), link=layer, per="host",
+                      down=LinkParams(28800, delay_us=50_000), up=LinkParams(28800))
+    kinds = {type(op).__name__ for op in shape.ops}
+    assert {"FifoQdisc", "NetemQdisc"} <= kinds
+    assert any(isinstance(op, HtbQdisc) and op.stab for op in shape.ops)
+    assert any(isinstance(op, NetemQdisc) and op.rate_bps for op in shape.ops)
+    policers = [op.police for op in police.ops if isinstance(op, U32Filter) and op.police]
+    assert policers and all(p.index for p in policers)
+    ops = [op for op in shape.ops if not isinstance(op, AddIfb)]
+    ops += [FifoQdisc("r0", 0x520001, 0x990000, "bfifo", 3250), FifoQdisc("r0", 0x520001, 0x980000, "pfifo", 10)]
+    ops += [op for op in police.ops if isinstance(op, U32Filter) and op.police]
+    ops.append(U32Filter("r0", 0x520000, 1, "ip", 1, 255, 78, (Key(6, 0xFF, 8),),
+                         police=Police(28800, 6056, 1514, 64, overhead_bytes=14, index=0x40000007)))  # ingress
+    assert_same_messages_as_tc(router, ops)
