@@ -56,7 +56,7 @@ CLIENTS = 4  # client namespaces (the 2000 lab's four client machines)
 PER_HTTPERF = 900  # sessions per httperf process: below FD_SETSIZE
 PORTS = "10000-12999"  # each client's ephemeral range, every port an emulated link
 PROFILE = "modem-28k8"
-# x -> event-driven server's completed connections/s measured in 2000 (MISSION.md)
+# x -> event-driven server's completed connections/s measured in 2000 (the published benchmark ratelimit v0.3 was written for)
 PUBLISHED = {200: 69, 1000: 349, 2000: 697, 3600: 1239}
 THEORY_FACTOR = MODEM_BPS / (FILE_BYTES * 8)  # 0.36 completions/s per user
 # what each generator sends for a call (the request's time on the uplink counts)

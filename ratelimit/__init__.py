@@ -2,7 +2,8 @@
 
 Package map (docs/design.md has one line per module):
   errors, units, model, selectors, profiles   the vocabulary, parsed once at the edge
-  compile, plan                               request -> plan of tc operations, pure
+  linklayer, linkmodel                        framing and rates; what a transfer should take
+  compile, u32tree, plan                      request -> plan of tc operations, pure
   service, state, progress, cli               apply/clean/list/stats, their state and command line
   kernel/   the executor (the only code that changes traffic control), netlink encoding and
             decoding, namespaces and devices through pyroute2, the kernel probe, the VM runner

@@ -82,7 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--per", default="port", choices=("port", "host"),
                    help="link granularity: a link per (host, port) as in v0.3, or one per host shared by "
                         "all its connections (default port)")
-    g.add_argument("--link", help="link layer over the profile's: ethernet, ppp-vj (modem) or atm (DSL)")
+    g.add_argument("--link", help="link layer over the profile's: ethernet, ppp-vj (modem), ppp-sync-vj (ISDN) "
+                                   "or atm (DSL)")
     g.add_argument("--netns", help="network namespace the interface is in")
     g.add_argument("--dry-run", action="store_true", help="print the shell/tc -batch script instead of applying")
     g.add_argument("--json", action="store_true", help="--list/--stats as JSON")

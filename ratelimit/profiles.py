@@ -102,7 +102,7 @@ def parse_file(path: Path) -> Profile:
 
 
 def _link(table, where: str) -> linklayer.LinkLayer:
-    """The ``[link]`` table: ``layer`` (ethernet, ppp-vj, atm) and an optional ``overhead``."""
+    """The ``[link]`` table: ``layer`` (``linklayer.LAYERS``) and an optional ``overhead``."""
     field = f"profile {where}: [link]"
     if not isinstance(table, dict):
         raise FieldError(f"profile {where}", "'link'", "must be a table ([link])")

@@ -28,7 +28,9 @@ class FakeReader:
         self.error = None
         self.applied = {"interface": interface, "netns": netns, "profile": "modem-28k8", "mode": "shape",
                         "direction": "both", "hosts": ["198.18.0.2"], "ports": "5000-5002", "flows": n,
-                        "down": {"rate_bps": 28800}, "up": {"rate_bps": 28800}}
+                        "per": "port", "link": {"layer": "ppp-vj"},
+                        "down": {"rate_bps": 28800, "frame_rate_bps": 26864, "burst_bytes": 4, "queue_bytes": 16384},
+                        "up": {"rate_bps": 28800, "frame_rate_bps": 26864, "burst_bytes": 4, "queue_bytes": 3250}}
         self.links = [self.link("dest" if i % 2 == 0 else "source", "198.18.0.2", 5000 + i // 2, interface)
                       for i in range(n)]
 
@@ -414,9 +416,31 @@ def test_metrics(client, src, reader):
     assert 'ratelimit_link_rate_bps{interface="eth0",netns="",host="198.18.0.2",port="5000",direction="dest"} 28800' in text
     assert 'ratelimit_stats_up{interface="eth0",netns=""} 1' in text
     assert "# TYPE ratelimit_link_bytes_total counter" in text
+    assert ('ratelimit_applied{interface="eth0",netns="",profile="modem-28k8",mode="shape",direction="both",'
+            'per="port",link="ppp-vj"} 1') in text
+    assert 'ratelimit_queue_bytes{interface="eth0",netns="",direction="dest"} 16384' in text
+    assert 'ratelimit_burst_bytes{interface="eth0",netns="",direction="source"} 4' in text
+    assert 'ratelimit_frame_rate_bps{interface="eth0",netns="",direction="dest"} 26864' in text
     short = client.get("/metrics?links=false").get_data(as_text=True)
     assert "ratelimit_link_" not in short and "ratelimit_bytes_total" in short
     assert_error(client.get("/metrics?links=perhaps"), 400, "links: 'perhaps' is not a boolean")
+
+
+def test_per_host_links_show_port_all(reader, control):
+    """A per-host link carries all its host's ports: null in JSON, ``all`` in labels and queries."""
+    reader.applied = dict(reader.applied, per="host")
+    reader.links = [reader.link(d, "198.18.0.2", None, "eth0") for d in ("dest", "source")]
+    app, src = make_app(reader, control)
+    src.poll_once()
+    client = app.test_client()
+    links = client.get("/api/links?active=false").get_json()["links"]
+    assert [(r["direction"], r["port"]) for r in links] == [("dest", None), ("source", None)]
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'ratelimit_link_rate_bps{interface="eth0",netns="",host="198.18.0.2",port="all",direction="dest"} 28800' in text
+    hist = client.get("/api/links/history?host=198.18.0.2&port=all&direction=dest")
+    assert hist.status_code == 200 and hist.get_json()["port"] is None
+    assert_error(client.get("/api/links/history?host=198.18.0.2&port=5000&direction=dest"), 404,
+                 "link: '198.18.0.2:5000 dest' is not a link")
 
 
 def test_metrics_escape_label_values(reader, control):
@@ -497,6 +521,9 @@ def test_read_only_refuses_changes(reader, control):
     ({"loss": "150%"}, 400, "--loss: '150%' is not a percentage"),
     ({"burst": 0}, 400, "--burst: '0' is out of range (a whole number 1-100000"),
     ({"force": "maybe"}, 400, "force: 'maybe' is not a boolean"),
+    ({"per": "street"}, 400, "--per: street is not a link granularity (port, host)"),
+    ({"link": "carrier-pigeon"}, 400, "--link: 'carrier-pigeon' is not a link layer"),
+    ({"queue": "deep"}, 400, "--queue: 'deep' is not a queue"),
 ])
 def test_apply_bad_input(client, control, change, status, fragment):
     assert_error(post(client, "/api/apply", dict(APPLY, **change)), status, fragment)
@@ -512,6 +539,14 @@ def test_apply(client, control, src, reader):
     assert data["applied"]["down"]["rate_bps"] == 1_000_000
     ((what, req, force),) = control.calls
     assert what == "apply" and force is True and req.mode == "shape" and req.ports == ((5000, 5003),)
+
+
+def test_apply_per_host_link_layer_and_queue(client, control):
+    resp = post(client, "/api/apply", dict(APPLY, per="host", link="atm", queue="20p", burst="3kb"))
+    assert resp.status_code == 200, resp.get_json()
+    applied = resp.get_json()["applied"]
+    assert applied["per"] == "host" and applied["link"]["layer"] == "atm" and applied["links"] == 1
+    assert applied["down"]["burst_bytes"] == 3072 and applied["down"]["queue"] == "20p"
 
 
 @pytest.mark.parametrize("err, status", [

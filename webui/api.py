@@ -13,14 +13,14 @@ from ratelimit.service import IMPAIRMENTS, summary
 
 from .errors import WebError, field_error
 from .params import boolean, check_query, integer, json_body, resolve_target, source
-from .stats import COLUMNS, target_name
+from .stats import ALL_PORTS, COLUMNS, port_text, target_name
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
 SORTABLE = ("direction", "host", "port", "dev", "rate_bps") + COLUMNS
 TARGET_QUERY = ("interface", "netns")
 APPLY_FIELDS = ("interface", "netns", "profile", "hosts", "ports", "mode", "direction", "rate", "burst",
-                "bandwidth", "mtu", "avpkt", "mpu", "queue", *IMPAIRMENTS, "force")
+                "bandwidth", "mtu", "avpkt", "mpu", "queue", "per", "link", *IMPAIRMENTS, "force")
 CLEAN_FIELDS = ("interface", "netns", "force")
 
 
@@ -140,17 +140,17 @@ def link_history():
     direction = args["direction"]
     if direction not in ("dest", "source"):
         raise field_error("direction", direction, "is not a direction (allowed: dest, source)")
-    port = integer("port", args["port"], 0, 1, 65535)
+    port = ALL_PORTS if args["port"] == "all" else integer("port", args["port"], 0, 1, 65535)
     key = (direction, args["host"], port)
     row = snap.layout.index.get(key)
     if row is None:
-        raise field_error("link", f"{args['host']}:{port} {direction}",
+        raise field_error("link", f"{args['host']}:{port_text(port)} {direction}",
                           f"is not a link on {target_name(netns, interface)} (see /api/links)", status=404)
     series = src.link_history(netns, interface, row, snap.layout.id)
     if series is None:  # re-applied between the two reads: no history for the new layout yet
         series = {"time": [], "throughput_bps": [], "drops_per_s": []}
-    return {"interface": interface, "netns": netns, "host": key[1], "port": port, "direction": direction,
-            "series": series}
+    return {"interface": interface, "netns": netns, "host": key[1], "port": None if port == ALL_PORTS else port,
+            "direction": direction, "series": series}
 
 
 # ---------------------------------------------------------------- control

@@ -4,7 +4,8 @@ Events (``data:`` is one line of JSON):
 
 * ``layout`` -- the selected target's links, sent first and again whenever
   the applied configuration changes: ``{"interface", "netns", "layout",
-  "applied", "keys": [[direction, host, port, dev, rate_bps], ...]}``.
+  "applied", "keys": [[direction, host, port, dev, rate_bps], ...]}`` (port 0:
+  a per-host link, all its host's ports).
 * ``tick`` -- every poll: ``{"seq", "time", "targets": [target_info...],
   "links": {"layout", "full", "rows": [i...], <column>: [...]}}`` where the
   columns hold the values of ``rows`` only -- every row when ``full`` is true

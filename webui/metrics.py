@@ -3,8 +3,9 @@
 Per link (labels interface, netns, host, port, direction): the cumulative
 counters as ``*_total`` counters, the backlog as gauges and the configured
 rate.  Per target: the same summed per direction, plus whether the last read
-worked, how long it took, how many links exist and are active, and what is
-applied.  ``?links=false`` leaves the per-link series out (65,536 links make
+worked, how long it took, how many links exist and are active, what is applied
+(profile, mode, granularity, link layer) and each direction's link numbers
+(frame rate, burst, queue).  A per-host link's port label is ``all``.  ``?links=false`` leaves the per-link series out (65,536 links make
 ~400,000 series).  ``netns=""`` is the host's own namespace.  Served from the
 poller's last snapshot, so a scrape never touches the kernel.
 """
@@ -12,6 +13,7 @@ poller's last snapshot, so a scrape never touches the kernel.
 from flask import Blueprint, Response
 
 from .params import boolean, check_query, source
+from .stats import port_text
 
 bp = Blueprint("metrics", __name__)
 
@@ -52,8 +54,19 @@ def render(snaps, with_links: bool) -> str:
     for s in snaps:
         a = s.applied or {}
         labels = _labels(interface=s.interface, netns=s.netns, profile=a.get("profile") or "",
-                         mode=a.get("mode") or "", direction=a.get("direction") or "")
+                         mode=a.get("mode") or "", direction=a.get("direction") or "", per=a.get("per") or "",
+                         link=(a.get("link") or {}).get("layer") or "")
         out.append(f"ratelimit_applied{labels} {1 if s.applied else 0}\n")
+    for name, field, text in (("ratelimit_frame_rate_bps", "frame_rate_bps",
+                               "Rate each link's frames get (its line rate less the link layer's coding), bit/s."),
+                              ("ratelimit_burst_bytes", "burst_bytes", "Burst of each link, bytes."),
+                              ("ratelimit_queue_bytes", "queue_bytes", "Queue of each link (shape mode), bytes.")):
+        _header(out, name, "gauge", text)
+        for s in snaps:
+            for side, direction in (("down", "dest"), ("up", "source")):
+                value = ((s.applied or {}).get(side) or {}).get(field)
+                if value is not None:
+                    out.append(f"{name}{_labels(interface=s.interface, netns=s.netns, direction=direction)} {value}\n")
     for name, text in (("ratelimit_links", "Emulated links (host, port, direction) installed."),
                        ("ratelimit_active_links", "Links that moved packets in the last seconds.")):
         _header(out, name, "gauge", text)
@@ -84,7 +97,7 @@ def render(snaps, with_links: bool) -> str:
             base = {"interface": s.interface, "netns": s.netns}
             for (direction, host, port, _dev), rate in zip(s.layout.keys, s.layout.rate_bps):
                 if rate:
-                    out.append(f"ratelimit_link_rate_bps{_labels(**base, host=host, port=port, direction=direction)}"
+                    out.append(f"ratelimit_link_rate_bps{_labels(**base, host=host, port=port_text(port), direction=direction)}"
                                f" {rate}\n")
         for name, column, kind, text in LINK_METRICS:
             _header(out, name, kind, text)
@@ -92,7 +105,7 @@ def render(snaps, with_links: bool) -> str:
                 ns, ifc = _escape(s.netns or ""), _escape(s.interface)
                 col = s.columns[column]
                 for (direction, host, port, _dev), value in zip(s.layout.keys, col):
-                    out.append(f'{name}{{interface="{ifc}",netns="{ns}",host="{host}",port="{port}",'
+                    out.append(f'{name}{{interface="{ifc}",netns="{ns}",host="{host}",port="{port_text(port)}",'
                                f'direction="{direction}"}} {value}\n')
     return "".join(out)
 

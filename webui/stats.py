@@ -42,6 +42,14 @@ def target_name(netns: str | None, interface: str) -> str:
     return f"{netns}/{interface}" if netns else interface
 
 
+ALL_PORTS = 0  # a per-host link's port in the keys: it carries all its host's ports (null in JSON)
+
+
+def port_text(port: int) -> str:
+    """A link's port as shown: the number, or ``all`` for a per-host link."""
+    return "all" if port == ALL_PORTS else str(port)
+
+
 @dataclass(frozen=True)
 class Layout:
     """The links of one applied configuration, in the kernel's row order."""
@@ -80,7 +88,7 @@ class Snapshot:
 
     def row(self, i: int) -> dict:
         direction, host, port, dev = self.layout.keys[i]
-        out = {"direction": direction, "host": host, "port": port, "dev": dev,
+        out = {"direction": direction, "host": host, "port": None if port == ALL_PORTS else port, "dev": dev,
                "rate_bps": self.layout.rate_bps[i]}
         for name in COLUMNS:
             value = self.columns[name][i]
@@ -277,7 +285,8 @@ class StatsSource:
         rows = stats.get("links") or []
         now = float(stats.get("time") or time.time())
         applied = stats.get("applied")
-        keys = tuple((r["direction"], str(r["host"]), int(r["port"]), r.get("dev", interface)) for r in rows)
+        keys = tuple((r["direction"], str(r["host"]), ALL_PORTS if r["port"] is None else int(r["port"]),
+                      r.get("dev", interface)) for r in rows)
         same = prev.layout.id != 0 and applied == prev.applied and keys == prev.layout.keys
         if same:
             layout = prev.layout

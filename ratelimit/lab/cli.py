@@ -1,8 +1,9 @@
 """``ratelimit lab``: a client-router-server lab on this machine, in network namespaces.
 
     ratelimit lab demo                        the first command to run (about 10 s)
-    ratelimit lab up [--clients N] [--profile P] [--mode auto|police|shape]
-                     [--server auto|nginx|builtin] [--ports LOW-HIGH] [--no-delay] [--vm] [-- CMD]
+    ratelimit lab up [--clients N] [--profile P] [--mode shape|police] [--per host|port]
+                     [--burst B] [--queue Q] [--rate R] [--delay T] [--no-delay]
+                     [--server auto|nginx|builtin|none] [--ports LOW-HIGH] [--vm] [-- CMD]
     ratelimit lab status [--json]             hosts, addresses, the link, live counters
     ratelimit lab exec HOST -- CMD            HOST: client1..N, router, server
     ratelimit lab apply PROFILE               change the link, live

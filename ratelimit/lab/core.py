@@ -290,20 +290,21 @@ class Lab:
                   "interface": (self.topo.router_client_if if h is self.router else self.topo.client_if)}
                  for h in self.hosts.values()]
         stats = self.statistics()
+        by_addr = {a: h.name for h in self.clients for a in (h.address, h.address6)}
         per: dict = {}
         for row in stats["links"]:
-            key = (row["host"], row["direction"])
-            agg = per.setdefault(key, {"host": row["host"], "direction": row["direction"], "links": 0,
+            client = by_addr.get(row["host"], row["host"])
+            key = (client, row["direction"])
+            agg = per.setdefault(key, {"client": client, "hosts": [], "direction": row["direction"], "links": 0,
                                        "active": 0, "bytes": 0, "packets": 0, "drops": 0,
                                        "overlimits": 0, "backlog_bytes": 0, "rate_bps": row.get("rate_bps")})
+            if row["host"] not in agg["hosts"]:
+                agg["hosts"].append(row["host"])
             agg["links"] += 1
             agg["active"] += 1 if row.get("bytes") else 0
             for k in ("bytes", "packets", "drops", "overlimits", "backlog_bytes"):
                 agg[k] += row.get(k) or 0
-        by_addr = {a: h.name for h in self.clients for a in (h.address, h.address6)}
-        totals = sorted(per.values(), key=lambda a: (a["host"], a["direction"]))
-        for t in totals:
-            t["client"] = by_addr.get(t["host"], t["host"])
+        totals = sorted(per.values(), key=lambda a: (a["client"], a["direction"]))
         return {"name": self.name, "phase": self.info.get("phase"), "created": self.info.get("created"),
                 "ports": self.info["ports"], "server": self.info["server"], "url": self.url(),
                 "link": self.info.get("link"), "hosts": hosts, "applied": stats["applied"],

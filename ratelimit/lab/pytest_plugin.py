@@ -17,7 +17,7 @@ Fixtures:
     A namespace lab (``ratelimit.lab.core.Lab``) made for the test and removed
     after it, whatever happens.  Configure it with the marker
     ``@pytest.mark.emulated_link(profile=None, clients=1, mode="shape", per="host",
-    rate=None, delay=None, no_delay=False, burst=None, ports="10000-10099",
+    rate=None, delay=None, no_delay=False, burst=None, queue=None, ports="10000-10099",
     server="none")``: a client is one person behind one link (``per="host"``);
     ``per="port"`` makes every connection its own link, as v0.3's benchmark clients.
 ``make_emulated_link``
@@ -43,7 +43,7 @@ from collections.abc import Sequence
 import pytest
 
 MARKER = "emulated_link"
-_OPTIONS = ("profile", "clients", "mode", "per", "rate", "delay", "no_delay", "burst", "ports", "server")
+_OPTIONS = ("profile", "clients", "mode", "per", "rate", "delay", "no_delay", "burst", "queue", "ports", "server")
 _counter = itertools.count(1)
 DEFAULT_PORTS = "10000-10099"  # 100 links per client: quick to build even in shape mode
 
@@ -68,7 +68,7 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         f"{MARKER}(profile=None, clients=1, mode='shape', per='host', rate=None, delay=None, no_delay=False, "
-        f"burst=None, ports='{DEFAULT_PORTS}', server='none'): the link the emulated_link fixture emulates "
+        f"burst=None, queue=None, ports='{DEFAULT_PORTS}', server='none'): the link the emulated_link fixture emulates "
         "(ratelimit; see docs/fixtures.md)")
 
 
@@ -181,8 +181,9 @@ class EmulatedLink:
 
     # -- changes -----------------------------------------------------------
     def apply(self, profile: str | None = None, **options) -> None:
-        """Change the link live (options as the marker's: mode, per, rate, delay, no_delay, burst)."""
+        """Change the link live (options as the marker's: mode, per, rate, delay, no_delay, burst, queue)."""
         from .link import LinkSpec
+        options["no_delay"], _ = _resolve_no_delay(options.get("no_delay", False), profile, options.get("delay"))
         self.lab.apply(LinkSpec(profile=profile, **options))
 
     def _close(self) -> None:
@@ -197,27 +198,34 @@ class EmulatedLink:
         self.lab.down()
 
 
+def _resolve_no_delay(no_delay, profile, delay) -> tuple[bool, bool]:
+    """``(no_delay, left_out)``: ``"auto"`` leaves the delay out (with a warning) on a kernel
+    without netem."""
+    if no_delay in (True, False):
+        return no_delay, False
+    if no_delay != "auto":
+        pytest.fail(f"{MARKER}: no_delay={no_delay!r} is not True, False or 'auto'", pytrace=False)
+    if profile is None and delay is None:
+        return False, False
+    from ..kernel.probe import probe
+    if probe(["netem"])["netem"]:
+        return False, False
+    warnings.warn(EmulatedLinkWarning(
+        f"emulated_link: this kernel lacks netem (module sch_netem), so the delay and loss "
+        f"of {profile or 'the link'} are left out; the rate is emulated"), stacklevel=4)
+    return True, True
+
+
 def _make(name: str, *, profile=None, clients=1, mode="shape", per="host", rate=None, delay=None, no_delay=False,
-          burst=None, ports=None, server="none") -> EmulatedLink:
+          burst=None, queue=None, ports=None, server="none") -> EmulatedLink:
     from ..errors import RatelimitError
     from .core import Lab
     from .link import LinkSpec
-    left_out = False
-    if no_delay == "auto":
-        no_delay = False
-        if profile is not None or delay is not None:
-            from ..kernel.probe import probe
-            if not probe(["netem"])["netem"]:
-                no_delay = left_out = True
-                warnings.warn(EmulatedLinkWarning(
-                    f"emulated_link: this kernel lacks netem (module sch_netem), so the delay and loss "
-                    f"of {profile or 'the link'} are left out; the rate is emulated"), stacklevel=3)
-    elif no_delay not in (True, False):
-        pytest.fail(f"{MARKER}: no_delay={no_delay!r} is not True, False or 'auto'", pytrace=False)
+    no_delay, left_out = _resolve_no_delay(no_delay, profile, delay)
     try:
         lab = Lab.up(name, clients=clients, server=server, ports=ports or DEFAULT_PORTS,
                      link=LinkSpec(profile=profile, mode=mode, per=per, burst=burst, rate=rate, delay=delay,
-                                   no_delay=no_delay))
+                                   no_delay=no_delay, queue=queue))
     except RatelimitError as err:
         pytest.fail(f"emulated_link: {err}", pytrace=False)
     return EmulatedLink(lab, delay_left_out=left_out)

@@ -11,9 +11,10 @@ prefix ``rl-NAME-``, so ``destroy(NAME)`` finds it again even after a crash)::
 - Every client has its own veth link; the router ends (``c1``..``cN``) are
   ports of one bridge, ``lan0``, which holds the router's client-side address.
   So the router has ONE client-facing interface (``lan0``) and ONE
-  server-facing interface (``wan0``), as on the original ratelimit routers:
-  shape or police ``lan0`` egress for server-to-client traffic and ``wan0``
-  egress for client-to-server traffic, telling clients apart by address/port.
+  server-facing interface (``wan0``), as on the original ratelimit routers.
+  ratelimit works on ``lan0`` alone: its egress for server-to-client traffic,
+  its ingress (policed there, or redirected to an IFB device) for
+  client-to-server traffic, telling clients apart by address/port.
 - Clients share one /24 and differ in the last octet (the u32 hash key of the
   original design): client i is 198.18.0.(i+1), so at most 253 clients.
 - IPv6 likewise: clients 2001:db8:18::(i+1 in hex)/64, router 2001:db8:18::1 and

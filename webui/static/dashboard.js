@@ -68,6 +68,8 @@
   }
 
   // ------------------------------------------------------------ API helpers
+  // A per-host link carries all its host's ports: port 0 in the layout keys.
+  function portText(port) { return port === 0 ? "all" : String(port); }
   function targetQuery(extra) {
     const p = new URLSearchParams();
     p.set("interface", state.target.interface);
@@ -154,12 +156,12 @@
   async function selectLink(i) {
     const key = {direction: state.dir[i], host: state.host[i], port: state.port[i]};
     state.selected = key;
-    $("link-chart-title").textContent = "Link " + key.host + ":" + key.port + " " +
+    $("link-chart-title").textContent = "Link " + key.host + ":" + portText(key.port) + " " +
       (key.direction === "dest" ? "down (dest)" : "up (source)");
     state.link = {time: [], tp: [], drops: []};
     render();
     try {
-      const h = await getJSON("/api/links/history?" + targetQuery(key));
+      const h = await getJSON("/api/links/history?" + targetQuery({...key, port: portText(key.port)}));
       if (state.selected !== key) return;
       state.link = {time: h.series.time, tp: h.series.throughput_bps, drops: h.series.drops_per_s};
     } catch (e) {
@@ -189,9 +191,15 @@
       const rateText = [a.direction !== "source" && a.down && a.down.rate_bps ? "down " + bits(a.down.rate_bps) : null,
                         a.direction !== "dest" && a.up && a.up.rate_bps ? "up " + bits(a.up.rate_bps) : null]
         .filter(Boolean).join(", ");
+      // Burst and queue of the down side (else the up side): what one link holds.
+      const side = a.direction !== "source" ? a.down : a.up;
+      const sideText = side ? ["burst " + bytes(side.burst_bytes || 0),
+                               a.mode === "shape" && side.queue_bytes ? "queue " + bytes(side.queue_bytes) : null]
+        .filter(Boolean).join(", ") : "";
       c.append(el("dl", null,
         el("dt", {text: "profile"}), el("dd", {text: a.profile || "(custom)"}),
-        el("dt", {text: "mode"}), el("dd", {text: a.mode + ", " + a.direction}),
+        el("dt", {text: "mode"}), el("dd", {text: a.mode + ", " + a.direction + ", per " + (a.per || "port")}),
+        el("dt", {text: "link"}), el("dd", {text: ((a.link && a.link.layer) || "ethernet") + (sideText ? "; " + sideText : "")}),
         el("dt", {text: "limit"}), el("dd", {text: rateText || "no rate limit"}),
         el("dt", {text: "hosts"}), el("dd", {text: a.hosts.join(", "), title: a.hosts.join(", ")}),
         el("dt", {text: "ports"}), el("dd", {text: a.ports}),
@@ -250,9 +258,9 @@
   }
   function rebuildView() {
     const host = $("q-host").value.trim();
-    const portText = $("q-port").value.trim();
-    const ports = portText ? parsePortFilter(portText) : null;
-    $("q-port").classList.toggle("bad", Boolean(portText) && !ports);
+    const portQuery = $("q-port").value.trim();
+    const ports = portQuery ? parsePortFilter(portQuery) : null;
+    $("q-port").classList.toggle("bad", Boolean(portQuery) && !ports);
     const dir = $("q-direction").value;
     const activeOnly = $("q-active").checked;
     const act = state.col.active;
@@ -321,7 +329,7 @@
       const text = [
         state.dir[i] === "dest" ? "down" : "up",
         state.host[i],
-        String(state.port[i]),
+        portText(state.port[i]),
         Number.isNaN(state.limit[i]) ? "none" : bits(state.limit[i]),
         bits(c.throughput_bps[i]),
         bytes(c.bytes[i]),
@@ -426,6 +434,7 @@
     $("f-ports").value = applied.ports;
     $("f-mode").value = applied.mode;
     $("f-direction").value = applied.direction;
+    $("f-per").value = applied.per || "port";
     $("f-profile").value = applied.profile || "";
   }
   async function loadProfiles() {
@@ -441,7 +450,8 @@
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
       const payload = {interface: state.target.interface, netns: state.target.netns};
-      for (const name of ["profile", "hosts", "ports", "mode", "direction", "rate", "delay", "loss", "burst"]) {
+      for (const name of ["profile", "hosts", "ports", "mode", "direction", "per", "rate", "delay", "loss", "burst",
+                          "queue"]) {
         const v = form.elements[name].value.trim();
         if (v) payload[name] = v;
       }
