@@ -361,6 +361,16 @@ def test_dashboard_watches_a_lab(browser, artifacts, tmp_path, monkeypatch, lab)
                   "server_cpu_fraction_page_open": round(cpu, 4)}
         (artifacts / "dashboard-lab.json").write_text(json.dumps(report))
         print(f"\nwebui lab: {report}")
+
+        # One link per host, from the page: the table shows it with port "all", the card says so.
+        page.select_option("#f-per", "host")
+        page.click("#apply")
+        page.wait_for_function("() => document.getElementById('control-msg').textContent.startsWith('applied')",
+                               timeout=30000)
+        assert service.status(iface, router)["per"] == "host"
+        page.wait_for_function("() => [...document.querySelectorAll('#rows .row')]"
+                               ".some(r => r.children[2].textContent === 'all')", timeout=15000)
+        assert "per host" in page.inner_text("#overview .card.selected")
         assert not errors, errors
         page.close()
     finally:
