@@ -61,7 +61,7 @@ class RLVM
 
   def provider(name)
     (@d["providers"] ||= []) << name.to_s
-    yield RLAny.new
+    yield RLAny.new, RLAny.new  # the provider's configuration, and the override (config.vm)
   end
 
   def network(kind, **o)
@@ -146,7 +146,7 @@ def test_vagrant_wiring(tmp_path, routers, clients):
     machines = cfg["machines"]
     assert sorted(machines) == sorted(["server"] + [f"router{r}" for r in range(1, routers + 1)]
                                       + [f"client{c}" for c in range(1, clients + 1)])
-    assert cfg["global"]["box"] == "debian/bookworm64"
+    assert cfg["global"]["box"] == "ratelimit/bookworm64"  # vagrant/box/build.sh
     assert sorted(cfg["global"]["providers"]) == ["libvirt", "virtualbox"]
     assert cfg["global"]["synced"][-1]["dst"] == "/vagrant"
 
@@ -181,6 +181,15 @@ def test_vagrant_wiring(tmp_path, routers, clients):
         prov = _provisioners(machines[f"router{r}"])
         assert prov["install"]["env"]["RL_APPLY"] == "0"
         assert prov["profile"]["run"] == "always"
+        # the monitoring: read-only, on the server network, naming the scraper
+        router_ip = nets(f"router{r}")["rl-servers"]
+        assert prov["web"]["env"] == {"RL_LISTEN": f"{router_ip}:8080", "RL_ALLOW_HOSTS": server_ip,
+                                      "RL_CLIENT_ADDR": nets(f"router{r}")[f"rl-clients-{r}"]}
+        assert sorted(prov["offload"]["env"]["RL_ADDRS"].split(",")) == sorted(nets(f"router{r}").values())
+    prom = _provisioners(machines["server"])["prometheus"]["env"]
+    assert prom["RL_LISTEN"] == f"{server_ip}:9090"
+    assert prom["RL_TARGETS"].split(",") == [f"router{r}={nets(f'router{r}')['rl-servers']}:8080"
+                                              for r in range(1, routers + 1)]
 
 
 # ---------------------------------------------------------------- the scripts, for real

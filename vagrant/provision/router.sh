@@ -55,7 +55,14 @@ if [ "$RL_INSTALL" = 1 ]; then
     # a copy of the checkout, so a read-only or rsync'ed synced folder is fine
     build=$(mktemp -d)
     tar -C "$RL_SRC" --exclude=.git --exclude=.vagrant -cf - . | tar -C "$build" -xf -
-    /opt/ratelimit/bin/pip install -q --upgrade "$build"
+    # a venv that has the build backend already (the lab's box) builds without a
+    # throwaway build environment: offline, and seconds instead of half a minute
+    # under software emulation
+    isolation=""
+    if /opt/ratelimit/bin/python -c 'import setuptools, wheel' >/dev/null 2>&1; then
+        isolation=--no-build-isolation
+    fi
+    /opt/ratelimit/bin/pip install -q --upgrade ${isolation:+"$isolation"} "$build"
     rm -rf "$build"
     ln -sf /opt/ratelimit/bin/ratelimit /usr/local/bin/ratelimit
     # every tc part a profile may need; a stock kernel has them all as modules
