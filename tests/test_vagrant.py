@@ -320,9 +320,45 @@ def test_provision_scripts_reject_bad_values(tmp_path):
         ("server.sh", {"RL_SERVER": "apache"}, "RL_SERVER: 'apache' is not a server (nginx, builtin, auto)"),
         ("server.sh", {"RL_PORT": "99999"}, "RL_PORT: '99999' is not a port (1-65535)"),
         ("router.sh", {"RL_MODE": "fast"}, "RL_MODE: 'fast' is not a mode (police, shape)"),
+        ("web.sh", {"RL_LISTEN": "router1:8080"}, "RL_LISTEN: 'router1:8080' is not IPV4:PORT"),
+        ("web.sh", {"RL_LISTEN": "198.19.0.11:80800"}, "RL_LISTEN: '198.19.0.11:80800' has no valid port"),
+        ("web.sh", {"RL_LISTEN": "198.19.0.11:8080", "RL_CLIENT_ADDR": "198.18.1.2",
+                    "RL_ALLOW_HOSTS": "a b;c"}, "RL_ALLOW_HOSTS: 'a b;c' is not a comma-separated list"),
+        ("prometheus.sh", {"RL_TARGETS": "router1=198.19.0.11"}, "RL_TARGETS: 'router1=198.19.0.11' is not NAME=IPV4:PORT"),
+        ("prometheus.sh", {"RL_TARGETS": "Router 1=x"}, "RL_TARGETS: 'Router' is not NAME=IPV4:PORT"),
+        ("prometheus.sh", {"RL_TARGETS": "r1=198.19.0.11:8080", "RL_SCRAPE_INTERVAL": "0"},
+         "RL_SCRAPE_INTERVAL: '0' is not a whole number of seconds (1-60)"),
+        ("prometheus.sh", {"RL_TARGETS": "r1=198.19.0.11:8080", "RL_LISTEN": "0.0.0.0"},
+         "RL_LISTEN: '0.0.0.0' is not IPV4:PORT"),
+        ("offload.sh", {"RL_ADDRS": "198.18.1.2;reboot"}, "RL_ADDRS: '198.18.1.2;reboot' is not a comma-separated list"),
+        ("offload.sh", {"RL_ADDRS": "198.51.100.77"}, "RL_ADDRS: '198.51.100.77' is not an address of this machine"),
+        ("../libvirt.sh", {}, "'' is not a command (start, stop, status, accel [--fresh])"),
+        ("../libvirt.sh", {"RL_KVM_PROBE_TIMEOUT": "9999"}, "RL_KVM_PROBE_TIMEOUT: '9999' is not a whole number"),
+        ("../box/build.sh", {"RL_BOX_NAME": "../evil"}, "RL_BOX_NAME: '../evil' is not a box name"),
+        ("../box/build.sh", {"RL_BOX_CACHE": "cache"}, "RL_BOX_CACHE: 'cache' is not an absolute path"),
     ):
-        r = subprocess.run(["sh", str(PROVISION / script)], env={"PATH": os.environ["PATH"], "RL_INSTALL": "0", **env},
+        shell = "bash" if script.endswith("build.sh") else "sh"
+        r = subprocess.run([shell, str(PROVISION / script)], env={"PATH": os.environ["PATH"], "RL_INSTALL": "0", **env},
                            capture_output=True, text=True, timeout=30)
-        assert r.returncode == 2
+        assert r.returncode == 2, (script, r.stderr)
         assert r.stderr.strip().splitlines() == [r.stderr.strip()]
         assert message in r.stderr, r.stderr
+
+
+def test_box_and_router_hash_the_same_sources():
+    """router.sh skips reinstalling ratelimit when the synced checkout has the sources the
+    box was built from: both scripts must hash them the same way."""
+    def body(path):
+        text = path.read_text()
+        start = text.index("src_hash() {")
+        return text[start:text.index("\n}\n", start)]
+    assert body(PROVISION / "router.sh") == body(VAGRANT_DIR / "box" / "customize.sh")
+
+
+def test_demo_rejects_bad_options():
+    for args, message in ((["--runs", "0"], "--runs: 0 is out of range (1-20)"),
+                          (["dialup", "--seconds", "5"], "--seconds: 5 is out of range (20-600)"),
+                          (["nonsense"], "invalid choice: 'nonsense'")):
+        r = subprocess.run([sys.executable, str(VAGRANT_DIR / "demo.py"), *args], capture_output=True,
+                           text=True, timeout=30)
+        assert r.returncode == 2 and message in r.stderr, r.stderr

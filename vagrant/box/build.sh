@@ -142,14 +142,22 @@ done_stage() {  # done_stage TEXT
 stage tools "checking the host's tools"
 missing=""
 for pair in mmdebstrap:mmdebstrap mkfs.ext4:e2fsprogs mkfs.vfat:dosfstools mcopy:mtools syslinux:syslinux \
-            sfdisk:fdisk qemu-img:qemu-utils vagrant:vagrant flock:util-linux python3:python3 \
+            sfdisk:fdisk qemu-img:qemu-utils vagrant:vagrant flock:util-linux \
             virsh:libvirt-clients; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || missing="$missing ${pair#*:}"
 done
 [ -e /usr/lib/syslinux/mbr/mbr.bin ] || missing="$missing syslinux-common"
 vagrant plugin list 2>/dev/null | grep -q vagrant-libvirt || missing="$missing vagrant-libvirt"
-python3 -m pip --version >/dev/null 2>&1 || missing="$missing python3-pip"
+# a Python 3.11+ with pip reads setup.py and downloads the guest's wheels: python3, else python
+host_python=""
+for py in python3 python; do
+    if "$py" -c 'import tomllib' >/dev/null 2>&1 && "$py" -m pip --version >/dev/null 2>&1; then
+        host_python=$py
+        break
+    fi
+done
 [ -z "$missing" ] || fail "missing:$missing (apt-get install --no-install-recommends$missing)"
+[ -n "$host_python" ] || fail "no Python 3.11 or later with pip as python3 or python (apt-get install python3-pip)"
 insecure_key=""
 for k in /usr/share/rubygems-integration/all/gems/vagrant-*/keys/vagrant.pub \
          /opt/vagrant/embedded/gems/gems/vagrant-*/keys/vagrant.pub \
@@ -160,7 +168,7 @@ done
 done_stage "vagrant $(vagrant --version 2>/dev/null | awk '{ print $2 }'), key $insecure_key"
 
 # ------------------------------------------------------------------ inputs and the cache
-requirements=$(python3 - "$ROOT/setup.py" "$ROOT/pyproject.toml" <<'EOF'
+requirements=$("$host_python" - "$ROOT/setup.py" "$ROOT/pyproject.toml" <<'EOF'
 import ast, sys, tomllib
 reqs = []
 for node in ast.walk(ast.parse(open(sys.argv[1]).read())):
@@ -213,7 +221,7 @@ else
         rm -rf "$RL_BOX_CACHE"/wheels-*
         mkdir -p "$wheels.tmp"
         mapfile -t reqs <<< "$requirements"
-        python3 -m pip download -q --dest "$wheels.tmp" --only-binary=:all: \
+        "$host_python" -m pip download -q --dest "$wheels.tmp" --only-binary=:all: \
             --python-version "$GUEST_PYTHON" --implementation cp --abi "cp${GUEST_PYTHON/./}" \
             --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 "${reqs[@]}" \
             || { rm -rf "$wheels.tmp"; fail "wheels: pip download failed (network? see above)"; }
@@ -273,7 +281,7 @@ TIMEOUT 0
 LABEL linux
   LINUX /vmlinuz
   INITRD /initrd.img
-  APPEND root=LABEL=rlroot ro console=ttyS0,115200n8 net.ifnames=0 biosdevname=0 quiet mitigations=off
+  APPEND root=LABEL=rlroot ro fsck.mode=skip console=ttyS0,115200n8 net.ifnames=0 biosdevname=0 quiet mitigations=off
 EOF
     sector=512
     boot_start=2048                                   # 1 MiB
@@ -284,7 +292,7 @@ EOF
     mkfs.vfat -n RLBOOT -C "$work/boot.fat" $((boot_sectors / 2)) >/dev/null
     mcopy -i "$work/boot.fat" "$work/vmlinuz" "$work/initrd.img" "$work/syslinux.cfg" ::/
     syslinux --install "$work/boot.fat"
-    mkfs.ext4 -q -L rlroot -d "$rootdir" "$work/root.ext4" $((root_sectors * sector / 1024))k
+    mkfs.ext4 -q -L rlroot -d "$rootdir" "$work/root.ext4" $((root_sectors * sector / 1024))k >/dev/null
     rm -rf "$rootdir"
     raw="$work/disk.raw"
     truncate -s "${DISK_GB}G" "$raw"

@@ -21,17 +21,19 @@ RL_ADDRS=${RL_ADDRS:-}
 fail() { echo "offload.sh: $*" >&2; exit 2; }
 
 case "$RL_ADDRS" in '' | *[!0-9.,]*) fail "RL_ADDRS: '$RL_ADDRS' is not a comma-separated list of IPv4 addresses" ;; esac
-command -v ethtool >/dev/null 2>&1 || fail "ethtool is not installed (apt-get install ethtool; the lab's box has it)"
-
 devs=""
 for addr in $(echo "$RL_ADDRS" | tr ',' ' '); do
     dev=$(ip -o -4 addr show | awk -v a="$addr" '{ split($4, p, "/"); if (p[1] == a) { print $2; exit } }')
     [ -n "$dev" ] || fail "RL_ADDRS: '$addr' is not an address of this machine (see: ip -4 addr)"
+    devs="$devs $dev"
+done
+command -v ethtool >/dev/null 2>&1 || fail "ethtool is not installed (apt-get install ethtool; the lab's box has it)"
+
+for dev in $devs; do
     # features a driver cannot change are reported, not fatal
     ethtool -K "$dev" gro off gso off tso off 2>/dev/null || true
     if ethtool -k "$dev" | grep -q '^generic-receive-offload: on'; then
         fail "$dev: generic-receive-offload is still on (ethtool -K $dev gro off refused)"
     fi
-    devs="$devs $dev"
 done
 echo "offload: gro, gso and tso off on$devs"

@@ -47,7 +47,6 @@ case "$RL_RETENTION" in
     '' | [!0-9]* | *[!0-9smhdwy]* | *[0-9]) fail "RL_RETENTION: '$RL_RETENTION' is not a duration (e.g. 2d, 12h)" ;;
 esac
 [ -n "$RL_TARGETS" ] || fail "RL_TARGETS: none given (NAME=IPV4:PORT,... one per router)"
-command -v prometheus >/dev/null 2>&1 || fail "prometheus is not installed (apt-get install prometheus; the lab's box has it)"
 
 # the scrape configuration: one static target per router, labelled with its name
 targets=""
@@ -60,6 +59,7 @@ for t in $(echo "$RL_TARGETS" | tr ',' ' '); do
         labels: {router: '$name'}
 "
 done
+command -v prometheus >/dev/null 2>&1 || fail "prometheus is not installed (apt-get install prometheus; the lab's box has it)"
 mkdir -p /etc/prometheus
 cat > "$CONFIG.tmp" <<EOF
 # written by ratelimit vagrant/provision/prometheus.sh: the lab's routers

@@ -43,6 +43,14 @@ RL_CLIENT_HOSTS=${RL_CLIENT_HOSTS:-}
 
 fail() { echo "router.sh: $*" >&2; exit 2; }
 
+# sha256 of the package's sources in checkout $1 (what setup.py packages);
+# the same function is in vagrant/box/customize.sh
+src_hash() {
+    (cd "$1" && find setup.py pyproject.toml README.md ratelimit webui profiles vagrant/provision \
+        -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path '*/node_modules/*' 2>/dev/null \
+        | LC_ALL=C sort | xargs -d '\n' sha256sum) | sha256sum | cut -d ' ' -f 1
+}
+
 case "$RL_MODE" in police | shape) ;; *) fail "RL_MODE: '$RL_MODE' is not a mode (police, shape)" ;; esac
 
 if [ "$RL_INSTALL" = 1 ]; then
@@ -55,14 +63,23 @@ if [ "$RL_INSTALL" = 1 ]; then
     # a copy of the checkout, so a read-only or rsync'ed synced folder is fine
     build=$(mktemp -d)
     tar -C "$RL_SRC" --exclude=.git --exclude=.vagrant -cf - . | tar -C "$build" -xf -
-    # a venv that has the build backend already (the lab's box) builds without a
-    # throwaway build environment: offline, and seconds instead of half a minute
-    # under software emulation
-    isolation=""
-    if /opt/ratelimit/bin/python -c 'import setuptools, wheel' >/dev/null 2>&1; then
-        isolation=--no-build-isolation
+    # what pip installed last (vagrant/box/customize.sh stamps the box's copy the same
+    # way): the same package sources need no reinstall
+    stamp=/opt/ratelimit/ratelimit-src.sha256
+    sum=$(src_hash "$build")
+    if [ -x /opt/ratelimit/bin/ratelimit ] && [ "$(cat "$stamp" 2>/dev/null)" = "$sum" ]; then
+        echo "router: /opt/ratelimit has ratelimit from these sources already"
+    else
+        # a venv that has the build backend already (the lab's box) builds without a
+        # throwaway build environment: offline, and seconds instead of half a minute
+        # under software emulation
+        isolation=""
+        if /opt/ratelimit/bin/python -c 'import setuptools, wheel' >/dev/null 2>&1; then
+            isolation=--no-build-isolation
+        fi
+        /opt/ratelimit/bin/pip install -q --upgrade ${isolation:+"$isolation"} "$build"
+        echo "$sum" > "$stamp"
     fi
-    /opt/ratelimit/bin/pip install -q --upgrade ${isolation:+"$isolation"} "$build"
     rm -rf "$build"
     ln -sf /opt/ratelimit/bin/ratelimit /usr/local/bin/ratelimit
     # every tc part a profile may need; a stock kernel has them all as modules
