@@ -50,11 +50,13 @@ VM_PYTHON = "/opt/ratelimit/bin/python"
 LINKMODEL = "/vagrant/vagrant/linkmodel.py"
 TOLERANCE = 0.05  # what "matches the model" means in the printout (and in tests/test_vagrant_lab.py)
 
-# PromQL for the routers (docs/lab.md explains them)
-Q_ROUTER_BPS = 'sum by (router) (rate(ratelimit_bytes_total{job="ratelimit"}[%s])) * 8'
-Q_ROUTER_DOWN_BPS = 'sum by (router) (rate(ratelimit_bytes_total{job="ratelimit",direction="dest"}[%s])) * 8'
-Q_ROUTER_DROPS = 'sum by (router) (rate(ratelimit_drops_total{job="ratelimit"}[%s]))'
+# PromQL for the routers (docs/lab.md explains them); Prometheus scrapes every 10 s,
+# so a rate over 30 s has three samples and survives one slow scrape
+WINDOW = "30s"
+Q_ROUTER_BPS = f'sum by (router, direction) (rate(ratelimit_bytes_total{{job="ratelimit"}}[{WINDOW}])) * 8'
+Q_ROUTER_DROPS = f'sum by (router, direction) (rate(ratelimit_drops_total{{job="ratelimit"}}[{WINDOW}]))'
 Q_ACTIVE_LINKS = 'sum by (router) (ratelimit_active_links{job="ratelimit"})'
+Q_SCRAPE = 'scrape_duration_seconds{job="ratelimit"} * up{job="ratelimit"}'  # 0: the last scrape failed
 
 
 class DemoError(Exception):
@@ -185,6 +187,17 @@ def _vector(result: list[dict]) -> dict[str, float]:
     return {r["metric"].get("router", r["metric"].get("instance", "?")): float(r["value"][1]) for r in result}
 
 
+def _by_direction(result: list[dict]) -> dict[str, dict[str, float]]:
+    """{router: {"down": x, "up": y, "both": x + y}} from a query by (router, direction)."""
+    out: dict[str, dict[str, float]] = {}
+    for r in result:
+        side = "down" if r["metric"].get("direction") == "dest" else "up"
+        row = out.setdefault(r["metric"].get("router", "?"), {"down": 0.0, "up": 0.0, "both": 0.0})
+        row[side] += float(r["value"][1])
+        row["both"] += float(r["value"][1])
+    return out
+
+
 def dialup(lab: Lab, sessions: int, seconds: int) -> dict:
     clients = lab.names("client")
     routers = lab.names("router")
@@ -195,7 +208,6 @@ def dialup(lab: Lab, sessions: int, seconds: int) -> dict:
     share = {c: sessions // len(clients) + (1 if i < sessions % len(clients) else 0)
              for i, c in enumerate(clients)}
     behind = {c: _router_of(lab, c)[0] for c in clients}
-    window = max(10, seconds // 2)
     runs: dict[str, str] = {}
     errors: list[str] = []
 
@@ -214,16 +226,13 @@ def dialup(lab: Lab, sessions: int, seconds: int) -> dict:
     started = time.monotonic()
     for t in threads:
         t.start()
-    # ask Prometheus once the sessions are under way: rates over the last `window` seconds
+    # ask Prometheus near the end of the run: rates over the last 30 s
     time.sleep(max(0.0, seconds - 3 - (time.monotonic() - started)))
-    rng = f"{window}s"
-    during = {
-        "window_s": window,
-        "bps": _vector(lab.promql(Q_ROUTER_BPS % rng)),
-        "down_bps": _vector(lab.promql(Q_ROUTER_DOWN_BPS % rng)),
-        "drops_per_s": _vector(lab.promql(Q_ROUTER_DROPS % rng)),
-        "active_links": _vector(lab.promql(Q_ACTIVE_LINKS)),
-    }
+    during = {"window": WINDOW, "asked_after_s": round(time.monotonic() - started, 1),
+              "bps": _by_direction(lab.promql(Q_ROUTER_BPS)),
+              "drops_per_s": _by_direction(lab.promql(Q_ROUTER_DROPS)),
+              "active_links": _vector(lab.promql(Q_ACTIVE_LINKS)),
+              "scrape": {r["metric"].get("router", "?"): float(r["value"][1]) for r in lab.promql(Q_SCRAPE)}}
     for t in threads:
         t.join()
     if errors:
@@ -235,21 +244,25 @@ def dialup(lab: Lab, sessions: int, seconds: int) -> dict:
         httperf[c] = ({"connections": int(m.group(1)), "replies": int(m.group(3)), "duration_s": float(m.group(4))}
                       if m else {"report": text[-300:]})
     return {"sessions": sessions, "seconds": seconds, "clients": share, "routers": routers, "behind": behind,
-            "prometheus": during, "httperf": httperf, "queries": {
-                "bps": Q_ROUTER_BPS % rng, "down_bps": Q_ROUTER_DOWN_BPS % rng,
-                "drops_per_s": Q_ROUTER_DROPS % rng, "active_links": Q_ACTIVE_LINKS}}
+            "prometheus": during, "httperf": httperf,
+            "queries": {"bps": Q_ROUTER_BPS, "drops_per_s": Q_ROUTER_DROPS, "active_links": Q_ACTIVE_LINKS,
+                        "scrape": Q_SCRAPE}}
 
 
 def print_dialup(d: dict) -> None:
     print(f"vagrant lab dial-up: {d['sessions']} httperf sessions for {d['seconds']} s, "
           + ", ".join(f"{n} on {c} (behind {d['behind'][c]})" for c, n in d["clients"].items()))
     p = d["prometheus"]
-    print(f"Prometheus, {PROMETHEUS}, rates over the last {p['window_s']} s:")
+    print(f"Prometheus ({PROMETHEUS}), {p['asked_after_s']:g} s into the run, rates over the last {p['window']}:")
     print(f"  {d['queries']['bps']}")
-    print(f"  {'ROUTER':<9} {'DOWN kbit/s':>12} {'BOTH kbit/s':>12} {'DROPS/s':>8} {'ACTIVE LINKS':>13}")
+    print(f"  {'ROUTER':<9} {'DOWN kbit/s':>12} {'UP kbit/s':>10} {'DROPS/s':>8} {'ACTIVE LINKS':>13} {'SCRAPE':>8}")
+    zero = {"down": 0.0, "up": 0.0, "both": 0.0}
     for r in d["routers"]:
-        print(f"  {r:<9} {p['down_bps'].get(r, 0) / 1000:>12.1f} {p['bps'].get(r, 0) / 1000:>12.1f} "
-              f"{p['drops_per_s'].get(r, 0):>8.2f} {p['active_links'].get(r, 0):>13.0f}")
+        bps, drops = p["bps"].get(r, zero), p["drops_per_s"].get(r, zero)
+        scrape = p["scrape"].get(r)
+        shown = "down" if scrape == 0 else (f"{scrape:.2f} s" if scrape is not None else "?")
+        print(f"  {r:<9} {bps['down'] / 1000:>12.1f} {bps['up'] / 1000:>10.1f} {drops['both']:>8.2f} "
+              f"{p['active_links'].get(r, 0):>13.0f} {shown:>8}")
     for c, h in d["httperf"].items():
         if "replies" in h:
             print(f"  httperf on {c}: {h['replies']} replies on {h['connections']} connections in {h['duration_s']:.1f} s")
@@ -283,7 +296,7 @@ def main(argv=None) -> int:
     p.add_argument("--client", type=int, default=1, help="fetch: the client that downloads (default 1)")
     p.add_argument("--runs", type=int, default=1, help="fetch: downloads, one after another (default 1, 1-20)")
     p.add_argument("--sessions", type=int, default=100, help="dialup: x, httperf sessions in all (default 100)")
-    p.add_argument("--seconds", type=int, default=30, help="dialup: how long they run (default 30, 20-600)")
+    p.add_argument("--seconds", type=int, default=40, help="dialup: how long they run (default 40, 35-600)")
     p.add_argument("--json", action="store_true", help="print the numbers as one JSON object")
     args = p.parse_args(argv)
     if not 1 <= args.client <= 200:
@@ -292,8 +305,8 @@ def main(argv=None) -> int:
         p.error(f"--runs: {args.runs} is out of range (1-20)")
     if not 1 <= args.sessions <= 3600:
         p.error(f"--sessions: {args.sessions} is out of range (1-3600)")
-    if not 20 <= args.seconds <= 600:
-        p.error(f"--seconds: {args.seconds} is out of range (20-600)")
+    if not 35 <= args.seconds <= 600:
+        p.error(f"--seconds: {args.seconds} is out of range (35-600: the rates cover the last 30 s)")
     try:
         with tempfile.TemporaryDirectory(prefix="ratelimit-vagrant-demo-") as tmp:
             lab = Lab(Path(tmp))

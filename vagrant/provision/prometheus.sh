@@ -11,13 +11,15 @@
 # Environment:
 #   RL_TARGETS          comma-separated NAME=IPV4:PORT, one per router (required)
 #   RL_LISTEN           IPV4:PORT Prometheus serves on (default 0.0.0.0:9090)
-#   RL_SCRAPE_INTERVAL  seconds between scrapes, 1-60 (default 5)
+#   RL_SCRAPE_INTERVAL  seconds between scrapes, also their timeout, 1-60 (default 10: a
+#                       router's /metrics with thousands of links takes seconds under
+#                       software emulation when the lab is busy)
 #   RL_RETENTION        how long samples are kept, e.g. 2d (default 2d)
 set -eu
 
 RL_TARGETS=${RL_TARGETS:-}
 RL_LISTEN=${RL_LISTEN:-0.0.0.0:9090}
-RL_SCRAPE_INTERVAL=${RL_SCRAPE_INTERVAL:-5}
+RL_SCRAPE_INTERVAL=${RL_SCRAPE_INTERVAL:-10}
 RL_RETENTION=${RL_RETENTION:-2d}
 CONFIG=/etc/prometheus/prometheus.yml
 

@@ -15,9 +15,13 @@
 #                   is the one watched (required)
 #   RL_ALLOW_HOSTS  comma-separated names or addresses for --allow-host: the scraper
 #                   (the server's address) and any other name the dashboard is reached by
+#   RL_INTERVAL     seconds between two reads of the router's counters, 1-60 (default 5:
+#                   as often as Prometheus scrapes; reading thousands of links costs a
+#                   software-emulated router about a second)
 #   RL_RATELIMIT    the ratelimit command (default /opt/ratelimit/bin/ratelimit, else PATH)
 set -eu
 
+RL_INTERVAL=${RL_INTERVAL:-5}
 RL_LISTEN=${RL_LISTEN:-}
 RL_CLIENT_ADDR=${RL_CLIENT_ADDR:-}
 RL_ALLOW_HOSTS=${RL_ALLOW_HOSTS:-}
@@ -42,6 +46,8 @@ is_ipv4 "$RL_CLIENT_ADDR" || fail "RL_CLIENT_ADDR: '$RL_CLIENT_ADDR' is not an I
 case "$RL_ALLOW_HOSTS" in
     *[!A-Za-z0-9.,:-]*) fail "RL_ALLOW_HOSTS: '$RL_ALLOW_HOSTS' is not a comma-separated list of names or addresses" ;;
 esac
+case "$RL_INTERVAL" in '' | *[!0-9]*) fail "RL_INTERVAL: '$RL_INTERVAL' is not a whole number of seconds (1-60)" ;; esac
+[ "$RL_INTERVAL" -ge 1 ] && [ "$RL_INTERVAL" -le 60 ] || fail "RL_INTERVAL: '$RL_INTERVAL' is not a whole number of seconds (1-60)"
 command -v systemctl >/dev/null 2>&1 || fail "systemctl: not found (web.sh runs ratelimit web as a systemd service)"
 
 ip -o -4 addr show | awk -v a="$host" '{ split($4, p, "/"); if (p[1] == a) found = 1 } END { exit !found }' \
@@ -71,7 +77,7 @@ Description=ratelimit web --read-only (the lab's monitoring: /metrics for Promet
 After=network-online.target
 
 [Service]
-ExecStart=$ratelimit web --read-only --interface $dev --listen $host:$port$allow
+ExecStart=$ratelimit web --read-only --interface $dev --listen $host:$port --interval $RL_INTERVAL$allow
 Restart=on-failure
 RestartSec=2
 
