@@ -68,6 +68,7 @@ class Run:
         self.t0 = time.monotonic()
         self.deadline = self.t0 + float(os.environ.get(TIMEOUT_ENV, "2400"))
         self.stage = "setup"
+        self.stage_wall = time.time()
         self.times: dict[str, float] = {}
 
     def say(self, line: str) -> None:
@@ -76,6 +77,7 @@ class Run:
 
     def begin(self, stage: str, what: str) -> float:
         self.stage = stage
+        self.stage_wall = time.time()
         self.say(f"{stage}: {what}")
         return time.monotonic()
 
@@ -163,11 +165,13 @@ def _lab_objects(inv) -> dict[str, list[str]]:
             "volumes": sorted(v for v in inv["volumes"] if v.startswith(PREFIX))}
 
 
-def _serial_tails(names) -> str:
+def _serial_tails(names, since: float) -> str:
+    """The last lines of the VMs' serial consoles, if written since ``since`` (the files
+    are appended to across runs)."""
     out = []
     for name in names:
         path = Path(f"/var/log/libvirt/qemu/{PREFIX}{name}-serial.log")
-        if path.exists():
+        if path.exists() and path.stat().st_mtime >= since:
             out.append(f"--- serial console of {name} ({path}), last lines:\n"
                        + _last(path.read_text(errors="replace"), 6))
     return "\n".join(out)
@@ -198,6 +202,7 @@ def test_vagrant_lab_boots_demo_and_monitoring(tmp_path, capsys):
     run = Run(capsys, tmp_path)
     before = None
     started_libvirt = False
+    failure = None
     up_env = run.env(RL_ROUTERS="1", RL_CLIENTS="1")
     grown_env = run.env(RL_ROUTERS="2", RL_CLIENTS="2")
     try:
@@ -238,7 +243,7 @@ def test_vagrant_lab_boots_demo_and_monitoring(tmp_path, capsys):
                             check=False, log="up.log")
         if code != 0:
             run.fail(f"vagrant up failed (exit {code}):\n{_last(out, 25)}\n"
-                     + _serial_tails(["server", "router1", "client1"]))
+                     + _serial_tails(["server", "router1", "client1"], run.stage_wall))
         run.end(t)
 
         # ---------------------------------------------------------- demo
@@ -263,7 +268,7 @@ def test_vagrant_lab_boots_demo_and_monitoring(tmp_path, capsys):
                             timeout=1500, check=False, log="up2.log")
         if code != 0:
             run.fail(f"vagrant up router2 client2 failed (exit {code}):\n{_last(out, 25)}\n"
-                     + _serial_tails(["router2", "client2"]))
+                     + _serial_tails(["router2", "client2"], run.stage_wall))
         run.run(["vagrant", "provision", "server", "--provision-with", "hosts,server,prometheus"],
                 env=grown_env, timeout=600, log="provision-server.log")
         run.end(t)
@@ -307,9 +312,11 @@ def test_vagrant_lab_boots_demo_and_monitoring(tmp_path, capsys):
         if any(left.values()):
             run.fail(f"vagrant destroy -f left {left}")
     except StageFailed as e:
-        pytest.fail(str(e), pytrace=False)
+        failure = str(e)
     finally:
         _cleanup(run, before, grown_env, started_libvirt)
+    if failure:
+        pytest.fail(failure, pytrace=False)
     run.say("stages: " + ", ".join(f"{k} {v:.0f} s" for k, v in run.times.items())
             + f"; total {time.monotonic() - run.t0:.0f} s")
 
