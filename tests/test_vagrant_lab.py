@@ -281,7 +281,9 @@ def test_vagrant_lab_boots_demo_and_monitoring(tmp_path, capsys):
                              timeout=180)
             targets = json.loads(out.strip().splitlines()[-1])
             up = targets["up"]
-            if up.get("router1") == 1 and up.get("router2") == 1 and len(targets["targets"]) == 2:
+            health = {t_["router"]: t_["health"] for t_ in targets["targets"]}
+            # the targets' current health (a restarted Prometheus still has earlier `up` samples)
+            if health == {"router1": "up", "router2": "up"} and up.get("router1") == 1 and up.get("router2") == 1:
                 break
             if time.monotonic() > until:
                 run.fail(f"Prometheus targets are not both up after 120 s: {targets['targets']}")
