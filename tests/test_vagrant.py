@@ -362,3 +362,20 @@ def test_demo_rejects_bad_options():
         r = subprocess.run([sys.executable, str(VAGRANT_DIR / "demo.py"), *args], capture_output=True,
                            text=True, timeout=30)
         assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_linkmodel_gives_the_model_of_an_applied_link():
+    """vagrant/linkmodel.py (run in a router VM by demo.py): the model of the link a
+    request describes, and which part of a download it covers.  Pure: no VM."""
+    import importlib.util
+    from ratelimit import service
+    spec = importlib.util.spec_from_file_location("linkmodel", VAGRANT_DIR / "linkmodel.py")
+    linkmodel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(linkmodel)
+    req = service.make_request("eth1", hosts=["198.18.1.11"], ports="10000-10999", profile="modem-28k8",
+                               mode="shape", burst=1)
+    m = linkmodel.link_model(10_000, req, header=240, request=80)
+    assert m["covers"] in ("transfer", "fetch")
+    # 10,000 bytes at 28.8 kbit/s: 2.78 s in theory; the burst, headers and delays move it
+    assert 1.5 < m["model_s"] < 4.0, m
+    assert m["wire_bytes"] > 10_000 and m["burst_bytes"] == 3600

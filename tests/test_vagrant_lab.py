@@ -253,8 +253,8 @@ def test_vagrant_lab_boots_demo_and_monitoring(tmp_path, capsys):
         demo = json.loads(out.strip().splitlines()[-1])
         ratios = [r["ratio"] for r in demo["runs"]]
         link = demo["runs"][0]["link"]
-        measured = ", ".join(f"{r['transfer_s']:.2f}" for r in demo["runs"])
-        note = (f"measured {measured} s vs model "
+        measured = ", ".join(f"{r['measured_s']:.2f}" for r in demo["runs"])
+        note = (f"measured ({link['model_covers']}) {measured} s vs model "
                 f"{link['model_s']:.2f} s ({link['profile']}, {link['mode']}); ratios "
                 f"{', '.join(f'{x:.3f}' for x in ratios)}")
         run.end(t, note)

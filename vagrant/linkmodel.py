@@ -4,7 +4,8 @@
 
 prints one JSON object: where the link is (interface), what is applied there
 (profile, mode, rate, burst, delay), the time the link's model gives for a
-download of ``--bytes`` (``model_s``), the 2000 theory (bytes x 8 / rate), and
+download of ``--bytes`` (``model_s``) and which part of the download that is
+(``model_covers``: ``transfer`` or ``fetch``), the 2000 theory (bytes x 8 / rate), and
 the router's counters for that (host, port) in both directions.  ``vagrant/demo.py``
 runs it on the client's router after each download.  It uses ratelimit as
 installed in the VM from the checkout (router.sh), so the model is the
@@ -22,15 +23,30 @@ from ratelimit import service, state
 from ratelimit.lab import measure
 
 
-def model_seconds(payload: int, req) -> float:
-    """THE one call site for the link's model time in the Vagrant lab.
+def link_model(payload: int, req, *, header: int, request: int) -> dict:
+    """THE one call site for the link's model in the Vagrant lab.
+
+    Returns ``model_s``, ``covers`` -- which part of the download the model
+    describes, so that demo.py measures that part: ``transfer`` (first byte to
+    last) or ``fetch`` (connect to last byte) -- ``source``, and what the
+    printout explains (``wire_bytes``, ``burst_bytes``).
 
     Today: ``ratelimit.lab.measure.expected_seconds`` (headers on the wire, the
     burst passing at once, the rest at the rate; no handshake, no delay), as
-    ``ratelimit lab demo`` uses.  When the link-layer model (ratelimit.linklayer)
-    reaches this branch, switch this call to it and nothing else.
+    ``ratelimit lab demo`` uses on this branch.  When ``ratelimit.linkmodel``
+    (the link-layer model) is here, this function becomes::
+
+        from ratelimit.linkmodel import LinkModel
+        model = LinkModel.from_summary(service.summary(req))
+        return {"model_s": model.fetch_seconds(payload, header=header, request=request),
+                "covers": "fetch", "source": "ratelimit.linkmodel.LinkModel.fetch_seconds",
+                "wire_bytes": model.response_frame_bytes(payload, header=header),
+                "burst_bytes": req.burst_bytes(req.down.rate_bps)}
     """
-    return measure.expected_seconds(payload, req.down.rate_bps, req.burst_pkts, req.mtu_bytes)
+    del header, request  # the model of this branch does not take them
+    return {"model_s": measure.expected_seconds(payload, req.down.rate_bps, req.burst_pkts, req.mtu_bytes),
+            "covers": "transfer", "source": "ratelimit.lab.measure.expected_seconds",
+            "wire_bytes": measure.wire_bytes(payload), "burst_bytes": req.burst_bytes(req.down.rate_bps)}
 
 
 def find_request(host: str):
@@ -48,11 +64,15 @@ def main(argv=None) -> int:
     p.add_argument("--host", required=True, help="the client's address")
     p.add_argument("--port", type=int, required=True, help="the client's port of the connection")
     p.add_argument("--bytes", type=int, required=True, help="payload of the download")
+    p.add_argument("--header-bytes", type=int, default=0, help="the response's HTTP header (curl's size_header)")
+    p.add_argument("--request-bytes", type=int, default=0, help="the HTTP request (curl's size_request)")
     args = p.parse_args(argv)
     if not 1 <= args.port <= 65535:
         p.error(f"--port: {args.port} is not a port (1-65535)")
     if args.bytes < 1:
         p.error(f"--bytes: {args.bytes} is not a size (at least 1)")
+    if not 0 <= args.header_bytes <= 65536 or not 0 <= args.request_bytes <= 65536:
+        p.error("--header-bytes, --request-bytes: not a size (0-65536)")
     try:
         ip_address(args.host)
     except ValueError:
@@ -68,18 +88,20 @@ def main(argv=None) -> int:
         return 3
     stats = service.statistics(req.interface)
     links = [r for r in stats["links"] if r["host"] == args.host and r["port"] == args.port]
+    model = link_model(args.bytes, req, header=args.header_bytes, request=args.request_bytes)
     out = {
         "interface": req.interface,
         "profile": req.profile,
         "mode": req.mode,
         "rate_bps": req.down.rate_bps,
         "burst_pkts": req.burst_pkts,
-        "burst_bytes": req.burst_bytes(req.down.rate_bps),
+        "burst_bytes": model["burst_bytes"],
         "delay_ms": {"down": req.down.delay_us / 1000, "up": req.up.delay_us / 1000},
         "bytes": args.bytes,
-        "wire_bytes": measure.wire_bytes(args.bytes),
-        "model_s": model_seconds(args.bytes, req),
-        "model_source": "ratelimit.lab.measure.expected_seconds",
+        "wire_bytes": model["wire_bytes"],
+        "model_s": model["model_s"],
+        "model_covers": model["covers"],
+        "model_source": model["source"],
         "theory_s": args.bytes * 8 / req.down.rate_bps,
         "links": [{k: r[k] for k in ("direction", "host", "port", "bytes", "packets", "drops", "overlimits")}
                   for r in links],
