@@ -45,6 +45,8 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "kernel(*features): needs a full kernel (netem, police, ...); runs on the "
                    "host if it has the features, else inside the stock-kernel VM")
+    config.addinivalue_line(
+        "markers", "vagrant: boots the Vagrant lab as libvirt VMs (root; minutes); tests/test_vagrant_lab.py")
 
 
 # --------------------------------------------------------------------------

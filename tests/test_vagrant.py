@@ -61,7 +61,7 @@ class RLVM
 
   def provider(name)
     (@d["providers"] ||= []) << name.to_s
-    yield RLAny.new
+    yield RLAny.new, RLAny.new  # the provider's configuration, and the override (config.vm)
   end
 
   def network(kind, **o)
@@ -146,7 +146,7 @@ def test_vagrant_wiring(tmp_path, routers, clients):
     machines = cfg["machines"]
     assert sorted(machines) == sorted(["server"] + [f"router{r}" for r in range(1, routers + 1)]
                                       + [f"client{c}" for c in range(1, clients + 1)])
-    assert cfg["global"]["box"] == "debian/bookworm64"
+    assert cfg["global"]["box"] == "ratelimit/bookworm64"  # vagrant/box/build.sh
     assert sorted(cfg["global"]["providers"]) == ["libvirt", "virtualbox"]
     assert cfg["global"]["synced"][-1]["dst"] == "/vagrant"
 
@@ -181,6 +181,15 @@ def test_vagrant_wiring(tmp_path, routers, clients):
         prov = _provisioners(machines[f"router{r}"])
         assert prov["install"]["env"]["RL_APPLY"] == "0"
         assert prov["profile"]["run"] == "always"
+        # the monitoring: read-only, on the server network, naming the scraper
+        router_ip = nets(f"router{r}")["rl-servers"]
+        assert prov["web"]["env"] == {"RL_LISTEN": f"{router_ip}:8080", "RL_ALLOW_HOSTS": server_ip,
+                                      "RL_CLIENT_ADDR": nets(f"router{r}")[f"rl-clients-{r}"]}
+        assert sorted(prov["offload"]["env"]["RL_ADDRS"].split(",")) == sorted(nets(f"router{r}").values())
+    prom = _provisioners(machines["server"])["prometheus"]["env"]
+    assert prom["RL_LISTEN"] == f"{server_ip}:9090"
+    assert prom["RL_TARGETS"].split(",") == [f"router{r}={nets(f'router{r}')['rl-servers']}:8080"
+                                              for r in range(1, routers + 1)]
 
 
 # ---------------------------------------------------------------- the scripts, for real
@@ -253,12 +262,22 @@ def _host_overrides(tmp_path):
 
 
 def _router_overrides():
-    """police and netem are modules every stock kernel has, but not this sandbox's kernel."""
+    """netem is a module every stock kernel has, but not this sandbox's kernel."""
     from ratelimit.kernel.probe import probe
-    have = probe(["police", "netem"])
-    if have["police"] and have["netem"]:
+    if probe(["netem"])["netem"]:
         return {"RL_ARGS": "--rate 400kbit"}
-    return {"RL_MODE": "shape", "RL_ARGS": "--rate 400kbit --delay 0ms"}
+    return {"RL_ARGS": "--rate 400kbit --delay 0ms"}
+
+
+def _router_model():
+    """The link model of what ``_router_overrides`` makes router.sh apply (shape, per port)."""
+    from ratelimit import service
+    from ratelimit.kernel.probe import probe
+    from ratelimit.linkmodel import LinkModel
+    netem = probe(["netem"])["netem"]
+    req = service.make_request("eth1", hosts="198.18.1.11", ports="10000-10199", profile="modem-28k8",
+                               rate="400kbit", **({} if netem else {"delay": "0ms"}))
+    return LinkModel.from_summary(service.summary(req), delay_stage=netem)
 
 
 @pytest.mark.netns
@@ -287,13 +306,14 @@ def test_provision_scripts_in_namespaces(tmp_path):
 
         # client3 sits behind router1 with client1 (2 routers, 3 clients)
         t0 = time.monotonic()
-        r = _sh("ip", "netns", "exec", lab.ns("client3"), "curl", "-sS", "-o", "/dev/null",
-                "-w", "%{size_download} %{time_total} %{local_port}", "http://198.19.0.2/100000.bin")
-        size, seconds, port = r.stdout.split()
+        r = _sh("ip", "netns", "exec", lab.ns("client3"), "curl", "-sS", "-o", "/dev/null", "-w",
+                "%{size_download} %{time_total} %{local_port} %{size_header} %{size_request}",
+                "http://198.19.0.2/100000.bin")
+        size, seconds, port, header, request = r.stdout.split()
         assert int(size) == 100_000 and 10000 <= int(port) <= 10199
-        # 400 kbit/s, burst 1 packet = 50,000 bytes pass at once; ~4.6% header overhead
-        expected = (100_000 * 1.046 - 50_000) * 8 / 400_000
-        assert 0.7 < float(seconds) / expected < 1.4, (seconds, expected, time.monotonic() - t0)
+        # the profile's PPP framing at 400 kbit/s, handshake and request included
+        expected = _router_model().fetch_seconds(100_000, header=int(header), request=int(request))
+        assert 0.95 < float(seconds) / expected < 1.05, (seconds, expected, time.monotonic() - t0)
         # a connection from outside the port range is not limited
         r = _sh("ip", "netns", "exec", lab.ns("client1"), "curl", "-sS", "-o", "/dev/null",
                 "--local-port", "20000-20100", "-w", "%{time_total}", "http://198.19.0.2/100000.bin")
@@ -311,9 +331,66 @@ def test_provision_scripts_reject_bad_values(tmp_path):
         ("server.sh", {"RL_SERVER": "apache"}, "RL_SERVER: 'apache' is not a server (nginx, builtin, auto)"),
         ("server.sh", {"RL_PORT": "99999"}, "RL_PORT: '99999' is not a port (1-65535)"),
         ("router.sh", {"RL_MODE": "fast"}, "RL_MODE: 'fast' is not a mode (police, shape)"),
+        ("web.sh", {"RL_LISTEN": "router1:8080"}, "RL_LISTEN: 'router1:8080' is not IPV4:PORT"),
+        ("web.sh", {"RL_LISTEN": "198.19.0.11:80800"}, "RL_LISTEN: '198.19.0.11:80800' has no valid port"),
+        ("web.sh", {"RL_LISTEN": "198.19.0.11:8080", "RL_CLIENT_ADDR": "198.18.1.2",
+                    "RL_ALLOW_HOSTS": "a b;c"}, "RL_ALLOW_HOSTS: 'a b;c' is not a comma-separated list"),
+        ("prometheus.sh", {"RL_TARGETS": "router1=198.19.0.11"}, "RL_TARGETS: 'router1=198.19.0.11' is not NAME=IPV4:PORT"),
+        ("prometheus.sh", {"RL_TARGETS": "Router 1=x"}, "RL_TARGETS: 'Router' is not NAME=IPV4:PORT"),
+        ("prometheus.sh", {"RL_TARGETS": "r1=198.19.0.11:8080", "RL_SCRAPE_INTERVAL": "0"},
+         "RL_SCRAPE_INTERVAL: '0' is not a whole number of seconds (1-60)"),
+        ("prometheus.sh", {"RL_TARGETS": "r1=198.19.0.11:8080", "RL_LISTEN": "0.0.0.0"},
+         "RL_LISTEN: '0.0.0.0' is not IPV4:PORT"),
+        ("offload.sh", {"RL_ADDRS": "198.18.1.2;reboot"}, "RL_ADDRS: '198.18.1.2;reboot' is not a comma-separated list"),
+        ("offload.sh", {"RL_ADDRS": "198.51.100.77"}, "RL_ADDRS: '198.51.100.77' is not an address of this machine"),
+        ("../libvirt.sh", {}, "'' is not a command (start, stop, status, accel [--fresh])"),
+        ("../libvirt.sh", {"RL_KVM_PROBE_TIMEOUT": "9999"}, "RL_KVM_PROBE_TIMEOUT: '9999' is not a whole number"),
+        ("../box/build.sh", {"RL_BOX_NAME": "../evil"}, "RL_BOX_NAME: '../evil' is not a box name"),
+        ("../box/build.sh", {"RL_BOX_CACHE": "cache"}, "RL_BOX_CACHE: 'cache' is not an absolute path"),
     ):
-        r = subprocess.run(["sh", str(PROVISION / script)], env={"PATH": os.environ["PATH"], "RL_INSTALL": "0", **env},
+        shell = "bash" if script.endswith("build.sh") else "sh"
+        r = subprocess.run([shell, str(PROVISION / script)], env={"PATH": os.environ["PATH"], "RL_INSTALL": "0", **env},
                            capture_output=True, text=True, timeout=30)
-        assert r.returncode == 2
+        assert r.returncode == 2, (script, r.stderr)
         assert r.stderr.strip().splitlines() == [r.stderr.strip()]
         assert message in r.stderr, r.stderr
+
+
+def test_box_and_router_hash_the_same_sources():
+    """router.sh skips reinstalling ratelimit when the synced checkout has the sources the
+    box was built from: both scripts must hash them the same way."""
+    def body(path):
+        text = path.read_text()
+        start = text.index("src_hash() {")
+        return text[start:text.index("\n}\n", start)]
+    assert body(PROVISION / "router.sh") == body(VAGRANT_DIR / "box" / "customize.sh")
+
+
+def test_demo_rejects_bad_options():
+    for args, message in ((["--runs", "0"], "--runs: 0 is out of range (1-20)"),
+                          (["dialup", "--seconds", "5"], "--seconds: 5 is out of range (35-600"),
+                          (["nonsense"], "invalid choice: 'nonsense'")):
+        r = subprocess.run([sys.executable, str(VAGRANT_DIR / "demo.py"), *args], capture_output=True,
+                           text=True, timeout=30)
+        assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_linkmodel_gives_the_model_of_an_applied_link():
+    """vagrant/linkmodel.py (run in a router VM by demo.py): the model of the link a
+    request describes, from connect to last byte.  Pure: no VM."""
+    import importlib.util
+    from ratelimit import service
+    spec = importlib.util.spec_from_file_location("linkmodel", VAGRANT_DIR / "linkmodel.py")
+    linkmodel = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(linkmodel)
+    req = service.make_request("eth1", hosts=["198.18.1.11"], ports="10000-10999", profile="modem-28k8",
+                               mode="shape", burst=1)
+    m = linkmodel.link_model(10_000, req, header=240, request=80)
+    from ratelimit.linkmodel import LinkModel
+    model = LinkModel.from_summary(service.summary(req))
+    assert m["model_s"] == model.fetch_seconds(10_000, header=240, request=80)
+    # 10,000 bytes at 28.8 kbit/s: 2.78 s in theory; PPP frames at 93% of the line, the
+    # handshake, the request and the modem's 50 ms each way make it 3.3 s
+    assert 3.2 < m["model_s"] < 3.4, m
+    assert m["link_layer"] == "ppp-vj" and m["wire_bytes"] == model.response_frame_bytes(10_000, header=240)
+    assert m["burst_bytes"] == 3358  # v0.3's --burst 1: a second at the carried rate
