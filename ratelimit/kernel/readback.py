@@ -94,11 +94,11 @@ class Reader:
 
     @consistent
     def _qdisc_heads(self, index: int, parents=(TC_H_ROOT, TC_H_INGRESS)) -> list[tuple[int, int, str]]:
-        """(parent, handle, kind) of the qdiscs on one device attached at ``parents``."""
+        """(parent, handle, kind) of the qdiscs on one device attached at ``parents`` (None: all)."""
         out = []
         for data, off, end in self._dump(dump_request(RTM_GETQDISC, index)):
             ifindex, handle, parent, _ = header(data, off)
-            if ifindex == index and parent in parents:
+            if ifindex == index and (parents is None or parent in parents):
                 out.append((parent, handle, decode.qdisc_kind(data, off, end)))
         return out
 
@@ -152,15 +152,16 @@ class Reader:
     @without_gc
     @consistent
     def read_back(self, dev: str) -> list:
-        """The u32 tables and filters on ``dev`` (root and ingress) as plan operations."""
+        """The u32 tables and filters on ``dev`` (under every classful qdisc and ingress)
+        as plan operations."""
         self.links.forget()
         index = self._device(dev)
         parents = []
-        for parent, handle, kind in self._qdisc_heads(index):
-            if parent == TC_H_ROOT and handle and kind not in decode.CLASSLESS:
-                parents.append(handle)
-            elif parent == TC_H_INGRESS and kind == "ingress":
+        for parent, handle, kind in self._qdisc_heads(index, parents=None):
+            if parent == TC_H_INGRESS and kind == "ingress":
                 parents.append(INGRESS_HANDLE)
+            elif handle and kind not in decode.CLASSLESS:
+                parents.append(handle)
         out = []
         for parent in parents:
             for data, off, end in list(self._filters(index, parent)):  # link_name asks the kernel too
