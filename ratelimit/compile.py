@@ -59,13 +59,14 @@ def ingress_policing(req: Request) -> bool:
     return req.mode == "police" and not req.up.needs_netem() and req.link.is_ethernet
 
 
-def compile_plan(req: Request) -> Plan:
-    """Turn a request into the ordered operations that build it."""
+def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
+    """Turn a request into the ordered operations that build it (``group_links``: shape
+    mode's links per HTB qdisc; the benchmarks set it to compare layouts)."""
     _validate(req)
     ops: list = []
     links: list[Flow] = []
     if req.direction in ("dest", "both"):
-        _egress(req, req.interface, "dest", req.down, ops, links)
+        _egress(req, req.interface, "dest", req.down, ops, links, group_links)
     if req.direction in ("source", "both"):
         if ingress_policing(req):
             ops.append(IngressQdisc(req.interface))
@@ -77,7 +78,7 @@ def compile_plan(req: Request) -> Plan:
             ops.append(IngressQdisc(req.interface))
             ops.append(U32Filter(req.interface, INGRESS_HANDLE, 1, "all", 0, 0, 1,
                                  (Key(0, 0, 0),), redirect=ifb))
-            _egress(req, ifb, "source", req.up, ops, links)
+            _egress(req, ifb, "source", req.up, ops, links, group_links)
     return Plan(req, tuple(ops), tuple(links))
 
 
@@ -140,7 +141,7 @@ def _carried(req: Request, params: LinkParams) -> int:
     return req.link.carried_bps(params.rate_bps or req.bandwidth_bps)
 
 
-def _egress(req, dev, direction, params, ops, links):
+def _egress(req, dev, direction, params, ops, links, group_links):
     """An HTB root on ``dev`` with the pool class, the tree, and per-link classes."""
     ops.append(HtbQdisc(dev, ROOT, stab=_stab(req)))
     bw = req.bandwidth_bps
@@ -162,8 +163,11 @@ def _egress(req, dev, direction, params, ops, links):
     # rate would only add its timer's lateness, so the class may go up to the bandwidth
     ceil = max(rate, bw) if params.needs_netem() else rate
     burst = req.burst_bytes(params, rate)
-    for g, first in enumerate(range(0, links_n, GROUP_LINKS)):
-        members = range(first, min(first + GROUP_LINKS, links_n))
+    if LINK_MINOR_BASE + group_links - 1 > 0xFFFF:
+        raise FieldError("group links", group_links, f"is more than a qdisc's class minors hold "
+                                                     f"(at most {0xFFFF - LINK_MINOR_BASE + 1})")
+    for g, first in enumerate(range(0, links_n, group_links)):
+        members = range(first, min(first + group_links, links_n))
         group, qdisc = ROOT | (GROUP_MINOR_BASE + g), (GROUP_MAJOR_TOP - g) << 16
         ops.append(HtbClass(dev, POOL_CLASS, group, min(bw, guaranteed * len(members)), bw, pool_burst,
                             req.line_mtu_bytes(), req.mpu_bytes))
@@ -177,7 +181,7 @@ def _egress(req, dev, direction, params, ops, links):
                                 req.mpu_bytes))
             ops.append(_leaf(req, params, rate, dev, classid, (LEAF_MAJOR_BASE + link) << 16))
         _tree(req, dev, qdisc, direction, params, ops, links, links_in=members)
-    _tree(req, dev, ROOT, direction, params, ops, links)
+    _tree(req, dev, ROOT, direction, params, ops, links, group_links=group_links)
 
 
 def _leaf(req: Request, params: LinkParams, rate: int, dev: str, parent: int, handle: int):
@@ -201,7 +205,7 @@ def _pool_limit(req: Request, params: LinkParams) -> int:
 
 
 def _tree(req, dev, parent, direction, params, ops, links, *, overhead_bytes: int = 0,
-          links_in: range | None = None):
+          links_in: range | None = None, group_links: int = GROUP_LINKS):
     """The u32 tree on ``dev`` under ``parent`` for every selected (host, port) -- or, in a
     shape-mode group's qdisc, for those of the links ``links_in`` -- and what its filters carry."""
     flows = Flows.of(req.hosts, req.ports)
@@ -219,7 +223,7 @@ def _tree(req, dev, parent, direction, params, ops, links, *, overhead_bytes: in
     indices = None
     if req.mode == "shape" and links_in is None:  # the root's tree: a link's group
         def terminal(i):
-            return Terminal(ROOT | (GROUP_MINOR_BASE + link_of(i) // GROUP_LINKS), reports=False)
+            return Terminal(ROOT | (GROUP_MINOR_BASE + link_of(i) // group_links), reports=False)
     elif req.mode == "shape":  # a group's tree: the link's class, which reports for it
         scale = n_ports if per_host else 1
         indices = range(links_in.start * scale, links_in.stop * scale)
