@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from ipaddress import IPv4Address, ip_address
 from pathlib import Path
 
-from ratelimit.compile import MAX_SHAPE_FLOWS
+from ratelimit.compile import MAX_SHAPE_LINKS
 from ratelimit.model import LinkParams, Request
 
 REPO = Path(__file__).resolve().parent.parent
@@ -145,11 +145,11 @@ def split_flows(n: int, per_host: int = PORTS_PER_HOST) -> tuple[int, int]:
 
 def shape_flows(n: int) -> int:
     """The largest flow count not above ``n`` that shape mode takes (it has one
-    HTB class per flow, at most ``MAX_SHAPE_FLOWS``), in whole hosts of
+    HTB class per flow, at most ``MAX_SHAPE_LINKS``), in whole hosts of
     ``PORTS_PER_HOST`` ports: 65,536 becomes 64,512 (63 x 1,024)."""
-    if n <= MAX_SHAPE_FLOWS:
+    if n <= MAX_SHAPE_LINKS:
         return n
-    return (MAX_SHAPE_FLOWS // PORTS_PER_HOST) * PORTS_PER_HOST
+    return (MAX_SHAPE_LINKS // PORTS_PER_HOST) * PORTS_PER_HOST
 
 
 def flows_request(n: int, mode: str, *, interface: str = DEV, netns: str | None = None,

@@ -54,7 +54,10 @@ def section_setup(docs: list[dict], img: str | None) -> list[str]:
             "flow.  Italics: extrapolated (see notes); tcconfig figures are lower bounds.  CPU: user + system "
             "time of the installing process and its children (the kernel handles netlink requests in the "
             "sender's system call, so its work is included; time spent waiting is not), shown as a ratio "
-            "only when both are at least 20 ms.", ""]
+            "only when both are at least 20 ms.  Shape mode spreads its links over HTB qdiscs of 256 "
+            "(docs/design.md); *one qdisc* is our executor with every link's class in one HTB qdisc, the "
+            "layout before (the kernel walks all of a qdisc's classes for each class it adds).  Teardown: "
+            "our removal of the plan; kernel memory: `Slab` in /proc/meminfo after our apply minus before.", ""]
     for doc in docs:
         for mode in doc.get("config", {}).get("modes", []):
             out += [f"**{mode} mode** ({_machine_line(doc)})", ""]
@@ -76,13 +79,19 @@ def section_setup(docs: list[dict], img: str | None) -> list[str]:
                 cpu_o = by.get("ratelimit", {}).get("cpu_s")
                 cpu_b = by.get("tc-batch", {}).get("cpu_s")
                 cpu_r = ratio(cpu_b, cpu_o) if cpu_o and cpu_b and min(cpu_o, cpu_b) >= MIN_CPU_S else None
+                mem = by.get("ratelimit", {}).get("kernel_memory_bytes")
                 body.append([f"{n:,}", f"{by.get('ratelimit', {}).get('ops', 0):,}", cell("ratelimit"),
+                             cell("ratelimit-1qdisc"),
+                             fmt_ratio(ratio(by.get("ratelimit-1qdisc", {}).get("seconds"), ours)),
+                             fmt_time(by.get("ratelimit", {}).get("teardown_s")),
+                             "-" if mem is None else f"{mem / 2**20:.1f} MiB",
                              cell("tc-batch"), cell("tc-per-rule"), cell("tcconfig"),
                              f"**{fmt_ratio(ratio(by.get('tc-batch', {}).get('seconds'), ours))}**",
                              f"{fmt_time(cpu_o)} / {fmt_time(cpu_b)}", fmt_ratio(cpu_r),
                              fmt_ratio(ratio(by.get("tc-per-rule", {}).get("seconds"), ours), 0),
                              fmt_ratio(ratio(by.get("tcconfig", {}).get("seconds"), ours), 0)])
-            out += table(["flows", "ops", "ratelimit", "tc -batch", "one tc per rule", "tcconfig",
+            out += table(["flows", "ops", "ratelimit", "one qdisc", "one qdisc / ours", "teardown", "kernel memory",
+                          "tc -batch", "one tc per rule", "tcconfig",
                           "tc -batch / ours", "CPU: ours / tc -batch", "CPU ratio", "per rule / ours",
                           "tcconfig / ours"], body)
             out += [""] + _setup_reading(doc, mode) + [""]

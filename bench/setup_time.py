@@ -6,6 +6,10 @@ namespace by
 
 - ``ratelimit``: our executor, ``Executor(netns).apply(plan.ops)`` (socket
   opening included);
+- ``ratelimit, one qdisc`` (shape mode, up to ``single_max`` flows): our
+  executor with every link's class in one HTB qdisc (``compile_plan(...,
+  group_links=N)``), the layout before groups: the kernel walks a qdisc's
+  classes for every class it adds, so this grows with N squared;
 - ``tc -batch``: one ``tc -n NS -batch -`` process fed ``tc_batch(plan.ops)``
   (the text is rendered beforehand and not timed: this favours tc);
 - ``tc per rule``: one ``tc`` process per operation, as a shell script would
@@ -23,7 +27,8 @@ namespace by
 Shape mode runs on the host; police mode needs act_police, so it runs in the
 full-kernel VM (under software emulation: compare ratios, not seconds).  The
 first flow count also checks that ours and tc -batch leave identical kernel
-state (``Executor.snapshot``).
+state (``Executor.snapshot``).  Our runs also record the teardown time and the
+kernel memory the plan holds (``Slab`` in /proc/meminfo, after minus before).
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from .results import new_result, save
 NAME = "setup"
 MIN_CPU_S = 0.02  # CPU times below this are too coarse to compare
 VM_WORK = True  # police mode runs in the VM
-TOOLS = ("ratelimit", "tc-batch", "tc-per-rule", "tcconfig")
+TOOLS = ("ratelimit", "ratelimit-1qdisc", "tc-batch", "tc-per-rule", "tcconfig")
 
 
 @dataclass(frozen=True)
@@ -54,16 +59,18 @@ class Config:
     per_rule_max: int
     tcconfig_rules: int  # dry-run tcset invocations (0: none)
     repeats: int  # per tool for N <= 4096 (fewer above: _repeats); the best (least disturbed) run counts
+    single_max: int  # shape mode: the one-qdisc layout is measured up to this many flows
 
 
 def config(quick: bool, place: str, flows: tuple[int, ...] | None = None) -> Config:
     if place == "vm":
         return Config(("police",), flows or ((256, 1024) if quick else (256, 1024, 4096, 16384, 65536)),
-                      per_rule_max=64 if quick else 256, tcconfig_rules=0, repeats=1 if quick else 3)
+                      per_rule_max=64 if quick else 256, tcconfig_rules=0, repeats=1 if quick else 3,
+                      single_max=0)
     modes = ("shape", "police") if host_has("police") else ("shape",)
     return Config(modes, flows or ((256, 1024) if quick else (256, 1024, 4096, 16384, 65536)),
                   per_rule_max=256 if quick else 1024, tcconfig_rules=3 if quick else 10,
-                  repeats=3 if quick else 5)
+                  repeats=3 if quick else 5, single_max=1024 if quick else 16384)
 
 
 def _ours(ns: Netns, plan) -> Clock:
@@ -72,6 +79,14 @@ def _ours(ns: Netns, plan) -> Clock:
         with Executor(ns.name) as ex:
             ex.apply(plan.ops)
     return c
+
+
+def _slab_bytes() -> int:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Slab:"):
+                return int(line.split()[1]) * 1024
+    return 0
 
 
 def _batch(ns: Netns, text: str) -> Clock:
@@ -140,13 +155,16 @@ def measure(quick: bool, place: str, *, flows: tuple[int, ...] | None = None, ou
             repeats = _repeats(cfg, n)
             samples: dict[str, list[float]] = {"ratelimit": [], "tc-batch": [], "tc-per-rule": []}
             cpu: dict[str, list[float]] = {"ratelimit": [], "tc-batch": [], "tc-per-rule": []}
-            teardown = []
+            teardown, memory = [], []
             for r in range(repeats):
                 order = ("ratelimit", "tc-batch") if r % 2 == 0 else ("tc-batch", "ratelimit")
                 snaps = {}
                 for tool in order:
                     with Netns(f"setup-{tool[:5]}") as ns:
+                        slab0 = _slab_bytes()
                         c = _ours(ns, plan) if tool == "ratelimit" else _batch(ns, text)
+                        if tool == "ratelimit":
+                            memory.append(_slab_bytes() - slab0)
                         t = c.wall
                         samples[tool].append(c.wall)
                         cpu[tool].append(c.cpu)
@@ -166,6 +184,12 @@ def measure(quick: bool, place: str, *, flows: tuple[int, ...] | None = None, ou
                         doc["notes"].append(f"{mode} {n} flows: kernel state after our executor differs "
                                             "from tc -batch's (Executor.snapshot)")
                         say(NAME, "WARNING: our executor and tc -batch left different kernel state")
+            single = None
+            if mode == "shape" and n <= cfg.single_max:
+                one = compile_plan(req, group_links=n)
+                with Netns("setup-1qdisc") as ns:
+                    single = _ours(ns, one)
+                steps(f"{mode} {n:,} flows ratelimit, one qdisc: {fmt_time(single.wall)}")
             if n <= cfg.per_rule_max:
                 with Netns("setup-rule") as ns:
                     c = _per_rule(ns, text)
@@ -182,6 +206,10 @@ def measure(quick: bool, place: str, *, flows: tuple[int, ...] | None = None, ou
                              "median_s": median(samples[tool]), "samples": samples[tool],
                              "cpu_s": min(cpu[tool]), "cpu_samples": cpu[tool], "extrapolated": False})
             rows[-2]["teardown_s"] = min(teardown)
+            rows[-2]["kernel_memory_bytes"] = int(median(memory))
+            if single is not None:
+                rows.append({**common, "tool": "ratelimit-1qdisc", "seconds": single.wall, "samples": [single.wall],
+                             "cpu_s": single.cpu, "extrapolated": False})
             if samples["tc-per-rule"]:
                 rows.append({**common, "tool": "tc-per-rule", "seconds": samples["tc-per-rule"][0],
                              "samples": samples["tc-per-rule"], "cpu_s": cpu["tc-per-rule"][0],

@@ -6,13 +6,17 @@ Layout on each limited device (``52:`` is ratelimit's mark on a root qdisc)::
      |                           table makes every count a link-layer frame
      '- 52:1 htb (bandwidth)     the device's bandwidth, shared by every link
           '- 53: netem            police mode: delay/loss for all links, in order
-          '- 52:100.. htb         shape mode: one class per link -- (host, port),
-               '- 100:.. leaf      or the host -- with its queue: a netem stage
-                                  (delay, jitter, loss; it also serializes at the
-                                  link's rate) or, without impairments, a fifo
+          '- 52:10.. htb          shape mode: a group of up to 256 links, each
+               '- fffe:.. htb      group its own HTB qdisc (adding a class costs
+                  '- fffe:1 htb    the kernel a walk over its qdisc's classes)
+                    '- fffe:100..  a class per link -- (host, port), or the host
+                         '- 100:.. with its queue: a netem stage (delay, jitter,
+                                  loss; it also serializes at the link's rate) or,
+                                  without impairments, a fifo
 
 The u32 tree (``u32tree``) classifies: policers ride on its exact filters in
-police mode, its filters name the link's class in shape mode.  ``dest`` is the
+police mode; in shape mode the root's tree names the link's group and each
+group's own tree (on its HTB qdisc) the link's class.  ``dest`` is the
 interface's egress.  ``source`` arrives on the interface: v0.3 polices it on the
 ingress qdisc, which only works for Ethernet framing (ingress sees no size
 table); anything else is redirected to an IFB device carrying the same layout.
@@ -31,8 +35,13 @@ from .u32tree import Flows, Terminal, build
 ROOT = 0x520000  # 52:
 POOL_CLASS = 0x520001  # 52:1
 POOL_NETEM = 0x530000  # 53:
-FLOW_MINOR_BASE = 0x100
-MAX_SHAPE_FLOWS = 0xFFFE - FLOW_MINOR_BASE + 1  # class minors and leaf majors 0x100..0xfffe
+GROUP_LINKS = 256  # links per group qdisc (docs/benchmarks.md, "Setup": the layout's curve)
+GROUP_MINOR_BASE = 0x10  # group g's class is 52:(10 + g)
+GROUP_MAJOR_TOP = 0xFFFE  # group g's qdisc is (fffe - g):, counting down, with root class (fffe - g):1
+LINK_MINOR_BASE = 0x100  # the group's links are (fffe - g):100..
+LEAF_MAJOR_BASE = 0x100  # link i's queue is (100 + i):, counting up
+MAX_SHAPE_LINKS = max(n for n in range(GROUP_MAJOR_TOP - LEAF_MAJOR_BASE + 1)
+                      if LEAF_MAJOR_BASE + n <= GROUP_MAJOR_TOP - -(-n // GROUP_LINKS))  # majors meet
 MAX_FLOWS = 1 << 20
 MAX_POLICED_HOSTS = 1 << 17
 
@@ -50,13 +59,14 @@ def ingress_policing(req: Request) -> bool:
     return req.mode == "police" and not req.up.needs_netem() and req.link.is_ethernet
 
 
-def compile_plan(req: Request) -> Plan:
-    """Turn a request into the ordered operations that build it."""
+def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
+    """Turn a request into the ordered operations that build it (``group_links``: shape
+    mode's links per HTB qdisc; the benchmarks set it to compare layouts)."""
     _validate(req)
     ops: list = []
     links: list[Flow] = []
     if req.direction in ("dest", "both"):
-        _egress(req, req.interface, "dest", req.down, ops, links)
+        _egress(req, req.interface, "dest", req.down, ops, links, group_links)
     if req.direction in ("source", "both"):
         if ingress_policing(req):
             ops.append(IngressQdisc(req.interface))
@@ -68,7 +78,7 @@ def compile_plan(req: Request) -> Plan:
             ops.append(IngressQdisc(req.interface))
             ops.append(U32Filter(req.interface, INGRESS_HANDLE, 1, "all", 0, 0, 1,
                                  (Key(0, 0, 0),), redirect=ifb))
-            _egress(req, ifb, "source", req.up, ops, links)
+            _egress(req, ifb, "source", req.up, ops, links, group_links)
     return Plan(req, tuple(ops), tuple(links))
 
 
@@ -102,9 +112,9 @@ def _validate(req: Request) -> None:
     n = req.flow_count()
     if n > MAX_FLOWS:
         raise FieldError("--hosts/--ports", f"{n} flows", f"are too many (at most {MAX_FLOWS})")
-    if req.mode == "shape" and req.link_count() > MAX_SHAPE_FLOWS:
+    if req.mode == "shape" and req.link_count() > MAX_SHAPE_LINKS:
         raise FieldError("--hosts/--ports", f"{req.link_count()} links",
-                         f"are too many for shape mode (at most {MAX_SHAPE_FLOWS}; police mode takes more)")
+                         f"are too many for shape mode (at most {MAX_SHAPE_LINKS}; police mode takes more)")
     if req.mode == "police" and req.per == "host" and len(req.hosts) > MAX_POLICED_HOSTS:
         raise FieldError("--hosts", f"{len(req.hosts)} hosts", f"are too many for per-host policers (at most {MAX_POLICED_HOSTS})")
     for side, params in (("down", req.down), ("up", req.up)):
@@ -131,7 +141,7 @@ def _carried(req: Request, params: LinkParams) -> int:
     return req.link.carried_bps(params.rate_bps or req.bandwidth_bps)
 
 
-def _egress(req, dev, direction, params, ops, links):
+def _egress(req, dev, direction, params, ops, links, group_links):
     """An HTB root on ``dev`` with the pool class, the tree, and per-link classes."""
     ops.append(HtbQdisc(dev, ROOT, stab=_stab(req)))
     bw = req.bandwidth_bps
@@ -153,12 +163,25 @@ def _egress(req, dev, direction, params, ops, links):
     # rate would only add its timer's lateness, so the class may go up to the bandwidth
     ceil = max(rate, bw) if params.needs_netem() else rate
     burst = req.burst_bytes(params, rate)
-    for i in range(links_n):
-        minor = FLOW_MINOR_BASE + i
-        ops.append(HtbClass(dev, POOL_CLASS, ROOT | minor, guaranteed, ceil, burst, req.line_mtu_bytes(),
-                            req.mpu_bytes))
-        ops.append(_leaf(req, params, rate, dev, ROOT | minor, minor << 16))
-    _tree(req, dev, ROOT, direction, params, ops, links)
+    if LINK_MINOR_BASE + group_links - 1 > 0xFFFF:
+        raise FieldError("group links", group_links, f"is more than a qdisc's class minors hold "
+                                                     f"(at most {0xFFFF - LINK_MINOR_BASE + 1})")
+    for g, first in enumerate(range(0, links_n, group_links)):
+        members = range(first, min(first + group_links, links_n))
+        group, qdisc = ROOT | (GROUP_MINOR_BASE + g), (GROUP_MAJOR_TOP - g) << 16
+        ops.append(HtbClass(dev, POOL_CLASS, group, min(bw, guaranteed * len(members)), bw, pool_burst,
+                            req.line_mtu_bytes(), req.mpu_bytes))
+        ops.append(HtbQdisc(dev, qdisc, parent=group))
+        # the group qdisc's root class lets its links borrow up to their ceilings (the pool
+        # above holds the total to --bandwidth)
+        ops.append(HtbClass(dev, qdisc, qdisc | 1, bw, bw, pool_burst, req.line_mtu_bytes(), req.mpu_bytes))
+        for link in members:
+            classid = qdisc | (LINK_MINOR_BASE + link - first)
+            ops.append(HtbClass(dev, qdisc | 1, classid, guaranteed, ceil, burst, req.line_mtu_bytes(),
+                                req.mpu_bytes))
+            ops.append(_leaf(req, params, rate, dev, classid, (LEAF_MAJOR_BASE + link) << 16))
+        _tree(req, dev, qdisc, direction, params, ops, links, links_in=members)
+    _tree(req, dev, ROOT, direction, params, ops, links, group_links=group_links)
 
 
 def _leaf(req: Request, params: LinkParams, rate: int, dev: str, parent: int, handle: int):
@@ -181,8 +204,10 @@ def _pool_limit(req: Request, params: LinkParams) -> int:
     return max(1000, int(2 * in_flight) + 1)
 
 
-def _tree(req, dev, parent, direction, params, ops, links, *, overhead_bytes: int = 0):
-    """The u32 tree for every selected (host, port) on ``dev``, and what its filters carry."""
+def _tree(req, dev, parent, direction, params, ops, links, *, overhead_bytes: int = 0,
+          links_in: range | None = None, group_links: int = GROUP_LINKS):
+    """The u32 tree on ``dev`` under ``parent`` for every selected (host, port) -- or, in a
+    shape-mode group's qdisc, for those of the links ``links_in`` -- and what its filters carry."""
     flows = Flows.of(req.hosts, req.ports)
     n_ports = len(flows.ports)
     per_host = req.per == "host"
@@ -195,10 +220,17 @@ def _tree(req, dev, parent, direction, params, ops, links, *, overhead_bytes: in
         reported.add(link)
         return True
 
-    if req.mode == "shape":
+    indices = None
+    if req.mode == "shape" and links_in is None:  # the root's tree: a link's group
+        def terminal(i):
+            return Terminal(ROOT | (GROUP_MINOR_BASE + link_of(i) // group_links), reports=False)
+    elif req.mode == "shape":  # a group's tree: the link's class, which reports for it
+        scale = n_ports if per_host else 1
+        indices = range(links_in.start * scale, links_in.stop * scale)
+
         def terminal(i):
             link = link_of(i)
-            return Terminal(ROOT | (FLOW_MINOR_BASE + link), reports=first(link), per_host=per_host)
+            return Terminal(parent | (LINK_MINOR_BASE + link - links_in.start), reports=first(link), per_host=per_host)
     else:
         pool = POOL_CLASS if parent == ROOT else INGRESS_HANDLE | 1
         police = _police(req, params, overhead_bytes)
@@ -208,7 +240,7 @@ def _tree(req, dev, parent, direction, params, ops, links, *, overhead_bytes: in
             link = link_of(i)
             shared = police and per_host and replace(police, index=SHARED_POLICE_INDEX_BASE | tag | link)
             return Terminal(pool, shared or police, reports=first(link), per_host=per_host)
-    build(flows, dev, parent, direction, terminal, ops, links, link_classid=req.mode == "shape")
+    build(flows, dev, parent, direction, terminal, ops, links, link_classid=req.mode == "shape", indices=indices)
 
 
 def _police(req: Request, params: LinkParams, overhead_bytes: int) -> Police | None:

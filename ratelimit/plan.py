@@ -108,16 +108,18 @@ class HtbQdisc(_Tc):
     dev: str
     handle: int
     default_minor: int = 0  # 0: unclassified packets go out untouched
-    stab: Stab | None = None  # the link layer (None: tc's own count, Ethernet frames)
+    stab: Stab | None = None  # the link layer (None: tc's own count, Ethernet frames); root only
+    parent: int = TC_H_ROOT  # else the class it hangs under (a group of links)
     features = frozenset({"htb"})
 
     def tc(self) -> str:
         stab = f" {self.stab.tc()}" if self.stab else ""
-        return (f"qdisc add dev {self.dev} root handle {tc_handle(self.handle)}{stab}"
+        where = "root" if self.parent == TC_H_ROOT else f"parent {tc_handle(self.parent)}"
+        return (f"qdisc add dev {self.dev} {where} handle {tc_handle(self.handle)}{stab}"
                 f" htb default {self.default_minor:x}")
 
     def undo(self):
-        return DelQdisc(self.dev, TC_H_ROOT)
+        return DelQdisc(self.dev, TC_H_ROOT) if self.parent == TC_H_ROOT else None
 
 
 @dataclass(frozen=True)

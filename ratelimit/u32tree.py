@@ -55,29 +55,32 @@ class Flows:
 
 
 def build(flows: Flows, dev: str, parent: int, direction: str, terminal: Callable[[int], Terminal],
-          ops: list, links: list, *, link_classid: bool) -> None:
-    """Append the tree's tables and filters for ``flows`` on ``dev`` under ``parent`` to
-    ``ops``, and a ``Flow`` per reporting filter to ``links`` (with its class when
-    ``link_classid``: shape mode's counters are the class's)."""
+          ops: list, links: list, *, link_classid: bool, indices: range | None = None) -> None:
+    """Append the tree's tables and filters for ``flows`` (those numbered in ``indices``,
+    default all) on ``dev`` under ``parent`` to ``ops``, and a ``Flow`` per reporting
+    filter to ``links`` (with its class when ``link_classid``: shape mode's counters
+    are the class's)."""
     ids = _TableIds()
-    host_index = {h: i for i, h in enumerate(flows.hosts)}
     n_ports = len(flows.ports)
+    indices = indices if indices is not None else range(len(flows))
+    first_host, last_host = indices.start // n_ports, (indices.stop - 1) // n_ports
+    host_index = {h: i for i, h in enumerate(flows.hosts) if first_host <= i <= last_host}
     for family in (4, 6):
-        hosts = sorted(h for h in flows.hosts if h.version == family)
+        hosts = sorted(h for h in host_index if h.version == family)
         if not hosts:
             continue
         prio, proto_name, l1 = FAMILY[family]
         where = _FilterList(dev, parent, prio, proto_name)
         levels = _levels(family, direction)
-        port_keys = [_port_key(family, direction, p) for p in flows.ports]
-        port_vals = [(p >> 8, p & 0xFF) for p in flows.ports]
         entries = []  # (flow index, host, port, bucket value per level, exact keys)
         for host in hosts:
             host_keys = _host_keys(family, direction, host)
             b0, b1, b2, b3 = (int(host) & 0xFFFFFFFF).to_bytes(4, "big")
             base = host_index[host] * n_ports
-            for k, (port, port_key, (hi, lo)) in enumerate(zip(flows.ports, port_keys, port_vals)):
-                entries.append((base + k, host, port, (b3, hi, lo, b2, b1, b0), host_keys + (port_key,)))
+            for k in range(max(0, indices.start - base), min(n_ports, indices.stop - base)):
+                port = flows.ports[k]
+                entries.append((base + k, host, port, (b3, port >> 8, port & 0xFF, b2, b1, b0),
+                                host_keys + (_port_key(family, direction, port),)))
         first = _choose_level(entries, levels, set()) or 0
         ops.append(where.table(l1))
         place = _Placer(where, direction, levels, terminal, link_classid, ids, ops, links)

@@ -227,7 +227,9 @@ def _small_results(d):
     setup_rows = []
     for n, ours, batch in ((256, 0.005, 0.010), (1024, 0.050, 0.040)):
         common_ = {"mode": "shape", "flows": n, "requested_flows": n, "ops": 2 * n + 5}
-        setup_rows += [{**common_, "tool": "ratelimit", "seconds": ours, "cpu_s": ours / 2, "extrapolated": False},
+        setup_rows += [{**common_, "tool": "ratelimit", "seconds": ours, "cpu_s": ours / 2, "extrapolated": False,
+                        "teardown_s": ours / 2, "kernel_memory_bytes": n * 4096},
+                       {**common_, "tool": "ratelimit-1qdisc", "seconds": ours * 3, "extrapolated": False},
                        {**common_, "tool": "tc-batch", "seconds": batch, "cpu_s": batch, "extrapolated": False},
                        {**common_, "tool": "tc-per-rule", "seconds": 2.0 * n / 256, "extrapolated": n > 256,
                         **({"basis": "test basis"} if n > 256 else {})},
@@ -293,7 +295,7 @@ def test_report_from_small_results(tmp_path):
                     "## 5. The dial-up table"):
         assert heading in text
     # setup: ratios computed side by side, extrapolations marked, lower bounds marked
-    assert "| 256 | 517 | 5.0 ms | 10.0 ms | 2.00 s | *>= 128 s* | **2.00** |" in text
+    assert "| 256 | 517 | 5.0 ms | 15.0 ms | 3.00 | 2.5 ms | 1.0 MiB | 10.0 ms | 2.00 s | *>= 128 s* | **2.00** |" in text
     assert "*8.00 s*" in text and "test basis" in text
     assert "| 25.0 ms / 40.0 ms | 1.60 |" in text  # CPU ratio shown when both are >= 20 ms
     assert "| 2.5 ms / 10.0 ms | - |" in text

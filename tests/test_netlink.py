@@ -129,7 +129,8 @@ def test_shape_plan_builds_the_same_kernel_state_as_tc_batch(router_pair):
         ex.apply(plan.ops)
         ours = ex.snapshot(devs)
         assert ours == by_tc
-        assert len(ours["r0"]["filters"]) > 20 and len(ours["rl-r0"]["classes"]) == 17
+        # the pool, a group with its root class and 16 links: 8 ports x (IPv4 and IPv6 host)
+        assert len(ours["r0"]["filters"]) > 20 and len(ours["rl-r0"]["classes"]) == 19
         for dev in devs:
             assert set(ex.read_back(dev)) == tc_ops(plan, dev)
         ex.remove(plan.teardown())
@@ -181,7 +182,7 @@ def test_the_first_refused_step_is_reported_with_its_index(router_pair):
     router, _ = router_pair
     plan = plan_for(direction="dest")
     ops = list(plan.ops)
-    dup = next(i for i, op in enumerate(ops) if isinstance(op, HtbClass) and op.classid & 0xFFFF == 0x103)
+    dup = next(i for i, op in enumerate(ops) if isinstance(op, HtbClass) and op.classid == 0xFFFE0103)
     bad_at = len(ops) - 3  # inside a batch, with good operations after it
     ops.insert(bad_at, ops[dup])
     with Executor(router) as ex:
@@ -190,7 +191,7 @@ def test_the_first_refused_step_is_reported_with_its_index(router_pair):
             ex.apply(ops)
         err = info.value
         assert err.index == bad_at and err.op == ops[dup] and err.errno == errno.EEXIST
-        assert str(err).startswith(f"step {bad_at + 1} of {len(ops)} (class add dev r0 parent 52:1 classid 52:103 ")
+        assert str(err).startswith(f"step {bad_at + 1} of {len(ops)} (class add dev r0 parent fffe:1 classid fffe:103 ")
         assert "failed: File exists" in str(err)
         ex.remove(plan.teardown())
         assert ex.snapshot(["r0"]) == pristine

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from ratelimit.compile import INGRESS_HANDLE, ROOT, compile_plan, ifb_name
 from ratelimit.model import LinkParams, Request
+from ratelimit.plan import TC_H_ROOT, HtbQdisc
 from ratelimit.u32tree import LEAF_MAX
 from u32model import Tree, ipv4_packet, ipv6_packet
 
@@ -36,14 +37,35 @@ def _request(hosts, ranges, mode, direction, delay, per="port"):
                    mode=mode, direction=direction, per=per)
 
 
+class Htb:
+    """Classification as HTB does it: the root qdisc's filters, and when they name a class
+    whose queue is itself an HTB qdisc (a shape-mode group), that qdisc's filters next."""
+
+    def __init__(self, ops, dev, parent):
+        self.ops, self.dev, self.root = ops, dev, parent
+        self.inner = {op.parent: op.handle for op in ops if type(op) is HtbQdisc and op.dev == dev
+                      and op.parent != TC_H_ROOT}
+        self.trees = {}
+
+    def classify(self, packet, ethertype):
+        parent = self.root
+        while True:
+            if parent not in self.trees:
+                self.trees[parent] = Tree(self.ops, self.dev, parent)
+            hit = self.trees[parent].classify(packet, ethertype)
+            if hit is None or hit.classid not in self.inner:
+                return hit
+            parent = self.inner[hit.classid]
+
+
 def _trees(plan):
-    """(direction) -> the tree that classifies it, as the kernel would reach it."""
+    """(direction) -> the filters that classify it, as the kernel would reach them."""
     ops, dev = plan.ops, plan.request.interface
-    trees = {"dest": Tree(ops, dev, ROOT)}
+    trees = {"dest": Htb(ops, dev, ROOT)}
     if any(getattr(op, "name", None) == ifb_name(dev) for op in ops):
-        trees["source"] = Tree(ops, ifb_name(dev), ROOT)
+        trees["source"] = Htb(ops, ifb_name(dev), ROOT)
     else:
-        trees["source"] = Tree(ops, dev, INGRESS_HANDLE)
+        trees["source"] = Htb(ops, dev, INGRESS_HANDLE)
     return trees
 
 

@@ -9,7 +9,7 @@ documented there (HTB's rate tables, netem's wide delays).
 
 from .kinds import actions, fifo, htb, ingress, mirred, netem, police, stab, u32
 from .nl import (NLMSGHDR, NLM_F_CREATE, NLM_F_EXCL, RTM_DELQDISC, RTM_NEWQDISC, RTM_NEWTCLASS,
-                 RTM_NEWTFILTER, TC_H_INGRESS, TC_H_ROOT, TCA_KIND, TCMSG, attr_str, htons, message,
+                 RTM_NEWTFILTER, TC_H_INGRESS, TCA_KIND, TCMSG, attr_str, htons, message,
                  protocol_number, tcmsg)
 from .rates import Clock, clock
 
@@ -37,7 +37,7 @@ class Encoder:
     # -- qdiscs
 
     def htb_qdisc(self, op, seq: int, flags: int) -> bytes:
-        body = tcmsg(self.ifindex(op.dev), op.handle, TC_H_ROOT) + htb.qdisc_options(op.default_minor)
+        body = tcmsg(self.ifindex(op.dev), op.handle, op.parent) + htb.qdisc_options(op.default_minor)
         if op.stab is not None:
             body += stab.options(op.stab)
         return message(RTM_NEWQDISC, flags | _ADD, seq, body)

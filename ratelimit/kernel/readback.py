@@ -94,11 +94,11 @@ class Reader:
 
     @consistent
     def _qdisc_heads(self, index: int, parents=(TC_H_ROOT, TC_H_INGRESS)) -> list[tuple[int, int, str]]:
-        """(parent, handle, kind) of the qdiscs on one device attached at ``parents``."""
+        """(parent, handle, kind) of the qdiscs on one device attached at ``parents`` (None: all)."""
         out = []
         for data, off, end in self._dump(dump_request(RTM_GETQDISC, index)):
             ifindex, handle, parent, _ = header(data, off)
-            if ifindex == index and parent in parents:
+            if ifindex == index and (parents is None or parent in parents):
                 out.append((parent, handle, decode.qdisc_kind(data, off, end)))
         return out
 
@@ -140,8 +140,7 @@ class Reader:
             if qdiscs is None:
                 qdiscs = [decode.qdisc_item(d, o, e) for d, o, e in self._dump(dump_request(RTM_GETQDISC))]
             mine = sorted((item for i, item in qdiscs if i == index), key=_order)
-            classes = sorted((decode.class_item(d, o, e)[1]
-                              for d, o, e in self._dump(dump_request(RTM_GETTCLASS, index))), key=_order)
+            classes = sorted((decode.class_item(d, o, e)[1] for d, o, e in self._classes(index, mine)), key=_order)
             filters = []
             for parent in _filter_parents([(q[1], q[2], q[3]) for q in mine]):
                 msgs = list(self._filters(index, parent))  # link_name asks the kernel too
@@ -149,18 +148,27 @@ class Reader:
             out[dev] = {"qdiscs": tuple(mine), "classes": tuple(classes), "filters": tuple(sorted(filters, key=_order))}
         return out
 
+    def _classes(self, index: int, qdiscs):
+        """Every class on a device, one dump per classful qdisc: a device-wide class dump
+        stops at the first netem qdisc on Linux 6.1 (netem's class dump fails when it has
+        no child), so the classes of qdiscs hashed after it would be missing."""
+        for _item, _parent, handle, kind, *_rest in qdiscs:
+            if handle and kind not in decode.CLASSLESS:
+                yield from self._dump(dump_request(RTM_GETTCLASS, index, handle))
+
     @without_gc
     @consistent
     def read_back(self, dev: str) -> list:
-        """The u32 tables and filters on ``dev`` (root and ingress) as plan operations."""
+        """The u32 tables and filters on ``dev`` (under every classful qdisc and ingress)
+        as plan operations."""
         self.links.forget()
         index = self._device(dev)
         parents = []
-        for parent, handle, kind in self._qdisc_heads(index):
-            if parent == TC_H_ROOT and handle and kind not in decode.CLASSLESS:
-                parents.append(handle)
-            elif parent == TC_H_INGRESS and kind == "ingress":
+        for parent, handle, kind in self._qdisc_heads(index, parents=None):
+            if parent == TC_H_INGRESS and kind == "ingress":
                 parents.append(INGRESS_HANDLE)
+            elif handle and kind not in decode.CLASSLESS:
+                parents.append(handle)
         out = []
         for parent in parents:
             for data, off, end in list(self._filters(index, parent)):  # link_name asks the kernel too
@@ -182,7 +190,7 @@ class Reader:
                    "bytes": 0, "packets": 0, "drops": 0, "overlimits": 0, "backlog_bytes": 0, "backlog_pkts": 0}
             rows.append(row)
             if flow.classid is not None:
-                by_class.setdefault(flow.dev, {}).setdefault(flow.classid, []).append(row)
+                by_class.setdefault((flow.dev, flow.classid & 0xFFFF0000), {}).setdefault(flow.classid, []).append(row)
                 continue
             if where is None:
                 where = _leaf_parents(plan.ops)
@@ -201,11 +209,11 @@ class Reader:
                 if hit:
                     _fill(hit, read(data, off, end))
         read = decode.class_counters()
-        for dev, want in by_class.items():
+        for (dev, qdisc), want in by_class.items():  # a dump per qdisc: see _classes
             index = self.links.index(dev)
             if index is None:
                 continue
-            for data, off, end in self._dump(dump_request(RTM_GETTCLASS, index)):
+            for data, off, end in self._dump(dump_request(RTM_GETTCLASS, index, qdisc)):
                 hit = want.get(header(data, off)[1])
                 if hit:
                     _fill(hit, read(data, off, end))
