@@ -15,6 +15,7 @@ import traceback
 
 from . import __version__
 from .errors import RatelimitError, UsageError
+from .getopt import long_options
 
 EXIT_INTERNAL = 70
 SUBCOMMANDS = ("profiles", "vm", "lab", "web")  # web: registered by the webui package
@@ -116,6 +117,8 @@ class Console:
 def main(argv=None, console: Console | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     con = console or Console()
+    if not (argv and argv[0] in SUBCOMMANDS):
+        argv = long_options(argv, build_parser())  # v0.3's -interface, -rate=28800, ...
     debug = "--debug" in argv
     try:
         return _dispatch(argv, con)
@@ -181,9 +184,9 @@ def _dispatch(argv, con) -> int:
     if args.dry_run:
         from .compile import compile_plan
         from .plan import script
-        plan = compile_plan(req)
+        text = script(compile_plan(req).ops, req.netns)
         con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(service.summary(req))}")
-        con.out(script(plan.ops, req.netns).rstrip("\n"))
+        con.out(text.rstrip("\n"))
         return 0
     started = time.monotonic()
     plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo,
@@ -241,7 +244,9 @@ def render_table(data: dict, counters: bool) -> str:
 def _dry_clean(args, con) -> int:
     from . import state
     from .compile import compile_plan
+    from .names import check_target
     from .plan import script
+    check_target(args.interface, args.netns)
     req = state.load(args.netns, args.interface)
     if req is None:
         con.out(f"# {args.interface}: nothing recorded as installed by ratelimit")

@@ -13,6 +13,7 @@ from . import linklayer, profiles, state
 from .compile import ROOT, compile_plan, ifb_name
 from .errors import ApplyError, ConflictError, FieldError, KernelMissing, NotFoundError, PermissionDenied
 from .model import LinkParams, Request
+from .names import check_target
 from .selectors import format_ports, parse_hosts, parse_ports
 from .units import parse_burst, parse_count, parse_queue, parse_rate_bps, parse_size_bytes
 
@@ -35,6 +36,7 @@ def make_request(interface: str, *, hosts, ports, profile: str | None = None, ne
     (v0.3).  ``burst`` None: the profile's, else the mode's default; without a profile,
     police mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
     over the profile's."""
+    interface, netns = check_target(interface, netns)
     if direction not in _DIRECTION_WORDS:
         raise FieldError("--direction", direction, "is not a direction (source, dest[ination], both)")
     unknown = set(impairments) - set(IMPAIRMENTS)
@@ -156,6 +158,7 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
 
 def clean(interface: str, netns: str | None = None, *, force: bool = False, echo=None) -> bool:
     """Remove what ratelimit installed on ``interface``; True if there was something."""
+    interface, netns = check_target(interface, netns)
     _require_root()
     with _executor(netns) as ex, state.lock(netns, interface):
         _check_interface(ex, interface, netns)
@@ -206,6 +209,7 @@ def summary(req: Request) -> dict:
 
 def status(interface: str, netns: str | None = None) -> dict | None:
     """The summary of what ratelimit has on ``interface``, or None."""
+    interface, netns = check_target(interface, netns)
     with _executor(netns) as ex:
         _check_interface(ex, interface, netns)
         plan = _installed_plan(ex, netns, interface)
@@ -214,6 +218,7 @@ def status(interface: str, netns: str | None = None) -> dict | None:
 
 def statistics(interface: str, netns: str | None = None) -> dict:
     """Counters per (host, port, direction), read from the kernel in one dump per device."""
+    interface, netns = check_target(interface, netns)
     with _executor(netns) as ex:
         _check_interface(ex, interface, netns)
         plan = _installed_plan(ex, netns, interface)
