@@ -132,11 +132,11 @@ def _foreign_teardown(dev):
     return (DelQdisc(dev, TC_H_ROOT), DelQdisc(dev, TC_H_INGRESS), DelLink(ifb_name(dev)))
 
 
-def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wait=None):
+def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wait=None, lock_timeout=None):
     """Install ``req`` atomically; returns the plan."""
     plan = compile_plan(req)
     _require_root()
-    with _executor(req.netns) as ex, state.lock(req.netns, req.interface, on_wait):
+    with _executor(req.netns) as ex, state.lock(req.netns, req.interface, on_wait, lock_timeout):
         _check_interface(ex, req, req.netns)
         old_plan = _installed_plan(ex, req.netns, req.interface)
         _check_ownership(ex, plan, old_plan, force)
@@ -156,11 +156,11 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     return plan
 
 
-def clean(interface: str, netns: str | None = None, *, force: bool = False, echo=None) -> bool:
+def clean(interface: str, netns: str | None = None, *, force: bool = False, echo=None, lock_timeout=None) -> bool:
     """Remove what ratelimit installed on ``interface``; True if there was something."""
     interface, netns = check_target(interface, netns)
     _require_root()
-    with _executor(netns) as ex, state.lock(netns, interface):
+    with _executor(netns) as ex, state.lock(netns, interface, timeout=lock_timeout):
         _check_interface(ex, interface, netns)
         old_plan = _installed_plan(ex, netns, interface)
         if old_plan is not None:

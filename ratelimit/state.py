@@ -8,13 +8,17 @@ interface.  The directory is ``$RATELIMIT_STATE_DIR`` or ``/run/ratelimit``.
 import fcntl
 import json
 import os
+import time
 from contextlib import contextmanager
 from dataclasses import asdict, fields
 from ipaddress import ip_address
 from pathlib import Path
 
 from . import linklayer
+from .errors import ConflictError
 from .model import Burst, LinkParams, Request
+
+LOCK_POLL_S = 0.05
 
 
 def state_dir() -> Path:
@@ -70,18 +74,36 @@ def interfaces(netns: str | None) -> list[str]:
 
 
 @contextmanager
-def lock(netns: str | None, interface: str, on_wait=None):
-    """Hold the interface's lock; ``on_wait()`` is called if we have to wait."""
+def lock(netns: str | None, interface: str, on_wait=None, timeout: float | None = None):
+    """Hold the interface's lock; ``on_wait()`` is called if we have to wait.  With a
+    ``timeout`` (seconds), waiting longer raises ConflictError instead of blocking on."""
     path = _path(netns, interface, "lock")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as fh:
+    with open(path, "a") as fh:
         try:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             if on_wait:
                 on_wait()
-            fcntl.flock(fh, fcntl.LOCK_EX)
+            _wait(fh, netns, interface, timeout)
         try:
             yield
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _wait(fh, netns, interface, timeout) -> None:
+    if timeout is None:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        return
+    deadline = time.monotonic() + timeout
+    while True:
+        time.sleep(LOCK_POLL_S)
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                where = f"{netns}/{interface}" if netns else interface
+                raise ConflictError(f"--interface: {where} is busy: another ratelimit run is changing it "
+                                    f"(waited {timeout:g} s); try again when it is done") from None
