@@ -9,7 +9,7 @@ import errno as errnos
 import functools
 import gc
 
-from ..errors import NotFoundError
+from ..errors import ConflictError, NotFoundError
 from ..plan import INGRESS_HANDLE, U32Filter
 from . import decode
 from .links import Links
@@ -46,8 +46,9 @@ def consistent(method):
                 return method(*args, **kw)
             except DumpInterrupted:
                 if attempt == DUMP_ATTEMPTS - 1:
-                    raise KernelError(errnos.EAGAIN, "the traffic-control state kept changing while "
-                                      f"it was read ({DUMP_ATTEMPTS} attempts)") from None
+                    raise ConflictError(f"netlink: traffic control kept changing while ratelimit read it "
+                                        f"({DUMP_ATTEMPTS} dumps in a row were interrupted by other changes); "
+                                        "try again when they stop") from None
     return run
 
 
