@@ -108,6 +108,10 @@ class Console:
     def err(self, text):
         print(text, file=self.stderr)
 
+    def notice(self, text):
+        """Something the user should know that is not an error (a killed run was repaired)."""
+        self.err(f"ratelimit: {text}")
+
     def progress(self):
         """A progress callback drawing one line on a terminal, or None when piped."""
         from .progress import terminal
@@ -156,16 +160,17 @@ def _dispatch(argv, con) -> int:
         if getattr(args, flag):
             action = action or flag
     echo = con.out if args.verbose else None
+    notice = con.notice
     from . import service
     if action == "clean":
         if args.dry_run:
             return _dry_clean(args, con)
-        removed = service.clean(args.interface, args.netns, force=args.force, echo=echo)
+        removed = service.clean(args.interface, args.netns, force=args.force, echo=echo, notice=notice)
         con.out(f"{args.interface}: removed what ratelimit installed" if removed
                 else f"{args.interface}: nothing installed by ratelimit")
         return 0
     if action in ("list", "stats"):
-        data = service.statistics(args.interface, args.netns)
+        data = service.statistics(args.interface, args.netns, notice=notice)
         if args.json:
             if action == "list":
                 for row in data["links"]:
@@ -189,7 +194,7 @@ def _dispatch(argv, con) -> int:
         con.out(text.rstrip("\n"))
         return 0
     started = time.monotonic()
-    plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo,
+    plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo, notice=notice,
                          on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"))
     con.out(f"{req.interface}: {describe(service.summary(req))}; {len(plan.ops)} operations in "
             f"{time.monotonic() - started:.2f} s")
@@ -197,25 +202,9 @@ def _dispatch(argv, con) -> int:
 
 
 def describe(applied: dict) -> str:
-    """One line for an applied link (``service.summary``): what, how, per what, each side's
-    rate, delay, burst and queue, the link layer, the selectors and how many links."""
-    from .units import format_rate, format_time
-    sides = []
-    for name, used in (("down", ("dest", "both")), ("up", ("source", "both"))):
-        p = applied[name]
-        if applied["direction"] not in used:
-            continue
-        text = f"{name} {format_rate(p['rate_bps']) if p.get('rate_bps') else 'unlimited'}"
-        if p.get("delay_us"):
-            text += f" +{format_time(p['delay_us'])}"
-        if p.get("burst"):
-            text += f" burst {p['burst']}"
-        if p.get("queue"):
-            text += f" queue {p['queue']}"
-        sides.append(text)
-    return (f"{applied['profile'] or 'custom link'} ({applied['mode']}, per {applied['per']}, "
-            f"{applied['link']['layer']} framing; {', '.join(sides)}) for hosts {','.join(applied['hosts'])} "
-            f"ports {applied['ports']}: {applied['links']} links")
+    """``service.describe``: one line for an applied link."""
+    from .service import describe as one_line
+    return one_line(applied)
 
 
 def render_table(data: dict, counters: bool) -> str:
@@ -247,11 +236,11 @@ def _dry_clean(args, con) -> int:
     from .names import check_target
     from .plan import script
     check_target(args.interface, args.netns)
-    req = state.load(args.netns, args.interface)
-    if req is None:
+    record = state.load(args.netns, args.interface)
+    if record is None or record.request is None:
         con.out(f"# {args.interface}: nothing recorded as installed by ratelimit")
         return 0
-    con.out(script(compile_plan(req).teardown(), args.netns).rstrip("\n"))
+    con.out(script(compile_plan(record.request).teardown(), args.netns).rstrip("\n"))
     return 0
 
 

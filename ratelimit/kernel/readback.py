@@ -11,7 +11,7 @@ import gc
 
 from ..errors import ConflictError, NotFoundError
 from ..plan import INGRESS_HANDLE, U32Filter
-from . import decode
+from . import decode, replay
 from .links import Links
 from .nl import (RTM_GETQDISC, RTM_GETTCLASS, RTM_GETTFILTER, TC_H_CLSACT_EGRESS, TC_H_CLSACT_INGRESS,
                  TC_H_INGRESS, TC_H_ROOT, dump_request, header)
@@ -113,6 +113,79 @@ class Reader:
     def has_ingress(self, dev: str) -> bool:
         """True if ``dev`` has an ingress (or clsact) qdisc."""
         return any(parent == TC_H_INGRESS for parent, _, _ in self._qdisc_heads(self._device(dev)))
+
+    @consistent
+    def picture(self, devs, classes: bool = True) -> dict:
+        """What ``devs`` hold at their root and ingress (``fingerprint``'s picture): per
+        device None when it is missing, else its root qdisc (kind, handle) or None for
+        the kernel's default, its ingress qdisc's kind or None, and (``classes``) every
+        class as (classid, parent, kind)."""
+        self.links.forget()
+        out: dict = {}
+        heads = None
+        for dev in devs:
+            index = self.links.index(dev)
+            if index is None:
+                out[dev] = None
+                continue
+            if heads is None:  # one qdisc dump for every device
+                heads = [(header(d, o)[0], header(d, o)[2], header(d, o)[1], decode.qdisc_kind(d, o, e))
+                         for d, o, e in self._dump(dump_request(RTM_GETQDISC))]
+            seen = {"root": None, "ingress": None, "classes": None}
+            for ifindex, parent, handle, kind in heads:
+                if ifindex != index:
+                    continue
+                if parent == TC_H_ROOT and handle:
+                    seen["root"] = (kind, handle)
+                elif parent == TC_H_INGRESS:
+                    seen["ingress"] = kind
+            if classes:
+                seen["classes"] = [(header(d, o)[1], header(d, o)[2], decode.qdisc_kind(d, o, e))
+                                   for d, o, e in self._dump(dump_request(RTM_GETTCLASS, index))]
+            out[dev] = seen
+        return out
+
+    @without_gc
+    @consistent
+    def capture(self, parts: dict) -> dict:
+        """The raw messages of ``parts`` ({dev: {"root", "ingress", "device"}}) for
+        ``Executor.restore`` (see ``replay``): per device whether it exists, for "device"
+        its kind and state, the messages of its root tree (unless the kernel's default)
+        and ingress tree, and the snapshot items they decode to."""
+        self.links.forget()
+        out: dict = {}
+        qdiscs = None
+        for dev, want in parts.items():
+            want = set(want)
+            index = self.links.index(dev)
+            if index is None:
+                out[dev] = {"exists": False}
+                continue
+            if qdiscs is None:
+                qdiscs = [(header(d, o)[0], d, o, e) for d, o, e in self._dump(dump_request(RTM_GETQDISC))]
+            entry = out[dev] = {"exists": True, "parts": sorted(want), "messages": []}
+            if "device" in want:
+                entry["link"] = self.links.state(dev)
+                want |= {"root", "ingress"}
+            mine = [(d, o, e) for i, d, o, e in qdiscs if i == index]
+            heads = {header(d, o)[2]: header(d, o)[1] for d, o, e in mine}
+            msgs = entry["messages"]
+            if "root" in want and heads.get(TC_H_ROOT):
+                tree = [(d, o, e) for d, o, e in mine if header(d, o)[2] != TC_H_INGRESS]
+                msgs += [replay.entry(replay.QDISC, header(d, o)[2], d, o, e) for d, o, e in tree]
+                msgs += [replay.entry(replay.CLASS, header(d, o)[2], d, o, e)
+                         for d, o, e in self._dump(dump_request(RTM_GETTCLASS, index))]
+                for parent in _filter_parents([(header(d, o)[2], header(d, o)[1], decode.qdisc_kind(d, o, e))
+                                               for d, o, e in tree]):
+                    msgs += [replay.entry(replay.FILTER, parent, d, o, e) for d, o, e in list(self._filters(index, parent))]
+            if "ingress" in want and TC_H_INGRESS in heads:
+                head = [(d, o, e) for d, o, e in mine if header(d, o)[2] == TC_H_INGRESS]
+                msgs += [replay.entry(replay.QDISC, TC_H_INGRESS, d, o, e) for d, o, e in head]
+                for parent in _filter_parents([(TC_H_INGRESS, header(d, o)[1], decode.qdisc_kind(d, o, e))
+                                               for d, o, e in head]):
+                    msgs += [replay.entry(replay.FILTER, parent, d, o, e) for d, o, e in list(self._filters(index, parent))]
+            entry["items"] = replay.items(msgs, self.link_name)
+        return out
 
     def _filters(self, index: int, parent: int):
         try:
