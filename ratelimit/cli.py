@@ -9,16 +9,17 @@ subcommands ``profiles``, ``vm``, ``lab`` and ``web``.
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
 
 from . import __version__
-from .errors import RatelimitError, UsageError
+from .errors import PermissionDenied, RatelimitError, UsageError
 from .getopt import long_options
 
 EXIT_INTERNAL = 70
-SUBCOMMANDS = ("profiles", "vm", "lab", "web")  # web: registered by the webui package
+SUBCOMMANDS = ("profiles", "save", "restore", "vm", "lab", "web")  # web: registered by the webui package
 PLUGIN_GROUP = "ratelimit.subcommands"
 ACTIONS = {"clean": "clean", "list": "list", "stats": "stats", "statistics": "stats"}
 
@@ -26,6 +27,8 @@ USAGE = """\
 ratelimit [options]                      apply limits (needs --hosts and --ports)
        ratelimit [options] clean|list|stats      remove, list or count what is installed
        ratelimit profiles [--json]               list link profiles
+       ratelimit save [FILE]                     save the applied links (default /etc/ratelimit/links.json)
+       ratelimit restore [FILE] [--force]        apply the saved links again (at boot)
        ratelimit lab up|status|exec|apply|clean|down|demo ...  namespace lab
        ratelimit web [--listen ADDR:PORT] ...    live dashboard (ratelimit web --help)
        ratelimit vm [--memory 1G] -- COMMAND     run COMMAND in a full-kernel VM
@@ -244,6 +247,37 @@ def _dry_clean(args, con) -> int:
     return 0
 
 
+def _persist_args(name: str, argv, flags=()) -> tuple:
+    """[FILE] and ``flags`` of save/restore; anything else is a one-line error."""
+    files = [a for a in argv if not a.startswith("-")]
+    given = [a for a in argv if a.startswith("-")]
+    for a in given:
+        if a not in flags:
+            allowed = ", ".join(flags) if flags else "none"
+            raise UsageError(f"{name}: '{a}' is not an option (options: {allowed}; a FILE to use another file)")
+    if len(files) > 1:
+        raise UsageError(f"{name}: '{' '.join(files)}' is more than one FILE")
+    return (files[0] if files else None), set(given)
+
+
+def _save(argv, con) -> int:
+    from . import persist
+    path, _ = _persist_args("save", argv)
+    if os.geteuid() != 0:
+        raise PermissionDenied("save: needs root (it reads what is applied on every interface)")
+    written, count = persist.save(path, say=con.out, warn=con.err)
+    con.out(f"saved {count} link configuration(s) to {written}")
+    return 0
+
+
+def _restore(argv, con) -> int:
+    from . import persist
+    path, flags = _persist_args("restore", argv, ("--force",))
+    if os.geteuid() != 0:
+        raise PermissionDenied("restore: needs root (it changes traffic control)")
+    return persist.restore(path, force="--force" in flags, say=con.out, warn=con.err)
+
+
 def _vm(argv, con) -> int:
     from .kernel.vm import vm_main
     return vm_main(argv)
@@ -255,7 +289,7 @@ def _lab(argv, con) -> int:
 
 
 def _subcommand(name, argv, con) -> int:
-    own = {"profiles": _profiles, "vm": _vm, "lab": _lab}.get(name)
+    own = {"profiles": _profiles, "save": _save, "restore": _restore, "vm": _vm, "lab": _lab}.get(name)
     if own is not None:
         return own(argv, con)
     return _registered(name)(argv)

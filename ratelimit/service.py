@@ -299,13 +299,20 @@ def _readable(ex, netns, interface, notice):
     return _installed(ex, netns, interface, force=False, classes=False).plan
 
 
-def status(interface: str, netns: str | None = None, notice=None) -> dict | None:
-    """The summary of what ratelimit has on ``interface``, or None."""
+def applied(interface: str, netns: str | None = None, notice=None) -> Request | None:
+    """The request ratelimit has applied on ``interface``, checked against the kernel; None
+    when there is none."""
     interface, netns = check_target(interface, netns)
     with _executor(netns) as ex:
         _check_interface(ex, interface, netns)
         plan = _readable(ex, netns, interface, notice)
-        return summary(plan.request) if plan else None
+        return plan.request if plan else None
+
+
+def status(interface: str, netns: str | None = None, notice=None) -> dict | None:
+    """The summary of what ratelimit has on ``interface``, or None."""
+    req = applied(interface, netns, notice)
+    return summary(req) if req else None
 
 
 def statistics(interface: str, netns: str | None = None, notice=None) -> dict:

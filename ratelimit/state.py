@@ -199,8 +199,8 @@ def read_marker(netns: str | None, interface: str) -> dict | None:
     if data is None:
         return None
     if not isinstance(data, dict) or data.get("version") != VERSION or data.get("action") not in ("apply", "clean"):
-        raise StateError(f"marker {path}: is damaged or of another version; check the interface "
-                         f"(tc qdisc show dev {interface}), then remove the file and run: {recovery_command(netns, interface)}")
+        raise StateError(f"marker {path}: is damaged or of another version; check the interface (tc qdisc show "
+                         f"dev {interface}), then remove the file and run: {recovery_command(netns, interface)}")
     return data
 
 

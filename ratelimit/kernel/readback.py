@@ -177,13 +177,15 @@ class Reader:
                          for d, o, e in self._dump(dump_request(RTM_GETTCLASS, index))]
                 for parent in _filter_parents([(header(d, o)[2], header(d, o)[1], decode.qdisc_kind(d, o, e))
                                                for d, o, e in tree]):
-                    msgs += [replay.entry(replay.FILTER, parent, d, o, e) for d, o, e in list(self._filters(index, parent))]
+                    msgs += [replay.entry(replay.FILTER, parent, d, o, e)
+                             for d, o, e in list(self._filters(index, parent))]
             if "ingress" in want and TC_H_INGRESS in heads:
                 head = [(d, o, e) for d, o, e in mine if header(d, o)[2] == TC_H_INGRESS]
                 msgs += [replay.entry(replay.QDISC, TC_H_INGRESS, d, o, e) for d, o, e in head]
                 for parent in _filter_parents([(TC_H_INGRESS, header(d, o)[1], decode.qdisc_kind(d, o, e))
                                                for d, o, e in head]):
-                    msgs += [replay.entry(replay.FILTER, parent, d, o, e) for d, o, e in list(self._filters(index, parent))]
+                    msgs += [replay.entry(replay.FILTER, parent, d, o, e)
+                             for d, o, e in list(self._filters(index, parent))]
             entry["items"] = replay.items(msgs, self.link_name)
         return out
 
