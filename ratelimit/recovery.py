@@ -195,9 +195,13 @@ def repair(ex, netns, interface, notice=None) -> None:
     if marker is None:
         return
     notice = notice or notice_to_stderr
-    where = f"state marker {state.marker_path(netns, interface)}"
-    old = state.request_from_json(marker["old"], where) if marker.get("old") else None
-    new = state.request_from_json(marker["new"], where) if marker.get("new") else None
+    where = f"marker {state.marker_path(netns, interface)}"
+    try:
+        old = state.request_from_json(marker["old"], where) if marker.get("old") else None
+        new = state.request_from_json(marker["new"], where) if marker.get("new") else None
+    except StateError as err:
+        raise StateError(f"{err}; check the interface (tc qdisc show dev {interface}), then remove the file and "
+                         f"run: {state.recovery_command(netns, interface)}") from None
     old_plan = compile_plan(old) if old else None
     new_plan = compile_plan(new) if new else None
     when = time.strftime("%H:%M:%S", time.localtime(marker.get("started", 0)))

@@ -90,21 +90,27 @@ def test_a_signal_mid_apply_rolls_back(rlhd, signum, code, previous):
     assert state.load(ns, "rlh0") == record and not state.marker_path(ns, "rlh0").exists()
 
 
-def test_sigkill_mid_apply_is_repaired_by_the_next_run(rlhd):
+@pytest.mark.parametrize("next_run", ["--list", "--clean"])
+def test_sigkill_mid_apply_is_repaired_by_the_next_run(rlhd, next_run):
     ns = rlhd()
+    pristine = tc_dump(ns, *DEVS)
     service.apply(request(ns, direction="dest"))
     before = tc_dump(ns, *DEVS)
     proc = start_big_apply(ns)
     proc.kill()
     proc.communicate(timeout=60)
     assert state.marker_path(ns, "rlh0").exists() and tc_dump(ns, *DEVS) != before  # half of each
-    result = cli(ns, "--list")
+    result = cli(ns, next_run)
     assert result.returncode == 0, result.stderr
     assert result.stderr.startswith(f"ratelimit: rlh0: a ratelimit run (pid {proc.pid}, apply started ")
     assert "was killed mid-apply; the plan before it is back: custom link (shape" in result.stderr
-    assert result.stderr.count("\n") == 1
-    assert "ports 5000-5009: 10 links" in result.stdout
-    assert tc_dump(ns, *DEVS) == before and not state.marker_path(ns, "rlh0").exists()
+    assert result.stderr.count("\n") == 1 and not state.marker_path(ns, "rlh0").exists()
+    if next_run == "--list":
+        assert "ports 5000-5009: 10 links" in result.stdout
+        assert tc_dump(ns, *DEVS) == before
+    else:
+        assert result.stdout == "rlh0: removed what ratelimit installed\n"
+        assert tc_dump(ns, *DEVS) == pristine
 
 
 def test_sigkill_on_a_clean_interface_is_cleaned_by_the_next_apply(rlhd):
@@ -156,6 +162,10 @@ def test_a_failed_rollback_says_where_the_interface_is_and_the_record_keeps_sayi
         assert (result.returncode, result.stderr, result.stdout) == (8, f"ratelimit: {message}\n", ""), argv
     with pytest.raises(StateError):
         service.statistics("rlh0", ns)
+    from webui.stats import StatsSource
+    dashboard = StatsSource([(ns, "rlh0")])
+    dashboard.poll_once()
+    assert dashboard.snapshot(ns, "rlh0").error == message  # the dashboard shows the same line
     assert cli(ns, "--clean", "--force").returncode == 0  # the way out the message names
     assert tc_dump(ns, *DEVS) == pristine and state.load(ns, "rlh0") is None
 
