@@ -260,5 +260,6 @@ def _wait(fh, netns, interface, timeout) -> None:
         except BlockingIOError:
             if time.monotonic() >= deadline:
                 where = f"{netns}/{interface}" if netns else interface
-                raise ConflictError(f"--interface: {where} is busy: another ratelimit run is changing it "
-                                    f"(waited {timeout:g} s); try again when it is done") from None
+                waited = f" (waited {timeout:g} s)" if timeout else ""
+                raise ConflictError(f"--interface: {where} is busy: another ratelimit run is changing it"
+                                    f"{waited}; try again when it is done") from None

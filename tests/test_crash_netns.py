@@ -81,6 +81,9 @@ def test_a_signal_mid_apply_rolls_back(rlhd, signum, code, previous):
     before = tc_dump(ns, *DEVS)
     record = state.load(ns, "rlh0")
     proc = start_big_apply(ns)
+    busy = cli(ns, "--list")  # reads what is there only once the apply is done
+    assert (busy.returncode, busy.stderr) == (6, f"ratelimit: --interface: {ns}/rlh0 is busy: another ratelimit "
+                                                 "run is changing it; try again when it is done\n")
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=120)
     name = signal.Signals(signum).name
@@ -204,3 +207,28 @@ def test_a_forced_apply_that_cannot_put_back_says_so(rlhd, monkeypatch):
                             "configuration there (see: tc qdisc show dev rlh0)")
     result = cli(ns, "--list")
     assert (result.returncode, result.stderr) == (8, f"ratelimit: {message}\n")
+
+
+def test_a_clean_killed_half_way_is_finished_by_the_next_run(rlhd):
+    """A clean is a few removals; killed after the first (the marker says so), the next run
+    removes the rest rather than leave a mix."""
+    ns = rlhd()
+    pristine = tc_dump(ns, *DEVS)
+    plan = service.apply(request(ns))  # root, ingress and the IFB device
+    state.write_marker(ns, "rlh0", "clean", old=plan.request, new=None)
+    sh("tc", "-n", ns, "qdisc", "del", "dev", "rlh0", "root")  # as far as the killed clean got
+    result = cli(ns, "--list")
+    assert result.returncode == 0, result.stderr
+    assert "was killed mid-clean; finished it (nothing of ratelimit's is left)" in result.stderr
+    assert result.stdout == "rlh0: nothing installed by ratelimit\n"
+    assert tc_dump(ns, *DEVS) == pristine and state.load(ns, "rlh0") is None
+
+
+def test_a_marker_left_after_a_completed_apply_is_just_removed(rlhd):
+    ns = rlhd()
+    plan = service.apply(request(ns))
+    before = tc_dump(ns, *DEVS)
+    state.write_marker(ns, "rlh0", "apply", old=None, new=plan.request)  # killed between record and marker removal
+    result = cli(ns, "--list")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert tc_dump(ns, *DEVS) == before and not state.marker_path(ns, "rlh0").exists()
