@@ -1,10 +1,12 @@
 """The ``ratelimit`` command line, compatible with ratelimit v0.3.
 
 v0.3 options keep their names, aliases and defaults (``-h`` is --hosts, so
-help is ``--help``); positional ``clean``, ``list``, ``stats``/``statistics``
-act like the options.  New: ``--profile``, ``--mode``, netem impairments,
-``--netns``, ``--dry-run``, ``--json``, ``--force``, ``--debug`` and the
-subcommands ``profiles``, ``vm``, ``lab`` and ``web``.
+help is ``--help``), and the spellings Getopt::Long took (``-interface``,
+``-rate=28800``: ``getopt``); positional ``clean``, ``list``,
+``stats``/``statistics`` act like the options.  New: ``--profile``, ``--mode``,
+netem impairments, ``--netns``, ``--dry-run``, ``--json``, ``--force``,
+``--debug`` and the subcommands ``profiles``, ``save``, ``restore``, ``vm``,
+``lab`` and ``web``.
 """
 
 import argparse
@@ -91,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--netns", help="network namespace the interface is in")
     g.add_argument("--dry-run", action="store_true", help="print the shell/tc -batch script instead of applying")
     g.add_argument("--json", action="store_true", help="--list/--stats as JSON")
-    g.add_argument("--force", action="store_true", help="replace a root qdisc ratelimit did not install")
+    g.add_argument("--force", action="store_true", help="replace root/ingress qdiscs and the IFB device ratelimit "
+                   "did not install (put back if the apply fails); with clean: remove them")
     g.add_argument("--debug", action="store_true", help="show tracebacks")
     g.add_argument("--version", action="version", version=f"ratelimit {__version__}")
     a("action", nargs="?", help=argparse.SUPPRESS)
