@@ -127,9 +127,10 @@ class Change:
 
     def run(self, removal: tuple, *, progress=None, echo=None) -> None:
         """Remove ``removal``, then apply the new plan; on success record it and drop the marker."""
-        with signals.guard() as guard:
+        with signals.guard(armed=False) as guard:
             started = False
             try:
+                guard.arm()
                 state.write_marker(self.netns, self.interface, "apply", old=self.old.request if self.old else None,
                                    new=self.new.request, foreign=self.captured)
                 started = True

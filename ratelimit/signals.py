@@ -34,6 +34,10 @@ class Guard:
         self.armed = True
         self.pending: int | None = None
 
+    def arm(self) -> None:
+        """From now on, raise Stop for a signal (where the code it interrupts can handle it)."""
+        self.armed = True
+
     def hold(self) -> None:
         """From now on, note signals instead of raising them."""
         self.armed = False
