@@ -1,10 +1,12 @@
 """ratelimit: make a Linux router emulate thousands of slow or distant links.
 
 Package map (docs/design.md has one line per module):
-  errors, units, model, selectors, profiles   the vocabulary, parsed once at the edge
+  errors, units, model, selectors, profiles,  the vocabulary, parsed once at the edge
+  names, getopt
   linklayer, linkmodel                        framing and rates; what a transfer should take
   compile, u32tree, plan                      request -> plan of tc operations, pure
   service, state, progress, cli               apply/clean/list/stats, their state and command line
+  fingerprint, recovery, signals, persist     what ratelimit owns; rollback and repair; save/restore
   kernel/   the executor (the only code that changes traffic control), netlink encoding and
             decoding, namespaces and devices through pyroute2, the kernel probe, the VM runner
   lab/      the namespace lab, its demo, the docroot server and the pytest fixtures

@@ -1,23 +1,27 @@
 """The ``ratelimit`` command line, compatible with ratelimit v0.3.
 
 v0.3 options keep their names, aliases and defaults (``-h`` is --hosts, so
-help is ``--help``); positional ``clean``, ``list``, ``stats``/``statistics``
-act like the options.  New: ``--profile``, ``--mode``, netem impairments,
-``--netns``, ``--dry-run``, ``--json``, ``--force``, ``--debug`` and the
-subcommands ``profiles``, ``vm``, ``lab`` and ``web``.
+help is ``--help``), and the spellings Getopt::Long took (``-interface``,
+``-rate=28800``: ``getopt``); positional ``clean``, ``list``,
+``stats``/``statistics`` act like the options.  New: ``--profile``, ``--mode``,
+netem impairments, ``--netns``, ``--dry-run``, ``--json``, ``--force``,
+``--debug`` and the subcommands ``profiles``, ``save``, ``restore``, ``vm``,
+``lab`` and ``web``.
 """
 
 import argparse
 import json
+import os
 import sys
 import time
 import traceback
 
 from . import __version__
-from .errors import RatelimitError, UsageError
+from .errors import PermissionDenied, RatelimitError, UsageError
+from .getopt import long_options
 
 EXIT_INTERNAL = 70
-SUBCOMMANDS = ("profiles", "vm", "lab", "web")  # web: registered by the webui package
+SUBCOMMANDS = ("profiles", "save", "restore", "vm", "lab", "web")  # web: registered by the webui package
 PLUGIN_GROUP = "ratelimit.subcommands"
 ACTIONS = {"clean": "clean", "list": "list", "stats": "stats", "statistics": "stats"}
 
@@ -25,6 +29,8 @@ USAGE = """\
 ratelimit [options]                      apply limits (needs --hosts and --ports)
        ratelimit [options] clean|list|stats      remove, list or count what is installed
        ratelimit profiles [--json]               list link profiles
+       ratelimit save [FILE]                     save the applied links (default /etc/ratelimit/links.json)
+       ratelimit restore [FILE] [--force]        apply the saved links again (at boot)
        ratelimit lab up|status|exec|apply|clean|down|demo ...  namespace lab
        ratelimit web [--listen ADDR:PORT] ...    live dashboard (ratelimit web --help)
        ratelimit vm [--memory 1G] -- COMMAND     run COMMAND in a full-kernel VM
@@ -87,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--netns", help="network namespace the interface is in")
     g.add_argument("--dry-run", action="store_true", help="print the shell/tc -batch script instead of applying")
     g.add_argument("--json", action="store_true", help="--list/--stats as JSON")
-    g.add_argument("--force", action="store_true", help="replace a root qdisc ratelimit did not install")
+    g.add_argument("--force", action="store_true", help="replace root/ingress qdiscs and the IFB device ratelimit "
+                   "did not install (put back if the apply fails); with clean: remove them")
     g.add_argument("--debug", action="store_true", help="show tracebacks")
     g.add_argument("--version", action="version", version=f"ratelimit {__version__}")
     a("action", nargs="?", help=argparse.SUPPRESS)
@@ -107,6 +114,10 @@ class Console:
     def err(self, text):
         print(text, file=self.stderr)
 
+    def notice(self, text):
+        """Something the user should know that is not an error (a killed run was repaired)."""
+        self.err(f"ratelimit: {text}")
+
     def progress(self):
         """A progress callback drawing one line on a terminal, or None when piped."""
         from .progress import terminal
@@ -116,6 +127,8 @@ class Console:
 def main(argv=None, console: Console | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     con = console or Console()
+    if not (argv and argv[0] in SUBCOMMANDS):
+        argv = long_options(argv, build_parser())  # v0.3's -interface, -rate=28800, ...
     debug = "--debug" in argv
     try:
         return _dispatch(argv, con)
@@ -153,16 +166,17 @@ def _dispatch(argv, con) -> int:
         if getattr(args, flag):
             action = action or flag
     echo = con.out if args.verbose else None
+    notice = con.notice
     from . import service
     if action == "clean":
         if args.dry_run:
             return _dry_clean(args, con)
-        removed = service.clean(args.interface, args.netns, force=args.force, echo=echo)
+        removed = service.clean(args.interface, args.netns, force=args.force, echo=echo, notice=notice)
         con.out(f"{args.interface}: removed what ratelimit installed" if removed
                 else f"{args.interface}: nothing installed by ratelimit")
         return 0
     if action in ("list", "stats"):
-        data = service.statistics(args.interface, args.netns)
+        data = service.statistics(args.interface, args.netns, notice=notice)
         if args.json:
             if action == "list":
                 for row in data["links"]:
@@ -181,12 +195,12 @@ def _dispatch(argv, con) -> int:
     if args.dry_run:
         from .compile import compile_plan
         from .plan import script
-        plan = compile_plan(req)
+        text = script(compile_plan(req).ops, req.netns)
         con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(service.summary(req))}")
-        con.out(script(plan.ops, req.netns).rstrip("\n"))
+        con.out(text.rstrip("\n"))
         return 0
     started = time.monotonic()
-    plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo,
+    plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo, notice=notice,
                          on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"))
     con.out(f"{req.interface}: {describe(service.summary(req))}; {len(plan.ops)} operations in "
             f"{time.monotonic() - started:.2f} s")
@@ -194,25 +208,9 @@ def _dispatch(argv, con) -> int:
 
 
 def describe(applied: dict) -> str:
-    """One line for an applied link (``service.summary``): what, how, per what, each side's
-    rate, delay, burst and queue, the link layer, the selectors and how many links."""
-    from .units import format_rate, format_time
-    sides = []
-    for name, used in (("down", ("dest", "both")), ("up", ("source", "both"))):
-        p = applied[name]
-        if applied["direction"] not in used:
-            continue
-        text = f"{name} {format_rate(p['rate_bps']) if p.get('rate_bps') else 'unlimited'}"
-        if p.get("delay_us"):
-            text += f" +{format_time(p['delay_us'])}"
-        if p.get("burst"):
-            text += f" burst {p['burst']}"
-        if p.get("queue"):
-            text += f" queue {p['queue']}"
-        sides.append(text)
-    return (f"{applied['profile'] or 'custom link'} ({applied['mode']}, per {applied['per']}, "
-            f"{applied['link']['layer']} framing; {', '.join(sides)}) for hosts {','.join(applied['hosts'])} "
-            f"ports {applied['ports']}: {applied['links']} links")
+    """``service.describe``: one line for an applied link."""
+    from .service import describe as one_line
+    return one_line(applied)
 
 
 def render_table(data: dict, counters: bool) -> str:
@@ -241,13 +239,46 @@ def render_table(data: dict, counters: bool) -> str:
 def _dry_clean(args, con) -> int:
     from . import state
     from .compile import compile_plan
+    from .names import check_target
     from .plan import script
-    req = state.load(args.netns, args.interface)
-    if req is None:
+    check_target(args.interface, args.netns)
+    record = state.load(args.netns, args.interface)
+    if record is None or record.request is None:
         con.out(f"# {args.interface}: nothing recorded as installed by ratelimit")
         return 0
-    con.out(script(compile_plan(req).teardown(), args.netns).rstrip("\n"))
+    con.out(script(compile_plan(record.request).teardown(), args.netns).rstrip("\n"))
     return 0
+
+
+def _persist_args(name: str, argv, flags=()) -> tuple:
+    """[FILE] and ``flags`` of save/restore; anything else is a one-line error."""
+    files = [a for a in argv if not a.startswith("-")]
+    given = [a for a in argv if a.startswith("-")]
+    for a in given:
+        if a not in flags:
+            allowed = ", ".join(flags) if flags else "none"
+            raise UsageError(f"{name}: '{a}' is not an option (options: {allowed}; a FILE to use another file)")
+    if len(files) > 1:
+        raise UsageError(f"{name}: '{' '.join(files)}' is more than one FILE")
+    return (files[0] if files else None), set(given)
+
+
+def _save(argv, con) -> int:
+    from . import persist
+    path, _ = _persist_args("save", argv)
+    if os.geteuid() != 0:
+        raise PermissionDenied("save: needs root (it reads what is applied on every interface)")
+    written, count = persist.save(path, say=con.out, warn=con.err)
+    con.out(f"saved {count} link configuration(s) to {written}")
+    return 0
+
+
+def _restore(argv, con) -> int:
+    from . import persist
+    path, flags = _persist_args("restore", argv, ("--force",))
+    if os.geteuid() != 0:
+        raise PermissionDenied("restore: needs root (it changes traffic control)")
+    return persist.restore(path, force="--force" in flags, say=con.out, warn=con.err)
 
 
 def _vm(argv, con) -> int:
@@ -261,7 +292,7 @@ def _lab(argv, con) -> int:
 
 
 def _subcommand(name, argv, con) -> int:
-    own = {"profiles": _profiles, "vm": _vm, "lab": _lab}.get(name)
+    own = {"profiles": _profiles, "save": _save, "restore": _restore, "vm": _vm, "lab": _lab}.get(name)
     if own is not None:
         return own(argv, con)
     return _registered(name)(argv)

@@ -30,6 +30,7 @@ from .model import DIRECTIONS, GRANULARITIES, MODES, LinkParams, Request, min_po
 from .plan import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, AddIfb, FifoQdisc, Flow, HtbClass, HtbQdisc, IngressQdisc, Key, NetemQdisc,
                    Plan, Police, Stab, U32Filter)
 from .linklayer import ETHERNET_HEADER_BYTES
+from .names import check_target
 from .u32tree import Flows, Terminal, build
 
 ROOT = 0x520000  # 52:
@@ -47,10 +48,14 @@ MAX_POLICED_HOSTS = 1 << 17
 
 
 def ifb_name(interface: str) -> str:
-    """The IFB device for ``interface``'s ingress, within IFNAMSIZ (15)."""
-    if len(interface) <= 12:
+    """The IFB device for ``interface``'s ingress, within IFNAMSIZ (15 bytes)."""
+    raw = interface.encode()
+    if len(raw) <= 12:
         return f"rl-{interface}"
-    return f"rl-{interface[:4]}{zlib.crc32(interface.encode()) & 0xFFFFFFFF:08x}"
+    head = interface[:4]
+    while len(head.encode()) > 4:  # whole characters, at most 4 bytes
+        head = head[:-1]
+    return f"rl-{head}{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
 
 
 def ingress_policing(req: Request) -> bool:
@@ -92,9 +97,7 @@ def _validate(req: Request) -> None:
         raise FieldError("--direction", req.direction, f"is not a direction ({', '.join(DIRECTIONS)})")
     if req.per not in GRANULARITIES:
         raise FieldError("--per", req.per, f"is not a link granularity ({', '.join(GRANULARITIES)})")
-    name = req.interface
-    if not name or len(name) > 15 or any(c in name for c in "/ \t\n:") or name in (".", ".."):
-        raise FieldError("--interface", f"'{name}'", "is not an interface name (1-15 characters, no '/', ':' or spaces)")
+    check_target(req.interface, req.netns)
     if not req.hosts:
         raise UsageError("--hosts: none given (comma-separated names or addresses)")
     if not req.ports:

@@ -12,6 +12,8 @@ EXIT_PERMISSION = 4  # not root
 EXIT_KERNEL = 5  # the kernel lacks a needed part
 EXIT_CONFLICT = 6  # interface busy or configured by someone else
 EXIT_APPLY = 7  # the kernel refused a step; the interface was restored
+EXIT_STATE = 8  # ratelimit's record is unreadable, or the interface is half-configured
+EXIT_INTERRUPTED = 130  # 128 + SIGINT (SIGTERM: 143); the interface was restored
 
 
 class RatelimitError(Exception):
@@ -68,3 +70,18 @@ class ApplyError(RatelimitError):
     """A kernel step failed; the message says which step and that we rolled back."""
 
     exit_code = EXIT_APPLY
+
+
+class StateError(RatelimitError):
+    """ratelimit's record of an interface cannot be trusted or the interface is left
+    half-configured: the message says what it is and how to recover."""
+
+    exit_code = EXIT_STATE
+
+
+class Interrupted(RatelimitError):
+    """SIGINT or SIGTERM arrived during a change, which was rolled back; exit 128 + signal."""
+
+    def __init__(self, message: str, signum: int = 2):
+        super().__init__(message)
+        self.exit_code = 128 + signum

@@ -12,6 +12,7 @@ shell/``tc -batch`` text a person can paste.  Handles are ints inside
 from dataclasses import dataclass
 
 from .model import IPAddress, LinkParams, Request
+from .names import batch_word, check_batch_name, shell_word
 from .units import format_percent, format_rate, format_time
 
 TC_H_ROOT = 0xFFFFFFFF
@@ -71,7 +72,8 @@ class AddIfb(_Ip):
     features = frozenset({"ifb"})
 
     def shell(self) -> list[str]:
-        return [f"ip link add name {self.name} type ifb", f"ip link set dev {self.name} up"]
+        name = shell_word(self.name)
+        return [f"ip link add name {name} type ifb", f"ip link set dev {name} up"]
 
     def undo(self):
         return DelLink(self.name)
@@ -82,7 +84,7 @@ class DelLink(_Ip):
     name: str
 
     def shell(self) -> list[str]:
-        return [f"ip link del dev {self.name}"]
+        return [f"ip link del dev {shell_word(self.name)}"]
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ class HtbQdisc(_Tc):
     def tc(self) -> str:
         stab = f" {self.stab.tc()}" if self.stab else ""
         where = "root" if self.parent == TC_H_ROOT else f"parent {tc_handle(self.parent)}"
-        return (f"qdisc add dev {self.dev} {where} handle {tc_handle(self.handle)}{stab}"
+        return (f"qdisc add dev {batch_word(self.dev)} {where} handle {tc_handle(self.handle)}{stab}"
                 f" htb default {self.default_minor:x}")
 
     def undo(self):
@@ -128,7 +130,7 @@ class IngressQdisc(_Tc):
     features = frozenset({"ingress"})
 
     def tc(self) -> str:
-        return f"qdisc add dev {self.dev} handle ffff: ingress"
+        return f"qdisc add dev {batch_word(self.dev)} handle ffff: ingress"
 
     def undo(self):
         return DelQdisc(self.dev, TC_H_INGRESS)
@@ -141,7 +143,7 @@ class DelQdisc(_Tc):
 
     def tc(self) -> str:
         where = "ingress" if self.parent == TC_H_INGRESS else "root"
-        return f"qdisc del dev {self.dev} {where}"
+        return f"qdisc del dev {batch_word(self.dev)} {where}"
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,8 @@ class HtbClass(_Tc):
 
     def tc(self) -> str:
         mpu = f" mpu {self.mpu_bytes}" if self.mpu_bytes else ""
-        return (f"class add dev {self.dev} parent {tc_handle(self.parent)} classid {tc_handle(self.classid)}"
+        return (f"class add dev {batch_word(self.dev)} parent {tc_handle(self.parent)}"
+                f" classid {tc_handle(self.classid)}"
                 f" htb rate {format_rate(self.rate_bps)} ceil {format_rate(self.ceil_bps)}"
                 f" burst {self.burst_bytes}b cburst {self.burst_bytes}b quantum {self.quantum_bytes}{mpu}")
 
@@ -199,7 +202,7 @@ class NetemQdisc(_Tc):
 
     def tc(self) -> str:
         rate = f" rate {format_rate(self.rate_bps)}" if self.rate_bps else ""
-        return (f"qdisc add dev {self.dev} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
+        return (f"qdisc add dev {batch_word(self.dev)} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
                 f" netem {netem_args(self.params, self.limit_pkts)}{rate}")
 
 
@@ -219,7 +222,7 @@ class FifoQdisc(_Tc):
         return frozenset({self.kind})
 
     def tc(self) -> str:
-        return (f"qdisc add dev {self.dev} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
+        return (f"qdisc add dev {batch_word(self.dev)} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
                 f" {self.kind} limit {self.limit}")
 
 
@@ -236,7 +239,7 @@ class U32Table(_Tc):
     features = frozenset({"u32"})
 
     def tc(self) -> str:
-        return (f"filter add dev {self.dev} parent {tc_handle(self.parent)} prio {self.prio}"
+        return (f"filter add dev {batch_word(self.dev)} parent {tc_handle(self.parent)} prio {self.prio}"
                 f" handle {self.ht:x}: protocol {self.protocol} u32 divisor {self.divisor}")
 
 
@@ -308,7 +311,7 @@ class U32Filter(_Tc):
 
     def tc(self) -> str:
         where = f"{self.ht:x}:{self.bucket:x}:{self.node:x}" if self.ht else f"::{self.node:x}"
-        out = [f"filter add dev {self.dev} parent {tc_handle(self.parent)} prio {self.prio}"
+        out = [f"filter add dev {batch_word(self.dev)} parent {tc_handle(self.parent)} prio {self.prio}"
                f" handle {where} protocol {self.protocol} u32"]
         if self.ht:
             out.append(f"ht {self.ht:x}:{self.bucket:x}:")
@@ -322,7 +325,7 @@ class U32Filter(_Tc):
         if self.police:
             out.append(self.police.tc())
         if self.redirect:
-            out.append(f"action mirred egress redirect dev {self.redirect}")
+            out.append(f"action mirred egress redirect dev {batch_word(self.redirect)}")
         return " ".join(out)
 
 
@@ -372,17 +375,25 @@ class Plan:
 
 
 def script(ops, netns: str | None = None) -> str:
-    """Shell text that performs ``ops``: ``ip`` lines and one ``tc -batch`` block."""
-    ns_ip = f"ip -n {netns} " if netns else "ip "
+    """Shell text that performs ``ops``: ``ip`` lines and one ``tc -batch`` block.  Every
+    name is quoted for where it stands (``names``); a device name no ``tc -batch`` line can
+    carry is refused (UsageError) rather than printed."""
+    ns = shell_word(netns) if netns else None
+    ns_ip = f"ip -n {ns} " if ns else "ip "
     lines = ["#!/bin/sh", "set -e"]
     batch: list[str] = []
+    seen: set[str] = set()
     for op in ops:
         if isinstance(op, _Ip):
             lines += [ns_ip + s[3:] for s in op.shell()]
-        else:
-            batch.append(op.tc())
+            continue
+        for dev in (getattr(op, "dev", None), getattr(op, "redirect", None)):
+            if dev and dev not in seen:
+                check_batch_name(dev)
+                seen.add(dev)
+        batch.append(op.tc())
     if batch:
-        tc = f"tc -n {netns}" if netns else "tc"
+        tc = f"tc -n {ns}" if ns else "tc"
         lines.append(f"{tc} -batch - <<'EOF'")
         lines += batch
         lines.append("EOF")

@@ -7,6 +7,7 @@ containing ``/`` or ending in ``.toml`` is read as a file path.
 """
 
 import os
+import re
 import tomllib
 from pathlib import Path
 
@@ -38,6 +39,15 @@ SIDE_FIELDS = {
 }
 _TOP_FIELDS = {"description", "source", "down", "up", "link", "reference_rate"}
 _LINK_FIELDS = {"layer", "overhead"}
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
+
+
+def check_name(name, field: str = "--profile") -> str:
+    """``name`` if it names a profile (never a path or a file), else FieldError."""
+    if not isinstance(name, str) or not _NAME.match(name) or name.endswith(".toml"):
+        raise FieldError(field, repr(name) if isinstance(name, str) else name,
+                         "is not a profile name (allowed: a name 'ratelimit profiles' lists; no paths or .toml files)")
+    return name
 
 
 def search_path() -> list[Path]:

@@ -2,19 +2,23 @@
 
 ``make_request`` is the edge: it takes what a person typed (strings with
 units, host names, a profile name) and returns a validated ``Request``.
-``apply`` is atomic: the interface ends up either fully configured or exactly
-as it was.
+``apply`` leaves the interface with the new plan whole or exactly as it was
+(``recovery``); nothing is deleted before the kernel is checked against what
+ratelimit recorded (``fingerprint``).
 """
 
 import os
 import time
 
-from . import linklayer, profiles, state
-from .compile import ROOT, compile_plan, ifb_name
-from .errors import ApplyError, ConflictError, FieldError, KernelMissing, NotFoundError, PermissionDenied
+from dataclasses import dataclass
+
+from . import fingerprint, linklayer, profiles, recovery, state
+from .compile import compile_plan, ifb_name
+from .errors import ConflictError, FieldError, KernelMissing, NotFoundError, PermissionDenied, StateError
 from .model import LinkParams, Request
+from .names import check_target
 from .selectors import format_ports, parse_hosts, parse_ports
-from .units import parse_burst, parse_count, parse_queue, parse_rate_bps, parse_size_bytes
+from .units import format_rate, format_time, parse_burst, parse_count, parse_queue, parse_rate_bps, parse_size_bytes
 
 DEFAULT_RATE_BPS = 28800
 _DIRECTION_WORDS = {"source": "source", "src": "source", "dest": "dest", "dst": "dest",
@@ -35,6 +39,7 @@ def make_request(interface: str, *, hosts, ports, profile: str | None = None, ne
     (v0.3).  ``burst`` None: the profile's, else the mode's default; without a profile,
     police mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
     over the profile's."""
+    interface, netns = check_target(interface, netns)
     if direction not in _DIRECTION_WORDS:
         raise FieldError("--direction", direction, "is not a direction (source, dest[ination], both)")
     unknown = set(impairments) - set(IMPAIRMENTS)
@@ -98,84 +103,140 @@ def _check_kernel(plan) -> None:
             raise KernelMissing(missing_message(feature), feature)
 
 
-def _installed_plan(ex, netns, interface):
-    """Our plan on the interface now, or None; raises if state and kernel disagree badly."""
-    req = state.load(netns, interface)
-    if req is None or ex.root_qdisc(interface) != ("htb", ROOT) and not ex.has_ingress(interface):
-        return None
-    return compile_plan(req)
+@dataclass(frozen=True)
+class Installed:
+    """What is on an interface, as far as ratelimit is concerned."""
+
+    plan: object  # ratelimit's plan, checked against the kernel; None if there is none
+    owned: dict  # its fingerprint ({} without a plan)
+    picture: dict  # the kernel's picture of the interface and its IFB device
+    stale: bool = False  # a record whose parts are all gone from the kernel (nothing to delete)
+
+    def foreign(self, interface: str) -> dict:
+        """The parts on the interface and its IFB device that are not ratelimit's."""
+        out: dict = {}
+        seen = self.picture.get(interface) or {}
+        mine = self.owned.get(interface, {})
+        for part in ("root", "ingress"):
+            if seen.get(part) and part not in mine:
+                out.setdefault(interface, set()).add(part)
+        ifb = ifb_name(interface)
+        if self.picture.get(ifb) is not None and ifb not in self.owned:
+            out[ifb] = {"device"}
+        return out
 
 
-def _check_ownership(ex, plan, old_plan, force: bool) -> None:
+def _installed(ex, netns, interface, *, force: bool, classes: bool = True) -> Installed:
+    """Our plan on the interface, checked against the kernel before anything trusts it.
+
+    A record that cannot be read, or one saying the interface is half-configured, is an
+    error unless ``force`` (then it is ignored: everything there is replaced).  A record
+    whose parts the kernel does not show as recorded (another tool's root qdisc with our
+    handle, a class tree not ours) is refused unless ``force``; one whose parts are all
+    gone is stale (nothing to delete)."""
+    devs = [interface, ifb_name(interface)]
+    try:
+        record = state.load(netns, interface)
+    except StateError:
+        if not force:
+            raise
+        record = None
+    if record is not None and record.problem:
+        if not force:
+            raise StateError(record.problem)
+        record = None
+    if record is None:
+        return Installed(None, {}, ex.picture(devs, classes))
+    plan = compile_plan(record.request)
+    owned = record.fingerprint or fingerprint.of_plan(plan)  # version 1: what the plan should own
+    picture = ex.picture(list(dict.fromkeys(devs + list(owned))), classes)
+    differences = fingerprint.differences(owned, picture)
+    if not differences:
+        return Installed(plan, owned, picture)
+    if fingerprint.absent(owned, picture):
+        return Installed(None, {}, picture, stale=True)
     if force:
-        return
+        return Installed(None, {}, picture)
+    raise ConflictError(f"--interface: {interface} does not hold what ratelimit recorded ({'; '.join(differences)}; "
+                        f"record {state.record_path(netns, interface)}); nothing changed (use --force to replace "
+                        "whatever is there)")
+
+
+def _refuse_foreign(plan, foreign: dict, installed: Installed) -> None:
+    """ConflictError for a part the new plan would replace that ratelimit did not install."""
     dev = plan.request.interface
-    root = ex.root_qdisc(dev)
-    if root is not None and root != ("htb", ROOT):
+    mine = foreign.get(dev, set())
+    root = (installed.picture.get(dev) or {}).get("root")
+    if "root" in mine:
         raise ConflictError(f"--interface: {dev} has a root qdisc ratelimit did not install "
                             f"({root[0]} {root[1] >> 16:x}:); use --force to replace it")
-    ours_ingress = old_plan is not None and old_plan.has_ingress()
-    if ex.has_ingress(dev) and not ours_ingress and plan.request.direction != "dest":
+    if "ingress" in mine and plan.has_ingress():
         raise ConflictError(f"--interface: {dev} has an ingress qdisc ratelimit did not install; "
                             "use --force to replace it")
     ifb = ifb_name(dev)
-    ours_ifb = old_plan is not None and ifb in old_plan.devices()
-    if ex.link_index(ifb) is not None and not ours_ifb and ifb in plan.devices():
+    if ifb in foreign and ifb in plan.devices():
         raise ConflictError(f"--interface: device {ifb} exists but ratelimit did not make it; "
                             "use --force to replace it")
 
 
-def _foreign_teardown(dev):
-    from .plan import TC_H_INGRESS, TC_H_ROOT, DelLink, DelQdisc
-    return (DelQdisc(dev, TC_H_ROOT), DelQdisc(dev, TC_H_INGRESS), DelLink(ifb_name(dev)))
-
-
-def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wait=None):
-    """Install ``req`` atomically; returns the plan."""
+def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wait=None, lock_timeout=None,
+          notice=None):
+    """Install ``req``; returns the plan.  The interface ends up with the new plan whole, or
+    as it was (``recovery.Change``): on a refused step, an exception, SIGINT or SIGTERM.
+    ``lock_timeout``: seconds to wait for another run on the interface (default: as long as
+    it takes).  ``notice(message)`` hears about repairs of a killed run (default: stderr)."""
     plan = compile_plan(req)
     _require_root()
-    with _executor(req.netns) as ex, state.lock(req.netns, req.interface, on_wait):
+    with _executor(req.netns) as ex, state.lock(req.netns, req.interface, on_wait, lock_timeout):
         _check_interface(ex, req, req.netns)
-        old_plan = _installed_plan(ex, req.netns, req.interface)
-        _check_ownership(ex, plan, old_plan, force)
+        recovery.repair(ex, req.netns, req.interface, notice)
+        installed = _installed(ex, req.netns, req.interface, force=force)
+        foreign = installed.foreign(req.interface)
+        if not force:
+            _refuse_foreign(plan, foreign, installed)
         _check_kernel(plan)
-        if old_plan is not None:
-            ex.remove(old_plan.teardown())
-        elif ex.root_qdisc(req.interface) == ("htb", ROOT) or force:
-            ex.remove(_foreign_teardown(req.interface))
-        try:
-            ex.apply(plan.ops, progress=progress, echo=echo)
-        except ApplyError as err:
-            ex.remove(plan.teardown())
-            if old_plan is not None:
-                ex.apply(old_plan.ops)
-            raise ApplyError(f"{err}; {req.interface} is back as it was") from None
-        state.save(req)
+        if installed.stale:
+            state.forget(req.netns, req.interface)
+        captured = None
+        if force and foreign:
+            captured = ex.capture(foreign)  # sent back if this apply does not complete
+        removal = recovery.teardown_of(foreign) if force else ()
+        if installed.plan is not None:
+            removal = installed.plan.teardown() + removal
+        change = recovery.Change(ex, req.netns, req.interface, old=installed.plan, new=plan, captured=captured)
+        change.run(removal, progress=progress, echo=echo)
     return plan
 
 
-def clean(interface: str, netns: str | None = None, *, force: bool = False, echo=None) -> bool:
-    """Remove what ratelimit installed on ``interface``; True if there was something."""
+def clean(interface: str, netns: str | None = None, *, force: bool = False, echo=None, lock_timeout=None,
+          notice=None) -> bool:
+    """Remove what ratelimit installed on ``interface``; True if there was something.
+    ``force``: remove the root and ingress qdiscs and the IFB device whoever made them."""
+    interface, netns = check_target(interface, netns)
     _require_root()
-    with _executor(netns) as ex, state.lock(netns, interface):
+    with _executor(netns) as ex, state.lock(netns, interface, timeout=lock_timeout):
         _check_interface(ex, interface, netns)
-        old_plan = _installed_plan(ex, netns, interface)
-        if old_plan is not None:
-            teardown = old_plan.teardown()
-        elif ex.root_qdisc(interface) == ("htb", ROOT) or force:
-            teardown = _foreign_teardown(interface)
-        else:
-            root = ex.root_qdisc(interface)
-            state.forget(netns, interface)
-            if root is not None:
+        recovery.repair(ex, netns, interface, notice)
+        installed = _installed(ex, netns, interface, force=force)
+        foreign = installed.foreign(interface)
+        if installed.plan is None and not force:
+            if installed.stale:
+                state.forget(netns, interface)
+            root = (installed.picture.get(interface) or {}).get("root")
+            if "root" in foreign.get(interface, ()):
                 raise ConflictError(f"--interface: {interface} has a root qdisc ratelimit did not install "
-                                    f"({root[0]}); left alone (use --force to remove it)")
+                                    f"({root[0]} {root[1] >> 16:x}:); left alone (use --force to remove it)")
+            return False
+        teardown = installed.plan.teardown() if installed.plan else ()
+        if force:
+            teardown = teardown + recovery.teardown_of(foreign)
+        if not teardown:
+            state.forget(netns, interface)
             return False
         for op in teardown:
             if echo:
                 echo(op.lines()[0])
-        ex.remove(teardown)
-        state.forget(netns, interface)
+        recovery.remove(ex, netns, interface, teardown, old=installed.plan, forced=force)
         return True
 
 
@@ -204,19 +265,62 @@ def summary(req: Request) -> dict:
     }
 
 
-def status(interface: str, netns: str | None = None) -> dict | None:
+def describe(applied: dict) -> str:
+    """One line for an applied link (``service.summary``): what, how, per what, each side's
+    rate, delay, burst and queue, the link layer, the selectors and how many links."""
+    sides = []
+    for name, used in (("down", ("dest", "both")), ("up", ("source", "both"))):
+        p = applied[name]
+        if applied["direction"] not in used:
+            continue
+        text = f"{name} {format_rate(p['rate_bps']) if p.get('rate_bps') else 'unlimited'}"
+        if p.get("delay_us"):
+            text += f" +{format_time(p['delay_us'])}"
+        if p.get("burst"):
+            text += f" burst {p['burst']}"
+        if p.get("queue"):
+            text += f" queue {p['queue']}"
+        sides.append(text)
+    return (f"{applied['profile'] or 'custom link'} ({applied['mode']}, per {applied['per']}, "
+            f"{applied['link']['layer']} framing; {', '.join(sides)}) for hosts {','.join(applied['hosts'])} "
+            f"ports {applied['ports']}: {applied['links']} links")
+
+
+def _readable(ex, netns, interface, notice):
+    """Our plan for --list and --stats: a killed run's marker is repaired first (which needs
+    root and the lock: a run in progress makes this busy); a half-configured interface or an
+    unreadable record is reported, never read as "nothing installed"."""
+    if state.read_marker(netns, interface) is not None:
+        if os.geteuid() != 0:
+            raise StateError(f"--interface: a ratelimit run on {interface} was killed mid-change; run this as "
+                             "root to put it back")
+        with state.lock(netns, interface, timeout=0):
+            recovery.repair(ex, netns, interface, notice)
+    return _installed(ex, netns, interface, force=False, classes=False).plan
+
+
+def applied(interface: str, netns: str | None = None, notice=None) -> Request | None:
+    """The request ratelimit has applied on ``interface``, checked against the kernel; None
+    when there is none."""
+    interface, netns = check_target(interface, netns)
+    with _executor(netns) as ex:
+        _check_interface(ex, interface, netns)
+        plan = _readable(ex, netns, interface, notice)
+        return plan.request if plan else None
+
+
+def status(interface: str, netns: str | None = None, notice=None) -> dict | None:
     """The summary of what ratelimit has on ``interface``, or None."""
-    with _executor(netns) as ex:
-        _check_interface(ex, interface, netns)
-        plan = _installed_plan(ex, netns, interface)
-        return summary(plan.request) if plan else None
+    req = applied(interface, netns, notice)
+    return summary(req) if req else None
 
 
-def statistics(interface: str, netns: str | None = None) -> dict:
+def statistics(interface: str, netns: str | None = None, notice=None) -> dict:
     """Counters per (host, port, direction), read from the kernel in one dump per device."""
+    interface, netns = check_target(interface, netns)
     with _executor(netns) as ex:
         _check_interface(ex, interface, netns)
-        plan = _installed_plan(ex, netns, interface)
+        plan = _readable(ex, netns, interface, notice)
         if plan is None:
             return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "links": []}
         rows = ex.stats(plan)

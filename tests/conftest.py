@@ -368,3 +368,29 @@ def lab():
     yield make
     for topo in made:
         topo.destroy()
+
+
+@pytest.fixture
+def rlhd(tmp_path, monkeypatch):
+    """Factory for the hardening tests: ``rlhd(suffix="")`` makes a namespace
+    ``rlhd-<pid>-<n><suffix>`` holding a veth pair (``rlh0``, facing the clients,
+    and ``rlh1``), both up, and returns its name; ``rlhd(..., dev=NAME)`` names the
+    first device.  A private state directory (``$RATELIMIT_STATE_DIR``) comes with
+    it.  Every namespace it made is deleted when the test ends, passed or failed."""
+    import subprocess
+    from ratelimit.kernel import netns as kernel_netns
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    made: list[str] = []
+
+    def make(suffix: str = "", dev: str = "rlh0") -> str:
+        name = f"rlhd-{os.getpid()}-{next(_counter)}{suffix}"
+        made.append(name)
+        for argv in (["ip", "netns", "add", name],
+                     ["ip", "-n", name, "link", "add", dev, "type", "veth", "peer", "name", "rlh1"],
+                     ["ip", "-n", name, "link", "set", dev, "up"],
+                     ["ip", "-n", name, "link", "set", "rlh1", "up"]):
+            subprocess.run(argv, check=True, capture_output=True)
+        return name
+
+    yield make
+    kernel_netns.delete_namespaces(made)

@@ -122,3 +122,123 @@ def test_explicit_flags_override_the_profile():
                      "--delay", "300ms", "-d", "dest", "--dry-run")
     # the modem's line rate, less what V.42 and PPP framing take of it (link layer ppp-vj)
     assert rc == 0 and "htb rate 13432bit" in out and "delay 300ms" in out
+
+
+# ---------------------------------------------------------------- v0.3's Getopt::Long spellings
+
+V03_LINES = [
+    # the original's documented invocation, as typed in 2000 (one dash, values as the next word)
+    ("-interface eth0 -hosts client -ports 1024-2047 -rate 28800",
+     "--interface eth0 --hosts client --ports 1024-2047 --rate 28800"),
+    ("-if eth1 -bandwidth 10Mbit -h client -p 1024-2048,3000,5000-6000 -r 14400 -b 3 -d dest",
+     "--interface eth1 --bandwidth 10Mbit --hosts client --ports 1024-2048,3000,5000-6000 --rate 14400 --burst 3 "
+     "--direction dest"),
+    ("-if eth0 -bw 100Mbit -hosts client -ports 80 -burst 5 -direction source -mtu 1500 -avpkt 1000 -mpu 0",
+     "--interface eth0 --bandwidth 100Mbit --hosts client --ports 80 --burst 5 --direction source --mtu 1500 "
+     "--avpkt 1000 --mpu 0"),
+    ("-interface=eth2 -rate=28800 --hosts=client --ports=1024-2047 -burst=-5", "--interface eth2 --rate 28800 "
+     "--hosts client --ports 1024-2047 --burst -5"),
+    ("-clean -interface eth0", "--clean --interface eth0"),
+    ("-list -if eth0", "--list --interface eth0"),
+    ("-stat", "--stats"), ("-statistics", "--stats"), ("-stats", "--stats"),
+    ("-verbose -h client -p 80", "--verbose --hosts client --ports 80"),
+    ("-v -noverbose", "--no-verbose"),
+    ("-Interface eth0 -RATE 9600 -int eth3", "--interface eth3 --rate 9600"),  # any case; a unique prefix
+    ("-help", "--help"),
+]
+
+
+@pytest.mark.parametrize("old,new", V03_LINES, ids=[old for old, _ in V03_LINES])
+def test_v03_single_dash_long_options_read_as_getopt_long_did(old, new):
+    from ratelimit.getopt import long_options
+    parser = build_parser()
+    assert vars(parser.parse_args(long_options(old.split(), parser))) == vars(parser.parse_args(new.split()))
+
+
+def test_v03_short_options_stay_short():
+    from ratelimit.getopt import long_options
+    parser = build_parser()
+    args = parser.parse_args(long_options("-h client -p 80 -r 9600 -b 2 -d source -v".split(), parser))
+    assert (args.hosts, args.ports, args.rate, args.burst, args.direction, args.verbose) == \
+        ("client", "80", "9600", "2", "source", True)
+    assert args.help is False  # -h is --hosts, as in v0.3
+    args = parser.parse_args(long_options(["-p1024-2047", "-hclient", "-r", "-5"], parser))
+    assert (args.ports, args.hosts, args.rate) == ("1024-2047", "client", "-5")
+
+
+def test_v03_command_line_plans_as_the_two_dash_one():
+    single = run("-interface", "eth0", "-hosts", "198.18.1.2", "-ports", "1024-1030", "-rate", "28800",
+                 "-burst", "5", "-direction", "dest", "-mtu", "1514", "--dry-run")
+    double = run("--interface", "eth0", "--hosts", "198.18.1.2", "--ports", "1024-1030", "--rate=28800",
+                 "--burst=5", "--direction=dest", "--mtu=1514", "--dry-run")
+    assert single[0] == 0 and single == double
+    assert "action police rate 28800bit burst 18000" in single[1]
+
+
+def test_unknown_single_dash_option_is_still_refused():
+    rc, _, err = run("-interfaces", "eth0")
+    assert rc == 2 and err.count("\n") == 1 and "-interfaces" in err
+
+
+# ---------------------------------------------------------------- names that reach the shell
+
+@pytest.mark.parametrize("argv,message", [
+    (["--netns", "x$(touch /tmp/PWNED)"], "--netns: 'x$(touch /tmp/PWNED)' is not a namespace name (1-255 bytes; "
+                                           "no '/', whitespace or control characters; not '.' or '..')"),
+    (["--netns", "a\nb"], "--netns: 'a\\nb' is not a namespace name"),
+    (["--netns", ".."], "--netns: '..' is not a namespace name"),
+    (["--if", "eth0;reboot now"], "--interface: 'eth0;reboot now' is not an interface name (1-15 bytes; no '/', ':' "
+                                   "or whitespace; not '.' or '..')"),
+    (["--if", "a/b"], "--interface: 'a/b' is not an interface name"),
+    (["--if", "eth0:1"], "--interface: 'eth0:1' is not an interface name"),
+    (["--if", "sixteen-bytes-xx"], "--interface: 'sixteen-bytes-xx' is not an interface name"),
+    (["--if", "ééééééééé"], "--interface: 'ééééééééé' is not an interface name"),  # 9 characters, 18 bytes
+    (["--if", "."], "--interface: '.' is not an interface name"),
+    (["--if", ""], "--interface: '' is not an interface name"),
+])
+@pytest.mark.parametrize("action", [[], ["clean"], ["list"], ["stats"]], ids=["apply", "clean", "list", "stats"])
+def test_bad_names_are_refused_before_anything(argv, message, action):
+    rc, out, err = run("-h", "198.18.1.2", "-p", "80", *argv, *action, "--dry-run")
+    assert rc == 2 and out == ""
+    assert err == f"ratelimit: {message}" + err[len(f"ratelimit: {message}"):] and err.count("\n") == 1
+
+
+def test_dry_run_quotes_every_name():
+    rc, out, err = run("--if", "x;touch${IFS}P", "--netns", "n$(id)`id`", "-h", "198.18.1.2", "-p", "80",
+                       "--mode", "shape", "--dry-run")
+    assert rc == 0, err
+    assert "ip -n 'n$(id)`id`' link add name 'rl-x;to54560d0c' type ifb" in out
+    assert "tc -n 'n$(id)`id`' -batch - <<'EOF'" in out
+    assert "qdisc add dev 'x;touch${IFS}P' root handle 52: htb" in out
+    assert "action mirred egress redirect dev 'rl-x;to54560d0c'" in out
+    rc, out, err = run("--if", "it's", "-h", "198.18.1.2", "-p", "80", "--mode", "shape", "--dry-run")
+    assert rc == 0 and "qdisc add dev \"it's\" root handle 52:" in out and "ip link add name 'rl-it'\"'\"'s'" in out
+
+
+def test_a_name_tc_batch_cannot_carry_is_refused_in_a_dry_run():
+    rc, out, err = run("--if", "a#b", "-h", "198.18.1.2", "-p", "80", "--dry-run")
+    assert rc == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("ratelimit: --interface: 'a#b' cannot be written into a tc -batch script")
+
+
+def test_batch_words_read_back_as_tc_reads_them():
+    """tc's reader (iproute2 makeargs): words split on whitespace, a word in ' or " taken whole."""
+    from ratelimit.names import batch_word
+
+    def makeargs(line):
+        words, i = [], 0
+        while i < len(line):
+            if line[i] in " \t":
+                i += 1
+                continue
+            if line[i] in "'\"":
+                end = line.index(line[i], i + 1)
+                words.append(line[i + 1:end])
+                i = end + 1
+            else:
+                end = min([j for j in (line.find(" ", i), line.find("\t", i)) if j >= 0] or [len(line)])
+                words.append(line[i:end])
+                i = end
+        return words
+    for name in ("eth0", "a;b", "$(id)", "`id`", "x'y", 'q"r', "b\\c", "x|y&z", "a>b<c", "{a,b}", "*"):
+        assert makeargs(f"qdisc add dev {batch_word(name)} root") == ["qdisc", "add", "dev", name, "root"]

@@ -66,15 +66,17 @@ class FakeControl:
     def make_request(self, interface, **kwargs):
         return service.make_request(interface, **kwargs)
 
-    def apply(self, req, *, force=False):
+    def apply(self, req, *, force=False, lock_timeout=None):
         self.calls.append(("apply", req, force))
+        self.lock_timeout = lock_timeout
         if self.fail:
             raise self.fail
         from ratelimit.compile import compile_plan
         return compile_plan(req)
 
-    def clean(self, interface, netns=None, *, force=False):
+    def clean(self, interface, netns=None, *, force=False, lock_timeout=None):
         self.calls.append(("clean", interface, netns, force))
+        self.lock_timeout = lock_timeout
         if self.fail:
             raise self.fail
         return True
@@ -517,6 +519,14 @@ def test_read_only_refuses_changes(reader, control):
     ({"mode": "teleport"}, 400, "--mode: teleport is not a mode (police, shape)"),
     ({"direction": "sideways"}, 400, "--direction: sideways is not a direction"),
     ({"profile": "no-such-profile"}, 400, "--profile: 'no-such-profile' is not a profile"),
+    # a profile is a name, never a file on the router (the API runs as root)
+    ({"profile": "/etc/ratelimit/x.toml"}, 400, "profile: '/etc/ratelimit/x.toml' is not a profile name "
+                                                "(allowed: a name 'ratelimit profiles' lists; no paths or .toml files)"),
+    ({"profile": "tests/cases/profiles/bad-field.toml"}, 400, "profile: 'tests/cases/profiles/bad-field.toml' is not "
+                                                              "a profile name"),
+    ({"profile": "modem-28k8.toml"}, 400, "profile: 'modem-28k8.toml' is not a profile name"),
+    ({"profile": "../profiles/modem-28k8"}, 400, "profile: '../profiles/modem-28k8' is not a profile name"),
+    ({"profile": ".hidden"}, 400, "profile: '.hidden' is not a profile name"),
     ({"delay": "5"}, 400, "--delay: '5' is not a time with a unit"),
     ({"loss": "150%"}, 400, "--loss: '150%' is not a percentage"),
     ({"burst": 0}, 400, "--burst: '0' is out of range (a whole number 1-100000"),
@@ -593,6 +603,12 @@ def test_web_help(capsys):
     (["--history", "5"], "--history: 5 is out of range"),
     (["--token", "short"], "--token: too short"),
     (["--interface", "bad name"], "--interface: 'bad name'"),
+    (["--interface", "router/a:b"], "--interface: 'a:b' is not an interface name"),
+    (["--interface", "../x/eth0"], "--netns: '../x' is not a namespace name"),
+    # beyond loopback only with the names it is reached by (the Host check stays on)
+    (["--listen", "0.0.0.0:8080"], "--listen: 0.0.0.0:8080 serves beyond this machine; add --allow-host NAME"),
+    (["--listen", "[::]:8080"], "--listen: [::]:8080 serves beyond this machine; add --allow-host NAME"),
+    (["--listen", "198.18.0.1:8080"], "--listen: 198.18.0.1:8080 serves beyond this machine"),
     (["--colour"], "unrecognized arguments: --colour"),
 ])
 def test_web_bad_arguments(argv, fragment, capsys):
@@ -628,11 +644,37 @@ def test_web_main_prints_token_and_serves(capsys):
 def test_web_main_configured_token_is_not_printed(capsys, monkeypatch):
     monkeypatch.setenv("RATELIMIT_WEB_TOKEN", "configured-token-123456")
     seen = {}
-    assert web_main(["--if", "eth0", "--listen", "0.0.0.0:0", "--read-only"],
+    assert web_main(["--if", "eth0", "--listen", "0.0.0.0:0", "--read-only", "--allow-host", "router.lab"],
                     serve=lambda app, h, p, ready: (seen.update(app=app), ready(h, 9))) == 0
     out = capsys.readouterr().out
     assert "configured-token-123456" not in out and "(read-only)" in out
-    assert seen["app"].config["READ_ONLY"] and seen["app"].config["ALLOWED_HOSTS"] is None
+    assert seen["app"].config["READ_ONLY"]
+    assert seen["app"].config["ALLOWED_HOSTS"] == ["127.0.0.1", "localhost", "::1", "router.lab"]
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:0", "127.0.0.2:0", "localhost:0", "[::1]:0", "0"])
+def test_web_main_serves_loopback_without_allow_host(listen):
+    seen = {}
+    assert web_main(["--if", "eth0", "--listen", listen, "--read-only"],
+                    serve=lambda app, h, p, ready: seen.update(app=app)) == 0
+    assert "localhost" in seen["app"].config["ALLOWED_HOSTS"]
+
+
+def test_web_main_beyond_loopback_keeps_the_host_check(reader, control):
+    from webui.cli import _allowed_hosts
+    allowed = _allowed_hosts("0.0.0.0", ["router.lab"])
+    app, _ = make_app(reader, control, ALLOWED_HOSTS=allowed)
+    c = app.test_client()
+    assert c.get("/api/targets", headers={"Host": "router.lab:8080"}).status_code == 200
+    assert_error(c.get("/api/targets", headers={"Host": "rebound.example:8080"}), 400,
+                 "Host: 'rebound.example:8080' is not a name of this dashboard")
+
+
+def test_apply_and_clean_wait_for_the_lock_with_a_timeout(reader, control):
+    app, _ = make_app(reader, control, LOCK_TIMEOUT=2.5)
+    c = app.test_client()
+    assert post(c, "/api/apply", APPLY).status_code == 200 and control.lock_timeout == 2.5
+    assert post(c, "/api/clean", {"interface": "eth0"}).status_code == 200 and control.lock_timeout == 2.5
 
 
 # ---------------------------------------------------------------- vendored chart library
@@ -696,3 +738,24 @@ def test_real_apply_and_clean_through_the_api(veth_netns):
     assert links["total"] == 4 and {r["port"] for r in links["links"]} == {5000, 5001, 5002, 5003}
     assert post(c, "/api/clean", {"interface": "rlw-a", "netns": ns}).get_json()["cleaned"] is True
     assert service.status("rlw-a", ns) is None
+
+
+@pytest.mark.netns
+def test_a_busy_interface_answers_409_instead_of_blocking(rlhd):
+    """Another run holds the interface's lock: apply and clean give up after LOCK_TIMEOUT."""
+    import time
+    from ratelimit import state
+    ns = rlhd()
+    app = create_app({"STATS_SOURCE": StatsSource([(ns, "rlh0")]), "TOKEN": TOKEN, "LOCK_TIMEOUT": 0.3})
+    c = app.test_client()
+    body = {"interface": "rlh0", "netns": ns, "hosts": "198.18.0.2", "ports": "5000-5003", "mode": "shape",
+            "direction": "dest", "rate": "1mbit"}
+    with state.lock(ns, "rlh0"):
+        for url, data in (("/api/apply", body), ("/api/clean", {"interface": "rlh0", "netns": ns})):
+            started = time.monotonic()
+            assert_error(post(c, url, data), 409, f"--interface: {ns}/rlh0 is busy: another ratelimit run is "
+                                                  "changing it (waited 0.3 s); try again when it is done")
+            assert 0.3 <= time.monotonic() - started < 5
+        assert service.status("rlh0", ns) is None
+    assert post(c, "/api/apply", body).status_code == 200
+    assert service.status("rlh0", ns)["flows"] == 4

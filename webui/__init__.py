@@ -22,6 +22,8 @@ Module map:
   READ_ONLY     turn apply/clean off
   ALLOWED_HOSTS host names the Host header may carry (None: any)
   STREAM_LIMIT  most live streams open at once (default 16)
+  LOCK_TIMEOUT  seconds an apply/clean waits for another run on the interface (default 10;
+                then 409 with a one-line message)
 """
 
 import secrets
@@ -42,6 +44,7 @@ def create_app(config: dict | None = None) -> Flask:
         READ_ONLY=False,
         ALLOWED_HOSTS=["127.0.0.1", "localhost", "::1"],
         STREAM_LIMIT=16,
+        LOCK_TIMEOUT=10.0,
         MAX_CONTENT_LENGTH=64 * 1024,
     )
     if config:

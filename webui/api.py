@@ -187,9 +187,11 @@ def apply():
             kwargs[name] = value
     kwargs.setdefault("hosts", None)
     kwargs.setdefault("ports", None)
+    if "profile" in kwargs:
+        profiles.check_name(kwargs["profile"], "profile")  # a name, never a file on the router
     control = current_app.config["CONTROL"]
     req = control.make_request(interface, netns=netns, **kwargs)
-    plan = control.apply(req, force=force)
+    plan = control.apply(req, force=force, lock_timeout=current_app.config["LOCK_TIMEOUT"])
     src = source()
     if hasattr(src, "wake"):
         src.wake()
@@ -203,7 +205,8 @@ def clean():
     data = json_body(CLEAN_FIELDS)
     netns, interface = resolve_target(data.get("interface"), data.get("netns"))
     force = boolean("force", data.get("force"), False)
-    cleaned = current_app.config["CONTROL"].clean(interface, netns, force=force)
+    cleaned = current_app.config["CONTROL"].clean(interface, netns, force=force,
+                                                  lock_timeout=current_app.config["LOCK_TIMEOUT"])
     src = source()
     if hasattr(src, "wake"):
         src.wake()

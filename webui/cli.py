@@ -10,6 +10,7 @@ import sys
 import threading
 
 from ratelimit.errors import EXIT_USAGE, RatelimitError
+from ratelimit.names import check_target
 from ratelimit.kernel.netns import parent_only
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
@@ -77,21 +78,32 @@ def _targets(args) -> list:
     out = []
     for name in names:
         netns, _, interface = name.rpartition("/") if "/" in name else (args.netns, "", name)
-        if not interface or len(interface) > 15 or any(c in interface for c in " \t:"):
-            raise _Usage(f"--interface: '{name}' is not an interface name (1-15 characters, NS/IF for a namespace)")
+        try:
+            interface, netns = check_target(interface, netns)
+        except RatelimitError as e:
+            raise _Usage(f"{e} (NS/IF names one in namespace NS)") from None
         key = (netns or None, interface)
         if key not in out:
             out.append(key)
     return out
 
 
-def _allowed_hosts(host: str, extra: list) -> list | None:
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _allowed_hosts(host: str, extra: list) -> list:
+    """The names the Host header may carry: the listen address (unless a wildcard), the
+    loopback names and ``--allow-host``'s."""
     try:
         wildcard = ipaddress.ip_address(host).is_unspecified
     except ValueError:
         wildcard = False
-    if wildcard and not extra:
-        return None  # reachable under any name; the token still guards every change
     names = [] if wildcard else [host]
     return list(dict.fromkeys(names + LOOPBACK_NAMES + list(extra)))
 
@@ -117,6 +129,9 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
             raise _Usage(f"--interval: {args.interval:g} is out of range (0.2-60 seconds)")
         if not 10 <= args.history <= 3600:
             raise _Usage(f"--history: {args.history:g} is out of range (10-3600 seconds)")
+        if not is_loopback(host) and not args.allow_host:
+            raise _Usage(f"--listen: {args.listen} serves beyond this machine; add --allow-host NAME for each "
+                         "name or address the dashboard is reached by (e.g. --allow-host router.lab)")
         targets = _targets(args)
         token = args.token or os.environ.get(TOKEN_ENV) or None
         if token is not None and len(token) < 16:

@@ -23,6 +23,7 @@ import time
 from ..errors import ApplyError
 from ..plan import (AddIfb, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, U32Filter,
                     U32Table)
+from . import replay
 from .encode import Encoder
 from .nl import NLM_F_REQUEST, SEQ_OFFSET, TC_H_INGRESS, TC_H_ROOT
 from .readback import Reader, without_gc
@@ -157,6 +158,46 @@ class Executor(Reader):
                     raise StepFailed(i, op, e.errno, e.message, len(ops)) from None
             except _NoDevice:
                 pass
+
+
+    def restore(self, captured: dict) -> list[str]:
+        """Send back what ``Reader.capture`` read (after the caller removed it): re-make a
+        missing IFB device, re-create each captured message in order (see ``replay``),
+        then compare a new capture with the old.  Returns what is not as it was (empty: the
+        devices hold exactly what was captured), one phrase each."""
+        problems: list[str] = []
+        for dev, entry in captured.items():
+            if not entry.get("exists"):
+                continue
+            link = entry.get("link")
+            if link is not None and self.links.index(dev) is None:
+                if link["kind"] != "ifb":
+                    problems.append(f"device {dev} ({link['kind'] or 'plain'}) cannot be made again by ratelimit")
+                    continue
+                try:
+                    self.links.add_ifb(dev)
+                except KernelError as e:
+                    problems.append(f"device {dev} could not be made again ({strerror(e.errno)})")
+                    continue
+                self._fresh()
+            index = self.links.index(dev)
+            if index is None:
+                problems.append(f"device {dev} is gone")
+                continue
+            for m in replay.ordered(entry["messages"]):
+                try:
+                    self.chan.request(replay.request(m, index))
+                except KernelError as e:
+                    if e.errno != errnos.EEXIST:
+                        detail = f": {e.message}" if e.message else ""
+                        problems.append(f"{dev}: the kernel refused {replay.what(m)} ({strerror(e.errno)}{detail})")
+        self._fresh()
+        after = self.capture({dev: entry["parts"] for dev, entry in captured.items() if entry.get("exists")})
+        for dev, entry in captured.items():
+            if entry.get("exists") and after[dev].get("items") != entry["items"] and not any(
+                    p.startswith((f"{dev}:", f"device {dev}")) for p in problems):
+                problems.append(f"{dev} does not read back as it was")
+        return problems
 
 
 class _Progress:

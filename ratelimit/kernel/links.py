@@ -15,6 +15,8 @@ from ..errors import NotFoundError, PermissionDenied
 from .netns import off_loop
 from .transport import KernelError, check_netns
 
+IFF_UP = 0x1
+
 
 class Links:
     """Device lookups and changes in one namespace (which must exist)."""
@@ -41,7 +43,7 @@ class Links:
 
     def index(self, name: str) -> int | None:
         """The interface index of ``name``, or None if there is no such device."""
-        if not name or len(name) > 15:
+        if not name or len(name.encode()) > 15:
             return None
         found = self._index.get(name)
         if found is None:
@@ -60,6 +62,19 @@ class Links:
                 return None
             found = self._names[index] = links[0].get_attr("IFLA_IFNAME") if links else None
         return found
+
+    def state(self, name: str) -> dict | None:
+        """{"kind": its link kind ("" for a plain device), "up": administratively up}, or None."""
+        index = self.index(name)
+        if index is None:
+            return None
+        try:
+            link = off_loop(self.ipr.get_links, index)[0]
+        except (NetlinkError, IndexError):
+            return None
+        info = link.get_attr("IFLA_LINKINFO")
+        kind = (info.get_attr("IFLA_INFO_KIND") if info is not None else None) or ""
+        return {"kind": kind, "up": bool(link["flags"] & IFF_UP)}
 
     def add_ifb(self, name: str) -> None:
         """Create the IFB device ``name`` and set it up."""

@@ -124,6 +124,21 @@ def find(buf, s: int, e: int, want: int):
     return None
 
 
+def rebuild(buf, s: int, e: int, fix) -> bytes:
+    """The attributes of ``buf[s:e]`` packed again, each as ``fix(type, payload)`` makes it:
+    new payload bytes, or None to drop it (``type`` keeps its flag bits)."""
+    out = []
+    while s + 4 <= e:
+        length, kind = NLATTR.unpack_from(buf, s)
+        if length < 4:
+            break
+        payload = fix(kind, bytes(buf[s + 4:s + length]))
+        if payload is not None:
+            out.append(attr(kind, payload))
+        s += (length + 3) & ~3
+    return b"".join(out)
+
+
 def cstr(buf, span) -> str:
     if span is None:
         return ""

@@ -9,9 +9,9 @@ import errno as errnos
 import functools
 import gc
 
-from ..errors import NotFoundError
+from ..errors import ConflictError, NotFoundError
 from ..plan import INGRESS_HANDLE, U32Filter
-from . import decode
+from . import decode, replay
 from .links import Links
 from .nl import (RTM_GETQDISC, RTM_GETTCLASS, RTM_GETTFILTER, TC_H_CLSACT_EGRESS, TC_H_CLSACT_INGRESS,
                  TC_H_INGRESS, TC_H_ROOT, dump_request, header)
@@ -46,8 +46,9 @@ def consistent(method):
                 return method(*args, **kw)
             except DumpInterrupted:
                 if attempt == DUMP_ATTEMPTS - 1:
-                    raise KernelError(errnos.EAGAIN, "the traffic-control state kept changing while "
-                                      f"it was read ({DUMP_ATTEMPTS} attempts)") from None
+                    raise ConflictError(f"netlink: traffic control kept changing while ratelimit read it "
+                                        f"({DUMP_ATTEMPTS} dumps in a row were interrupted by other changes); "
+                                        "try again when they stop") from None
     return run
 
 
@@ -113,6 +114,83 @@ class Reader:
         """True if ``dev`` has an ingress (or clsact) qdisc."""
         return any(parent == TC_H_INGRESS for parent, _, _ in self._qdisc_heads(self._device(dev)))
 
+    @consistent
+    def picture(self, devs, classes: bool = True) -> dict:
+        """What ``devs`` hold at their root and ingress (``fingerprint``'s picture): per
+        device None when it is missing, else its root qdisc (kind, handle) or None for
+        the kernel's default, its ingress qdisc's kind or None, and (``classes``) every
+        class as (classid, parent, kind)."""
+        self.links.forget()
+        out: dict = {}
+        heads = None
+        for dev in devs:
+            index = self.links.index(dev)
+            if index is None:
+                out[dev] = None
+                continue
+            if heads is None:  # one qdisc dump for every device
+                heads = [(header(d, o)[0], header(d, o)[2], header(d, o)[1], decode.qdisc_kind(d, o, e))
+                         for d, o, e in self._dump(dump_request(RTM_GETQDISC))]
+            seen = {"root": None, "ingress": None, "classes": None}
+            for ifindex, parent, handle, kind in heads:
+                if ifindex != index:
+                    continue
+                if parent == TC_H_ROOT and handle:
+                    seen["root"] = (kind, handle)
+                elif parent == TC_H_INGRESS:
+                    seen["ingress"] = kind
+            if classes:
+                mine = [(handle, kind) for i, _parent, handle, kind in heads if i == index]
+                seen["classes"] = [(header(d, o)[1], header(d, o)[2], decode.qdisc_kind(d, o, e))
+                                   for d, o, e in self._classes(index, mine)]
+            out[dev] = seen
+        return out
+
+    @without_gc
+    @consistent
+    def capture(self, parts: dict) -> dict:
+        """The raw messages of ``parts`` ({dev: {"root", "ingress", "device"}}) for
+        ``Executor.restore`` (see ``replay``): per device whether it exists, for "device"
+        its kind and state, the messages of its root tree (unless the kernel's default)
+        and ingress tree, and the snapshot items they decode to."""
+        self.links.forget()
+        out: dict = {}
+        qdiscs = None
+        for dev, want in parts.items():
+            want = set(want)
+            index = self.links.index(dev)
+            if index is None:
+                out[dev] = {"exists": False}
+                continue
+            if qdiscs is None:
+                qdiscs = [(header(d, o)[0], d, o, e) for d, o, e in self._dump(dump_request(RTM_GETQDISC))]
+            entry = out[dev] = {"exists": True, "parts": sorted(want), "messages": []}
+            if "device" in want:
+                entry["link"] = self.links.state(dev)
+                want |= {"root", "ingress"}
+            mine = [(d, o, e) for i, d, o, e in qdiscs if i == index]
+            heads = {header(d, o)[2]: header(d, o)[1] for d, o, e in mine}
+            msgs = entry["messages"]
+            if "root" in want and heads.get(TC_H_ROOT):
+                tree = [(d, o, e) for d, o, e in mine if header(d, o)[2] != TC_H_INGRESS]
+                msgs += [replay.entry(replay.QDISC, header(d, o)[2], d, o, e) for d, o, e in tree]
+                msgs += [replay.entry(replay.CLASS, header(d, o)[2], d, o, e)
+                         for d, o, e in self._classes(index, [(header(d, o)[1], decode.qdisc_kind(d, o, e))
+                                                              for d, o, e in tree])]
+                for parent in _filter_parents([(header(d, o)[2], header(d, o)[1], decode.qdisc_kind(d, o, e))
+                                               for d, o, e in tree]):
+                    msgs += [replay.entry(replay.FILTER, parent, d, o, e)
+                             for d, o, e in list(self._filters(index, parent))]
+            if "ingress" in want and TC_H_INGRESS in heads:
+                head = [(d, o, e) for d, o, e in mine if header(d, o)[2] == TC_H_INGRESS]
+                msgs += [replay.entry(replay.QDISC, TC_H_INGRESS, d, o, e) for d, o, e in head]
+                for parent in _filter_parents([(TC_H_INGRESS, header(d, o)[1], decode.qdisc_kind(d, o, e))
+                                               for d, o, e in head]):
+                    msgs += [replay.entry(replay.FILTER, parent, d, o, e)
+                             for d, o, e in list(self._filters(index, parent))]
+            entry["items"] = replay.items(msgs, self.link_name)
+        return out
+
     def _filters(self, index: int, parent: int):
         try:
             yield from self._dump(dump_request(RTM_GETTFILTER, index, parent))
@@ -140,7 +218,8 @@ class Reader:
             if qdiscs is None:
                 qdiscs = [decode.qdisc_item(d, o, e) for d, o, e in self._dump(dump_request(RTM_GETQDISC))]
             mine = sorted((item for i, item in qdiscs if i == index), key=_order)
-            classes = sorted((decode.class_item(d, o, e)[1] for d, o, e in self._classes(index, mine)), key=_order)
+            classes = sorted((decode.class_item(d, o, e)[1] for d, o, e in self._classes(index, [q[2:4] for q in mine])),
+                             key=_order)
             filters = []
             for parent in _filter_parents([(q[1], q[2], q[3]) for q in mine]):
                 msgs = list(self._filters(index, parent))  # link_name asks the kernel too
@@ -149,10 +228,11 @@ class Reader:
         return out
 
     def _classes(self, index: int, qdiscs):
-        """Every class on a device, one dump per classful qdisc: a device-wide class dump
-        stops at the first netem qdisc on Linux 6.1 (netem's class dump fails when it has
-        no child), so the classes of qdiscs hashed after it would be missing."""
-        for _item, _parent, handle, kind, *_rest in qdiscs:
+        """Every class of a device's ``qdiscs`` ((handle, kind) pairs), one dump per classful
+        qdisc: a device-wide class dump stops at the first netem qdisc on Linux 6.1
+        (netem's class dump fails when it has no child), so the classes of qdiscs hashed
+        after it would be missing."""
+        for handle, kind in qdiscs:
             if handle and kind not in decode.CLASSLESS:
                 yield from self._dump(dump_request(RTM_GETTCLASS, index, handle))
 

@@ -1,9 +1,11 @@
 """A filter's action list (``action police ...``, ``action mirred ...``), packed and read back."""
 
-from ..nl import NLA_F_NESTED, NLATTR, attr_map, attr_str, attrs, cstr, find, hexof, nest
+from ..nl import NLA_F_NESTED, NLA_TYPE_MASK, NLATTR, attr_map, attr_str, attrs, cstr, find, hexof, nest, rebuild
 from . import mirred, police
 
 TCA_ACT_KIND, TCA_ACT_OPTIONS, TCA_ACT_INDEX, TCA_ACT_STATS, TCA_ACT_PAD = 1, 2, 3, 4, 5
+TCA_ACT_COOKIE, TCA_ACT_FLAGS, TCA_ACT_HW_STATS = 6, 7, 8
+_REPLAYED = frozenset({TCA_ACT_KIND, TCA_ACT_OPTIONS, TCA_ACT_INDEX, TCA_ACT_COOKIE, TCA_ACT_FLAGS, TCA_ACT_HW_STATS})
 
 _KINDS = {"police": police, "mirred": mirred}
 
@@ -75,3 +77,10 @@ def stats_span(buf, s, e):
             first = first or stats
         s += (length + 3) & ~3
     return first
+
+
+def replayable(payload: bytes) -> bytes:
+    """A dumped action list as a request carries it: each action without its counters."""
+    def one(_prio, body):
+        return rebuild(body, 0, len(body), lambda kind, p: p if kind & NLA_TYPE_MASK in _REPLAYED else None)
+    return rebuild(payload, 0, len(payload), one)

@@ -2,7 +2,7 @@
 
 import struct
 
-from ..nl import U32_MAX, U64, attr, attr_str, attrs, hexof, nest, TCA_KIND, TCA_OPTIONS
+from ..nl import NLA_TYPE_MASK, U32_MAX, U64, attr, attr_str, attrs, hexof, nest, rebuild, TCA_KIND, TCA_OPTIONS
 from ..rates import Clock, decode_ratespec, rate_bytes, rate_table, ratespec
 
 TCA_HTB_PARMS, TCA_HTB_INIT, TCA_HTB_CTAB, TCA_HTB_RTAB = 1, 2, 3, 4
@@ -60,3 +60,14 @@ def decode_class(buf, s, e) -> tuple:
         else:
             out.append((kind, hexof(buf, ps, pe)))
     return tuple(out)
+
+
+def replayable_qdisc(payload: bytes) -> bytes:
+    """Dumped qdisc options as a request carries them: a dump gives the version as HTB_VER
+    (0x30011), a request must give its major (3)."""
+    def fix(kind, body):
+        if kind & NLA_TYPE_MASK == TCA_HTB_INIT and len(body) >= HTB_GLOB.size:
+            version = HTB_GLOB.unpack_from(body)[0]
+            return HTB_GLOB.pack(version >> 16 or version, *HTB_GLOB.unpack_from(body)[1:]) + body[HTB_GLOB.size:]
+        return body
+    return rebuild(payload, 0, len(payload), fix)

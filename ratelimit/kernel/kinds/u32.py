@@ -2,11 +2,12 @@
 
 import struct
 
-from ..nl import NLATTR, U32, attr_map, attr_u32, attrs, be32, hexof, nest, u32_at, TCA_OPTIONS
+from ..nl import NLA_TYPE_MASK, NLATTR, U32, attr_map, attr_u32, attrs, be32, hexof, nest, rebuild, u32_at, TCA_OPTIONS
 from . import actions
 
 TCA_U32_CLASSID, TCA_U32_HASH, TCA_U32_LINK, TCA_U32_DIVISOR = 1, 2, 3, 4
-TCA_U32_SEL, TCA_U32_ACT, TCA_U32_PCNT = 5, 7, 9
+TCA_U32_SEL, TCA_U32_ACT, TCA_U32_PCNT, TCA_U32_FLAGS = 5, 7, 9, 11
+TCA_CLS_FLAGS_SKIP = 0x3  # skip_hw, skip_sw: the only flags a request may carry (not in_hw, not_in_hw)
 TC_U32_TERMINAL = 1
 U32_SEL = struct.Struct("=BBBxHHhhI")  # flags offshift nkeys offmask off offoff hoff hmask(be)
 U32_KEY_BE = struct.Struct(">II")  # mask, val (both big-endian)
@@ -136,3 +137,18 @@ def stats_span(buf, off: int, end: int):
         return None
     span = find(buf, span[0], span[1], TCA_U32_ACT)
     return None if span is None else actions.stats_span(buf, *span)
+
+
+def replayable(payload: bytes) -> bytes:
+    """Dumped u32 options as a request carries them: no hit counters, only the flags a request
+    may set, actions without their counters."""
+    def fix(kind, body):
+        kind &= NLA_TYPE_MASK
+        if kind == TCA_U32_PCNT:
+            return None
+        if kind == TCA_U32_FLAGS and len(body) == 4:
+            return U32.pack(U32.unpack(body)[0] & TCA_CLS_FLAGS_SKIP)
+        if kind == TCA_U32_ACT:
+            return actions.replayable(body)
+        return body
+    return rebuild(payload, 0, len(payload), fix)

@@ -1,0 +1,249 @@
+"""Putting an interface back: after a change that failed or was interrupted, and after a
+run that was killed mid-change.
+
+``Change`` carries out the kernel part of an apply: it writes the marker (what to go
+back to) before the first kernel change, stops on the first refusal, exception, SIGINT
+or SIGTERM, and rolls back -- removes what either plan may have put there, re-applies the
+plan that was there before, and sends back what ``--force`` replaced (``kernel.replay``)
+-- then says truthfully where the interface is.  A rollback that itself fails records
+the half-configured state (``state.save_problem``) and says, in one line, what the
+interface holds now and the command that recovers it.
+
+``repair`` runs first in every apply, clean, list and stats: a marker left behind means
+a run was killed (SIGKILL, power loss of the process) mid-change.  An apply is rolled
+back to the plan before it (or to nothing, or to what ``--force`` replaced); a clean is
+finished.  Either way the interface ends up as one whole plan or none, and the user is
+told.
+"""
+
+import sys
+import time
+
+from . import fingerprint, signals, state
+from .compile import compile_plan, ifb_name
+from .errors import ApplyError, Interrupted, RatelimitError, StateError
+from .plan import TC_H_INGRESS, TC_H_ROOT, DelLink, DelQdisc
+
+
+def teardown_of(parts: dict) -> tuple:
+    """The operations that remove ``parts`` ({dev: {"root", "ingress", "device"}})."""
+    ops = []
+    for dev, want in parts.items():
+        if "device" in want:
+            ops += [DelQdisc(dev, TC_H_ROOT), DelQdisc(dev, TC_H_INGRESS), DelLink(dev)]
+            continue
+        if "root" in want:
+            ops.append(DelQdisc(dev, TC_H_ROOT))
+        if "ingress" in want:
+            ops.append(DelQdisc(dev, TC_H_INGRESS))
+    return tuple(ops)
+
+
+def everything(interface: str) -> dict:
+    """Every part ratelimit may replace on ``interface``: root, ingress and its IFB device."""
+    return {interface: {"root", "ingress"}, ifb_name(interface): {"device"}}
+
+
+def _union(*teardowns) -> tuple:
+    """Teardown operations, each once, qdiscs before the devices they hang on go."""
+    seen, ops = set(), []
+    for op in (op for ops in teardowns for op in ops):
+        if op not in seen:
+            seen.add(op)
+            ops.append(op)
+    return tuple(sorted(ops, key=lambda op: isinstance(op, DelLink)))
+
+
+def captured_parts(captured: dict | None) -> dict:
+    return {dev: set(entry["parts"]) for dev, entry in (captured or {}).items() if entry.get("exists")}
+
+
+def describe_request(req) -> str:
+    from .service import describe, summary  # the one line the CLI prints for an applied link
+    return describe(summary(req))
+
+
+def notice_to_stderr(message: str) -> None:
+    print(f"ratelimit: {message}", file=sys.stderr)
+
+
+def _executor(netns):
+    from .kernel.executor import Executor
+    return Executor(netns)
+
+
+def _now(netns, interface) -> str:
+    """What the interface and its IFB device hold now, in a few words (never raises)."""
+    try:
+        with _executor(netns) as ex:
+            return fingerprint.describe(ex.picture([interface, ifb_name(interface)], classes=True))
+    except Exception as err:  # the reason the kernel could not be read is the news
+        return f"its state could not be read ({type(err).__name__}: {err})"
+
+
+def _half_configured(netns, interface, req, what: str, err: BaseException) -> StateError:
+    """Record and return the error for an interface left in neither plan."""
+    problem = (f"{what}; putting {interface} back failed too ({_text(err)}); {interface} is half-configured: "
+               f"{_now(netns, interface)}; to recover: {state.recovery_command(netns, interface)}, then apply again")
+    state.save_problem(netns, interface, req, problem)
+    state.clear_marker(netns, interface)
+    return StateError(problem)
+
+
+def _text(err: BaseException) -> str:
+    if isinstance(err, RatelimitError):
+        return str(err)
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
+def _put_back(ex, netns, interface, *, old, new, captured) -> list[str]:
+    """Remove what ``new`` (and ``old``, and what ``--force`` replaced) may have put there,
+    re-apply ``old`` and send back ``captured``; record the result.  Returns what of the
+    captured configuration is not back (empty: all of it); raises if a kernel step fails."""
+    ex.remove(_union(new.teardown() if new else (), old.teardown() if old else (),
+                     teardown_of(captured_parts(captured))))
+    if old is not None:
+        ex.apply(old.ops)
+    problems = ex.restore(captured) if captured else []
+    if old is not None:
+        state.save(old.request, fingerprint.of_kernel(fingerprint.of_plan(old), ex.picture(old.devices())))
+    else:
+        state.forget(netns, interface)
+    return problems
+
+
+def _not_restored(interface: str, problems: list[str]) -> str:
+    more = f" and {len(problems) - 1} more" if len(problems) > 1 else ""
+    return (f"what --force replaced on {interface} is not all back ({problems[0]}{more}); "
+            f"re-create your own configuration there (see: tc qdisc show dev {interface})")
+
+
+class Change:
+    """The kernel part of one apply, rolled back unless it completes (see the module doc)."""
+
+    def __init__(self, ex, netns, interface, *, old, new, captured=None):
+        self.ex, self.netns, self.interface = ex, netns, interface
+        self.old, self.new, self.captured = old, new, captured
+
+    def run(self, removal: tuple, *, progress=None, echo=None) -> None:
+        """Remove ``removal``, then apply the new plan; on success record it and drop the marker."""
+        with signals.guard(armed=False) as guard:
+            started = False
+            try:
+                guard.arm()
+                state.write_marker(self.netns, self.interface, "apply", old=self.old.request if self.old else None,
+                                   new=self.new.request, foreign=self.captured)
+                started = True
+                self.ex.remove(removal)
+                self.ex.apply(self.new.ops, progress=progress, echo=echo)
+                guard.hold()
+                picture = self.ex.picture(self.new.devices())
+                state.save(self.new.request, fingerprint.of_kernel(fingerprint.of_plan(self.new), picture))
+                state.clear_marker(self.netns, self.interface)
+            except BaseException as err:
+                guard.hold()
+                if not started:  # nothing changed yet
+                    state.clear_marker(self.netns, self.interface)
+                    if isinstance(err, signals.Stop):
+                        raise Interrupted(f"interrupted by {err.name}; nothing changed", err.signum) from None
+                    raise
+                self._roll_back(err)
+
+    def _roll_back(self, err: BaseException):
+        if isinstance(err, signals.Stop):
+            what = f"interrupted by {err.name} during the apply"
+        else:
+            what = _text(err)
+        try:
+            with _executor(self.netns) as ex:  # a fresh socket: the old one may hold half an exchange
+                problems = _put_back(ex, self.netns, self.interface, old=self.old, new=self.new,
+                                     captured=self.captured)
+        except BaseException as rb_err:
+            raise _half_configured(self.netns, self.interface, self.old.request if self.old else None,
+                                   what, rb_err) from err
+        if problems:
+            message = f"{what}; the new plan is removed, but {_not_restored(self.interface, problems)}"
+            state.save_problem(self.netns, self.interface, None, message)
+            state.clear_marker(self.netns, self.interface)
+            raise StateError(message) from err
+        state.clear_marker(self.netns, self.interface)
+        back = f"{self.interface} is back as it was"
+        if self.captured:
+            back += " (what --force replaced is restored)"
+        if isinstance(err, signals.Stop):
+            raise Interrupted(f"{what}; {back}", err.signum) from None
+        if isinstance(err, KeyboardInterrupt):
+            raise Interrupted(f"interrupted during the apply; {back}") from None
+        raise ApplyError(f"{what}; {back}") from (None if isinstance(err, ApplyError) else err)
+
+
+def remove(ex, netns, interface, teardown: tuple, *, old=None, forced: bool = False) -> None:
+    """A clean's kernel part: marker, removal, record; signals wait until it is done."""
+    state.write_marker(netns, interface, "clean", old=old.request if old else None, new=None, forced=forced)
+    with signals.guard(armed=False):
+        try:
+            ex.remove(teardown)
+        except BaseException as err:
+            raise _half_configured(netns, interface, None, f"clean failed ({_text(err)})", err) from err
+        state.forget(netns, interface)
+        state.clear_marker(netns, interface)
+
+
+def repair(ex, netns, interface, notice=None) -> None:
+    """Finish what a killed run left (its marker), before anything else reads or changes the
+    interface; the caller holds the lock.  Says what it did through ``notice``."""
+    marker = state.read_marker(netns, interface)
+    if marker is None:
+        return
+    notice = notice or notice_to_stderr
+    where = f"marker {state.marker_path(netns, interface)}"
+    try:
+        old = state.request_from_json(marker["old"], where) if marker.get("old") else None
+        new = state.request_from_json(marker["new"], where) if marker.get("new") else None
+    except StateError as err:
+        raise StateError(f"{err}; check the interface (tc qdisc show dev {interface}), then remove the file and "
+                         f"run: {state.recovery_command(netns, interface)}") from None
+    old_plan = compile_plan(old) if old else None
+    new_plan = compile_plan(new) if new else None
+    when = time.strftime("%H:%M:%S", time.localtime(marker.get("started", 0)))
+    who = f"a ratelimit run (pid {marker.get('pid')}, {marker['action']} started {when})"
+    foreign = marker.get("foreign")
+    try:
+        if marker["action"] == "clean":
+            teardown = old_plan.teardown() if old_plan else ()
+            if marker.get("forced"):
+                teardown = _union(teardown, teardown_of(everything(interface)))
+            ex.remove(teardown)
+            state.forget(netns, interface)
+            state.clear_marker(netns, interface)
+            notice(f"{interface}: {who} was killed mid-clean; finished it (nothing of ratelimit's is left)")
+            return
+        if _completed(ex, netns, interface, new_plan):
+            state.clear_marker(netns, interface)
+            return
+        problems = _put_back(ex, netns, interface, old=old_plan, new=new_plan, captured=foreign)
+    except Exception as err:
+        raise _half_configured(netns, interface, old, f"{who} was killed mid-apply", err) from None
+    if problems:
+        message = f"{who} was killed mid-apply; its plan is removed, but {_not_restored(interface, problems)}"
+        state.save_problem(netns, interface, None, message)
+        state.clear_marker(netns, interface)
+        raise StateError(message)
+    state.clear_marker(netns, interface)
+    before = f"the plan before it is back: {describe_request(old)}" if old else \
+        "removed what it had added (nothing of ratelimit's was there before)"
+    if foreign:
+        before += "; what its --force replaced is restored"
+    notice(f"{interface}: {who} was killed mid-apply; {before}")
+
+
+def _completed(ex, netns, interface, new_plan) -> bool:
+    """True when the killed apply had finished and recorded its plan (only the marker was left)."""
+    try:
+        record = state.load(netns, interface)
+    except StateError:
+        return False
+    if record is None or record.problem or new_plan is None or record.request != new_plan.request:
+        return False
+    owned = record.fingerprint or fingerprint.of_plan(new_plan)
+    return not fingerprint.differences(owned, ex.picture(list(owned)))
