@@ -41,7 +41,8 @@ def find_request(host: str):
     """The applied request (state) whose hosts include ``host``, on any interface."""
     addr = ip_address(host)
     for interface in state.interfaces(None):
-        req = state.load(None, interface)
+        record = state.load(None, interface)
+        req = record.request if record is not None else None
         if req is not None and addr in req.hosts:
             return req
     return None
