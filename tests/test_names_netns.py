@@ -30,6 +30,6 @@ def test_dry_run_script_of_hostile_names_runs_nothing_extra(rlhd, tmp_path):
     qdiscs = subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", dev], capture_output=True, text=True).stdout
     assert "qdisc htb 52: root" in qdiscs and "qdisc ingress ffff:" in qdiscs
     classes = subprocess.run(["tc", "-n", ns, "class", "show", "dev", dev], capture_output=True, text=True).stdout
-    assert len(classes.splitlines()) == 1 + 4  # the pool and one class per port: the whole plan ran
+    assert len(classes.splitlines()) == 3 + 4  # pool, group, group root and one class per port: the whole plan ran
     links = subprocess.run(["ip", "-n", ns, "-o", "link", "show"], capture_output=True, text=True).stdout
     assert "rl-x;to54560d0c" in links

@@ -144,7 +144,7 @@ def test_a_version_1_record_and_a_foreign_tree_refuse(rlhd):
     tc(ns, "qdisc", "del", "dev", "rlh0", "root")
     user_htb_52(ns)
     before = tc_dump(ns, *DEVS)
-    with pytest.raises(ConflictError, match="rlh0 has 1 HTB classes where ratelimit recorded 11"):
+    with pytest.raises(ConflictError, match="rlh0 has 1 HTB classes where ratelimit recorded 13"):
         service.clean("rlh0", ns)
     assert tc_dump(ns, *DEVS) == before
 

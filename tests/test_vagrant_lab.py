@@ -7,6 +7,7 @@ printed as it starts and ends (boots take minutes under software emulation):
   tools     root, vagrant with vagrant-libvirt, virsh, ssh
   libvirt   ``sh vagrant/libvirt.sh start``: libvirtd up (started here where no init
             system does it), KVM probed; nothing of a lab named ``rl-*`` exists yet
+            (what a killed earlier run of this test left is removed first)
   box       ``bash vagrant/box/build.sh``: the box, from its cache when it is current
   up        ``vagrant up``: 1 router, 1 client, 1 server (the documented default)
   demo      ``vagrant/demo.py fetch --runs 3``: the 10,000-byte download through the
@@ -50,6 +51,9 @@ PREFIX = "rl-"  # the Vagrantfile's default_prefix and network names
 RUN_DIR = Path(os.environ.get("RL_RUN_DIR", "/run/ratelimit-vagrant"))
 BOX_UPLOAD = "ratelimit-VAGRANTSLASH-bookworm64_vagrant_box_image_"
 TIMEOUT_ENV = "RATELIMIT_VAGRANT_TIMEOUT"
+# Written before the lab is booted, removed once it is cleaned up: a run killed in between
+# (a reboot, SIGKILL) leaves it, and the next run removes that run's lab instead of refusing.
+CLAIM = Path(os.environ.get("RATELIMIT_VAGRANT_CLAIM", "/var/tmp/ratelimit-vagrant-lab-test.json"))
 TOLERANCE = 0.05
 PASS_THROUGH = ("RL_LIBVIRT_DRIVER", "RL_BOX_CACHE", "RL_RUN_DIR", "RL_KVM_PROBE_TIMEOUT",
                 "RL_DEBIAN_MIRROR", "RL_DEBIAN_SECURITY")
@@ -224,12 +228,19 @@ def test_vagrant_lab_boots_demo_and_monitoring(tmp_path, capsys):
         _, out = run.run(["sh", VAGRANT_DIR / "libvirt.sh", "start"], timeout=300)
         started_libvirt = not had_started_file and (RUN_DIR / "started").exists()
         before = _inventory()
+        if CLAIM.exists():
+            claimed = {k: set(v) for k, v in json.loads(CLAIM.read_text()).items()}
+            removed = _remove_lab_objects(claimed)
+            CLAIM.unlink()
+            run.say(f"removed the lab a killed earlier run of this test left: {', '.join(removed) or 'nothing'}")
+            before = _inventory()
         left = _lab_objects(before)
         if left["domains"] or left["networks"]:
             before = None  # not ours: never remove them
             run.fail(f"a Vagrant lab is up already (domains: {', '.join(left['domains']) or 'none'}; "
                      f"networks: {', '.join(left['networks']) or 'none'}): destroy it first "
                      f"(cd vagrant && vagrant destroy -f, with its RL_* variables)")
+        CLAIM.write_text(json.dumps({k: sorted(v) for k, v in before.items()}))
         run.end(t, _last(out, 1))
 
         # ---------------------------------------------------------- box
@@ -342,6 +353,7 @@ def _cleanup(run: Run, before, env, started_libvirt: bool) -> None:
             _virsh("pool-destroy", "default")
             _virsh("pool-undefine", "default")
             run.say("cleanup: removed libvirt's pool default (vagrant-libvirt made it for this run)")
+        CLAIM.unlink(missing_ok=True)
     if started_libvirt:
         subprocess.run(["sh", str(VAGRANT_DIR / "libvirt.sh"), "stop"], capture_output=True, timeout=60)
         run.say("cleanup: stopped libvirtd and virtlogd (this run started them)")

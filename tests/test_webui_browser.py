@@ -127,11 +127,11 @@ class RefusingControl:
         from ratelimit import service
         return service.make_request(interface, **kw)
 
-    def apply(self, req, *, force=False):
+    def apply(self, req, *, force=False, lock_timeout=None):
         from ratelimit.errors import PermissionDenied
         raise PermissionDenied("changing traffic control needs root (run with sudo)")
 
-    def clean(self, interface, netns=None, *, force=False):
+    def clean(self, interface, netns=None, *, force=False, lock_timeout=None):
         return False
 
 
