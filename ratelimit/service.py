@@ -6,8 +6,10 @@ units, host names, a profile name) and returns a validated ``Request``.
 as it was.
 """
 
+import functools
 import os
 import time
+from dataclasses import dataclass
 
 from . import linklayer, profiles, state
 from .compile import ROOT, compile_plan, ifb_name
@@ -212,18 +214,105 @@ def status(interface: str, netns: str | None = None) -> dict | None:
         return summary(plan.request) if plan else None
 
 
-def statistics(interface: str, netns: str | None = None) -> dict:
-    """Counters per (host, port, direction), read from the kernel in one dump per device."""
+# ---------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True)
+class LinkTable:
+    """What reading statistics needs of an applied request, compiled once per request:
+    each link's (direction, host, port or None, device) and configured rate, in the order
+    of the plan's flows, and where the kernel keeps its counters."""
+
+    summary: dict
+    keys: tuple
+    rate_bps: tuple
+    flows: object  # kernel.counters.FlowTable
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+@functools.lru_cache(maxsize=8)
+def link_table(req: Request) -> LinkTable:
+    """The request's LinkTable; compiling 65,536 flows takes about a second, so a watched
+    interface compiles once, not at every read (requests are frozen, hashable values)."""
+    from .kernel.counters import FlowTable
+    plan = compile_plan(req)
+    keys = tuple((f.direction, str(f.host), f.port, f.dev) for f in plan.flows)
+    rates = {"dest": req.down.rate_bps, "source": req.up.rate_bps}
+    return LinkTable(summary(req), keys, tuple(rates[f.direction] for f in plan.flows), FlowTable.of(plan))
+
+
+def _installed_table(ex, netns, interface) -> LinkTable | None:
+    """The LinkTable of our configuration on the interface now, or None."""
+    req = state.load(netns, interface)
+    if req is None or ex.root_qdisc(interface) != ("htb", ROOT) and not ex.has_ingress(interface):
+        return None
+    return link_table(req)
+
+
+def _read_counters(ex, interface: str, netns: str | None) -> dict:
+    _check_interface(ex, interface, netns)
+    table = _installed_table(ex, netns, interface)
+    if table is None:
+        return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "keys": (),
+                "rate_bps": (), "counters": {}}
+    cols = ex.counters(table.flows)
+    return {"interface": interface, "netns": netns, "time": time.time(), "applied": table.summary,
+            "keys": table.keys, "rate_bps": table.rate_bps, "counters": cols}
+
+
+def counters(interface: str, netns: str | None = None) -> dict:
+    """Counters of every link as columns, read in one dump per device::
+
+        {"interface", "netns", "time", "applied": summary() or None,
+         "keys": ((direction, host, port or None, dev), ...), "rate_bps": (configured rate, ...),
+         "counters": {"bytes": array, "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"}}
+
+    ``keys`` and ``rate_bps`` are the same objects while the configuration stays."""
     with _executor(netns) as ex:
-        _check_interface(ex, interface, netns)
-        plan = _installed_plan(ex, netns, interface)
-        if plan is None:
-            return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "links": []}
-        rows = ex.stats(plan)
-        stamp = time.time()
-    req = plan.request
-    for row in rows:
-        params = req.down if row["direction"] == "dest" else req.up
-        row["rate_bps"] = params.rate_bps
-        row["host"] = str(row["host"])
-    return {"interface": interface, "netns": netns, "time": stamp, "applied": summary(req), "links": rows}
+        return _read_counters(ex, interface, netns)
+
+
+class Poller:
+    """``counters`` for a reader that asks again and again (the dashboard): it keeps one
+    open netlink reader per namespace, so a read costs the dumps and nothing else.  A read
+    that fails on a kept reader (the namespace or device was remade) is tried once more on
+    a fresh one.  ``close()`` when done."""
+
+    def __init__(self):
+        self._readers: dict = {}
+
+    def __call__(self, interface: str, netns: str | None = None) -> dict:
+        for attempt in (0, 1):
+            ex = self._readers.get(netns)
+            if ex is None:
+                ex = self._readers[netns] = _executor(netns)
+            try:
+                return _read_counters(ex, interface, netns)
+            except (NotFoundError, OSError):
+                self._drop(netns)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _drop(self, netns) -> None:
+        ex = self._readers.pop(netns, None)
+        if ex is not None:
+            ex.close()
+
+    def close(self) -> None:
+        for netns in list(self._readers):
+            self._drop(netns)
+
+
+def statistics(interface: str, netns: str | None = None) -> dict:
+    """Counters per (host, port, direction), read from the kernel in one dump per device, as
+    one dict per link (``--stats``, ``--json``, the lab)."""
+    data = counters(interface, netns)
+    cols = data.pop("counters")
+    keys, rates = data.pop("keys"), data.pop("rate_bps")
+    names = tuple(cols)
+    data["links"] = [{"direction": d, "host": h, "port": p, "dev": dev, **dict(zip(names, values)), "rate_bps": r}
+                     for (d, h, p, dev), r, *values in zip(keys, rates, *cols.values())]
+    return data
