@@ -148,7 +148,8 @@ def test_rates_come_from_counter_deltas(src, reader):
     # shares of the frame rate (26,864 bit/s): 4000 / 26864 and 2000 / 26864
     assert snap.row(0)["rate_share"] == round(4000 / 26864, 6) and snap.row(1)["rate_share"] == 0.0
     assert [snap.row(i)["state"] for i in range(3)] == ["busy", "idle", "busy"]
-    assert snap.distribution["states"] == {"idle": 4, "busy": 2, "at_rate": 0, "starved": 0, "dropping": 1}
+    assert snap.distribution["dest"]["states"] == {"idle": 1, "busy": 2, "at_rate": 0, "starved": 0, "dropping": 1}
+    assert snap.distribution["source"]["states"] == {"idle": 3, "busy": 0, "at_rate": 0, "starved": 0, "dropping": 0}
 
 
 def test_counter_reset_gives_no_negative_rate(src, reader):
@@ -323,10 +324,11 @@ def test_history(client, src, reader):
     data = client.get("/api/history?interface=eth0").get_json()
     assert data["interval"] == 1.0 and len(data["series"]["time"]) == 2
     assert set(data["series"]) == {"time", "throughput_bps", "throughput_bps_down", "throughput_bps_up",
-                                   "packets_per_s", "drops_per_s", "backlog_bytes", "active_links",
-                                   "rate_share_p5", "rate_share_p50", "rate_share_p95", "queue_delay_ms_p5",
-                                   "queue_delay_ms_p50", "queue_delay_ms_p95", "idle_links", "busy_links",
-                                   "at_rate_links", "starved_links", "dropping_links"}
+                                   "packets_per_s", "drops_per_s", "backlog_bytes", "active_links"} | {
+        f"{name}_{direction}" for direction in ("dest", "source")
+        for name in ("rate_share_p5", "rate_share_p50", "rate_share_p95", "queue_delay_ms_p5", "queue_delay_ms_p50",
+                     "queue_delay_ms_p95", "idle_links", "busy_links", "at_rate_links", "starved_links",
+                     "dropping_links")}
     assert_error(client.get("/api/history?interface=nope"), 404, "interface: 'nope'")
 
 
@@ -369,13 +371,13 @@ def test_stream_sends_a_small_tick_per_poll_without_link_rows(app_src, reader):
     assert name == "tick" and set(tick) == {"seq", "time", "targets"}
     (target,) = tick["targets"]
     assert target["aggregate"]["throughput_bps"] == 4800.0 and target["seq"] == tick["seq"]
-    assert target["distribution"]["states"]["busy"] == 6 and target["distribution"]["links"] == 6
+    assert target["distribution"]["dest"]["states"]["busy"] == 3 and target["distribution"]["source"]["links"] == 3
     reader.advance(bytes=[100, 0, 0, 0, 0, 0])
     src.poll_once()
     ((name, tick2),) = sse_events([next(it)])
     assert name == "tick" and tick2["seq"] == tick["seq"] + 1
-    assert tick2["targets"][0]["distribution"]["states"] == {"idle": 5, "busy": 1, "at_rate": 0, "starved": 0,
-                                                             "dropping": 0}
+    assert tick2["targets"][0]["distribution"]["dest"]["states"] == {"idle": 2, "busy": 1, "at_rate": 0,
+                                                                     "starved": 0, "dropping": 0}
     assert app.extensions["ratelimit_streams"]["open"] == 1
     resp.close()
     assert app.extensions["ratelimit_streams"]["open"] == 0
@@ -394,14 +396,30 @@ def test_link_states_and_distributions(src, reader):
     rows = [snap.row(i) for i in range(6)]
     assert [r["state"] for r in rows] == ["at_rate", "starved", "busy", "at_rate", "idle", "idle"]
     assert rows[1]["queue_delay_ms"] == round(3358 * 8 / 26864 * 1000, 3)
-    d = snap.distribution
-    assert d["states"] == {"idle": 2, "busy": 1, "at_rate": 2, "starved": 1, "dropping": 1}
-    assert d["links"] == 4 and d["histogram"]["counts"][3] == 1 and d["histogram"]["counts"][9] == 1
-    assert d["rate_share"]["p50"] == rows[2]["rate_share"]  # the 2nd of 4 sorted shares
-    assert d["rate_share"]["p95"] == max(r["rate_share"] for r in rows)
-    assert d["queue_delay_ms"]["p95"] == rows[1]["queue_delay_ms"]
+    down, up = snap.distribution["dest"], snap.distribution["source"]  # links 0, 2, 4 and 1, 3, 5
+    assert down["states"] == {"idle": 1, "busy": 1, "at_rate": 1, "starved": 0, "dropping": 1}
+    assert up["states"] == {"idle": 1, "busy": 0, "at_rate": 1, "starved": 1, "dropping": 0}
+    assert down["links"] == 2 and down["histogram"]["counts"][7] == 1 and down["histogram"]["counts"][10] == 1
+    assert up["histogram"]["counts"][3] == 1 and up["histogram"]["counts"][9] == 1
+    assert (down["rate_share"]["p50"], down["rate_share"]["p95"]) == (rows[2]["rate_share"], rows[0]["rate_share"])
+    assert up["queue_delay_ms"]["p95"] == rows[1]["queue_delay_ms"] and up["queue_delay_ms"]["p5"] == 0
     h = src.history(None, "eth0")
-    assert h["starved_links"][-1] == 1 and h["rate_share_p50"][-1] == d["rate_share"]["p50"]
+    assert h["starved_links_source"][-1] == 1 and h["rate_share_p50_dest"][-1] == down["rate_share"]["p50"]
+
+
+def test_rate_share_is_measured_over_the_share_window(src, reader):
+    """A modem sends two or three frames a second: its one-second rate jumps, its share over
+    the last five seconds does not."""
+    polled(src, reader, rounds=1)
+    sent = []
+    for k in range(8):
+        n = 3000 if k % 2 else 4500
+        sent.append(n)
+        reader.advance(1.0, bytes=[n, 0, 0, 0, 0, 0])
+        src.poll_once()
+    row = src.snapshot(None, "eth0").row(0)
+    assert row["throughput_bps"] == sent[-1] * 8
+    assert row["rate_share"] == round(sum(sent[-5:]) * 8 / 5 / 26864, 6)
 
 
 def test_links_worst_state_and_share_filters(client, src, reader):
@@ -471,9 +489,10 @@ def test_metrics(client, src, reader):
     assert 'ratelimit_frame_rate_bps{interface="eth0",netns="",direction="dest"} 26864' in text
     short = client.get("/metrics?links=false").get_data(as_text=True)
     assert "ratelimit_link_bytes" not in short and "ratelimit_bytes_total" in short
-    assert 'ratelimit_links_state{interface="eth0",netns="",state="busy"} 2' in short
-    assert 'ratelimit_link_rate_share{interface="eth0",netns="",quantile="0.5"}' in short
-    assert 'ratelimit_links_rate_share_bucket{interface="eth0",netns="",le="+Inf"} 2' in short
+    assert 'ratelimit_links_state{interface="eth0",netns="",direction="dest",state="busy"} 1' in short
+    assert 'ratelimit_links_state{interface="eth0",netns="",direction="source",state="idle"} 2' in short
+    assert 'ratelimit_link_rate_share{interface="eth0",netns="",direction="dest",quantile="0.5"}' in short
+    assert 'ratelimit_links_rate_share_bucket{interface="eth0",netns="",direction="source",le="+Inf"} 1' in short
     assert_error(client.get("/metrics?links=perhaps"), 400, "links: 'perhaps' is not auto or a boolean")
 
 

@@ -257,7 +257,7 @@ def test_dashboard_keeps_up_with_16384_links_and_jumps_to_the_worst(browser, art
         seq = int(page.get_attribute("#sample-time", "data-seq"))
         assert seq >= src.seq - 1
         # The distribution view: states counted as the server counts them, the share histogram.
-        states = src.snapshot(None, "eth0").distribution["states"]
+        states = src.snapshot(None, "eth0").distribution["dest"]["states"]  # the glance shows "down" first
         shown = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('#states .chip')]
             .map(b => [b.dataset.state, Number(b.dataset.count)]))""")
         assert shown["starved"] > 0 and abs(shown["starved"] - states["starved"]) <= n // 100
@@ -295,7 +295,12 @@ def test_dashboard_keeps_up_with_16384_links_and_jumps_to_the_worst(browser, art
         bar.click()
         page.wait_for_function("""() => { const rows = [...document.querySelectorAll('#rows .row:not([hidden])')];
             return rows.length > 0 && rows.every(r => { const v = parseFloat(r.children[5].textContent);
-                return v >= 50 && v < 60; }); }""", timeout=10000)
+                return v >= 50 && v < 60 && r.children[0].textContent === 'down'; }); }""", timeout=10000)
+        # The other direction's distribution: a click on the bar lists upstream links.
+        page.select_option("#glance-direction", "source")
+        page.locator("#histogram .bar").nth(5).click()
+        page.wait_for_function("""() => { const rows = [...document.querySelectorAll('#rows .row:not([hidden])')];
+            return rows.length > 0 && rows.every(r => r.children[0].textContent === 'up'); }""", timeout=10000)
         page.screenshot(path=str(artifacts / "dashboard-16384-links.png"), full_page=True)
         report = {"links": n, "tick_gaps_s_max": round(max(gaps_s), 3), "ticks": len(ticks),
                   "worst_jump_ms": [round(t, 1) for t in worst_ms]}
@@ -479,3 +484,75 @@ def test_dashboard_watches_a_lab(browser, artifacts, tmp_path, monkeypatch, lab)
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+# ---------------------------------------------------------------- the docs screenshot: thousands of real links
+
+DOCS_SHOT_ENV = "RATELIMIT_DOCS_SCREENSHOT"
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.environ.get(DOCS_SHOT_ENV) != "1",
+                    reason=f"makes the docs screenshot of 4,000 real links (minutes, a quiet machine): {DOCS_SHOT_ENV}=1")
+def test_docs_screenshot_of_thousands_of_real_links(browser, artifacts, tmp_path, monkeypatch):
+    """The namespace lab with ``$RATELIMIT_DOCS_CLIENTS`` clients (default 8) x
+    ``$RATELIMIT_DOCS_PER_CLIENT`` (default 500) downloads of the 1,000,000-byte file from
+    nginx, each through its own modem-28k8 link (shape mode, a link per port, --bandwidth
+    100mbit, so 4,000 modems ask for more than the router has): the dashboard watches them
+    for ``$RATELIMIT_DOCS_SECONDS`` (default 60) and the page, sorted worst first, is saved as
+    ``dashboard-links.png`` (to docs/images/ with RATELIMIT_UPDATE_DOCS=1).  Checks that the
+    links are real and busy: every download's link active and not idle."""
+    from ratelimit.kernel.probe import probe
+    from ratelimit.lab.core import Lab
+    from ratelimit.lab.link import LinkSpec
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    no_delay = not probe(["netem"])["netem"]  # a kernel without netem: the modem's rate and queue, no delay
+    clients = int(os.environ.get("RATELIMIT_DOCS_CLIENTS", "8"))
+    seconds = float(os.environ.get("RATELIMIT_DOCS_SECONDS", "60"))
+    per_client = int(os.environ.get("RATELIMIT_DOCS_PER_CLIENT", "500"))
+    lab = Lab.up(f"docs{os.getpid() % 10000}", clients=clients, server="nginx", ports=f"10000-{10000 + per_client + 99}",
+                 link=LinkSpec(profile="modem-28k8", mode="shape", per="port", bandwidth="100mbit",
+                               no_delay=no_delay))
+    web, procs = None, []
+    try:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), RATELIMIT_WEB_TOKEN=TOKEN)
+        for c in lab.clients:
+            procs.append(c.popen([sys.executable, "-m", "bench.downloader", "--server", lab.server.address,
+                                  "--path", "/1000000.bin", "--conns", str(per_client), "--seconds", str(seconds + 60),
+                                  "--rcvbuf", "8192", "--spread", "3"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, env=env))
+        web = subprocess.Popen([sys.executable, "-m", "webui", "--interface", f"{lab.topo.router}/{lab.topo.router_client_if}",
+                                "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                               stderr=open(artifacts / "dashboard-docs-server.log", "w"), text=True, env=env,
+                               cwd=str(ROOT))
+        m = re.search(r"serving (http://127\.0\.0\.1:\d+/)", web.stdout.readline())
+        assert m, (artifacts / "dashboard-docs-server.log").read_text()
+        page, errors = open_page(browser, m.group(1) + "#token=" + TOKEN)
+        page.wait_for_timeout(seconds * 1000)
+        active = card_value(page, "links")
+        states = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('#states .chip')]
+            .map(b => [b.dataset.state, Number(b.dataset.count)]))""")
+        downloads = clients * per_client  # each moves data down and acknowledgements up: two active links
+        assert active >= downloads and states["at_rate"] + states["busy"] + states["starved"] >= downloads, \
+            (active, states)
+        page.click("#worst")
+        page.wait_for_timeout(1500)
+        shot = artifacts / "dashboard-links.png"
+        page.screenshot(path=str(shot), full_page=True)
+        if os.environ.get("RATELIMIT_UPDATE_DOCS") == "1":
+            shutil.copyfile(shot, ROOT / "docs" / "images" / "dashboard-links.png")
+        print(f"\nwebui docs screenshot: {shot} ({active:.0f} active links, states {states})")
+        assert not errors, errors
+        page.close()
+    finally:
+        if web is not None and web.poll() is None:
+            web.terminate()
+            try:
+                web.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                web.kill()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        lab.down()

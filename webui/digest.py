@@ -13,9 +13,11 @@ the last seconds, and its state this interval:
   backlog: the application sends less; or 50-90% with a backlog);
 * ``dropping`` (counted on its own, it overlaps the others): dropped packets.
 
-Per target: sums (all links, and per direction), the counts of each state, and
-the distribution of ``rate_share`` and ``queue_delay_ms`` over the links that
-were not idle and have a rate: p5/p50/p95 and a histogram of ``rate_share``.
+Per target: sums (all links, and per direction); per direction the counts of
+each state and the distribution of ``rate_share`` and ``queue_delay_ms`` over
+the links that were not idle and have a rate: p5/p50/p95 and a histogram of
+``rate_share`` (per direction: downloads' acknowledgements would otherwise
+crowd the downstream links' shares).
 
 Everything runs as C-level ``map``/``zip``/``sum`` over ``array`` columns:
 65,536 links digest in tens of milliseconds.  A link without a configured rate
@@ -59,6 +61,7 @@ class LinkRates:
         self.ms_per_byte = array("d", (8000.0 / r for r in per_link))
         self.down = bytes(k[0] == "dest" for k in keys)  # a mask for compress()
         self.up = bytes(k[0] != "dest" for k in keys)
+        self.directions = tuple(d for d, mask in (("dest", self.down), ("source", self.up)) if any(mask))
 
 
 def empty_columns(n: int = 0) -> dict:
@@ -73,11 +76,12 @@ def empty_columns(n: int = 0) -> dict:
 
 
 def digest(counters: dict, prev: dict | None, dt: float, rates: LinkRates, last_change: list, now: float,
-           active_seconds: float) -> tuple[dict, float]:
+           active_seconds: float, share_bytes=None, share_dt: float = 0.0) -> tuple[dict, float]:
     """The snapshot columns from this read's ``counters`` and the previous snapshot's
-    columns ``prev`` (None: no rates this round), ``dt`` seconds apart.  ``last_change``
-    (when each link last moved, had a backlog or dropped) is updated in place.  Returns
-    (columns, packets per second)."""
+    columns ``prev`` (None: no rates this round), ``dt`` seconds apart; ``share_bytes``
+    are the byte counters of ``share_dt`` seconds ago (None: ``prev``'s), the base of
+    ``rate_share``.  ``last_change`` (when each link last moved, had a backlog or dropped)
+    is updated in place.  Returns (columns, packets per second)."""
     n = len(rates.inv_rate)
     cols = {name: counters[name] for name in COUNTERS + GAUGES}
     backlog = cols["backlog_bytes"]
@@ -97,7 +101,13 @@ def digest(counters: dict, prev: dict | None, dt: float, rates: LinkRates, last_
                     db[i] = dp[i] = dd[i] = 0
         cols["throughput_bps"] = array("d", map(mul, db, repeat(8.0 / dt)))
         cols["drops_per_s"] = array("d", map(mul, dd, repeat(1.0 / dt)))
-        cols["rate_share"] = array("d", map(mul, cols["throughput_bps"], rates.inv_rate))
+        if share_bytes is None or share_dt <= dt:
+            cols["rate_share"] = array("d", map(mul, cols["throughput_bps"], rates.inv_rate))
+        else:
+            moved_bytes = list(map(sub, cols["bytes"], share_bytes))
+            if n and min(moved_bytes) < 0:  # reset within the window: the last interval only
+                moved_bytes = [m if m >= 0 else d * share_dt / dt for m, d in zip(moved_bytes, db)]
+            cols["rate_share"] = array("d", map(mul, map(mul, moved_bytes, repeat(8.0 / share_dt)), rates.inv_rate))
         moved = list(map(or_, map(or_, map(or_, db, dp), dd), map(or_, backlog, cols["backlog_pkts"])))
         pps = sum(dp) / dt
     cols["queue_delay_ms"] = array("d", map(mul, backlog, rates.ms_per_byte))
@@ -130,14 +140,20 @@ def _quantiles(values: list) -> dict:
     return {name: round(values[min(last, max(0, math.ceil(q * len(values)) - 1))], 6) for name, q in QUANTILES}
 
 
-def distribution(cols: dict) -> dict:
-    """States counted, and the distribution of rate share and queueing delay over the links
-    that were not idle and have a rate."""
+def distribution(cols: dict, rates: LinkRates) -> dict:
+    """Per direction: the states counted, and the distribution of rate share and queueing
+    delay over the links that were not idle and have a rate."""
+    return {d: _distribution(cols, rates.down if d == "dest" else rates.up) for d in rates.directions}
+
+
+def _distribution(cols: dict, mask: bytes) -> dict:
     state = cols["state"]
-    counts = {name: state.count(i) for i, name in enumerate(STATES)}
-    counts["dropping"] = sum(map(bool, cols["drops_per_s"]))
-    shares = sorted(s for s in compress(cols["rate_share"], state) if s == s)
-    delays = sorted(d for d in compress(cols["queue_delay_ms"], state) if d == d)
+    mine = array("b", compress(state, mask))
+    counts = {name: mine.count(i) for i, name in enumerate(STATES)}
+    counts["dropping"] = sum(map(bool, compress(cols["drops_per_s"], mask)))
+    busy = list(map(mul, state, mask))  # nonzero: a busy link of this direction
+    shares = sorted(s for s in compress(cols["rate_share"], busy) if s == s)
+    delays = sorted(d for d in compress(cols["queue_delay_ms"], busy) if d == d)
     cuts = [bisect_left(shares, edge) for edge in SHARE_EDGES[1:]]
     histogram = [b - a for a, b in zip([0] + cuts, cuts + [len(shares)])]
     return {"states": counts, "links": len(shares),

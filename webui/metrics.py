@@ -96,36 +96,38 @@ def render(snaps, links: str = "auto") -> str:
                 out.append(f"{agg}{_labels(interface=s.interface, netns=s.netns, direction=direction)} "
                            f"{s.totals[direction][column]}\n")
 
-    # Distributions over the links that moved something and have a rate.
+    # Per direction: states, and distributions over the links that moved something and have a rate.
     _header(out, "ratelimit_links_state", "gauge",
             "Links per state this interval: idle, busy, at_rate (>= 90% of the rate), starved (a backlog, "
             "< 50% of the rate), dropping (overlaps the others).")
     for s in snaps:
-        for state in STATES + ("dropping",):
-            out.append(f"ratelimit_links_state{_labels(interface=s.interface, netns=s.netns, state=state)} "
-                       f"{s.distribution['states'][state]}\n")
+        for direction, d in s.distribution.items():
+            for state in STATES + ("dropping",):
+                labels = _labels(interface=s.interface, netns=s.netns, direction=direction, state=state)
+                out.append(f"ratelimit_links_state{labels} {d['states'][state]}\n")
     for name, what, scale, text in (
             ("ratelimit_link_rate_share", "rate_share", 1.0,
-             "Quantiles over busy links of the rate now as a share of the link's frame rate."),
+             "Quantiles over busy links of their rate (last seconds) as a share of their frame rate."),
             ("ratelimit_link_queue_delay_seconds", "queue_delay_ms", 0.001,
              "Quantiles over busy links of the queueing delay (backlog x 8 / frame rate).")):
         _header(out, name, "gauge", text)
         for s in snaps:
-            for q, value in s.distribution[what].items():
-                if value is not None:
-                    quantile = {"p5": "0.05", "p50": "0.5", "p95": "0.95"}[q]
-                    out.append(f"{name}{_labels(interface=s.interface, netns=s.netns, quantile=quantile)} "
-                               f"{value * scale:.6g}\n")
+            for direction, d in s.distribution.items():
+                for q, value in d[what].items():
+                    if value is not None:
+                        labels = _labels(interface=s.interface, netns=s.netns, direction=direction,
+                                         quantile={"p5": "0.05", "p50": "0.5", "p95": "0.95"}[q])
+                        out.append(f"{name}{labels} {value * scale:.6g}\n")
     _header(out, "ratelimit_links_rate_share_bucket", "gauge",
             "Busy links whose rate share is below le (cumulative; le=+Inf counts them all).")
     for s in snaps:
-        hist = s.distribution["histogram"]
-        running = 0
-        for upper, count in zip(list(hist["edges"][1:]) + ["+Inf"], hist["counts"]):
-            running += count
-            le = upper if upper == "+Inf" else f"{upper:g}"
-            out.append(f"ratelimit_links_rate_share_bucket{_labels(interface=s.interface, netns=s.netns, le=le)} "
-                       f"{running}\n")
+        for direction, d in s.distribution.items():
+            running = 0
+            for upper, count in zip(list(d["histogram"]["edges"][1:]) + ["+Inf"], d["histogram"]["counts"]):
+                running += count
+                le = upper if upper == "+Inf" else f"{upper:g}"
+                labels = _labels(interface=s.interface, netns=s.netns, direction=direction, le=le)
+                out.append(f"ratelimit_links_rate_share_bucket{labels} {running}\n")
 
     detailed = [s for s in snaps if links == "true" or links == "auto" and len(s.layout) <= AUTO_LINK_LIMIT]
     if detailed:

@@ -36,9 +36,12 @@ log = logging.getLogger("webui.stats")
 
 AGGREGATE_SERIES = ("throughput_bps", "throughput_bps_down", "throughput_bps_up",
                     "packets_per_s", "drops_per_s", "backlog_bytes", "active_links")
-DISTRIBUTION_SERIES = ("rate_share_p5", "rate_share_p50", "rate_share_p95",
-                       "queue_delay_ms_p5", "queue_delay_ms_p50", "queue_delay_ms_p95",
-                       "idle_links", "busy_links", "at_rate_links", "starved_links", "dropping_links")
+_PER_DIRECTION = ("rate_share_p5", "rate_share_p50", "rate_share_p95",
+                  "queue_delay_ms_p5", "queue_delay_ms_p50", "queue_delay_ms_p95",
+                  "idle_links", "busy_links", "at_rate_links", "starved_links", "dropping_links")
+# per direction: rate_share_p50_dest, ..., starved_links_source (None while a direction has no links)
+DISTRIBUTION_SERIES = tuple(f"{name}_{d}" for d in ("dest", "source") for name in _PER_DIRECTION)
+SHARE_WINDOW_S = 5.0  # rate_share is measured over this long (at least one interval)
 
 
 def target_name(netns: str | None, interface: str) -> str:
@@ -139,7 +142,7 @@ def _aggregate(cols: dict, layout: Layout, sums: dict, have_rates: bool, pps: fl
 
 def _empty_snapshot(netns, interface) -> Snapshot:
     cols = empty_columns()
-    dist = distribution(cols)
+    dist = distribution(cols, EMPTY_LAYOUT.rates)
     return Snapshot(netns, interface, 0, None, None, None, EMPTY_LAYOUT, cols,
                     _aggregate(cols, EMPTY_LAYOUT, {}, False, 0.0), dist, {}, 0.0)
 
@@ -165,14 +168,14 @@ class _TargetHistory:
 
 
 def _series_values(snap: Snapshot) -> dict:
-    """One history sample's distribution values."""
-    d = snap.distribution
-    out = {}
-    for what in ("rate_share", "queue_delay_ms"):
-        for q, value in d[what].items():
-            out[f"{what}_{q}"] = value
-    for state, count in d["states"].items():
-        out[f"{state}_links"] = count
+    """One history sample's distribution values (None for a direction without links)."""
+    out = dict.fromkeys(DISTRIBUTION_SERIES)
+    for direction, d in snap.distribution.items():
+        for what in ("rate_share", "queue_delay_ms"):
+            for q, value in d[what].items():
+                out[f"{what}_{q}_{direction}"] = value
+        for state, count in d["states"].items():
+            out[f"{state}_links_{direction}"] = count
     return out
 
 
@@ -180,7 +183,7 @@ class StatsSource:
     """Polls ``reader(interface, netns)`` for each target; see the module doc."""
 
     def __init__(self, targets, reader=None, *, interval: float = 1.0, history: float = 300.0,
-                 link_values: int = 4_000_000, active_seconds: float = 10.0):
+                 link_values: int = 4_000_000, active_seconds: float = 10.0, share_window: float = SHARE_WINDOW_S):
         self._own_reader = None
         if reader is None:
             from ratelimit import service
@@ -193,9 +196,11 @@ class StatsSource:
         self.history_seconds = float(history)
         self.link_values = int(link_values)
         self.active_seconds = float(active_seconds)
+        self.share_window = max(float(share_window), self.interval)
         samples = max(2, int(round(self.history_seconds / self.interval)) + 1)
         self._snap: dict = {t: _empty_snapshot(*t) for t in self._targets}
         self._last_change: dict = {t: [] for t in self._targets}
+        self._bytes_seen: dict = {t: deque() for t in self._targets}  # (time, bytes column), the share window
         self._hist = {t: _TargetHistory(samples) for t in self._targets}
         self._hist_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -322,6 +327,7 @@ class StatsSource:
         layout = Layout(self._layout_ids, shown, tuple(stats.get("rate_bps") or (None,) * len(keys)),
                         {k[:3]: i for i, k in enumerate(shown)}, LinkRates(shown, applied), keys)
         self._last_change[target] = [float("-inf")] * len(keys)
+        self._bytes_seen[target].clear()
         return layout, False
 
     def _digest(self, target, prev: Snapshot, stats: dict, seq: int, started: float) -> Snapshot:
@@ -336,11 +342,16 @@ class StatsSource:
             counters = {name: array("q") for name in COUNTERS + GAUGES}
         dt = now - prev.time if same and prev.time is not None else 0.0
         have_rates = same and dt > 0
+        seen = self._bytes_seen[target]
+        while len(seen) >= 2 and now - seen[1][0] >= self.share_window:
+            seen.popleft()  # keep the newest sample at least a window old
+        base_t, base_bytes = seen[0] if seen and have_rates else (now, None)
         cols, pps = digest(counters, prev.columns if have_rates else None, dt, layout.rates,
-                           self._last_change[target], now, self.active_seconds)
+                           self._last_change[target], now, self.active_seconds, base_bytes, now - base_t)
+        seen.append((now, counters["bytes"]))
         sums = totals(cols, layout.rates)
         agg = _aggregate(cols, layout, sums, have_rates, pps)
-        dist = distribution(cols)
+        dist = distribution(cols, layout.rates)
         refresh = time.monotonic() - started  # the kernel read and the arithmetic above
         snap = Snapshot(netns, interface, seq, now, applied, None, layout, cols, agg, dist, sums, refresh)
         self._record(target, snap, have_rates)

@@ -21,6 +21,8 @@
     layout: 0,
     sort: {key: "host", desc: false},
     filter: {state: "", share: ""},  // set by the state counts and the histogram
+    glance: "dest",          // the direction the distributions show (dest = down, source = up)
+    lastTarget: null,        // the selected target's info of the last tick
     page: {offset: 0, rows: [], matched: 0, total: 0, seq: 0, key: ""},
     selected: null,          // {direction, host, port}
     history: 300,
@@ -51,7 +53,8 @@
   const count = (v) => (v === null || v === undefined) ? "–" : Math.round(v).toLocaleString("en");
   const rate = (v) => (v === null || v === undefined) ? "–" : si(v, "/s");
   const pct = (v) => (v === null || v === undefined) ? "–" : (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%";
-  const ms = (v) => (v === null || v === undefined) ? "–" : (v >= 100 ? v.toFixed(0) : v.toFixed(1)) + " ms";
+  const ms = (v) => (v === null || v === undefined) ? "–" :
+    v >= 10000 ? (v / 1000).toFixed(1) + " s" : (v >= 100 ? v.toFixed(0) : v.toFixed(1)) + " ms";
 
   function el(tag, attrs, ...kids) {
     const e = document.createElement(tag);
@@ -128,7 +131,8 @@
   const bitAxis = {values: (u, vals) => vals.map((v) => si(v, "b", 1)), size: 64};
   const dropAxis = {values: (u, vals) => vals.map((v) => si(v, "", 1)), size: 50};
   const shareAxis = {scale: "share", values: (u, vals) => vals.map((v) => Math.round(v * 100) + "%"), size: 50};
-  const msAxis = {values: (u, vals) => vals.map((v) => si(v, "ms", 1)), size: 60};
+  const msAxis = {values: (u, vals) => vals.map((v) => v >= 1000 ? +(v / 1000).toFixed(2) + " s" : +v.toFixed(1) + " ms"),
+                  size: 60};
   function band(label, stroke, scale, fmt) {
     return [
       {label: label + " p95", stroke: stroke, width: 1, dash: [3, 3], value: (u, v) => fmt(v), scale},
@@ -188,26 +192,41 @@
     const s = h.series;
     state.agg = {time: s.time, down: s.throughput_bps_down, up: s.throughput_bps_up,
                  total: s.throughput_bps, drops: s.drops_per_s};
-    state.dist = {time: s.time.slice(), s5: s.rate_share_p5, s50: s.rate_share_p50, s95: s.rate_share_p95,
-                  d5: s.queue_delay_ms_p5, d50: s.queue_delay_ms_p50, d95: s.queue_delay_ms_p95,
-                  idle: s.idle_links, busy: s.busy_links, at_rate: s.at_rate_links, starved: s.starved_links,
-                  dropping: s.dropping_links};
+    state.series = Object.fromEntries(Object.entries(s).map(([k, v]) => [k, v.slice()]));  // not agg's arrays
+    pickDist();
     drawAggregate();
   }
+  // The distribution series of the glance direction, from the history (then grown by the ticks).
+  function pickDist() {
+    const s = state.series, g = state.glance;
+    if (!s) return;
+    const col = (name) => (s[name + "_" + g] || []).slice();
+    state.dist = {time: s.time.slice(), s5: col("rate_share_p5"), s50: col("rate_share_p50"),
+                  s95: col("rate_share_p95"), d5: col("queue_delay_ms_p5"), d50: col("queue_delay_ms_p50"),
+                  d95: col("queue_delay_ms_p95"), idle: col("idle_links"), busy: col("busy_links"),
+                  at_rate: col("at_rate_links"), starved: col("starved_links"), dropping: col("dropping_links")};
+  }
+  const NO_DIST = {states: {}, links: 0, rate_share: {}, queue_delay_ms: {}, histogram: {edges: [], counts: []}};
   function pushSample(t) {
-    const g = t.aggregate, d = t.distribution;
+    const g = t.aggregate;
     if (!g || g.throughput_bps === null || !t.time) return;
     if (state.agg.time.length && t.time <= state.agg.time[state.agg.time.length - 1]) return;
     const a = state.agg;
     a.time.push(t.time); a.down.push(g.throughput_bps_down); a.up.push(g.throughput_bps_up);
     a.total.push(g.throughput_bps); a.drops.push(g.drops_per_s);
     trim(a);
-    const s = state.dist;
+    // the history as the server keeps it, so that switching the glance direction has both
+    const s = state.series || (state.series = {time: []});
     s.time.push(t.time);
-    s.s5.push(d.rate_share.p5); s.s50.push(d.rate_share.p50); s.s95.push(d.rate_share.p95);
-    s.d5.push(d.queue_delay_ms.p5); s.d50.push(d.queue_delay_ms.p50); s.d95.push(d.queue_delay_ms.p95);
-    for (const k of ["idle", "busy", "at_rate", "starved", "dropping"]) s[k].push(d.states[k]);
+    for (const dir of ["dest", "source"]) {
+      const d = t.distribution[dir] || NO_DIST;
+      const put = (name, v) => (s[name + "_" + dir] || (s[name + "_" + dir] = new Array(s.time.length - 1).fill(null)))
+        .push(v === undefined ? null : v);
+      for (const q of ["p5", "p50", "p95"]) { put("rate_share_" + q, d.rate_share[q]); put("queue_delay_ms_" + q, d.queue_delay_ms[q]); }
+      for (const k of ["idle", "busy", "at_rate", "starved", "dropping"]) put(k + "_links", d.states[k]);
+    }
     trim(s);
+    pickDist();
     drawAggregate();
   }
   async function selectLink(row) {
@@ -291,7 +310,16 @@
   const STATE_LABELS = [["at_rate", "at rate (≥ 90%)"], ["busy", "busy"], ["starved", "starved (backlog, < 50%)"],
                         ["dropping", "dropping"], ["idle", "idle"]];
   function renderGlance(t) {
-    const d = t.distribution;
+    const dirs = Object.keys(t.distribution);
+    const sel = $("glance-direction");
+    for (const o of sel.options) o.disabled = !dirs.includes(o.value);
+    if (dirs.length && !dirs.includes(state.glance)) { state.glance = dirs[0]; sel.value = state.glance; pickDist(); }
+    const d = t.distribution[state.glance] || NO_DIST;
+    if (!d.histogram.counts.length) {
+      $("states").replaceChildren(); $("histogram").replaceChildren();
+      $("quantiles").textContent = "nothing applied";
+      return;
+    }
     const chips = STATE_LABELS.map(([k, label]) => {
       const b = el("button", {type: "button", class: "chip " + k + (state.filter.state === k ? " on" : ""),
                               "data-state": k, "data-count": String(d.states[k])},
@@ -320,8 +348,11 @@
     });
     $("histogram").replaceChildren(...bars);
   }
+  // A state count or a histogram bar lists those links of the glance direction.
   function setFilter(f) {
     Object.assign(state.filter, f);
+    const filtered = Boolean(state.filter.state || state.filter.share);
+    if (filtered) $("q-direction").value = state.glance;
     $("filter-note").textContent = state.filter.state ? "state: " + state.filter.state :
       state.filter.share ? "rate share " + state.filter.share : "";
     $("clear-filter").hidden = !(state.filter.state || state.filter.share);
@@ -461,6 +492,12 @@
     return setSort("worst", false);
   }
   $("worst").addEventListener("click", showWorst);
+  $("glance-direction").addEventListener("change", () => {
+    state.glance = $("glance-direction").value;
+    pickDist(); drawAggregate();
+    if (state.lastTarget) renderGlance(state.lastTarget);
+    if (state.filter.state || state.filter.share) setFilter({});
+  });
   $("clear-filter").addEventListener("click", () => setFilter({state: "", share: ""}));
 
   // ------------------------------------------------------------ live stream
@@ -487,6 +524,7 @@
       }
       $("sample-time").textContent = mine.time ? new Date(mine.time * 1000).toLocaleTimeString("en-GB") : "–";
       $("sample-time").dataset.seq = String(mine.seq);
+      state.lastTarget = mine;
       renderGlance(mine);
       pushSample(mine);
       state.ticks.push(performance.now());
@@ -512,6 +550,8 @@
     state.page = {offset: 0, rows: [], matched: 0, total: 0, seq: 0, key: ""};
     state.agg = {time: [], down: [], up: [], total: [], drops: []};
     state.dist = emptyDist();
+    state.series = null;
+    state.lastTarget = null;
     state.link = {time: [], tp: [], drops: []};
     $("link-chart-title").textContent = "One link: click a row of the table";
     drawAggregate(); drawLink();
