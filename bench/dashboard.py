@@ -48,7 +48,8 @@ def baseline_tree(rev: str) -> Path | None:
 
 
 def env_for(tree: Path, **extra) -> dict:
-    """The environment that makes ``python`` import ratelimit and webui from ``tree``."""
+    """The environment that makes ``python`` import ratelimit and webui from ``tree`` (run it
+    with ``cwd=tree`` too: ``python -m`` looks in the working directory first)."""
     return {**os.environ, "PYTHONPATH": str(tree), **extra}
 
 
@@ -115,7 +116,7 @@ def browser():
 def server_cpu(argv: list[str], env: dict, client: _Browser, *, warmup_s: float, window_s: float) -> dict:
     """Start the server ``argv``, watch it with ``client`` for ``warmup_s`` + ``window_s``;
     the server's CPU over the window as a share of one core."""
-    proc = subprocess.Popen(argv, env=env, cwd=str(REPO), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    proc = subprocess.Popen(argv, env=env, cwd=env["PYTHONPATH"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True)
     page = None
     try:
@@ -160,7 +161,7 @@ class BaselineStats:
 
     def __init__(self, tree: Path, netns: str, interface: str, env_extra: dict):
         self.proc = subprocess.Popen([sys.executable, str(SIDE), "stats", netns, interface],
-                                     env=env_for(tree, **env_extra), cwd=str(REPO), stdin=subprocess.PIPE,
+                                     env=env_for(tree, **env_extra), cwd=str(tree), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def __call__(self) -> dict:

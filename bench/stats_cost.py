@@ -126,9 +126,8 @@ def measure(quick: bool, place: str, *, flows=None, outdir=None, baseline: str |
                               "direction": req.direction}
                     doc["rows"] += _read_side_by_side(cfg, ns, plan, tc_what, common, tree, state_dir, service,
                                                       Executor, steps)
-                    if mode == "shape" and cfg.dashboard_links:
-                        doc["rows"] += _dashboard_real(cfg, ns, common, tree, state_dir) if (
-                            n_req == max(cfg.flows)) else []
+                    if mode == "shape" and place == "host" and n_req == max(cfg.flows):
+                        doc["rows"] += _dashboard_real(cfg, ns, common, tree, state_dir)
                     with Executor(ns.name) as ex:
                         ex.remove(plan.teardown())  # now, not during the next measurement
                     last = n
