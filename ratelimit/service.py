@@ -6,6 +6,7 @@ units, host names, a profile name) and returns a validated ``Request``.
 as it was.
 """
 
+import copy
 import functools
 import os
 import time
@@ -258,7 +259,7 @@ def _read_counters(ex, interface: str, netns: str | None) -> dict:
         return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "keys": (),
                 "rate_bps": (), "counters": {}}
     cols = ex.counters(table.flows)
-    return {"interface": interface, "netns": netns, "time": time.time(), "applied": table.summary,
+    return {"interface": interface, "netns": netns, "time": time.time(), "applied": copy.deepcopy(table.summary),
             "keys": table.keys, "rate_bps": table.rate_bps, "counters": cols}
 
 
