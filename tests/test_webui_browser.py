@@ -3,8 +3,13 @@ server on a loopback port.
 
 * ``test_dashboard_with_many_links``: 4,096 and 65,536 synthetic links from a
   fake reader behind the real StatsSource (waitress in a thread) -- the table
-  stays virtualized, sorts and filters, the charts draw, a bad value typed into
-  the form comes back as its one-line error.  Timings are printed, not asserted.
+  stays virtualized and paged from the server, sorts, filters and scrolls to the
+  end, the charts draw, a bad value typed into the form comes back as its
+  one-line error.  Timings are printed, not asserted.
+* ``test_dashboard_keeps_up_with_16384_links_and_jumps_to_the_worst``: 16,384
+  synthetic links -- a new sample at least every 1.5 s, the worst links shown
+  within 200 ms of the click (the issue's targets), the state counts and the
+  share histogram filter the table, per direction.
 * ``test_dashboard_watches_a_lab`` (``netns``): client, router and server
   namespaces (``ratelimit.lab.topology``) with TCP traffic from server to client through the router, the
   server started as ``python -m webui`` (subprocess); shape mode on the
@@ -12,6 +17,9 @@ server on a loopback port.
   the page changes the rate the client measures.  Saves screenshots to
   ``$RATELIMIT_ARTIFACTS`` (or the test's tmp dir); with RATELIMIT_UPDATE_DOCS=1
   also to docs/images/dashboard.png (the README's picture).
+* ``test_docs_screenshot_of_thousands_of_real_links`` (``netns``, only with
+  RATELIMIT_DOCS_SCREENSHOT=1): the lab with 4,000 downloads through modem
+  links, watched by the dashboard; the screenshot for docs/webui.md.
 
 Traffic stays inside namespaces this test makes, on 198.18.0.0/15 (RFC 2544).
 """
