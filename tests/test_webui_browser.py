@@ -304,11 +304,16 @@ def test_dashboard_keeps_up_with_16384_links_and_jumps_to_the_worst(browser, art
         page.wait_for_function("""() => { const rows = [...document.querySelectorAll('#rows .row:not([hidden])')];
             return rows.length > 0 && rows.every(r => { const v = parseFloat(r.children[5].textContent);
                 return v >= 50 && v < 60 && r.children[0].textContent === 'down'; }); }""", timeout=10000)
-        # The other direction's distribution: a click on the bar lists upstream links.
+        # The other direction's distribution: the same bucket, now of the upstream links.
         page.select_option("#glance-direction", "source")
-        page.locator("#histogram .bar").nth(5).click()
         page.wait_for_function("""() => { const rows = [...document.querySelectorAll('#rows .row:not([hidden])')];
-            return rows.length > 0 && rows.every(r => r.children[0].textContent === 'up'); }""", timeout=10000)
+            return rows.length > 0 && rows.every(r => { const v = parseFloat(r.children[5].textContent);
+                return v >= 50 && v < 60 && r.children[0].textContent === 'up'; }); }""", timeout=10000)
+        assert page.locator("#histogram .bar.on").get_attribute("data-share") == "0.5-0.6"
+        # A second click on the bar shows every share again.
+        page.locator("#histogram .bar.on").click()
+        page.wait_for_function("() => !document.querySelector('#histogram .bar.on') && "
+                               "document.getElementById('filter-note').textContent === ''", timeout=10000)
         page.screenshot(path=str(artifacts / "dashboard-16384-links.png"), full_page=True)
         report = {"links": n, "tick_gaps_s_max": round(max(gaps_s), 3), "ticks": len(ticks),
                   "worst_jump_ms": [round(t, 1) for t in worst_ms]}
