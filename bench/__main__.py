@@ -3,7 +3,7 @@
     python -m bench all [--quick]        every part, then the report
     python -m bench setup [--quick]      setup time vs flows
     python -m bench packet [--quick]     per-packet cost vs flows (hashed vs flat)
-    python -m bench stats [--quick]      time to read every flow's counters
+    python -m bench stats [--quick]      time to read every link's counters; dashboard CPU
     python -m bench fidelity [--quick]   goodput / configured, RTT / configured
     python -m bench dialup [--quick]     the 2000 dial-up table with httperf
     python -m bench report               docs/benchmarks.md from bench/results/
@@ -50,6 +50,11 @@ def parser() -> argparse.ArgumentParser:
                    help="flow counts (setup, packet, stats) instead of the defaults")
     p.add_argument("--clients", type=int, nargs="+", metavar="X",
                    help="simultaneous connections (dialup) or downloads (fidelity) instead of the defaults")
+    p.add_argument("--dashboard-links", type=int, nargs="+", metavar="N",
+                   help="stats: link counts of the synthetic dashboard measurement (0: none) instead of the defaults")
+    p.add_argument("--baseline", default=None, metavar="REV",
+                   help="stats: the git revision measured beside this checkout (default: the commit before "
+                        "statistics were rebuilt for scale; 'none' for no baseline)")
     p.add_argument("--report-from", choices=("any", "full", "quick"), default="any",
                    help="report: which results to use (default: full where present, else quick)")
     p.add_argument("--in-vm", action="store_true", help=argparse.SUPPRESS)

@@ -88,12 +88,13 @@ def plot_stats(docs: list[dict], plot_dir: Path) -> str | None:
     plt = _plt()
     fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
     for ax, (doc, mode) in zip(axes[0], panels):
-        for tool in sorted({r["tool"] for r in doc["rows"] if r["mode"] == mode}):
-            rs = sorted((r for r in doc["rows"] if r["mode"] == mode and r["tool"] == tool), key=lambda r: r["flows"])
+        timed = [r for r in doc["rows"] if r["mode"] == mode and r.get("seconds") is not None]
+        for tool in sorted({r["tool"] for r in timed}):
+            rs = sorted((r for r in timed if r["tool"] == tool), key=lambda r: r["flows"])
             ax.plot([r["flows"] for r in rs], [r["seconds"] for r in rs], marker="o", label=tool)
         ax.set_xscale("log")
         ax.set_yscale("log")
-        ax.set_xlabel("flows installed")
+        ax.set_xlabel("links installed")
         ax.set_ylabel("seconds to read all counters")
         ax.set_title(f"{mode} mode ({'VM, emulated' if doc.get('where') == 'vm' else 'host'})")
         ax.grid(True, which="both", alpha=0.3)

@@ -60,16 +60,19 @@ def summary(setup: list[dict], packet: dict | None, stats: list[dict], fid: list
                        f"that matches no flow).")
     for doc in stats:
         for mode in doc.get("config", {}).get("modes", []):
-            rows = rows_of(doc, mode=mode)
+            rows = [r for r in rows_of(doc, mode=mode) if r.get("seconds") is not None]
             if rows:
                 n = max(r["flows"] for r in rows)
                 rr = rows_of(doc, mode=mode, flows=n)
-                o = next((r["seconds"] for r in rr if r["tool"] == "ratelimit"), None)
-                t = next((r for r in rr if r["tool"] != "ratelimit"), None)
+                o = next((r["seconds"] for r in rr if r["tool"] == "service.statistics"), None)
+                b = next((r["seconds"] for r in rr if r["tool"] == "baseline service.statistics"), None)
+                t = next((r for r in rr if r["tool"].startswith("tc ")), None)
                 if o and t:
                     where = "VM" if doc.get("where") == "vm" else "host"
-                    out.append(f"**Statistics, {mode} mode, {n:,} flows** ({where}): ours {fmt_time(o)}, `{t['tool']}` "
-                               f"{fmt_time(t['seconds'])} ({t['seconds'] / o:.2f}x ours).")
+                    out.append(f"**Statistics, {mode} mode, {n:,} links** ({where}): `service.statistics` "
+                               f"{fmt_time(o)}" + (f" ({b / o:.1f}x faster than the baseline's {fmt_time(b)})"
+                                                   if b else "") +
+                               f", `{t['tool']}` {fmt_time(t['seconds'])} ({t['seconds'] / o:.2f}x ours).")
     for doc in fid:
         for r in doc.get("rows", []):
             g, c = r["goodput_ratio"], r.get("carried_ratio") or {}

@@ -205,37 +205,61 @@ def _packet_reading(doc: dict) -> list[str]:
     return ["Reading: " + "; ".join(parts) + "."] if parts else []
 
 
+STATS_TOOLS = (("ratelimit", "Executor.stats"), ("service.statistics", "service.statistics"),
+               ("service.statistics cold", "cold"), ("service.Poller", "Poller (dashboard)"),
+               ("baseline service.statistics", "baseline"))
+
+
+def _tool(rows: list[dict], name: str):
+    r = next((r for r in rows if r["tool"] == name), None)
+    return r and r.get("seconds")
+
+
+def _tc_row(rows: list[dict]):
+    return next((r for r in rows if r["tool"].startswith("tc ")), None)
+
+
 def section_stats(docs: list[dict], img: str | None) -> list[str]:
     out = ["## 3. Statistics cost", ""]
     if not docs:
         return out + ["Not run.", ""]
-    out += ["Seconds to read every flow's counters with N flows installed: ours is `Executor.stats(plan)` "
-            "(one dump, counters mapped to (host, port) rows); tc is the `tc -s` dump holding the same "
-            "counters, as text (mapping it to flows would cost more).  Best of several alternating runs.", ""]
+    out += ["Seconds to read every link's counters with N links installed (shape mode: one direction while N fits "
+            "one device, else both, N/2 each): `Executor.stats(plan)` (one dump per device, a row per link); "
+            "`service.statistics` (what `--stats` calls: state, ownership check, the link table compiled once per "
+            "request, the dumps, a dict per link; *cold* is its first call in a process); the dashboard's "
+            "`service.Poller` (columns, readers kept open); the same `service.statistics` of the baseline revision; "
+            "and the `tc -s` dump holding the same counters, as text (mapping it to links would cost more).  "
+            "Best of several alternating runs.", ""]
     for doc in docs:
+        base = doc.get("config", {}).get("baseline")
         for mode in doc.get("config", {}).get("modes", []):
             body = []
             for n in sorted({r["flows"] for r in rows_of(doc, mode=mode)}):
                 rs = rows_of(doc, mode=mode, flows=n)
-                ours = next((r for r in rs if r["tool"] == "ratelimit"), None)
-                tc = next((r for r in rs if r["tool"] != "ratelimit"), None)
-                body.append([f"{n:,}", fmt_time(ours and ours["seconds"]), tc["tool"] if tc else "-",
-                             fmt_time(tc and tc["seconds"]),
-                             fmt_ratio(ratio(tc and tc["seconds"], ours and ours["seconds"]))])
-            out += [f"**{mode} mode** ({_machine_line(doc)})", ""]
-            out += table(["flows", "ratelimit", "tc command", "tc", "tc / ours"], body) + [""]
-            ratios = []
-            for n in sorted({r["flows"] for r in rows_of(doc, mode=mode)}):
-                rr = rows_of(doc, mode=mode, flows=n)
-                o = next((r["seconds"] for r in rr if r["tool"] == "ratelimit"), None)
-                t = next((r["seconds"] for r in rr if r["tool"] != "ratelimit"), None)
-                if o and t:
-                    ratios.append((n, t / o))
-            if ratios:
-                worse = [n for n, r in ratios if r < 1]
-                out += [f"Reading: tc took {min(r for _, r in ratios):.2f}x to {max(r for _, r in ratios):.2f}x "
-                        f"our time" + (f"; **ours was slower at {', '.join(f'{n:,}' for n in worse)} flows**"
-                                       if worse else "; ours was faster at every N") + ".", ""]
+                times = [_tool(rs, name) for name, _ in STATS_TOOLS]
+                tc = _tc_row(rs)
+                ours = _tool(rs, "service.statistics")
+                body.append([f"{n:,}"] + [fmt_time(t) for t in times] + [fmt_time(tc and tc["seconds"]),
+                             fmt_ratio(ratio(_tool(rs, "baseline service.statistics"), ours), 1),
+                             fmt_ratio(ratio(tc and tc["seconds"], ours))])
+            if not body:
+                continue
+            out += [f"**{mode} mode** ({_machine_line(doc)}; baseline {base or 'none'})", ""]
+            out += table(["links"] + [label for _, label in STATS_TOOLS] + ["tc -s", "baseline / ours", "tc / ours"],
+                         body) + [""]
+        dash = [r for r in doc.get("rows", []) if r["tool"].startswith("dashboard (")]
+        if dash:
+            body = []
+            for source, n in sorted({(r["source"], r["flows"]) for r in dash}):
+                rs = [r for r in dash if r["source"] == source and r["flows"] == n]
+                ours = next((r["core_share"] for r in rs if r["tool"] == "dashboard (this checkout)"), None)
+                theirs = next((r["core_share"] for r in rs if r["tool"] == "dashboard (baseline)"), None)
+                what = "kernel counters (idle links)" if source == "kernel" else "synthetic, every link moving"
+                body.append([what, f"{n:,}", "-" if ours is None else f"{ours:.1%}",
+                             "-" if theirs is None else f"{theirs:.1%}", fmt_ratio(ratio(theirs, ours), 1)])
+            out += ["**Dashboard server CPU at 1 Hz, one browser page open** (share of one core; best of the rounds)",
+                    ""]
+            out += table(["statistics", "links", "this checkout", "baseline", "baseline / ours"], body) + [""]
         out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
     if img:
         out += [f"![statistics cost]({img})", ""]

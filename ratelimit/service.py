@@ -7,9 +7,10 @@ units, host names, a profile name) and returns a validated ``Request``.
 ratelimit recorded (``fingerprint``).
 """
 
+import copy
+import functools
 import os
 import time
-
 from dataclasses import dataclass
 
 from . import fingerprint, linklayer, profiles, recovery, state
@@ -126,14 +127,15 @@ class Installed:
         return out
 
 
-def _installed(ex, netns, interface, *, force: bool, classes: bool = True) -> Installed:
+def _installed(ex, netns, interface, *, force: bool, classes: bool = True, plan_of=None) -> Installed:
     """Our plan on the interface, checked against the kernel before anything trusts it.
 
     A record that cannot be read, or one saying the interface is half-configured, is an
     error unless ``force`` (then it is ignored: everything there is replaced).  A record
     whose parts the kernel does not show as recorded (another tool's root qdisc with our
     handle, a class tree not ours) is refused unless ``force``; one whose parts are all
-    gone is stale (nothing to delete)."""
+    gone is stale (nothing to delete).  ``plan_of`` compiles the record's request
+    (default ``compile_plan``)."""
     devs = [interface, ifb_name(interface)]
     try:
         record = state.load(netns, interface)
@@ -147,7 +149,7 @@ def _installed(ex, netns, interface, *, force: bool, classes: bool = True) -> In
         record = None
     if record is None:
         return Installed(None, {}, ex.picture(devs, classes))
-    plan = compile_plan(record.request)
+    plan = (plan_of or compile_plan)(record.request)
     owned = record.fingerprint or fingerprint.of_plan(plan)  # version 1: what the plan should own
     picture = ex.picture(list(dict.fromkeys(devs + list(owned))), classes)
     differences = fingerprint.differences(owned, picture)
@@ -286,7 +288,7 @@ def describe(applied: dict) -> str:
             f"ports {applied['ports']}: {applied['links']} links")
 
 
-def _readable(ex, netns, interface, notice):
+def _readable(ex, netns, interface, notice, plan_of=None):
     """Our plan for --list and --stats: a killed run's marker is repaired first (which needs
     root and the lock: a run in progress makes this busy); a half-configured interface or an
     unreadable record is reported, never read as "nothing installed"."""
@@ -296,7 +298,7 @@ def _readable(ex, netns, interface, notice):
                              "root to put it back")
         with state.lock(netns, interface, timeout=0):
             recovery.repair(ex, netns, interface, notice)
-    return _installed(ex, netns, interface, force=False, classes=False).plan
+    return _installed(ex, netns, interface, force=False, classes=False, plan_of=plan_of).plan
 
 
 def applied(interface: str, netns: str | None = None, notice=None) -> Request | None:
@@ -315,19 +317,108 @@ def status(interface: str, netns: str | None = None, notice=None) -> dict | None
     return summary(req) if req else None
 
 
-def statistics(interface: str, netns: str | None = None, notice=None) -> dict:
-    """Counters per (host, port, direction), read from the kernel in one dump per device."""
+# ---------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True)
+class LinkTable:
+    """What reading statistics needs of an applied request, compiled once per request:
+    each link's (direction, host, port or None, device) and configured rate, in the order
+    of the plan's flows, and where the kernel keeps its counters."""
+
+    summary: dict
+    keys: tuple
+    rate_bps: tuple
+    flows: object  # kernel.counters.FlowTable
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+@functools.lru_cache(maxsize=4)
+def compiled(req: Request):
+    """``compile_plan(req)``, kept for the requests read again and again: compiling 65,536
+    flows takes about a second, so a watched interface compiles once, not at every read
+    (requests are frozen, hashable values)."""
+    return compile_plan(req)
+
+
+@functools.lru_cache(maxsize=4)
+def link_table(req: Request) -> LinkTable:
+    """The request's LinkTable, built once per request."""
+    from .kernel.counters import FlowTable
+    plan = compiled(req)
+    keys = tuple((f.direction, str(f.host), f.port, f.dev) for f in plan.flows)
+    rates = {"dest": req.down.rate_bps, "source": req.up.rate_bps}
+    return LinkTable(summary(req), keys, tuple(rates[f.direction] for f in plan.flows), FlowTable.of(plan))
+
+
+def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
+    _check_interface(ex, interface, netns)
+    plan = _readable(ex, netns, interface, notice, plan_of=compiled)
+    table = None if plan is None else link_table(plan.request)
+    if table is None:
+        return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "keys": (),
+                "rate_bps": (), "counters": {}}
+    cols = ex.counters(table.flows)
+    return {"interface": interface, "netns": netns, "time": time.time(), "applied": copy.deepcopy(table.summary),
+            "keys": table.keys, "rate_bps": table.rate_bps, "counters": cols}
+
+
+def counters(interface: str, netns: str | None = None, notice=None) -> dict:
+    """Counters of every link as columns, read in one dump per device::
+
+        {"interface", "netns", "time", "applied": summary() or None,
+         "keys": ((direction, host, port or None, dev), ...), "rate_bps": (configured rate, ...),
+         "counters": {"bytes": array, "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"}}
+
+    ``keys`` and ``rate_bps`` are the same objects while the configuration stays.  The
+    record is checked against the kernel first (root and ingress qdiscs), and a run killed
+    mid-change is repaired first (``notice`` hears of it)."""
     interface, netns = check_target(interface, netns)
     with _executor(netns) as ex:
-        _check_interface(ex, interface, netns)
-        plan = _readable(ex, netns, interface, notice)
-        if plan is None:
-            return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "links": []}
-        rows = ex.stats(plan)
-        stamp = time.time()
-    req = plan.request
-    for row in rows:
-        params = req.down if row["direction"] == "dest" else req.up
-        row["rate_bps"] = params.rate_bps
-        row["host"] = str(row["host"])
-    return {"interface": interface, "netns": netns, "time": stamp, "applied": summary(req), "links": rows}
+        return _read_counters(ex, interface, netns, notice)
+
+
+class Poller:
+    """``counters`` for a reader that asks again and again (the dashboard): it keeps one
+    open netlink reader per namespace, so a read costs the dumps and nothing else.  A read
+    that fails on a kept reader (the namespace or device was remade) is tried once more on
+    a fresh one.  ``close()`` when done."""
+
+    def __init__(self):
+        self._readers: dict = {}
+
+    def __call__(self, interface: str, netns: str | None = None) -> dict:
+        for attempt in (0, 1):
+            ex = self._readers.get(netns)
+            if ex is None:
+                ex = self._readers[netns] = _executor(netns)
+            try:
+                return _read_counters(ex, interface, netns)
+            except (NotFoundError, OSError):
+                self._drop(netns)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _drop(self, netns) -> None:
+        ex = self._readers.pop(netns, None)
+        if ex is not None:
+            ex.close()
+
+    def close(self) -> None:
+        for netns in list(self._readers):
+            self._drop(netns)
+
+
+def statistics(interface: str, netns: str | None = None, notice=None) -> dict:
+    """Counters per (host, port, direction), as one dict per link (``--stats``, ``--json``,
+    the lab); see ``counters``."""
+    data = counters(interface, netns, notice)
+    cols = data.pop("counters")
+    keys, rates = data.pop("keys"), data.pop("rate_bps")
+    names = tuple(cols)
+    data["links"] = [{"direction": d, "host": h, "port": p, "dev": dev, **dict(zip(names, values)), "rate_bps": r}
+                     for (d, h, p, dev), r, *values in zip(keys, rates, *cols.values())]
+    return data

@@ -36,7 +36,7 @@ TIMEOUT_ENV = "RATELIMIT_VM_TIMEOUT"
 MEMORY_ENV = "RATELIMIT_VM_MEMORY"
 DEFAULT_VM_TIMEOUT_S = 1500.0
 
-_NETNS_PREFIX = "rlt-"
+_NETNS_PREFIX = os.environ.get("RATELIMIT_TEST_NETNS_PREFIX", "rlt-")  # a session of its own may pick another
 _counter = itertools.count(1)
 
 
@@ -296,7 +296,8 @@ def pytest_runtest_setup(item):
 @pytest.fixture
 def netns_name():
     """Factory: ``netns_name()`` -> a fresh name ``rlt-<pid>-<n>`` (optionally
-    ``netns_name("tag")`` -> ``rlt-<pid>-<n>-tag``).  The namespace is not
+    ``netns_name("tag")`` -> ``rlt-<pid>-<n>-tag``; ``$RATELIMIT_TEST_NETNS_PREFIX``
+    replaces ``rlt-``).  The namespace is not
     created; any namespace of that name is deleted (its processes killed) when
     the test ends."""
     from ratelimit.kernel import netns

@@ -248,7 +248,15 @@ def _small_results(d):
     _write(d, "packet", "host", False, prow)
     _write(d, "stats", "host", False, [
         {"mode": "shape", "flows": 1024, "tool": "ratelimit", "seconds": 0.004},
-        {"mode": "shape", "flows": 1024, "tool": "tc -s class show", "seconds": 0.008}], config={"modes": ["shape"]})
+        {"mode": "shape", "flows": 1024, "tool": "service.statistics", "seconds": 0.005},
+        {"mode": "shape", "flows": 1024, "tool": "service.statistics cold", "seconds": 0.05},
+        {"mode": "shape", "flows": 1024, "tool": "service.Poller", "seconds": 0.003},
+        {"mode": "shape", "flows": 1024, "tool": "baseline service.statistics", "seconds": 0.1},
+        {"mode": "shape", "flows": 1024, "tool": "tc -s class show", "seconds": 0.008},
+        {"mode": "synthetic", "flows": 16384, "tool": "dashboard (this checkout)", "source": "synthetic",
+         "core_share": 0.02, "seconds": None},
+        {"mode": "synthetic", "flows": 16384, "tool": "dashboard (baseline)", "source": "synthetic",
+         "core_share": 0.08, "seconds": None}], config={"modes": ["shape"], "baseline": "abc1234"})
     _write(d, "fidelity", "host", False, [
         {"mode": "shape", "links": 100, "client": "1990s", "clients": 1, "failed": 0, "goodput_ratio": common.summarize([0.97, 0.99, 0.98]),
          "carried_ratio": common.summarize([1.0, 0.99, 1.0]),
@@ -305,7 +313,8 @@ def test_report_from_small_results(tmp_path):
     assert "190,000 (0.95)" in text and "1,000 (0.00)" in text
     assert "180x faster than the flat list" in text
     # stats, fidelity, latency, dial-up
-    assert "| 1,024 | 4.0 ms | tc -s class show | 8.0 ms | 2.00 |" in text
+    assert "| 1,024 | 4.0 ms | 5.0 ms | 50.0 ms | 3.0 ms | 100.0 ms | 8.0 ms | 20.0 | 1.60 |" in text
+    assert "| synthetic, every link moving | 16,384 | 2.0% | 8.0% | 4.0 |" in text
     assert "| shape | host | 100 | 1990s | 1 | 0.997 | 0.991 | 0.980 | 0.971 | 0.980 | 0.989 | 0 | 2.00 s | 4.50 s | 4.88 s | 1.0% | 50% |" in text
     assert "| national-100ms | 200.0 ms | 204.0 ms | 1.020 | +4.0 ms |" in text
     assert "| httperf | 200 | 64.0 | 99.2% | 64.5 (3.100 s/call) | 88.9% | 69 | 0 | 0 | 100% | 10% | 20% | 40% |" in text
@@ -345,11 +354,17 @@ def test_quick_setup_benchmark_runs(tmp_path):
 
 @pytest.mark.netns
 def test_quick_stats_benchmark_runs(tmp_path):
-    rc = bench_main(["stats", "--quick", "--no-vm", "--out", str(tmp_path), "--flows", "256"])
+    rc = bench_main(["stats", "--quick", "--no-vm", "--out", str(tmp_path), "--flows", "256", "--dashboard-links", "256"])
     assert rc == 0
     doc = json.loads((tmp_path / "stats-host-quick.json").read_text())
-    rows = {r["tool"]: r for r in doc["rows"]}
-    assert rows["ratelimit"]["rows"] == 256
+    rows = {(r["tool"], r.get("source")): r for r in doc["rows"]}
+    dashboards = {k for k in rows if k[0].startswith("dashboard")}
+    assert dashboards == {(f"dashboard ({who})", source) for who in ("this checkout", "baseline")
+                          for source in ("kernel", "synthetic")}
+    assert all(0 < rows[k]["core_share"] < 2 for k in dashboards)
+    rows = {r["tool"]: r for r in doc["rows"] if r["seconds"] is not None}
     assert rows["tc -s class show"]["output_bytes"] > 0
-    assert all(r["seconds"] > 0 for r in doc["rows"])
+    assert rows["ratelimit"]["rows"] == 256
+    assert {"service.statistics", "service.statistics cold", "service.Poller", "tc -s class show"} <= set(rows)
+    assert all(r["seconds"] > 0 for r in doc["rows"] if r["seconds"] is not None)
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{sandbox.NS_PREFIX}{os.getpid()}-")]

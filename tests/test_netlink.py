@@ -326,8 +326,8 @@ def test_police_mode_stats_read_one_dump_per_device_and_parent(router_pair, monk
     with Executor(router) as ex:
         ex.apply(plan.ops)
         dumps = []
-        real = ex._dump
-        monkeypatch.setattr(ex, "_dump", lambda msg: dumps.append(msg) or real(msg))
+        real = ex.chan.dump_chunks
+        monkeypatch.setattr(ex.chan, "dump_chunks", lambda msg: dumps.append(msg) or real(msg))
         rows = ex.stats(plan)
         assert len(rows) == 32 and all(r["packets"] == 0 for r in rows)
         assert len(dumps) == 2  # root 52: and ingress ffff: on r0

@@ -13,7 +13,7 @@ from ratelimit import service
 from ratelimit.errors import ApplyError, ConflictError, NotFoundError, PermissionDenied
 from webui import create_app
 from webui.cli import parse_listen, web_main
-from webui.stats import StatsSource
+from webui.stats import StatsSource, reading
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"X-Ratelimit-Token": TOKEN}
@@ -52,8 +52,7 @@ class FakeReader:
         self.calls += 1
         if self.error:
             raise self.error
-        return {"interface": interface, "netns": netns, "time": self.time, "applied": self.applied,
-                "links": [dict(r) for r in self.links] if self.applied else []}
+        return reading(interface, netns, self.time, self.applied, self.links if self.applied else [])
 
 
 class FakeControl:
@@ -148,7 +147,11 @@ def test_rates_come_from_counter_deltas(src, reader):
     agg = snap.aggregate
     assert agg["throughput_bps_down"] == 6000.0 and agg["throughput_bps_up"] == 0.0
     assert agg["packets_per_s"] == 7.5 and agg["drops"] == 4 and agg["active_links"] == 2
-    assert sorted(snap.changed) == [0, 2]
+    # shares of the frame rate (26,864 bit/s): 4000 / 26864 and 2000 / 26864
+    assert snap.row(0)["rate_share"] == round(4000 / 26864, 6) and snap.row(1)["rate_share"] == 0.0
+    assert [snap.row(i)["state"] for i in range(3)] == ["busy", "idle", "busy"]
+    assert snap.distribution["dest"]["states"] == {"idle": 1, "busy": 2, "at_rate": 0, "starved": 0, "dropping": 1}
+    assert snap.distribution["source"]["states"] == {"idle": 3, "busy": 0, "at_rate": 0, "starved": 0, "dropping": 0}
 
 
 def test_counter_reset_gives_no_negative_rate(src, reader):
@@ -288,7 +291,8 @@ def test_links_filters_sort_and_pages(client, src, reader):
     assert [r["throughput_bps"] for r in data["links"]] == [4800.0, 4000.0, 3200.0, 2400.0]
     row = data["links"][0]
     assert set(row) == {"direction", "host", "port", "dev", "rate_bps", "bytes", "packets", "drops", "overlimits",
-                        "backlog_bytes", "backlog_pkts", "throughput_bps", "drops_per_s", "active"}
+                        "backlog_bytes", "backlog_pkts", "throughput_bps", "drops_per_s", "rate_share",
+                        "queue_delay_ms", "active", "state"}
     assert client.get("/api/links?active=false").get_json()["matched"] == 6
     assert client.get("/api/links?active=0&direction=source").get_json()["matched"] == 3
     assert client.get("/api/links?active=0&port=5001-5002").get_json()["matched"] == 4
@@ -322,7 +326,11 @@ def test_history(client, src, reader):
     data = client.get("/api/history?interface=eth0").get_json()
     assert data["interval"] == 1.0 and len(data["series"]["time"]) == 2
     assert set(data["series"]) == {"time", "throughput_bps", "throughput_bps_down", "throughput_bps_up",
-                                   "packets_per_s", "drops_per_s", "backlog_bytes", "active_links"}
+                                   "packets_per_s", "drops_per_s", "backlog_bytes", "active_links"} | {
+        f"{name}_{direction}" for direction in ("dest", "source")
+        for name in ("rate_share_p5", "rate_share_p50", "rate_share_p95", "queue_delay_ms_p5", "queue_delay_ms_p50",
+                     "queue_delay_ms_p95", "idle_links", "busy_links", "at_rate_links", "starved_links",
+                     "dropping_links")}
     assert_error(client.get("/api/history?interface=nope"), 404, "interface: 'nope'")
 
 
@@ -353,30 +361,88 @@ def sse_events(chunks):
     return out
 
 
-def test_stream_sends_layout_then_ticks_of_changed_rows(app_src, reader):
+def test_stream_sends_a_small_tick_per_poll_without_link_rows(app_src, reader):
     app, src = app_src
     polled(src, reader, bytes=[100] * 6)
     client = app.test_client()
     resp = client.get("/api/stream?interface=eth0", buffered=False)
     assert resp.status_code == 200 and resp.mimetype == "text/event-stream"
     it = resp.response
-    chunks = [next(it), next(it), next(it)]
-    (layout_name, layout), (tick_name, tick) = sse_events(chunks)
-    assert layout_name == "layout" and len(layout["keys"]) == 6 and layout["keys"][0][:3] == ["dest", "198.18.0.2", 5000]
-    assert tick_name == "tick" and tick["links"]["full"] is True and len(tick["links"]["rows"]) == 6
-    assert tick["targets"][0]["aggregate"]["throughput_bps"] == 4800.0
+    chunks = [next(it), next(it)]
+    ((name, tick),) = sse_events(chunks)
+    assert name == "tick" and set(tick) == {"seq", "time", "targets"}
+    (target,) = tick["targets"]
+    assert target["aggregate"]["throughput_bps"] == 4800.0 and target["seq"] == tick["seq"]
+    assert target["distribution"]["dest"]["states"]["busy"] == 3 and target["distribution"]["source"]["links"] == 3
     reader.advance(bytes=[100, 0, 0, 0, 0, 0])
     src.poll_once()
     ((name, tick2),) = sse_events([next(it)])
-    assert name == "tick" and tick2["links"]["full"] is False
-    assert tick2["links"]["rows"] == [0, 1, 2, 3, 4, 5]  # five went to 0 bit/s
-    reader.advance(bytes=[100, 0, 0, 0, 0, 0])
-    src.poll_once()
-    ((_, tick3),) = sse_events([next(it)])
-    assert tick3["links"]["rows"] == [0] and tick3["links"]["throughput_bps"] == [800.0]
+    assert name == "tick" and tick2["seq"] == tick["seq"] + 1
+    assert tick2["targets"][0]["distribution"]["dest"]["states"] == {"idle": 2, "busy": 1, "at_rate": 0,
+                                                                     "starved": 0, "dropping": 0}
     assert app.extensions["ratelimit_streams"]["open"] == 1
     resp.close()
     assert app.extensions["ratelimit_streams"]["open"] == 0
+
+
+def test_link_states_and_distributions(src, reader):
+    """idle / busy / at rate / starved / dropping, rate share of the frame rate, queueing delay."""
+    frame = 26864 / 8  # bytes per second at the down and up frame rate
+    polled(src, reader, rounds=1)
+    reader.advance(1.0, bytes=[round(frame), round(frame * 0.35), round(frame * 0.7), round(frame * 0.95), 0, 0],
+                   drops=[0, 0, 3, 0, 0, 0])
+    reader.links[1]["backlog_bytes"] = 3358  # 1 s of the frame rate queued: 1000 ms of delay
+    reader.links[5]["backlog_bytes"] = 0
+    src.poll_once()
+    snap = src.snapshot(None, "eth0")
+    rows = [snap.row(i) for i in range(6)]
+    assert [r["state"] for r in rows] == ["at_rate", "starved", "busy", "at_rate", "idle", "idle"]
+    assert rows[1]["queue_delay_ms"] == round(3358 * 8 / 26864 * 1000, 3)
+    down, up = snap.distribution["dest"], snap.distribution["source"]  # links 0, 2, 4 and 1, 3, 5
+    assert down["states"] == {"idle": 1, "busy": 1, "at_rate": 1, "starved": 0, "dropping": 1}
+    assert up["states"] == {"idle": 1, "busy": 0, "at_rate": 1, "starved": 1, "dropping": 0}
+    assert down["links"] == 2 and down["histogram"]["counts"][7] == 1 and down["histogram"]["counts"][10] == 1
+    assert up["histogram"]["counts"][3] == 1 and up["histogram"]["counts"][9] == 1
+    assert (down["rate_share"]["p50"], down["rate_share"]["p95"]) == (rows[2]["rate_share"], rows[0]["rate_share"])
+    assert up["queue_delay_ms"]["p95"] == rows[1]["queue_delay_ms"] and up["queue_delay_ms"]["p5"] == 0
+    h = src.history(None, "eth0")
+    assert h["starved_links_source"][-1] == 1 and h["rate_share_p50_dest"][-1] == down["rate_share"]["p50"]
+
+
+def test_rate_share_is_measured_over_the_share_window(src, reader):
+    """A modem sends two or three frames a second: its one-second rate jumps, its share over
+    the last five seconds does not."""
+    polled(src, reader, rounds=1)
+    sent = []
+    for k in range(8):
+        n = 3000 if k % 2 else 4500
+        sent.append(n)
+        reader.advance(1.0, bytes=[n, 0, 0, 0, 0, 0])
+        src.poll_once()
+    row = src.snapshot(None, "eth0").row(0)
+    assert row["throughput_bps"] == sent[-1] * 8
+    assert row["rate_share"] == round(sum(sent[-5:]) * 8 / 5 / 26864, 6)
+
+
+def test_links_worst_state_and_share_filters(client, src, reader):
+    frame = 26864 / 8
+    polled(src, reader, rounds=1)
+    reader.advance(1.0, bytes=[round(frame), round(frame * 0.35), round(frame * 0.7), round(frame * 0.95), 0, 10],
+                   drops=[0, 0, 3, 0, 0, 0])
+    reader.links[1]["backlog_bytes"] = 3358
+    src.poll_once()
+    worst = client.get("/api/links?sort=worst&active=false").get_json()["links"]
+    # a backlog or drops first (lowest share first), then the other busy links, idle last
+    assert [(r["port"], r["direction"]) for r in worst][:3] == [(5000, "source"), (5001, "dest"), (5002, "source")]
+    assert worst[-1]["state"] == "idle"
+    starved = client.get("/api/links?state=starved").get_json()
+    assert starved["matched"] == 1 and starved["links"][0]["state"] == "starved"
+    assert client.get("/api/links?state=dropping").get_json()["matched"] == 1
+    bucket = client.get("/api/links?share=0.9-1.0").get_json()["links"]
+    assert [round(r["rate_share"], 2) for r in bucket] == [0.95]
+    assert [r["rate_share"] for r in client.get("/api/links?share=1-").get_json()["links"]] == [1.0]
+    assert_error(client.get("/api/links?state=sleepy"), 400, "state: 'sleepy' is not a link state")
+    assert_error(client.get("/api/links?share=0.5"), 400, "share: '0.5' is not a range of rate shares")
 
 
 def test_stream_limit_and_bad_target(reader, control):
@@ -424,8 +490,26 @@ def test_metrics(client, src, reader):
     assert 'ratelimit_burst_bytes{interface="eth0",netns="",direction="source"} 4' in text
     assert 'ratelimit_frame_rate_bps{interface="eth0",netns="",direction="dest"} 26864' in text
     short = client.get("/metrics?links=false").get_data(as_text=True)
-    assert "ratelimit_link_" not in short and "ratelimit_bytes_total" in short
-    assert_error(client.get("/metrics?links=perhaps"), 400, "links: 'perhaps' is not a boolean")
+    assert "ratelimit_link_bytes" not in short and "ratelimit_bytes_total" in short
+    assert 'ratelimit_links_state{interface="eth0",netns="",direction="dest",state="busy"} 1' in short
+    assert 'ratelimit_links_state{interface="eth0",netns="",direction="source",state="idle"} 2' in short
+    assert 'ratelimit_link_rate_share{interface="eth0",netns="",direction="dest",quantile="0.5"}' in short
+    assert 'ratelimit_links_rate_share_bucket{interface="eth0",netns="",direction="source",le="+Inf"} 1' in short
+    assert_error(client.get("/metrics?links=perhaps"), 400, "links: 'perhaps' is not auto or a boolean")
+
+
+def test_metrics_leave_per_link_series_out_above_the_auto_limit(control):
+    from webui.metrics import AUTO_LINK_LIMIT
+    reader = FakeReader(n=AUTO_LINK_LIMIT + 2)
+    app, src = make_app(reader, control)
+    polled(src, reader, bytes=[10] * (AUTO_LINK_LIMIT + 2))
+    c = app.test_client()
+    text = c.get("/metrics").get_data(as_text=True)
+    assert "ratelimit_link_bytes_total" not in text and "ratelimit_link_rate_bps" not in text
+    assert f'ratelimit_links{{interface="eth0",netns=""}} {AUTO_LINK_LIMIT + 2}' in text
+    assert 'ratelimit_bytes_total{interface="eth0",netns="",direction="dest"}' in text
+    forced = c.get("/metrics?links=true").get_data(as_text=True)
+    assert forced.count("ratelimit_link_bytes_total{") == AUTO_LINK_LIMIT + 2
 
 
 def test_per_host_links_show_port_all(reader, control):

@@ -3,8 +3,13 @@ server on a loopback port.
 
 * ``test_dashboard_with_many_links``: 4,096 and 65,536 synthetic links from a
   fake reader behind the real StatsSource (waitress in a thread) -- the table
-  stays virtualized, sorts and filters, the charts draw, a bad value typed into
-  the form comes back as its one-line error.  Timings are printed, not asserted.
+  stays virtualized and paged from the server, sorts, filters and scrolls to the
+  end, the charts draw, a bad value typed into the form comes back as its
+  one-line error.  Timings are printed, not asserted.
+* ``test_dashboard_keeps_up_with_16384_links_and_jumps_to_the_worst``: 16,384
+  synthetic links -- a new sample at least every 1.5 s, the worst links shown
+  within 200 ms of the click (the issue's targets), the state counts and the
+  share histogram filter the table, per direction.
 * ``test_dashboard_watches_a_lab`` (``netns``): client, router and server
   namespaces (``ratelimit.lab.topology``) with TCP traffic from server to client through the router, the
   server started as ``python -m webui`` (subprocess); shape mode on the
@@ -12,6 +17,9 @@ server on a loopback port.
   the page changes the rate the client measures.  Saves screenshots to
   ``$RATELIMIT_ARTIFACTS`` (or the test's tmp dir); with RATELIMIT_UPDATE_DOCS=1
   also to docs/images/dashboard.png (the README's picture).
+* ``test_docs_screenshot_of_thousands_of_real_links`` (``netns``, only with
+  RATELIMIT_DOCS_SCREENSHOT=1): the lab with 4,000 downloads through modem
+  links, watched by the dashboard; the screenshot for docs/webui.md.
 
 Traffic stays inside namespaces this test makes, on 198.18.0.0/15 (RFC 2544).
 """
@@ -25,6 +33,7 @@ import sys
 import textwrap
 import threading
 import time
+from array import array
 from pathlib import Path
 
 import pytest
@@ -97,27 +106,42 @@ def card_value(page, key):
 
 
 class TrafficReader:
-    """Synthetic statistics for ``n`` links: every third link idle, the others at 8-57 kbit/s."""
+    """Synthetic statistics for ``n`` links (``service.counters``' shape): every third link
+    idle (one in seven of those, i % 21 == 3, dropping), the others at 8-57 kbit/s of a 28.8 kbit/s
+    frame rate; links with i % 11 == 1 keep a 1,500-byte backlog (below half their rate:
+    starved)."""
 
     def __init__(self, n):
         self.n = n
         self.t0 = time.time()
         self.applied = {"interface": "eth0", "netns": None, "profile": "modem-28k8", "mode": "police",
                         "direction": "both", "hosts": ["198.18.0.2", "198.18.0.3"], "ports": "1024-33791",
-                        "flows": n, "down": {"rate_bps": 28800}, "up": {"rate_bps": 28800}}
+                        "flows": n, "links": n, "per": "port",
+                        "down": {"rate_bps": 28800, "frame_rate_bps": 28800},
+                        "up": {"rate_bps": 28800, "frame_rate_bps": 28800}}
+        self.keys = tuple(("dest" if i % 2 == 0 else "source", f"198.18.0.{2 + i // 32768}", 1024 + (i // 2) % 32768,
+                           "eth0") for i in range(n))
+        self.rate_bps = (28800,) * n
+        self.bps = [0 if i % 3 == 0 else 8000 + (i % 50) * 1000 for i in range(n)]
+        self.dropping = [i % 21 == 3 for i in range(n)]
+        self.backlog = array("q", [1500 if i % 11 == 1 else 0 for i in range(n)])
+        self.backlog_pkts = array("q", [1 if i % 11 == 1 else 0 for i in range(n)])
 
     def __call__(self, interface, netns=None):
         now = time.time()
         dt = now - self.t0
-        links = []
-        for i in range(self.n):
-            bps = 0 if i % 3 == 0 else 8000 + (i % 50) * 1000
-            b = int(dt * bps / 8)
-            links.append({"direction": "dest" if i % 2 == 0 else "source", "host": f"198.18.0.{2 + i // 32768}",
-                          "port": 1024 + (i // 2) % 32768, "dev": interface, "bytes": b, "packets": b // 1000,
-                          "drops": int(dt) if i % 7 == 0 else 0, "overlimits": int(dt * 2) if i % 5 == 0 else 0,
-                          "backlog_bytes": 0, "backlog_pkts": 0, "rate_bps": 28800})
-        return {"interface": interface, "netns": netns, "time": now, "applied": self.applied, "links": links}
+        nbytes = array("q", [int(dt * bps / 8) for bps in self.bps])
+        return {"interface": interface, "netns": netns, "time": now, "applied": self.applied, "keys": self.keys,
+                "rate_bps": self.rate_bps,
+                "counters": {"bytes": nbytes, "packets": array("q", [b // 1000 for b in nbytes]),
+                             "drops": array("q", [int(dt) if d else 0 for d in self.dropping]),
+                             "overlimits": array("q", [int(dt * 2) if i % 5 == 0 else 0 for i in range(self.n)]),
+                             "backlog_bytes": self.backlog, "backlog_pkts": self.backlog_pkts}}
+
+
+def is_active(i):
+    """Whether TrafficReader's link i moves, drops or queues (the table's "active")."""
+    return i % 3 or i % 21 == 3 or i % 11 == 1
 
 
 class RefusingControl:
@@ -154,7 +178,7 @@ def test_dashboard_with_many_links(browser, artifacts, n):
         assert "token=" not in page.url  # taken out of the address bar
         total = f"of {n:,} links"
         page.wait_for_function(f"() => document.getElementById('count').textContent.includes('{total}')", timeout=20000)
-        active = sum(1 for i in range(n) if i % 3 or i % 7 == 0)  # idle links with drops count as active
+        active = sum(1 for i in range(n) if is_active(i))
         page.wait_for_function(f"() => document.getElementById('count').textContent.startsWith('showing {active:,} ')",
                                timeout=20000)
         first = card_value(page, "bytes")
@@ -164,22 +188,24 @@ def test_dashboard_with_many_links(browser, artifacts, n):
         assert page.locator("#rows .row").count() < 100
         # Sort by "rate now", highest first: the top row carries the highest rate.
         page.click("#thead button[data-sort='throughput_bps']")
-        top = page.inner_text("#rows .row:first-child span:nth-child(5)")
-        assert top.endswith("kbit/s") and float(top.split()[0]) >= 50
+        page.wait_for_function("""() => { const t = document.querySelector('#rows .row:first-child span:nth-child(5)')
+            .textContent; return t.endsWith('kbit/s') && parseFloat(t) >= 50; }""", timeout=10000)
         # Filter by port range and direction.
         page.fill("#q-port", "1024-1033")
         page.select_option("#q-direction", "dest")
-        page.wait_for_function("() => document.getElementById('count').textContent.startsWith('showing ')")
-        shown = int(re.match(r"showing ([\d,]+)", page.inner_text("#count")).group(1).replace(",", ""))
-        expect = sum(1 for i in range(n) if (i % 3 or i % 7 == 0) and i % 2 == 0 and (i // 2) % 32768 < 10)
-        assert shown == expect
+        expect = sum(1 for i in range(n) if is_active(i) and i % 2 == 0 and (i // 2) % 32768 < 10)
+        page.wait_for_function(f"() => document.getElementById('count').textContent.startsWith('showing {expect:,} of')",
+                               timeout=10000)
         page.fill("#q-port", "")
         page.select_option("#q-direction", "")
         page.uncheck("#q-active")
         page.wait_for_function(f"() => document.getElementById('count').textContent.startsWith('showing {n:,} ')")
-        # Scroll to the end: the last rows are rendered.
+        # Scroll to the end: the page asks for the last rows and draws them (sorted by host, port, direction).
+        last_port = 1024 + min(n // 2, 32768) - 1
         page.evaluate("document.getElementById('viewport').scrollTop = 1e9")
-        page.wait_for_timeout(300)
+        page.wait_for_function(f"""() => [...document.querySelectorAll('#rows .row:not([hidden])')]
+            .some(r => r.children[2].textContent === '{last_port}' && r.children[0].textContent === 'up')""",
+                               timeout=10000)
         assert page.locator("#rows .row:not([hidden])").count() > 5
         # Charts: the aggregate "down" line is drawn.
         page.wait_for_function("() => window.ratelimitDashboard.state.agg.time.length >= 2", timeout=15000)
@@ -197,16 +223,16 @@ def test_dashboard_with_many_links(browser, artifacts, n):
         page.fill("#f-rate", "56kbit")
         page.click("#apply")
         page.wait_for_function("() => document.getElementById('control-msg').textContent.includes('root')")
-        # Client-side cost of one tick: rebuild the filtered/sorted view and draw the visible rows.
-        timing = page.evaluate("""() => {
+        # One page of the table from the server and drawn: what every tick costs the browser.
+        timing = page.evaluate("""async () => {
             const d = window.ratelimitDashboard, t = [];
-            for (let k = 0; k < 10; k++) { const a = performance.now(); d.rebuildView(); d.renderRows(); t.push(performance.now() - a); }
+            for (let k = 0; k < 10; k++) { const a = performance.now(); await d.refreshRows(); t.push(performance.now() - a); }
             t.sort((x, y) => x - y);
             return t[5];
         }""")
         page.screenshot(path=str(artifacts / f"dashboard-{n}-links.png"), full_page=True)
         snap = src.snapshot(None, "eth0")
-        report = {"links": n, "browser_tick_ms_median": round(timing, 2), "server_digest_s": round(snap.refresh_s, 4)}
+        report = {"links": n, "browser_page_ms_median": round(timing, 2), "server_digest_s": round(snap.refresh_s, 4)}
         (artifacts / f"dashboard-{n}-links.json").write_text(json.dumps(report))
         print(f"\nwebui browser: {report}")
         assert not errors, errors
@@ -214,6 +240,93 @@ def test_dashboard_with_many_links(browser, artifacts, n):
     finally:
         src.stop()
         server.close()
+
+
+def test_dashboard_keeps_up_with_16384_links_and_jumps_to_the_worst(browser, artifacts):
+    """16,384 links at 1 Hz: the page shows a new sample at least every 1.5 s, the
+    distribution view shows the states and the share histogram, a click on "Worst links"
+    lists the links the server ranks worst within 200 ms, a click on the "starved" count
+    or a histogram bar filters the table to those links."""
+    from webui import create_app
+    from webui.stats import StatsSource
+    n = 16384
+    src = StatsSource([(None, "eth0")], reader=TrafficReader(n), interval=1.0)
+    app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": RefusingControl()})
+    server, url = serve_in_thread(app)
+    try:
+        page, errors = open_page(browser, url)
+        page.wait_for_function("() => window.ratelimitDashboard.state.agg.time.length >= 2", timeout=20000)
+        # A new sample at least every 1.5 s: the page's own record of the ticks it drew, over 8 s.
+        page.evaluate("window.ratelimitDashboard.state.ticks.length = 0")
+        page.wait_for_timeout(8000)
+        ticks = page.evaluate("window.ratelimitDashboard.state.ticks.slice()")
+        gaps_s = [(b - a) / 1000 for a, b in zip(ticks, ticks[1:])]
+        assert len(ticks) >= 6 and max(gaps_s) <= 1.5, gaps_s
+        seq = int(page.get_attribute("#sample-time", "data-seq"))
+        assert seq >= src.seq - 1
+        # The distribution view: states counted as the server counts them, the share histogram.
+        states = src.snapshot(None, "eth0").distribution["dest"]["states"]  # the glance shows "down" first
+        shown = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('#states .chip')]
+            .map(b => [b.dataset.state, Number(b.dataset.count)]))""")
+        assert shown["starved"] > 0 and abs(shown["starved"] - states["starved"]) <= n // 100
+        assert page.locator("#histogram .bar").count() == 11
+        assert series_pixels(page, "chart-share", SHARE_GREEN) > 50
+        # "Worst links": the first rows are the server's worst, drawn within 200 ms of the click.
+        worst_ms = []
+        for _ in range(5):
+            page.evaluate("window.ratelimitDashboard.setSort('host', false)")
+            page.wait_for_function("() => document.querySelector('#rows .row:not([hidden])')?.children[1].textContent "
+                                   "=== '198.18.0.2'")
+            expect = app.test_client().get("/api/links?sort=worst&limit=1").get_json()["links"][0]
+            first = page.locator("#rows .row:not([hidden])").first
+            assert (first.locator("span").nth(1).inner_text(), first.locator("span").nth(2).inner_text()) != \
+                (expect["host"], str(expect["port"]))
+            worst_ms.append(page.evaluate("""([host, port, dir]) => new Promise((done) => {
+                const t0 = performance.now();
+                document.getElementById('worst').click();
+                (function check() {
+                    const r = document.querySelector('#rows .row:not([hidden])');
+                    if (r && r.children[1].textContent === host && r.children[2].textContent === port
+                        && r.children[0].textContent === dir) return done(performance.now() - t0);
+                    requestAnimationFrame(check);
+                })();
+            })""", [expect["host"], str(expect["port"]), "down" if expect["direction"] == "dest" else "up"]))
+        worst_ms.sort()
+        assert worst_ms[len(worst_ms) // 2] < 200, worst_ms
+        # A click on the "starved" count lists only starved links; a histogram bar only its share range.
+        page.click("#states .chip[data-state='starved']")
+        page.wait_for_function("() => document.getElementById('count').textContent.startsWith('showing ') && "
+                               "[...document.querySelectorAll('#rows .row:not([hidden])')].length > 0 && "
+                               "[...document.querySelectorAll('#rows .row:not([hidden])')]"
+                               ".every(r => r.dataset.state === 'starved')", timeout=10000)
+        bar = page.locator("#histogram .bar").nth(5)  # 50-60% of the rate
+        bar.click()
+        page.wait_for_function("""() => { const rows = [...document.querySelectorAll('#rows .row:not([hidden])')];
+            return rows.length > 0 && rows.every(r => { const v = parseFloat(r.children[5].textContent);
+                return v >= 50 && v < 60 && r.children[0].textContent === 'down'; }); }""", timeout=10000)
+        # The other direction's distribution: the same bucket, now of the upstream links.
+        page.select_option("#glance-direction", "source")
+        page.wait_for_function("""() => { const rows = [...document.querySelectorAll('#rows .row:not([hidden])')];
+            return rows.length > 0 && rows.every(r => { const v = parseFloat(r.children[5].textContent);
+                return v >= 50 && v < 60 && r.children[0].textContent === 'up'; }); }""", timeout=10000)
+        assert page.locator("#histogram .bar.on").get_attribute("data-share") == "0.5-0.6"
+        # A second click on the bar shows every share again.
+        page.locator("#histogram .bar.on").click()
+        page.wait_for_function("() => !document.querySelector('#histogram .bar.on') && "
+                               "document.getElementById('filter-note').textContent === ''", timeout=10000)
+        page.screenshot(path=str(artifacts / "dashboard-16384-links.png"), full_page=True)
+        report = {"links": n, "tick_gaps_s_max": round(max(gaps_s), 3), "ticks": len(ticks),
+                  "worst_jump_ms": [round(t, 1) for t in worst_ms]}
+        (artifacts / "dashboard-16384-links.json").write_text(json.dumps(report))
+        print(f"\nwebui browser 16,384 links: {report}")
+        assert not errors, errors
+        page.close()
+    finally:
+        src.stop()
+        server.close()
+
+
+SHARE_GREEN = (35, 130, 74)  # the rate-share band's stroke in dashboard.js
 
 
 # ---------------------------------------------------------------- a real lab
@@ -384,3 +497,75 @@ def test_dashboard_watches_a_lab(browser, artifacts, tmp_path, monkeypatch, lab)
             if p.poll() is None:
                 p.kill()
             p.wait()
+
+
+# ---------------------------------------------------------------- the docs screenshot: thousands of real links
+
+DOCS_SHOT_ENV = "RATELIMIT_DOCS_SCREENSHOT"
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(os.environ.get(DOCS_SHOT_ENV) != "1",
+                    reason=f"makes the docs screenshot of 4,000 real links (minutes, a quiet machine): {DOCS_SHOT_ENV}=1")
+def test_docs_screenshot_of_thousands_of_real_links(browser, artifacts, tmp_path, monkeypatch):
+    """The namespace lab with ``$RATELIMIT_DOCS_CLIENTS`` clients (default 8) x
+    ``$RATELIMIT_DOCS_PER_CLIENT`` (default 500) downloads of the 1,000,000-byte file from
+    nginx, each through its own modem-28k8 link (shape mode, a link per port, --bandwidth
+    100mbit, so 4,000 modems ask for more than the router has): the dashboard watches them
+    for ``$RATELIMIT_DOCS_SECONDS`` (default 60) and the page, sorted worst first, is saved as
+    ``dashboard-links.png`` (to docs/images/ with RATELIMIT_UPDATE_DOCS=1).  Checks that the
+    links are real and busy: every download's link active and not idle."""
+    from ratelimit.kernel.probe import probe
+    from ratelimit.lab.core import Lab
+    from ratelimit.lab.link import LinkSpec
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    no_delay = not probe(["netem"])["netem"]  # a kernel without netem: the modem's rate and queue, no delay
+    clients = int(os.environ.get("RATELIMIT_DOCS_CLIENTS", "8"))
+    seconds = float(os.environ.get("RATELIMIT_DOCS_SECONDS", "60"))
+    per_client = int(os.environ.get("RATELIMIT_DOCS_PER_CLIENT", "500"))
+    lab = Lab.up(f"docs{os.getpid() % 10000}", clients=clients, server="nginx", ports=f"10000-{10000 + per_client + 99}",
+                 link=LinkSpec(profile="modem-28k8", mode="shape", per="port", bandwidth="100mbit",
+                               no_delay=no_delay))
+    web, procs = None, []
+    try:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), RATELIMIT_WEB_TOKEN=TOKEN)
+        for c in lab.clients:
+            procs.append(c.popen([sys.executable, "-m", "bench.downloader", "--server", lab.server.address,
+                                  "--path", "/1000000.bin", "--conns", str(per_client), "--seconds", str(seconds + 60),
+                                  "--rcvbuf", "8192", "--spread", "3"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, env=env))
+        web = subprocess.Popen([sys.executable, "-m", "webui", "--interface", f"{lab.topo.router}/{lab.topo.router_client_if}",
+                                "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE,
+                               stderr=open(artifacts / "dashboard-docs-server.log", "w"), text=True, env=env,
+                               cwd=str(ROOT))
+        m = re.search(r"serving (http://127\.0\.0\.1:\d+/)", web.stdout.readline())
+        assert m, (artifacts / "dashboard-docs-server.log").read_text()
+        page, errors = open_page(browser, m.group(1) + "#token=" + TOKEN)
+        page.wait_for_timeout(seconds * 1000)
+        active = card_value(page, "links")
+        states = page.evaluate("""() => Object.fromEntries([...document.querySelectorAll('#states .chip')]
+            .map(b => [b.dataset.state, Number(b.dataset.count)]))""")
+        downloads = clients * per_client  # each moves data down and acknowledgements up: two active links
+        assert active >= downloads and states["at_rate"] + states["busy"] + states["starved"] >= downloads, \
+            (active, states)
+        page.click("#worst")
+        page.wait_for_timeout(1500)
+        shot = artifacts / "dashboard-links.png"
+        page.screenshot(path=str(shot), full_page=True)
+        if os.environ.get("RATELIMIT_UPDATE_DOCS") == "1":
+            shutil.copyfile(shot, ROOT / "docs" / "images" / "dashboard-links.png")
+        print(f"\nwebui docs screenshot: {shot} ({active:.0f} active links, states {states})")
+        assert not errors, errors
+        page.close()
+    finally:
+        if web is not None and web.poll() is None:
+            web.terminate()
+            try:
+                web.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                web.kill()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        lab.down()

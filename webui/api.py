@@ -13,11 +13,11 @@ from ratelimit.service import IMPAIRMENTS, summary
 
 from .errors import WebError, field_error
 from .params import boolean, check_query, integer, json_body, resolve_target, source
-from .stats import ALL_PORTS, COLUMNS, port_text, target_name
+from .query import ASCENDING_FIRST, SORTABLE, STATE_FILTERS, LinkQuery, parse_share, select
+from .stats import ALL_PORTS, port_text, target_name
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
-SORTABLE = ("direction", "host", "port", "dev", "rate_bps") + COLUMNS
 TARGET_QUERY = ("interface", "netns")
 APPLY_FIELDS = ("interface", "netns", "profile", "hosts", "ports", "mode", "direction", "rate", "burst",
                 "bandwidth", "mtu", "avpkt", "mpu", "queue", "per", "link", *IMPAIRMENTS, "force")
@@ -27,8 +27,9 @@ CLEAN_FIELDS = ("interface", "netns", "force")
 def target_info(snap) -> dict:
     return {
         "name": snap.name, "interface": snap.interface, "netns": snap.netns,
-        "time": snap.time, "applied": snap.applied, "error": snap.error,
-        "aggregate": snap.aggregate, "refresh_s": round(snap.refresh_s, 6),
+        "time": snap.time, "seq": snap.seq, "layout": snap.layout.id, "applied": snap.applied,
+        "error": snap.error, "aggregate": snap.aggregate, "distribution": snap.distribution,
+        "refresh_s": round(snap.refresh_s, 6),
     }
 
 
@@ -70,51 +71,37 @@ def status():
 
 @bp.get("/links")
 def links():
-    args = check_query(TARGET_QUERY + ("host", "port", "direction", "active", "sort", "order", "offset", "limit"))
+    args = check_query(TARGET_QUERY + ("host", "port", "direction", "active", "state", "share", "sort", "order",
+                                       "offset", "limit"))
     snap = _snapshot(args)
-    host = args.get("host", "").strip()
     ports = parse_port_range(args["port"], "port") if args.get("port", "").strip() else None
     direction = args.get("direction") or None
     if direction not in (None, "dest", "source"):
         raise field_error("direction", direction, "is not a direction (allowed: dest, source)")
-    active = boolean("active", args.get("active"), True)
+    state = args.get("state") or None
+    if state not in (None, *STATE_FILTERS):
+        raise field_error("state", state, f"is not a link state (allowed: {', '.join(STATE_FILTERS)})")
+    share = None
+    if args.get("share", "").strip():
+        try:
+            share = parse_share(args["share"].strip())
+        except ValueError as err:
+            raise WebError(400, f"share: {err}") from None
     sort = args.get("sort") or "throughput_bps"
     if sort not in SORTABLE:
         raise field_error("sort", sort, f"is not a column (allowed: {', '.join(SORTABLE)})")
-    order = args.get("order") or ("desc" if sort in COLUMNS or sort == "rate_bps" else "asc")
+    order = args.get("order") or ("asc" if sort in ASCENDING_FIRST else "desc")
     if order not in ("asc", "desc"):
         raise field_error("order", order, "is not an order (allowed: asc, desc)")
     offset = integer("offset", args.get("offset"), 0, 0, 1 << 24)
     limit = integer("limit", args.get("limit"), 100, 1, 10000)
-
-    keys, cols = snap.layout.keys, snap.columns
-    rows = []
-    for i, (d, h, p, _dev) in enumerate(keys):
-        if active and not cols["active"][i]:
-            continue
-        if direction and d != direction:
-            continue
-        if host and host not in h:
-            continue
-        if ports and not ports[0] <= p <= ports[1]:
-            continue
-        rows.append(i)
-    if sort in COLUMNS:
-        column = cols[sort]
-        rows.sort(key=column.__getitem__, reverse=order == "desc")
-    elif sort == "rate_bps":
-        rate = snap.layout.rate_bps
-        rows.sort(key=lambda i: rate[i] or 0, reverse=order == "desc")
-    else:
-        pos = {"direction": 0, "host": 1, "port": 2, "dev": 3}[sort]
-        if pos == 1:
-            from ipaddress import ip_address
-            rows.sort(key=lambda i: (ip_address(keys[i][1]).version, ip_address(keys[i][1])), reverse=order == "desc")
-        else:
-            rows.sort(key=lambda i: keys[i][pos], reverse=order == "desc")
+    query = LinkQuery(host=args.get("host", "").strip() or None, ports=ports, direction=direction,
+                      active=boolean("active", args.get("active"), True), state=state, share=share,
+                      sort=sort, desc=order == "desc")
+    rows = select(snap, query)
     return {
-        "interface": snap.interface, "netns": snap.netns, "time": snap.time, "layout": snap.layout.id,
-        "total": len(keys), "matched": len(rows), "offset": offset,
+        "interface": snap.interface, "netns": snap.netns, "time": snap.time, "seq": snap.seq,
+        "layout": snap.layout.id, "total": len(snap.layout), "matched": len(rows), "offset": offset,
         "links": [snap.row(i) for i in rows[offset:offset + limit]],
     }
 

@@ -1,19 +1,32 @@
 """``/metrics``: the latest poll in Prometheus' text exposition format (0.0.4).
 
-Per link (labels interface, netns, host, port, direction): the cumulative
-counters as ``*_total`` counters, the backlog as gauges and the configured
-rate.  Per target: the same summed per direction, plus whether the last read
-worked, how long it took, how many links exist and are active, what is applied
-(profile, mode, granularity, link layer) and each direction's link numbers
-(frame rate, burst, queue).  A per-host link's port label is ``all``.  ``?links=false`` leaves the per-link series out (65,536 links make
-~400,000 series).  ``netns=""`` is the host's own namespace.  Served from the
-poller's last snapshot, so a scrape never touches the kernel.
+Per target, always: the counters summed per direction, how many links exist
+and are active, how many are idle, busy, at their rate, starved and dropping,
+the p5/p50/p95 of the links' rate as a share of their frame rate and of their
+queueing delay, the share histogram, whether the last read worked and how long
+it took, what is applied (profile, mode, granularity, link layer) and each
+direction's link numbers (frame rate, burst, queue).  ``netns=""`` is the
+host's own namespace.
+
+Per link (labels interface, netns, host, port, direction; ``port="all"`` for a
+per-host link): the cumulative counters as ``*_total`` counters, the backlog
+as gauges and the configured rate -- 7 series a link, a cardinality problem
+for Prometheus at tens of thousands of links.  ``?links=auto`` (the default)
+sends them for an interface with at most ``AUTO_LINK_LIMIT`` links,
+``?links=true`` always, ``?links=false`` never.
+
+Served from the poller's last snapshot, so a scrape never touches the kernel;
+without per-link series its cost does not grow with the number of links.
 """
 
 from flask import Blueprint, Response
 
+from .digest import STATES
+from .errors import WebError, field_error
 from .params import boolean, check_query, source
 from .stats import port_text
+
+AUTO_LINK_LIMIT = 1024  # ?links=auto: per-link series up to this many links on an interface
 
 bp = Blueprint("metrics", __name__)
 
@@ -41,7 +54,7 @@ def _header(out: list, name: str, kind: str, text: str) -> None:
     out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
 
 
-def render(snaps, with_links: bool) -> str:
+def render(snaps, links: str = "auto") -> str:
     out: list[str] = []
     _header(out, "ratelimit_stats_up", "gauge", "1 if the last statistics read of the interface worked.")
     for s in snaps:
@@ -74,26 +87,52 @@ def render(snaps, with_links: bool) -> str:
         for s in snaps:
             out.append(f"{name}{_labels(interface=s.interface, netns=s.netns)} {s.aggregate[key]}\n")
 
-    # Aggregates per direction.
-    sums = []
-    for s in snaps:
-        per = {}
-        for i, (direction, *_rest) in enumerate(s.layout.keys):
-            acc = per.setdefault(direction, [0] * len(LINK_METRICS))
-            for j, (_n, column, _k, _t) in enumerate(LINK_METRICS):
-                acc[j] += s.columns[column][i]
-        sums.append((s, per))
-    for j, (name, _column, kind, text) in enumerate(LINK_METRICS):
+    # Aggregates per direction (summed once per poll).
+    for name, column, kind, text in LINK_METRICS:
         agg = name.replace("ratelimit_link_", "ratelimit_")
         _header(out, agg, kind, text.replace("one emulated link", "all emulated links of one direction"))
-        for s, per in sums:
-            for direction in sorted(per):
-                out.append(f"{agg}{_labels(interface=s.interface, netns=s.netns, direction=direction)} "
-                           f"{per[direction][j]}\n")
-
-    if with_links:
-        _header(out, "ratelimit_link_rate_bps", "gauge", "Configured rate of one emulated link, bit/s.")
         for s in snaps:
+            for direction in sorted(s.totals):
+                out.append(f"{agg}{_labels(interface=s.interface, netns=s.netns, direction=direction)} "
+                           f"{s.totals[direction][column]}\n")
+
+    # Per direction: states, and distributions over the links that moved something and have a rate.
+    _header(out, "ratelimit_links_state", "gauge",
+            "Links per state this interval: idle, busy, at_rate (>= 90% of the rate), starved (a backlog, "
+            "< 50% of the rate), dropping (overlaps the others).")
+    for s in snaps:
+        for direction, d in s.distribution.items():
+            for state in STATES + ("dropping",):
+                labels = _labels(interface=s.interface, netns=s.netns, direction=direction, state=state)
+                out.append(f"ratelimit_links_state{labels} {d['states'][state]}\n")
+    for name, what, scale, text in (
+            ("ratelimit_link_rate_share", "rate_share", 1.0,
+             "Quantiles over busy links of their rate (last seconds) as a share of their frame rate."),
+            ("ratelimit_link_queue_delay_seconds", "queue_delay_ms", 0.001,
+             "Quantiles over busy links of the queueing delay (backlog x 8 / frame rate).")):
+        _header(out, name, "gauge", text)
+        for s in snaps:
+            for direction, d in s.distribution.items():
+                for q, value in d[what].items():
+                    if value is not None:
+                        labels = _labels(interface=s.interface, netns=s.netns, direction=direction,
+                                         quantile={"p5": "0.05", "p50": "0.5", "p95": "0.95"}[q])
+                        out.append(f"{name}{labels} {value * scale:.6g}\n")
+    _header(out, "ratelimit_links_rate_share_bucket", "gauge",
+            "Busy links whose rate share is below le (cumulative; le=+Inf counts them all).")
+    for s in snaps:
+        for direction, d in s.distribution.items():
+            running = 0
+            for upper, count in zip(list(d["histogram"]["edges"][1:]) + ["+Inf"], d["histogram"]["counts"]):
+                running += count
+                le = upper if upper == "+Inf" else f"{upper:g}"
+                labels = _labels(interface=s.interface, netns=s.netns, direction=direction, le=le)
+                out.append(f"ratelimit_links_rate_share_bucket{labels} {running}\n")
+
+    detailed = [s for s in snaps if links == "true" or links == "auto" and len(s.layout) <= AUTO_LINK_LIMIT]
+    if detailed:
+        _header(out, "ratelimit_link_rate_bps", "gauge", "Configured rate of one emulated link, bit/s.")
+        for s in detailed:
             base = {"interface": s.interface, "netns": s.netns}
             for (direction, host, port, _dev), rate in zip(s.layout.keys, s.layout.rate_bps):
                 if rate:
@@ -101,7 +140,7 @@ def render(snaps, with_links: bool) -> str:
                                f" {rate}\n")
         for name, column, kind, text in LINK_METRICS:
             _header(out, name, kind, text)
-            for s in snaps:
+            for s in detailed:
                 ns, ifc = _escape(s.netns or ""), _escape(s.interface)
                 col = s.columns[column]
                 for (direction, host, port, _dev), value in zip(s.layout.keys, col):
@@ -113,7 +152,12 @@ def render(snaps, with_links: bool) -> str:
 @bp.get("/metrics")
 def metrics():
     args = check_query(("links",))
-    with_links = boolean("links", args.get("links"), True)
+    links = args.get("links") or "auto"
+    if links != "auto":
+        try:
+            links = "true" if boolean("links", links, True) else "false"
+        except WebError:
+            raise field_error("links", links, "is not auto or a boolean (allowed: auto, true, false, 1, 0)") from None
     src = source()
     snaps = [src.snapshot(n, i) for n, i in src.targets()]
-    return Response(render(snaps, with_links), content_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(render(snaps, links), content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -1,22 +1,23 @@
-"""Where the dashboard's numbers come from: a poller over ``service.statistics``.
+"""Where the dashboard's numbers come from: a poller over ``service.Poller``.
 
 ``StatsSource`` reads the cumulative kernel counters of every watched
-(namespace, interface) once per ``interval``, turns them into rates from the
-deltas between two reads, and keeps the last ``history`` seconds: aggregate
-samples for every target, and per-link throughput and drop rates for as many
-samples as ``link_values`` allows (65,536 links x 60 samples x 2 series is
-7.9 M floats, ~31 MB; the default budget keeps 5 minutes for up to ~6,600
-links and proportionally less above).
+(namespace, interface) once per ``interval`` (``service.counters``' columns,
+through a ``service.Poller`` that keeps its netlink readers open), turns them
+into rates, shares of rate, queueing delays and link states (``digest``), and
+keeps the last ``history`` seconds: aggregate samples and distributions for
+every target, and per-link throughput and drop rates for as many samples as
+``link_values`` allows (65,536 links x 60 samples x 2 series is 7.9 M floats,
+~31 MB; the default budget keeps 5 minutes for up to ~6,600 links and
+proportionally less above).
 
 A read that takes longer than half the interval is followed by a pause as
-long as the read, so polling keeps at most about half a core busy (measured:
-``service.statistics`` of 65,536 shape-mode links takes ~3.5 s on our hosts).
+long as the read, so polling keeps at most about half a core busy.
 
 Readers never lock the hot path: each poll builds a new immutable
 ``Snapshot`` per target and swaps it in.  Tests inject a fake ``reader`` (a
-function with ``service.statistics``' signature and result) and call
-``poll_once()`` themselves; the app only needs the public methods below, so a
-wholly fake source works too.
+function with ``service.counters``' signature and result; ``reading()``
+builds one from rows) and call ``poll_once()`` themselves; the app only needs
+the public methods below, so a wholly fake source works too.
 """
 
 import logging
@@ -28,14 +29,19 @@ from dataclasses import dataclass, field
 
 from ratelimit.errors import RatelimitError
 
+from .digest import COLUMNS, COUNTERS, GAUGES, LinkRates, digest, distribution, empty_columns, totals
+from .digest import STATES as STATE_NAMES
+
 log = logging.getLogger("webui.stats")
 
-COUNTERS = ("bytes", "packets", "drops", "overlimits")
-GAUGES = ("backlog_bytes", "backlog_pkts")
-# Per-link columns a snapshot carries (arrays of equal length, in link order).
-COLUMNS = COUNTERS + GAUGES + ("throughput_bps", "drops_per_s", "active")
 AGGREGATE_SERIES = ("throughput_bps", "throughput_bps_down", "throughput_bps_up",
                     "packets_per_s", "drops_per_s", "backlog_bytes", "active_links")
+_PER_DIRECTION = ("rate_share_p5", "rate_share_p50", "rate_share_p95",
+                  "queue_delay_ms_p5", "queue_delay_ms_p50", "queue_delay_ms_p95",
+                  "idle_links", "busy_links", "at_rate_links", "starved_links", "dropping_links")
+# per direction: rate_share_p50_dest, ..., starved_links_source (None while a direction has no links)
+DISTRIBUTION_SERIES = tuple(f"{name}_{d}" for d in ("dest", "source") for name in _PER_DIRECTION)
+SHARE_WINDOW_S = 5.0  # rate_share is measured over this long (at least one interval)
 
 
 def target_name(netns: str | None, interface: str) -> str:
@@ -50,20 +56,31 @@ def port_text(port: int) -> str:
     return "all" if port == ALL_PORTS else str(port)
 
 
+def reading(interface: str, netns, when: float, applied: dict | None, rows: list) -> dict:
+    """A reader's result (``service.counters``' shape) from one dict per link (tests, benchmarks)."""
+    return {"interface": interface, "netns": netns, "time": when, "applied": applied,
+            "keys": tuple((r["direction"], str(r["host"]), r["port"], r.get("dev", interface)) for r in rows),
+            "rate_bps": tuple(r.get("rate_bps") for r in rows),
+            "counters": {name: array("q", [int(r.get(name) or 0) for r in rows]) for name in COUNTERS + GAUGES}}
+
+
 @dataclass(frozen=True)
 class Layout:
     """The links of one applied configuration, in the kernel's row order."""
 
     id: int
-    keys: tuple  # ((direction, host, port, dev), ...)
+    keys: tuple  # ((direction, host, port, dev), ...), port ALL_PORTS for a per-host link
     rate_bps: tuple  # configured rate per link (None: no rate limit)
     index: dict = field(compare=False, repr=False)  # (direction, host, port) -> row
+    rates: LinkRates | None = field(default=None, compare=False, repr=False)
+    source_keys: tuple = field(default=(), compare=False, repr=False)  # the reader's keys object
+    orders: dict = field(default_factory=dict, compare=False, repr=False)  # sorts by key, for queries
 
     def __len__(self):
         return len(self.keys)
 
 
-EMPTY_LAYOUT = Layout(0, (), (), {})
+EMPTY_LAYOUT = Layout(0, (), (), {}, LinkRates((), None))
 
 
 @dataclass(frozen=True)
@@ -77,10 +94,12 @@ class Snapshot:
     applied: dict | None  # service.summary() of what is installed, or None
     error: str | None  # one line when the last read failed
     layout: Layout
-    columns: dict  # name -> array, one entry per link (see COLUMNS)
-    changed: tuple  # rows whose values differ from the previous snapshot
+    columns: dict  # name -> array, one entry per link (see digest.COLUMNS)
     aggregate: dict
+    distribution: dict
+    totals: dict  # per direction: sums of the counters and gauges (digest.totals)
     refresh_s: float  # how long the read took
+    cache: dict = field(default_factory=dict, compare=False, repr=False)  # orders computed for queries
 
     @property
     def name(self) -> str:
@@ -92,48 +111,48 @@ class Snapshot:
                "rate_bps": self.layout.rate_bps[i]}
         for name in COLUMNS:
             value = self.columns[name][i]
-            out[name] = bool(value) if name == "active" else (
-                int(value) if name in COUNTERS or name in GAUGES else round(value, 3))
+            if name == "active":
+                value = bool(value)
+            elif name == "state":
+                value = STATE_NAMES[value]
+            elif name in COUNTERS or name in GAUGES:
+                value = int(value)
+            else:
+                value = None if value != value else round(value, 6 if name == "rate_share" else 3)
+            out[name] = value
         return out
 
 
-def _empty_columns(n: int = 0) -> dict:
-    cols = {name: array("q", bytes(8 * n)) for name in COUNTERS + GAUGES}
-    cols["throughput_bps"] = array("d", bytes(8 * n))
-    cols["drops_per_s"] = array("d", bytes(8 * n))
-    cols["active"] = array("b", bytes(n))
-    return cols
-
-
-def _aggregate(cols: dict, layout: Layout, have_rates: bool) -> dict:
-    down = up = 0.0
-    tp = cols["throughput_bps"]
-    for (direction, *_), value in zip(layout.keys, tp):
-        if direction == "dest":
-            down += value
-        else:
-            up += value
+def _aggregate(cols: dict, layout: Layout, sums: dict, have_rates: bool, pps: float) -> dict:
     n = len(layout)
-    agg = {
-        "links": n,
-        "active_links": sum(cols["active"]),
-        "bytes": sum(cols["bytes"]), "packets": sum(cols["packets"]),
-        "drops": sum(cols["drops"]), "overlimits": sum(cols["overlimits"]),
-        "backlog_bytes": sum(cols["backlog_bytes"]), "backlog_pkts": sum(cols["backlog_pkts"]),
+    down = sums.get("dest", {}).get("throughput_bps", 0.0)
+    up = sums.get("source", {}).get("throughput_bps", 0.0)
+    agg = {"links": n, "active_links": sum(cols["active"])}
+    for name in COUNTERS + GAUGES:
+        agg[name] = sum(side[name] for side in sums.values())
+    agg.update({
         "throughput_bps": round(down + up, 3) if have_rates else None,
         "throughput_bps_down": round(down, 3) if have_rates else None,
         "throughput_bps_up": round(up, 3) if have_rates else None,
-        "packets_per_s": None, "drops_per_s": None,
-    }
+        "packets_per_s": round(pps, 3) if have_rates else None,
+        "drops_per_s": round(sum(cols["drops_per_s"]), 3) if have_rates else None,
+    })
     return agg
 
 
+def _empty_snapshot(netns, interface) -> Snapshot:
+    cols = empty_columns()
+    dist = distribution(cols, EMPTY_LAYOUT.rates)
+    return Snapshot(netns, interface, 0, None, None, None, EMPTY_LAYOUT, cols,
+                    _aggregate(cols, EMPTY_LAYOUT, {}, False, 0.0), dist, {}, 0.0)
+
+
 class _TargetHistory:
-    """Ring buffers for one target: aggregate samples and per-link rates."""
+    """Ring buffers for one target: aggregate and distribution samples, per-link rates."""
 
     def __init__(self, samples: int):
         self.samples = samples
-        self.aggregate = {name: deque(maxlen=samples) for name in ("time",) + AGGREGATE_SERIES}
+        self.aggregate = {name: deque(maxlen=samples) for name in ("time",) + AGGREGATE_SERIES + DISTRIBUTION_SERIES}
         self.link_time: deque = deque()
         self.link_tp: deque = deque()
         self.link_drops: deque = deque()
@@ -148,14 +167,27 @@ class _TargetHistory:
         self.link_drops = deque(maxlen=self.link_max)
 
 
+def _series_values(snap: Snapshot) -> dict:
+    """One history sample's distribution values (None for a direction without links)."""
+    out = dict.fromkeys(DISTRIBUTION_SERIES)
+    for direction, d in snap.distribution.items():
+        for what in ("rate_share", "queue_delay_ms"):
+            for q, value in d[what].items():
+                out[f"{what}_{q}_{direction}"] = value
+        for state, count in d["states"].items():
+            out[f"{state}_links_{direction}"] = count
+    return out
+
+
 class StatsSource:
     """Polls ``reader(interface, netns)`` for each target; see the module doc."""
 
     def __init__(self, targets, reader=None, *, interval: float = 1.0, history: float = 300.0,
-                 link_values: int = 4_000_000, active_seconds: float = 10.0):
+                 link_values: int = 4_000_000, active_seconds: float = 10.0, share_window: float = SHARE_WINDOW_S):
+        self._own_reader = None
         if reader is None:
             from ratelimit import service
-            reader = service.statistics
+            reader = self._own_reader = service.Poller()
         self._targets = [(netns or None, interface) for netns, interface in targets]
         if not self._targets:
             raise ValueError("no targets to watch")
@@ -164,11 +196,11 @@ class StatsSource:
         self.history_seconds = float(history)
         self.link_values = int(link_values)
         self.active_seconds = float(active_seconds)
+        self.share_window = max(float(share_window), self.interval)
         samples = max(2, int(round(self.history_seconds / self.interval)) + 1)
-        self._snap: dict = {t: Snapshot(t[0], t[1], 0, None, None, None, EMPTY_LAYOUT, _empty_columns(),
-                                        (), _aggregate(_empty_columns(), EMPTY_LAYOUT, False), 0.0)
-                            for t in self._targets}
-        self._last_change: dict = {t: array("d") for t in self._targets}
+        self._snap: dict = {t: _empty_snapshot(*t) for t in self._targets}
+        self._last_change: dict = {t: [] for t in self._targets}
+        self._bytes_seen: dict = {t: deque() for t in self._targets}  # (time, bytes column), the share window
         self._hist = {t: _TargetHistory(samples) for t in self._targets}
         self._hist_lock = threading.Lock()
         self._cond = threading.Condition()
@@ -198,7 +230,7 @@ class StatsSource:
             return self._seq
 
     def history(self, netns, interface) -> dict:
-        """Aggregate series, oldest first: {"time": [...], name: [...]}."""
+        """Aggregate and distribution series, oldest first: {"time": [...], name: [...]}."""
         h = self._hist[(netns or None, interface)]
         with self._hist_lock:
             return {name: list(values) for name, values in h.aggregate.items()}
@@ -230,6 +262,8 @@ class StatsSource:
             self._cond.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._own_reader is not None and (self._thread is None or not self._thread.is_alive()):
+            self._own_reader.close()
 
     @property
     def stopped(self) -> bool:
@@ -269,79 +303,57 @@ class StatsSource:
         try:
             stats = self.reader(interface, netns)
         except RatelimitError as err:
-            return Snapshot(netns, interface, seq, prev.time, prev.applied, str(err), prev.layout,
-                            prev.columns, (), prev.aggregate, time.monotonic() - started)
+            return self._failed(prev, seq, str(err), started)
         except Exception as err:
             if self._logged.get(target) != repr(err):  # each new failure once, not every second
                 self._logged[target] = repr(err)
                 log.exception("reading statistics of %s failed", target_name(netns, interface))
-            return Snapshot(netns, interface, seq, prev.time, prev.applied,
-                            "internal error reading statistics (see the server log)", prev.layout,
-                            prev.columns, (), prev.aggregate, time.monotonic() - started)
+            return self._failed(prev, seq, "internal error reading statistics (see the server log)", started)
         return self._digest(target, prev, stats, seq, started)
+
+    @staticmethod
+    def _failed(prev: Snapshot, seq: int, error: str, started: float) -> Snapshot:
+        return Snapshot(prev.netns, prev.interface, seq, prev.time, prev.applied, error, prev.layout,
+                        prev.columns, prev.aggregate, prev.distribution, prev.totals, time.monotonic() - started)
+
+    def _layout(self, target, prev: Snapshot, stats: dict) -> tuple[Layout, bool]:
+        """The layout of this read, and whether it is the previous read's."""
+        keys, applied = stats.get("keys") or (), stats.get("applied")
+        old = prev.layout
+        if old.id and applied == prev.applied and (keys is old.source_keys or keys == old.source_keys):
+            return old, True
+        self._layout_ids += 1
+        shown = tuple((d, str(h), ALL_PORTS if p is None else int(p), dev) for d, h, p, dev in keys)
+        layout = Layout(self._layout_ids, shown, tuple(stats.get("rate_bps") or (None,) * len(keys)),
+                        {k[:3]: i for i, k in enumerate(shown)}, LinkRates(shown, applied), keys)
+        self._last_change[target] = [float("-inf")] * len(keys)
+        self._bytes_seen[target].clear()
+        return layout, False
 
     def _digest(self, target, prev: Snapshot, stats: dict, seq: int, started: float) -> Snapshot:
         netns, interface = target
-        rows = stats.get("links") or []
         now = float(stats.get("time") or time.time())
         applied = stats.get("applied")
-        keys = tuple((r["direction"], str(r["host"]), ALL_PORTS if r["port"] is None else int(r["port"]),
-                      r.get("dev", interface)) for r in rows)
-        same = prev.layout.id != 0 and applied == prev.applied and keys == prev.layout.keys
-        if same:
-            layout = prev.layout
-        else:
-            self._layout_ids += 1
-            layout = Layout(self._layout_ids, keys, tuple(r.get("rate_bps") for r in rows),
-                            {k[:3]: i for i, k in enumerate(keys)})
-            self._last_change[target] = array("d", [float("-inf")]) * len(keys)
-        n = len(keys)
-        cols = _empty_columns(n)
-        for name in COUNTERS + GAUGES:
-            cols[name] = array("q", [int(r.get(name) or 0) for r in rows])
+        layout, same = self._layout(target, prev, stats)
+        counters = stats.get("counters") or {}
+        if len(layout) and not counters:
+            raise ValueError("a reading with links but no counters")
+        if not len(layout):
+            counters = {name: array("q") for name in COUNTERS + GAUGES}
         dt = now - prev.time if same and prev.time is not None else 0.0
         have_rates = same and dt > 0
-        last_change = self._last_change[target]
-        changed = []
-        if have_rates:
-            b, pb = cols["bytes"], prev.columns["bytes"]
-            d, pd = cols["drops"], prev.columns["drops"]
-            p, pp = cols["packets"], prev.columns["packets"]
-            tp, dr, act = cols["throughput_bps"], cols["drops_per_s"], cols["active"]
-            ptp, pdr, pact = prev.columns["throughput_bps"], prev.columns["drops_per_s"], prev.columns["active"]
-            backlog, pbacklog = cols["backlog_pkts"], prev.columns["backlog_pkts"]
-            over, pover = cols["overlimits"], prev.columns["overlimits"]
-            bb, pbb = cols["backlog_bytes"], prev.columns["backlog_bytes"]
-            horizon = now - self.active_seconds
-            pps = 0.0
-            for i in range(n):
-                db = b[i] - pb[i]
-                if db < 0 or d[i] < pd[i] or p[i] < pp[i]:  # counters were reset: no rate this round
-                    db, dd, dp = 0, 0, 0
-                else:
-                    dd, dp = d[i] - pd[i], p[i] - pp[i]
-                if db or dp or dd or backlog[i]:
-                    last_change[i] = now
-                tp[i] = db * 8 / dt
-                dr[i] = dd / dt
-                pps += dp / dt
-                act[i] = 1 if last_change[i] >= horizon else 0
-                if (db or dp or dd or ptp[i] or pdr[i] or act[i] != pact[i] or backlog[i] != pbacklog[i]
-                        or bb[i] != pbb[i] or over[i] != pover[i]):
-                    changed.append(i)
-        else:
-            changed = list(range(n))
-            bl = cols["backlog_pkts"]
-            for i in range(n):
-                if bl[i]:
-                    last_change[i] = now
-                    cols["active"][i] = 1
-        agg = _aggregate(cols, layout, have_rates)
-        if have_rates:
-            agg["packets_per_s"] = round(pps, 3)
-            agg["drops_per_s"] = round(sum(cols["drops_per_s"]), 3)
+        seen = self._bytes_seen[target]
+        while len(seen) >= 2 and now - seen[1][0] >= self.share_window:
+            seen.popleft()  # keep the newest sample at least a window old
+        base_t, base_bytes = seen[0] if seen and have_rates else (now, None)
+        cols, pps = digest(counters, prev.columns if have_rates else None, dt, layout.rates,
+                           self._last_change[target], now, self.active_seconds, base_bytes, now - base_t)
+        seen.append((now, counters["bytes"]))
+        sums = totals(cols, layout.rates)
+        agg = _aggregate(cols, layout, sums, have_rates, pps)
+        dist = distribution(cols, layout.rates)
         refresh = time.monotonic() - started  # the kernel read and the arithmetic above
-        snap = Snapshot(netns, interface, seq, now, applied, None, layout, cols, tuple(changed), agg, refresh)
+        snap = Snapshot(netns, interface, seq, now, applied, None, layout, cols, agg, dist, sums, refresh)
         self._record(target, snap, have_rates)
         return snap
 
@@ -352,8 +364,10 @@ class StatsSource:
                 h.reset_links(snap.layout, self.link_values)
             if not have_rates:
                 return
-            for name, values in h.aggregate.items():
-                values.append(snap.time if name == "time" else snap.aggregate[name])
+            values = _series_values(snap)
+            for name, series in h.aggregate.items():
+                series.append(snap.time if name == "time" else
+                              snap.aggregate[name] if name in snap.aggregate else values[name])
             if len(snap.layout):
                 h.link_time.append(snap.time)
                 h.link_tp.append(array("f", snap.columns["throughput_bps"]))

@@ -10,15 +10,17 @@ import functools
 import gc
 
 from ..errors import ConflictError, NotFoundError
-from ..plan import INGRESS_HANDLE, U32Filter
+from ..plan import INGRESS_HANDLE
 from . import decode, replay
+from .counters import COLUMNS, FlowTable, read_classes, read_filters
 from .links import Links
-from .nl import (RTM_GETQDISC, RTM_GETTCLASS, RTM_GETTFILTER, TC_H_CLSACT_EGRESS, TC_H_CLSACT_INGRESS,
-                 TC_H_INGRESS, TC_H_ROOT, dump_request, header)
+from .nl import (NLM_F_REQUEST, RTM_GETQDISC, RTM_GETTCLASS, RTM_GETTFILTER, TC_H_CLSACT_EGRESS, TC_H_CLSACT_INGRESS,
+                 TC_H_INGRESS, TC_H_ROOT, dump_request, header, message, tcmsg)
 from .rates import clock
 from .transport import Channel, DumpInterrupted, KernelError
 
 DUMP_ATTEMPTS = 5
+_NO_FILTERS = frozenset({errnos.EINVAL, errnos.ENOENT, errnos.EOPNOTSUPP})  # no such parent
 
 
 def without_gc(method):
@@ -64,6 +66,7 @@ class Reader:
             self.links.close()
             raise
         self.clock = clock()
+        self._layouts = ({}, {})  # what counters learnt of class and filter messages, per length
 
     def close(self) -> None:
         if self.chan is not None:
@@ -103,16 +106,27 @@ class Reader:
                 out.append((parent, handle, decode.qdisc_kind(data, off, end)))
         return out
 
+    def _qdisc_at(self, index: int, parent: int) -> tuple[int, str] | None:
+        """(handle, kind) of the qdisc attached at ``parent`` (root or ingress) of a device,
+        asked for alone: a dump would list every qdisc of the namespace (65,536 leaves)."""
+        try:
+            found = self.chan.query(message(RTM_GETQDISC, NLM_F_REQUEST, 0, tcmsg(index, 0, parent)))
+        except KernelError as e:
+            if e.errno in (errnos.ENOENT, errnos.EINVAL):
+                return None
+            raise
+        if found is None:
+            return None
+        return header(found[0], found[1])[1], decode.qdisc_kind(*found)
+
     def root_qdisc(self, dev: str) -> tuple[str, int] | None:
         """(kind, handle) of ``dev``'s root qdisc; None for the kernel's default (handle 0)."""
-        for parent, handle, kind in self._qdisc_heads(self._device(dev)):
-            if parent == TC_H_ROOT:
-                return None if handle == 0 else (kind, handle)
-        return None
+        found = self._qdisc_at(self._device(dev), TC_H_ROOT)
+        return None if found is None or found[0] == 0 else (found[1], found[0])
 
     def has_ingress(self, dev: str) -> bool:
         """True if ``dev`` has an ingress (or clsact) qdisc."""
-        return any(parent == TC_H_INGRESS for parent, _, _ in self._qdisc_heads(self._device(dev)))
+        return self._qdisc_at(self._device(dev), TC_H_INGRESS) is not None
 
     @consistent
     def picture(self, devs, classes: bool = True) -> dict:
@@ -128,10 +142,18 @@ class Reader:
             if index is None:
                 out[dev] = None
                 continue
+            seen = {"root": None, "ingress": None, "classes": None}
+            if not classes:  # the root and ingress qdiscs asked for alone (no dump of every leaf)
+                root, ingress = self._qdisc_at(index, TC_H_ROOT), self._qdisc_at(index, TC_H_INGRESS)
+                if root is not None and root[0]:
+                    seen["root"] = (root[1], root[0])
+                if ingress is not None:
+                    seen["ingress"] = ingress[1]
+                out[dev] = seen
+                continue
             if heads is None:  # one qdisc dump for every device
                 heads = [(header(d, o)[0], header(d, o)[2], header(d, o)[1], decode.qdisc_kind(d, o, e))
                          for d, o, e in self._dump(dump_request(RTM_GETQDISC))]
-            seen = {"root": None, "ingress": None, "classes": None}
             for ifindex, parent, handle, kind in heads:
                 if ifindex != index:
                     continue
@@ -139,10 +161,9 @@ class Reader:
                     seen["root"] = (kind, handle)
                 elif parent == TC_H_INGRESS:
                     seen["ingress"] = kind
-            if classes:
-                mine = [(handle, kind) for i, _parent, handle, kind in heads if i == index]
-                seen["classes"] = [(header(d, o)[1], header(d, o)[2], decode.qdisc_kind(d, o, e))
-                                   for d, o, e in self._classes(index, mine)]
+            mine = [(handle, kind) for i, _parent, handle, kind in heads if i == index]
+            seen["classes"] = [(header(d, o)[1], header(d, o)[2], decode.qdisc_kind(d, o, e))
+                              for d, o, e in self._classes(index, mine)]
             out[dev] = seen
         return out
 
@@ -195,7 +216,14 @@ class Reader:
         try:
             yield from self._dump(dump_request(RTM_GETTFILTER, index, parent))
         except KernelError as e:
-            if e.errno not in (errnos.EINVAL, errnos.ENOENT, errnos.EOPNOTSUPP):
+            if e.errno not in _NO_FILTERS:
+                raise
+
+    def _filter_chunks(self, index: int, parent: int):
+        try:
+            yield from self.chan.dump_chunks(dump_request(RTM_GETTFILTER, index, parent))
+        except KernelError as e:
+            if e.errno not in _NO_FILTERS:
                 raise
 
     @without_gc
@@ -259,45 +287,29 @@ class Reader:
 
     @without_gc
     @consistent
-    def stats(self, plan) -> list[dict]:
-        """Counters of each of ``plan.flows``: one dump per (device, parent) in police mode,
-        one class dump per device in shape mode."""
+    def counters(self, table: FlowTable) -> dict:
+        """Counters of each flow of ``table`` as columns (``counters.COLUMNS``): one class
+        dump per HTB qdisc (shape mode), one filter dump per (device, parent) (police mode)."""
         self.links.forget()
-        rows, by_filter, by_class = [], {}, {}
-        where = None
-        for flow in plan.flows:
-            row = {"direction": flow.direction, "host": flow.host, "port": flow.port, "dev": flow.dev,
-                   "bytes": 0, "packets": 0, "drops": 0, "overlimits": 0, "backlog_bytes": 0, "backlog_pkts": 0}
-            rows.append(row)
-            if flow.classid is not None:
-                by_class.setdefault((flow.dev, flow.classid & 0xFFFF0000), {}).setdefault(flow.classid, []).append(row)
-                continue
-            if where is None:
-                where = _leaf_parents(plan.ops)
-            root, ingress = where.get((flow.dev, flow.prio, flow.handle), (None, False))
-            # the same u32 handle can exist under both the root and the ingress qdisc of a device
-            parent = INGRESS_HANDLE if root is None or (ingress and flow.direction == "source") else root
-            by_filter.setdefault((flow.dev, parent), {}).setdefault((flow.prio, flow.handle), []).append(row)
-        read = decode.action_counters()
-        for (dev, parent), want in by_filter.items():
+        cols = table.empty()
+        for dev, qdisc, want in table.classes:  # a dump per qdisc: see _classes
             index = self.links.index(dev)
-            if index is None:
-                continue
-            for data, off, end in self._filters(index, parent):
-                _, handle, _, info = header(data, off)
-                hit = want.get((info >> 16, handle))
-                if hit:
-                    _fill(hit, read(data, off, end))
-        read = decode.class_counters()
-        for (dev, qdisc), want in by_class.items():  # a dump per qdisc: see _classes
+            if index is not None:
+                read_classes(self.chan.dump_chunks(dump_request(RTM_GETTCLASS, index, qdisc)), want, cols,
+                             self._layouts[0])
+        for dev, parent, want in table.filters:
             index = self.links.index(dev)
-            if index is None:
-                continue
-            for data, off, end in self._dump(dump_request(RTM_GETTCLASS, index, qdisc)):
-                hit = want.get(header(data, off)[1])
-                if hit:
-                    _fill(hit, read(data, off, end))
-        return rows
+            if index is not None:
+                read_filters(self._filter_chunks(index, parent), want, cols, self._layouts[1])
+        table.fill_same(cols)
+        return cols
+
+    def stats(self, plan) -> list[dict]:
+        """Counters of each of ``plan.flows``, one dict per flow (see ``counters``)."""
+        cols = self.counters(FlowTable.of(plan))
+        columns = [cols[name] for name in COLUMNS]
+        return [{"direction": flow.direction, "host": flow.host, "port": flow.port, "dev": flow.dev,
+                 **dict(zip(COLUMNS, values))} for flow, *values in zip(plan.flows, *columns)]
 
 
 def _filter_parents(qdiscs) -> list[int]:
@@ -312,27 +324,3 @@ def _filter_parents(qdiscs) -> list[int]:
 
 def _order(item: tuple):
     return (item[1], item[2], repr(item))
-
-
-def _fill(rows: list[dict], counters) -> None:
-    if counters is None:
-        return
-    nbytes, packets, drops, overlimits, backlog, qlen = counters
-    for row in rows:
-        row.update(bytes=nbytes, packets=packets, drops=drops, overlimits=overlimits,
-                   backlog_bytes=backlog, backlog_pkts=qlen)
-
-
-def _leaf_parents(ops) -> dict:
-    """(dev, prio, u32 handle) -> (its parent other than ingress or None, also under ingress?)."""
-    out: dict = {}
-    for op in ops:
-        if type(op) is U32Filter and op.link is None:
-            key = (op.dev, op.prio, op.handle)
-            root, ingress = out.get(key, (None, False))
-            if op.parent == INGRESS_HANDLE:
-                ingress = True
-            else:
-                root = op.parent
-            out[key] = (root, ingress)
-    return out

@@ -14,8 +14,8 @@ import struct
 from pyroute2 import netns as pyroute2_netns
 
 from ..errors import ApplyError, NotFoundError, PermissionDenied
-from .nl import (ERRNO, SEQ_OFFSET, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP_INTR, NLMSG_DONE, NLMSG_ERROR,
-                 NLMSG_OVERRUN, NLMSGERR_ATTR_MSG, NLMSGHDR, attrs, cstr)
+from .nl import (ERRNO, SEQ_OFFSET, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP_INTR, NLM_F_ECHO, NLMSG_DONE,
+                 NLMSG_ERROR, NLMSG_OVERRUN, NLMSGERR_ATTR_MSG, NLMSGHDR, attrs, cstr)
 
 SOL_NETLINK = 270
 NETLINK_CAP_ACK, NETLINK_EXT_ACK = 10, 11
@@ -23,6 +23,8 @@ SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # not in Python's socket module
 NETNS_DIRS = ("/run/netns", "/var/run/netns")
 SOCKET_BUFFER = 8 * 1024 * 1024
 _FLAGS = struct.Struct("=H")
+_LENGTH = struct.Struct("=I")
+_CONTROL = frozenset({NLMSG_DONE, NLMSG_ERROR, NLMSG_OVERRUN})
 
 
 class KernelError(Exception):
@@ -170,9 +172,47 @@ class Channel:
         if failures:
             raise KernelError(failures[0][1], failures[0][2])
 
+    def query(self, msg: bytes):
+        """One GET request answered by at most one message: (buffer, offset, end) of the
+        answer, or None when the kernel only acknowledged; raises KernelError when refused.
+
+        NLM_F_ECHO is set: the kernel answers a qdisc GET with a notification, which
+        reaches the sender only when it asks for its echo (measured on 6.18)."""
+        msg, seq = self._stamp(msg)
+        _FLAGS.pack_into(msg, 6, _FLAGS.unpack_from(msg, 6)[0] | NLM_F_ACK | NLM_F_ECHO)
+        self._send(msg)
+        found = None
+        while True:
+            data = bytes(self._recv())
+            off, n = 0, len(data)
+            while off + 16 <= n:
+                length, kind, flags, mseq, _ = NLMSGHDR.unpack_from(data, off)
+                if length < 16:
+                    break
+                if mseq == seq:
+                    if kind == NLMSG_ERROR:
+                        err = -ERRNO.unpack_from(data, off + 16)[0]
+                        if err:
+                            raise KernelError(err, extack(data, off, length, flags))
+                        return found
+                    if found is None:
+                        found = (data, off, off + length)
+                off += (length + 3) & ~3
+
     def dump(self, msg: bytes):
         """Yield (buffer, offset, end) of each message a dump request returns; raise
         DumpInterrupted at its end if the kernel flagged it as inconsistent."""
+        for data, off, stop in self.dump_chunks(msg):
+            while off < stop:
+                length = _LENGTH.unpack_from(data, off)[0]
+                yield data, off, off + length
+                off += (length + 3) & ~3
+
+    def dump_chunks(self, msg: bytes):
+        """Yield (buffer, start, stop) for each run of a dump's messages in one receive
+        buffer (``buffer[start:stop]`` holds whole messages, back to back, each padded to 4
+        bytes), for readers that walk thousands of messages themselves; raise
+        DumpInterrupted at the end if the kernel flagged the dump as inconsistent."""
         msg, seq = self._stamp(msg)
         self._send(msg)
         self._dumping = True
@@ -186,10 +226,17 @@ class Channel:
         while True:
             data = bytes(self._recv())  # the caller may hold on to it while we read on
             off, n = 0, len(data)
+            start = 0
             while off + 16 <= n:
                 length, kind, flags, mseq, _ = NLMSGHDR.unpack_from(data, off)
                 if length < 16:
                     break
+                if mseq == seq and kind not in _CONTROL:
+                    interrupted = interrupted or bool(flags & NLM_F_DUMP_INTR)
+                    off += (length + 3) & ~3
+                    continue
+                if off > start:
+                    yield data, start, off
                 if mseq == seq:
                     interrupted = interrupted or bool(flags & NLM_F_DUMP_INTR)
                     if kind == NLMSG_DONE:
@@ -201,9 +248,10 @@ class Channel:
                         if err:
                             raise KernelError(err, extack(data, off, length, flags))
                         return
-                    if kind != NLMSG_OVERRUN:
-                        yield data, off, off + length
                 off += (length + 3) & ~3
+                start = off
+            if off > start:
+                yield data, start, off
 
 
 def strerror(errno: int) -> str:

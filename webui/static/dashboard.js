@@ -1,11 +1,16 @@
-// ratelimit dashboard: live statistics over Server-Sent Events, uPlot charts,
-// a virtualized link table and the apply/clear form.  No framework.
+// ratelimit dashboard: live statistics over Server-Sent Events, uPlot charts, the
+// distribution of the links' rate share and queueing delay, a virtualized link table
+// paged from the server, and the apply/clear form.  No framework.
+//
+// The stream carries only what every view needs (aggregates, link states and
+// distributions, a few hundred bytes per interface); the table asks /api/links for
+// the rows it shows, after every tick and whenever it scrolls, sorts or filters.
 "use strict";
 
 (function () {
   const ROW_H = 24;               // px; must match .viewport .row in dashboard.css
-  const COLS = ["bytes", "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts",
-                "throughput_bps", "drops_per_s", "active"];
+  const COLS_N = 12;              // cells per row; must match #thead
+  const MARGIN = 30;              // rows fetched above and below the visible ones
   const body = document.body;
   const charts = body.dataset.charts === "true" && typeof window.uPlot === "function";
   const $ = (id) => document.getElementById(id);
@@ -14,19 +19,24 @@
   const state = {
     target: null,            // {interface, netns}
     layout: 0,
-    n: 0,
-    dir: [], host: [], dev: [], port: new Int32Array(0), limit: new Float64Array(0),
-    col: {},                 // name -> Float64Array(n)
-    view: new Int32Array(0), // rows shown, in display order
     sort: {key: "host", desc: false},
+    filter: {state: "", share: ""},  // set by the state counts and the histogram
+    glance: "dest",          // the direction the distributions show (dest = down, source = up)
+    lastTarget: null,        // the selected target's info of the last tick
+    page: {offset: 0, rows: [], matched: 0, total: 0, seq: 0, key: ""},
     selected: null,          // {direction, host, port}
     history: 300,
     agg: {time: [], down: [], up: [], total: [], drops: []},
+    dist: emptyDist(),
     link: {time: [], tp: [], drops: []},
     lastTick: 0,
+    ticks: [],               // performance.now() of the last ticks drawn (for tests)
     formTouched: false,
   };
-  for (const c of COLS) state.col[c] = new Float64Array(0);
+  function emptyDist() {
+    return {time: [], s5: [], s50: [], s95: [], d5: [], d50: [], d95: [],
+            idle: [], busy: [], at_rate: [], starved: [], dropping: []};
+  }
 
   // ------------------------------------------------------------ formatting
   function si(value, unit, digits) {
@@ -42,6 +52,9 @@
   const bytes = (v) => si(v, "B");
   const count = (v) => (v === null || v === undefined) ? "–" : Math.round(v).toLocaleString("en");
   const rate = (v) => (v === null || v === undefined) ? "–" : si(v, "/s");
+  const pct = (v) => (v === null || v === undefined) ? "–" : (100 * v).toFixed(v < 0.1 ? 1 : 0) + "%";
+  const ms = (v) => (v === null || v === undefined) ? "–" :
+    v >= 10000 ? (v / 1000).toFixed(1) + " s" : (v >= 100 ? v.toFixed(0) : v.toFixed(1)) + " ms";
 
   function el(tag, attrs, ...kids) {
     const e = document.createElement(tag);
@@ -68,8 +81,7 @@
   }
 
   // ------------------------------------------------------------ API helpers
-  // A per-host link carries all its host's ports: port 0 in the layout keys.
-  function portText(port) { return port === 0 ? "all" : String(port); }
+  function portText(port) { return port === null ? "all" : String(port); }  // null: a per-host link
   function targetQuery(extra) {
     const p = new URLSearchParams();
     p.set("interface", state.target.interface);
@@ -95,53 +107,82 @@
 
   // ------------------------------------------------------------ charts
   const plots = {};
+  const CHART_IDS = {tp: "chart-throughput", drops: "chart-drops", link: "chart-link", share: "chart-share",
+                     delay: "chart-delay", states: "chart-states"};
   function chartWidth(id) { return Math.max(240, $(id).clientWidth || 400); }
   function zeroBased(u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; }
   function zeroBasedBits(u, min, max) { return [0, max > 0 ? max * 1.1 : 1000]; }
-  function makePlot(id, series, axes) {
+  function shareRange(u, min, max) { return [0, Math.max(1.05, max > 0 ? max * 1.05 : 1)]; }
+  function makePlot(key, series, axes, extra) {
     for (const s of series) s.points = {show: false};
     if (!charts) return null;
-    const opts = {
+    const id = CHART_IDS[key];
+    const opts = Object.assign({
       width: chartWidth(id), height: 190,
       legend: {live: true},
       cursor: {drag: {x: false, y: false}},
-      scales: {x: {time: true}, y: {range: zeroBased}, bits: {range: zeroBasedBits}, bps: {range: zeroBasedBits}, drops: {range: zeroBased}},
+      scales: {x: {time: true}, y: {range: zeroBased}, bits: {range: zeroBasedBits}, bps: {range: zeroBasedBits},
+               drops: {range: zeroBased}, share: {range: shareRange}},
       series: [{}].concat(series),
       axes: axes,
-    };
+    }, extra || {});
     return new uPlot(opts, [[]].concat(series.map(() => [])), $(id));
   }
   const bitAxis = {values: (u, vals) => vals.map((v) => si(v, "b", 1)), size: 64};
   const dropAxis = {values: (u, vals) => vals.map((v) => si(v, "", 1)), size: 50};
+  const shareAxis = {scale: "share", values: (u, vals) => vals.map((v) => Math.round(v * 100) + "%"), size: 50};
+  const msAxis = {values: (u, vals) => vals.map((v) => v >= 1000 ? +(v / 1000).toFixed(2) + " s" : +v.toFixed(1) + " ms"),
+                  size: 60};
+  function band(label, stroke, scale, fmt) {
+    return [
+      {label: label + " p95", stroke: stroke, width: 1, dash: [3, 3], value: (u, v) => fmt(v), scale},
+      {label: label + " p50", stroke: stroke, width: 2, value: (u, v) => fmt(v), scale},
+      {label: label + " p5", stroke: stroke, width: 1, dash: [3, 3], value: (u, v) => fmt(v), scale},
+    ];
+  }
   function initCharts() {
-    plots.tp = makePlot("chart-throughput", [
+    plots.tp = makePlot("tp", [
       {label: "down", stroke: "#1f6fd1", width: 1.5, value: (u, v) => bits(v), scale: "bits"},
       {label: "up", stroke: "#d17a1f", width: 1.5, value: (u, v) => bits(v), scale: "bits"},
       {label: "total", stroke: "#444", width: 1, dash: [4, 3], value: (u, v) => bits(v), scale: "bits"},
     ], [{}, Object.assign({scale: "bits"}, bitAxis)]);
-    plots.drops = makePlot("chart-drops", [
+    plots.drops = makePlot("drops", [
       {label: "drops/s", stroke: "#c0392b", width: 1.5, fill: "rgba(192,57,43,0.12)", value: (u, v) => rate(v)},
     ], [{}, dropAxis]);
-    plots.link = makePlot("chart-link", [
+    plots.share = makePlot("share", band("share", "#23824a", "share", pct), [{}, shareAxis],
+                           {bands: [{series: [1, 3], fill: "rgba(35,130,74,0.15)"}]});
+    plots.delay = makePlot("delay", band("delay", "#7a4fd1", "y", ms), [{}, msAxis],
+                           {bands: [{series: [1, 3], fill: "rgba(122,79,209,0.15)"}]});
+    plots.states = makePlot("states", [
+      {label: "at rate", stroke: "#23824a", width: 1.5, value: (u, v) => count(v)},
+      {label: "busy", stroke: "#1f6fd1", width: 1, value: (u, v) => count(v)},
+      {label: "starved", stroke: "#c0392b", width: 1.5, value: (u, v) => count(v)},
+      {label: "dropping", stroke: "#d17a1f", width: 1, dash: [4, 3], value: (u, v) => count(v)},
+      {label: "idle", stroke: "#98a2ad", width: 1, value: (u, v) => count(v)},
+    ], [{}, dropAxis]);
+    plots.link = makePlot("link", [
       {label: "rate now", stroke: "#1f6fd1", width: 1.5, value: (u, v) => bits(v), scale: "bps"},
       {label: "drops/s", stroke: "#c0392b", width: 1, value: (u, v) => rate(v), scale: "drops"},
     ], [{}, Object.assign({scale: "bps"}, bitAxis), Object.assign({scale: "drops", side: 1, grid: {show: false}}, dropAxis)]);
     window.addEventListener("resize", () => {
-      for (const [key, id] of [["tp", "chart-throughput"], ["drops", "chart-drops"], ["link", "chart-link"]]) {
+      for (const [key, id] of Object.entries(CHART_IDS)) {
         if (plots[key]) plots[key].setSize({width: chartWidth(id), height: 190});
       }
     });
   }
-  function trim(series, keys) {
+  function trim(series) {
     const cutoff = series.time.length ? series.time[series.time.length - 1] - state.history : 0;
     let k = 0;
     while (k < series.time.length && series.time[k] < cutoff) k++;
-    if (k) for (const name of keys) series[name].splice(0, k);
+    if (k) for (const name of Object.keys(series)) series[name].splice(0, k);
   }
   function drawAggregate() {
-    const a = state.agg;
+    const a = state.agg, d = state.dist;
     if (plots.tp) plots.tp.setData([a.time, a.down, a.up, a.total]);
     if (plots.drops) plots.drops.setData([a.time, a.drops]);
+    if (plots.share) plots.share.setData([d.time, d.s95, d.s50, d.s5]);
+    if (plots.delay) plots.delay.setData([d.time, d.d95, d.d50, d.d5]);
+    if (plots.states) plots.states.setData([d.time, d.at_rate, d.busy, d.starved, d.dropping, d.idle]);
   }
   function drawLink() {
     if (plots.link) plots.link.setData([state.link.time, state.link.tp, state.link.drops]);
@@ -151,15 +192,55 @@
     const s = h.series;
     state.agg = {time: s.time, down: s.throughput_bps_down, up: s.throughput_bps_up,
                  total: s.throughput_bps, drops: s.drops_per_s};
+    state.series = Object.fromEntries(Object.entries(s).map(([k, v]) => [k, v.slice()]));  // not agg's arrays
+    pickDist();
     drawAggregate();
   }
-  async function selectLink(i) {
-    const key = {direction: state.dir[i], host: state.host[i], port: state.port[i]};
+  // The distribution series of the glance direction, from the history (then grown by the ticks).
+  function pickDist() {
+    const s = state.series, g = state.glance;
+    if (!s) return;
+    const col = (name) => (s[name + "_" + g] || []).slice();
+    state.dist = {time: s.time.slice(), s5: col("rate_share_p5"), s50: col("rate_share_p50"),
+                  s95: col("rate_share_p95"), d5: col("queue_delay_ms_p5"), d50: col("queue_delay_ms_p50"),
+                  d95: col("queue_delay_ms_p95"), idle: col("idle_links"), busy: col("busy_links"),
+                  at_rate: col("at_rate_links"), starved: col("starved_links"), dropping: col("dropping_links")};
+  }
+  const NO_DIST = {states: {}, links: 0, rate_share: {}, queue_delay_ms: {}, histogram: {edges: [], counts: []}};
+  function pushSample(t) {
+    const g = t.aggregate;
+    if (!g || g.throughput_bps === null || !t.time) return;
+    if (state.agg.time.length && t.time <= state.agg.time[state.agg.time.length - 1]) return;
+    const a = state.agg;
+    a.time.push(t.time); a.down.push(g.throughput_bps_down); a.up.push(g.throughput_bps_up);
+    a.total.push(g.throughput_bps); a.drops.push(g.drops_per_s);
+    trim(a);
+    // the history as the server keeps it, so that switching the glance direction has both
+    const s = state.series || (state.series = {time: []});
+    s.time.push(t.time);
+    for (const dir of ["dest", "source"]) {
+      const d = t.distribution[dir] || NO_DIST;
+      const put = (name, v) => (s[name + "_" + dir] || (s[name + "_" + dir] = new Array(s.time.length - 1).fill(null)))
+        .push(v === undefined ? null : v);
+      for (const q of ["p5", "p50", "p95"]) { put("rate_share_" + q, d.rate_share[q]); put("queue_delay_ms_" + q, d.queue_delay_ms[q]); }
+      for (const k of ["idle", "busy", "at_rate", "starved", "dropping"]) put(k + "_links", d.states[k]);
+    }
+    trim(s);
+    pickDist();
+    drawAggregate();
+  }
+  async function selectLink(row) {
+    const key = {direction: row.direction, host: row.host, port: row.port};
     state.selected = key;
     $("link-chart-title").textContent = "Link " + key.host + ":" + portText(key.port) + " " +
       (key.direction === "dest" ? "down (dest)" : "up (source)");
     state.link = {time: [], tp: [], drops: []};
-    render();
+    renderRows();
+    await loadLink();
+  }
+  async function loadLink() {
+    const key = state.selected;
+    if (!key) return;
     try {
       const h = await getJSON("/api/links/history?" + targetQuery({...key, port: portText(key.port)}));
       if (state.selected !== key) return;
@@ -169,13 +250,9 @@
     }
     drawLink();
   }
-  function selectedRow() {
+  function isSelected(r) {
     const s = state.selected;
-    if (!s) return -1;
-    for (let i = 0; i < state.n; i++) {
-      if (state.port[i] === s.port && state.host[i] === s.host && state.dir[i] === s.direction) return i;
-    }
-    return -1;
+    return s !== null && r.port === s.port && r.host === s.host && r.direction === s.direction;
   }
 
   // ------------------------------------------------------------ overview
@@ -229,132 +306,199 @@
     $("overview").replaceChildren(...targets.map(card));
   }
 
-  // ------------------------------------------------------------ link table
-  function onLayout(msg) {
-    const n = msg.keys.length;
-    state.layout = msg.layout;
-    state.n = n;
-    state.dir = new Array(n); state.host = new Array(n); state.dev = new Array(n);
-    state.port = new Int32Array(n); state.limit = new Float64Array(n);
-    msg.keys.forEach((k, i) => {
-      state.dir[i] = k[0]; state.host[i] = k[1]; state.port[i] = k[2]; state.dev[i] = k[3];
-      state.limit[i] = k[4] === null ? NaN : k[4];
-    });
-    for (const c of COLS) state.col[c] = new Float64Array(n);
-    prefillForm(msg.applied);
-  }
-  function onRows(links) {
-    if (links.layout !== state.layout) return;
-    const rows = links.rows;
-    for (const c of COLS) {
-      const dst = state.col[c], src = links[c];
-      for (let j = 0; j < rows.length; j++) dst[rows[j]] = src[j];
+  // ------------------------------------------------------------ links at a glance
+  const STATE_LABELS = [["at_rate", "at rate (≥ 90%)"], ["busy", "busy"], ["starved", "starved (backlog, < 50%)"],
+                        ["dropping", "dropping"], ["idle", "idle"]];
+  function renderGlance(t) {
+    const dirs = Object.keys(t.distribution);
+    const sel = $("glance-direction");
+    for (const o of sel.options) o.disabled = !dirs.includes(o.value);
+    if (dirs.length && !dirs.includes(state.glance)) { state.glance = dirs[0]; sel.value = state.glance; pickDist(); }
+    const d = t.distribution[state.glance] || NO_DIST;
+    if (!d.histogram.counts.length) {
+      $("states").replaceChildren(); $("histogram").replaceChildren();
+      $("quantiles").textContent = "nothing applied";
+      return;
     }
+    const chips = STATE_LABELS.map(([k, label]) => {
+      const b = el("button", {type: "button", class: "chip " + k + (state.filter.state === k ? " on" : ""),
+                              "data-state": k, "data-count": String(d.states[k])},
+                   el("strong", {text: count(d.states[k])}), " " + label);
+      b.addEventListener("click", () => setFilter({state: state.filter.state === k ? "" : k, share: ""}));
+      return b;
+    });
+    $("states").replaceChildren(...chips);
+    $("quantiles").textContent = d.links ?
+      "of " + count(d.links) + " busy links with a rate: rate share p5 " + pct(d.rate_share.p5) + ", p50 " +
+      pct(d.rate_share.p50) + ", p95 " + pct(d.rate_share.p95) + "; queueing delay p50 " +
+      ms(d.queue_delay_ms.p50) + ", p95 " + ms(d.queue_delay_ms.p95) : "no busy links";
+    const h = d.histogram, most = Math.max(1, ...h.counts);
+    const bars = h.counts.map((n, k) => {
+      const lo = h.edges[k], hi = k + 1 < h.edges.length ? h.edges[k + 1] : null;
+      const range = hi === null ? lo + "-" : lo + "-" + hi;
+      const label = hi === null ? "≥ " + Math.round(lo * 100) + "%" : Math.round(lo * 100) + "–" + Math.round(hi * 100) + "%";
+      const fill = el("span", {class: "fill"});
+      fill.style.height = Math.round(100 * n / most) + "%";  // CSSOM: the CSP allows no style attributes
+      const b = el("button", {type: "button", class: "bar" + (state.filter.share === range ? " on" : ""),
+                              "data-share": range, "data-count": String(n), title: count(n) + " links at " + label},
+                   el("span", {class: "n", text: n ? count(n) : ""}), fill,
+                   el("span", {class: "label", text: label}));
+      b.addEventListener("click", () => setFilter({share: state.filter.share === range ? "" : range, state: ""}));
+      return b;
+    });
+    $("histogram").replaceChildren(...bars);
   }
+  // A state count or a histogram bar lists those links of the glance direction.
+  function setFilter(f) {
+    Object.assign(state.filter, f);
+    const filtered = Boolean(state.filter.state || state.filter.share);
+    if (filtered) $("q-direction").value = state.glance;
+    $("filter-note").textContent = state.filter.state ? "state: " + state.filter.state :
+      state.filter.share ? "rate share " + state.filter.share : "";
+    $("clear-filter").hidden = !(state.filter.state || state.filter.share);
+    for (const b of document.querySelectorAll("#states .chip")) b.classList.toggle("on", b.dataset.state === state.filter.state);
+    for (const b of document.querySelectorAll("#histogram .bar")) b.classList.toggle("on", b.dataset.share === state.filter.share);
+    $("viewport").scrollTop = 0;
+    refreshRows();
+  }
+  function setSort(key, desc) {
+    state.sort = {key, desc};
+    for (const o of document.querySelectorAll("#thead button")) {
+      if (o.dataset.sort === key) o.setAttribute("aria-sort", desc ? "descending" : "ascending");
+      else o.removeAttribute("aria-sort");
+    }
+    $("viewport").scrollTop = 0;
+    return refreshRows();
+  }
+
+  // ------------------------------------------------------------ link table (paged from the server)
   function parsePortFilter(text) {
     const m = /^\s*(\d+)\s*(?:-\s*(\d+))?\s*$/.exec(text);
     if (!m) return null;
     return [Number(m[1]), Number(m[2] || m[1])];
   }
-  function rebuildView() {
+  function visibleRange() {
+    const vp = $("viewport");
+    const first = Math.max(0, Math.floor(vp.scrollTop / ROW_H));
+    const visible = Math.ceil((vp.clientHeight || 480) / ROW_H) + 1;
+    return [first, visible];
+  }
+  function query() {
+    const q = {sort: state.sort.key, order: state.sort.desc ? "desc" : "asc"};
     const host = $("q-host").value.trim();
+    if (host) q.host = host;
     const portQuery = $("q-port").value.trim();
     const ports = portQuery ? parsePortFilter(portQuery) : null;
     $("q-port").classList.toggle("bad", Boolean(portQuery) && !ports);
+    if (ports) q.port = ports[0] + "-" + ports[1];
     const dir = $("q-direction").value;
-    const activeOnly = $("q-active").checked;
-    const act = state.col.active;
-    const out = new Int32Array(state.n);
-    let m = 0;
-    for (let i = 0; i < state.n; i++) {
-      if (activeOnly && !act[i]) continue;
-      if (dir && state.dir[i] !== dir) continue;
-      if (ports && (state.port[i] < ports[0] || state.port[i] > ports[1])) continue;
-      if (host && state.host[i].indexOf(host) < 0) continue;
-      out[m++] = i;
-    }
-    const view = out.subarray(0, m);
-    const {key, desc} = state.sort;
-    const sign = desc ? -1 : 1;
-    let cmp;
-    if (key === "host" || key === "direction") {
-      const arr = key === "host" ? state.host : state.dir;
-      cmp = (a, b) => (arr[a] < arr[b] ? -sign : arr[a] > arr[b] ? sign : (state.port[a] - state.port[b]) || (a - b));
-    } else if (key === "port") {
-      cmp = (a, b) => sign * (state.port[a] - state.port[b]) || (a - b);
-    } else {
-      const arr = key === "rate_bps" ? state.limit : state.col[key];
-      cmp = (a, b) => sign * ((arr[a] || 0) - (arr[b] || 0)) || (a - b);
-    }
-    view.sort(cmp);
-    state.view = view;
-    $("count").textContent = "showing " + m.toLocaleString("en") + " of " + state.n.toLocaleString("en") + " links" +
-      (activeOnly ? " (active only)" : "");
-    $("spacer").style.height = (m * ROW_H) + "px";
+    if (dir) q.direction = dir;
+    q.active = $("q-active").checked ? "true" : "false";
+    if (state.filter.state) q.state = state.filter.state;
+    if (state.filter.share) q.share = state.filter.share;
+    return q;
+  }
+  let fetchSeq = 0, inflight = null;
+  // Fetch the rows around the visible ones; resolves when they are drawn.
+  function refreshRows() {
+    if (!state.target) return Promise.resolve();
+    const [first, visible] = visibleRange();
+    const offset = Math.max(0, first - MARGIN);
+    const q = query();
+    const mine = ++fetchSeq;
+    const key = JSON.stringify(q);
+    inflight = getJSON("/api/links?" + targetQuery(Object.assign({offset, limit: visible + 2 * MARGIN}, q)))
+      .then((page) => {
+        if (mine !== fetchSeq) return;  // a newer request went out: its answer will draw
+        state.page = {offset: page.offset, rows: page.links, matched: page.matched, total: page.total,
+                      seq: page.seq, key};
+        $("count").textContent = "showing " + page.matched.toLocaleString("en") + " of " +
+          page.total.toLocaleString("en") + " links" + (q.active === "true" ? " (active only)" : "");
+        $("spacer").style.height = (page.matched * ROW_H) + "px";
+        renderRows();
+      })
+      .catch((e) => { if (mine === fetchSeq) $("count").textContent = e.message; });
+    return inflight;
   }
 
   const rowPool = [];
   function makeRow() {
     const r = el("div", {class: "grid row", role: "row"});
-    for (let k = 0; k < 10; k++) r.append(el("span", {role: "cell", class: k >= 3 ? "num" : ""}));
-    r.addEventListener("click", () => { if (r.dataset.i) selectLink(Number(r.dataset.i)); });
+    for (let k = 0; k < COLS_N; k++) r.append(el("span", {role: "cell", class: k >= 3 ? "num" : ""}));
+    r.addEventListener("click", () => { if (r._row) selectLink(r._row); });
     return r;
   }
-  let renderQueued = false;
-  function render() {
-    if (renderQueued) return;
-    renderQueued = true;
-    requestAnimationFrame(() => { renderQueued = false; renderRows(); });
-  }
   function renderRows() {
-    const vp = $("viewport");
-    const first = Math.max(0, Math.floor(vp.scrollTop / ROW_H) - 5);
-    const visible = Math.ceil((vp.clientHeight || 480) / ROW_H) + 10;
-    const last = Math.min(state.view.length, first + visible);
+    const [first, visible] = visibleRange();
+    const p = state.page;
+    const last = Math.min(p.matched, first + visible);
     const container = $("rows");
     container.style.transform = "translateY(" + (first * ROW_H) + "px)";
-    while (rowPool.length < last - first) { const r = makeRow(); rowPool.push(r); container.append(r); }
-    const sel = selectedRow();
-    const c = state.col;
+    while (rowPool.length < visible) { const r = makeRow(); rowPool.push(r); container.append(r); }
+    let missing = false;
     for (let j = 0; j < rowPool.length; j++) {
       const r = rowPool[j];
       const idx = first + j;
-      if (idx >= last) { r.hidden = true; r.dataset.i = ""; continue; }
+      const row = idx < last ? p.rows[idx - p.offset] : undefined;
+      if (idx < last && row === undefined) missing = true;
+      if (row === undefined) { r.hidden = true; r._row = null; continue; }
       r.hidden = false;
-      const i = state.view[idx];
-      r.dataset.i = String(i);
-      r.classList.toggle("selected", i === sel);
-      r.classList.toggle("idle", !c.active[i]);
+      r._row = row;
+      r.classList.toggle("selected", isSelected(row));
+      r.classList.toggle("idle", !row.active);
+      r.dataset.state = row.state;
       const cells = r.children;
       const text = [
-        state.dir[i] === "dest" ? "down" : "up",
-        state.host[i],
-        portText(state.port[i]),
-        Number.isNaN(state.limit[i]) ? "none" : bits(state.limit[i]),
-        bits(c.throughput_bps[i]),
-        bytes(c.bytes[i]),
-        count(c.packets[i]),
-        count(c.drops[i]),
-        count(c.overlimits[i]),
-        bytes(c.backlog_bytes[i]) + " / " + count(c.backlog_pkts[i]),
+        row.direction === "dest" ? "down" : "up",
+        row.host,
+        portText(row.port),
+        row.rate_bps === null ? "none" : bits(row.rate_bps),
+        bits(row.throughput_bps),
+        pct(row.rate_share),
+        ms(row.queue_delay_ms),
+        bytes(row.bytes),
+        count(row.packets),
+        count(row.drops),
+        count(row.overlimits),
+        bytes(row.backlog_bytes) + " / " + count(row.backlog_pkts),
       ];
-      for (let k = 0; k < 10; k++) if (cells[k].textContent !== text[k]) cells[k].textContent = text[k];
+      for (let k = 0; k < COLS_N; k++) if (cells[k].textContent !== text[k]) cells[k].textContent = text[k];
     }
+    return missing;
   }
-  $("viewport").addEventListener("scroll", render, {passive: true});
+  let scrollQueued = false;
+  $("viewport").addEventListener("scroll", () => {
+    if (scrollQueued) return;
+    scrollQueued = true;
+    requestAnimationFrame(() => {
+      scrollQueued = false;
+      if (renderRows()) refreshRows();  // scrolled past the rows we have
+    });
+  }, {passive: true});
   for (const id of ["q-host", "q-port", "q-direction", "q-active"]) {
-    $(id).addEventListener("input", () => { rebuildView(); render(); });
+    $(id).addEventListener("input", () => { $("viewport").scrollTop = 0; refreshRows(); });
   }
   for (const b of document.querySelectorAll("#thead button")) {
     b.addEventListener("click", () => {
       const key = b.dataset.sort;
-      if (state.sort.key === key) state.sort.desc = !state.sort.desc;
-      else state.sort = {key, desc: !["host", "direction", "port"].includes(key)};
-      for (const o of document.querySelectorAll("#thead button")) o.removeAttribute("aria-sort");
-      b.setAttribute("aria-sort", state.sort.desc ? "descending" : "ascending");
-      rebuildView(); render();
+      setSort(key, state.sort.key === key ? !state.sort.desc : !["host", "direction", "port"].includes(key));
     });
   }
+  // The links that need a look: a backlog or drops first, lowest share of their rate first.
+  function showWorst() {
+    state.filter = {state: "", share: ""};
+    setFilter({});
+    $("q-active").checked = true;
+    return setSort("worst", false);
+  }
+  $("worst").addEventListener("click", showWorst);
+  $("glance-direction").addEventListener("change", () => {
+    state.glance = $("glance-direction").value;
+    pickDist(); drawAggregate();
+    if (state.lastTarget) renderGlance(state.lastTarget);
+    if (state.filter.state || state.filter.share) setFilter({});
+  });
+  $("clear-filter").addEventListener("click", () => setFilter({state: "", share: ""}));
 
   // ------------------------------------------------------------ live stream
   let source = null;
@@ -366,35 +510,27 @@
   function connect() {
     if (source) source.close();
     source = new EventSource("/api/stream?" + targetQuery());
-    source.addEventListener("layout", (ev) => {
-      onLayout(JSON.parse(ev.data));
-      rebuildView(); render();
-    });
     source.addEventListener("tick", (ev) => {
       const t = JSON.parse(ev.data);
       state.lastTick = Date.now();
       setConn("live", "ok");
       renderOverview(t.targets);
-      onRows(t.links);
       const mine = t.targets.find((x) => x.interface === state.target.interface &&
         (x.netns || "") === (state.target.netns || ""));
-      const g = mine && mine.aggregate;
-      if (g && g.throughput_bps !== null && mine.time &&
-          (!state.agg.time.length || mine.time > state.agg.time[state.agg.time.length - 1])) {
-        state.agg.time.push(mine.time); state.agg.down.push(g.throughput_bps_down);
-        state.agg.up.push(g.throughput_bps_up); state.agg.total.push(g.throughput_bps);
-        state.agg.drops.push(g.drops_per_s);
-        trim(state.agg, ["time", "down", "up", "total", "drops"]);
-        drawAggregate();
-        const i = selectedRow();
-        if (i >= 0) {
-          state.link.time.push(mine.time); state.link.tp.push(state.col.throughput_bps[i]);
-          state.link.drops.push(state.col.drops_per_s[i]);
-          trim(state.link, ["time", "tp", "drops"]);
-          drawLink();
-        }
+      if (!mine) return;
+      if (mine.layout !== state.layout) {  // a new configuration
+        state.layout = mine.layout;
+        prefillForm(mine.applied);
       }
-      rebuildView(); render();
+      $("sample-time").textContent = mine.time ? new Date(mine.time * 1000).toLocaleTimeString("en-GB") : "–";
+      $("sample-time").dataset.seq = String(mine.seq);
+      state.lastTarget = mine;
+      renderGlance(mine);
+      pushSample(mine);
+      state.ticks.push(performance.now());
+      if (state.ticks.length > 100) state.ticks.shift();
+      refreshRows();
+      if (state.selected) loadLink();
     });
     source.onerror = () => setConn("reconnecting", "bad");
   }
@@ -410,13 +546,18 @@
     state.target = currentTarget();
     state.selected = null;
     state.formTouched = false;
-    state.layout = 0; state.n = 0; state.view = new Int32Array(0);
+    state.layout = 0;
+    state.page = {offset: 0, rows: [], matched: 0, total: 0, seq: 0, key: ""};
     state.agg = {time: [], down: [], up: [], total: [], drops: []};
+    state.dist = emptyDist();
+    state.series = null;
+    state.lastTarget = null;
     state.link = {time: [], tp: [], drops: []};
     $("link-chart-title").textContent = "One link: click a row of the table";
     drawAggregate(); drawLink();
-    rebuildView(); render();
+    renderRows();
     loadHistory().catch((e) => setConn(e.message, "bad"));
+    refreshRows();
     connect();
   }
   $("target").addEventListener("change", switchTarget);
@@ -483,7 +624,7 @@
 
   // ------------------------------------------------------------ start
   // For tests and for poking at from the browser console; changes nothing by itself.
-  window.ratelimitDashboard = {state, rebuildView, renderRows};
+  window.ratelimitDashboard = {state, refreshRows, renderRows, showWorst, setSort, setFilter};
   getJSON("/api/targets").then((t) => { if (t.history_seconds) state.history = t.history_seconds; }).catch(() => {});
   initCharts();
   switchTarget();

@@ -1,0 +1,161 @@
+"""From two reads of the counters to what the dashboard shows: pure, columns in, columns out.
+
+Per link: rate now (``throughput_bps``), drops per second, the rate as a share
+of the link's frame rate (``rate_share``: the summary's ``frame_rate_bps``, the
+line rate less the link layer's coding), the queueing delay its backlog makes
+(``queue_delay_ms`` = backlog bytes x 8 / frame rate), whether it was active in
+the last seconds, and its state this interval:
+
+* ``idle``: moved and dropped nothing and has no backlog;
+* ``at_rate``: ``rate_share`` >= 0.9;
+* ``starved``: a backlog, yet ``rate_share`` < 0.5 (it wants more than it gets);
+* ``busy``: any other link that moved something (below its rate without a
+  backlog: the application sends less; or 50-90% with a backlog);
+* ``dropping`` (counted on its own, it overlaps the others): dropped packets.
+
+Per target: sums (all links, and per direction); per direction the counts of
+each state and the distribution of ``rate_share`` and ``queue_delay_ms`` over
+the links that were not idle and have a rate: p5/p50/p95 and a histogram of
+``rate_share`` (per direction: downloads' acknowledgements would otherwise
+crowd the downstream links' shares).
+
+Everything runs as C-level ``map``/``zip``/``sum`` over ``array`` columns:
+65,536 links digest in tens of milliseconds.  A link without a configured rate
+has ``rate_share`` and ``queue_delay_ms`` NaN (``None`` in JSON).
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from bisect import bisect_left
+from itertools import compress, repeat
+from operator import add, and_, ge, lt, mul, or_, sub
+
+COUNTERS = ("bytes", "packets", "drops", "overlimits")
+GAUGES = ("backlog_bytes", "backlog_pkts")
+RATES = ("throughput_bps", "drops_per_s", "rate_share", "queue_delay_ms")
+# Per-link columns a snapshot carries (arrays of equal length, in link order).
+COLUMNS = COUNTERS + GAUGES + RATES + ("active", "state")
+
+STATES = ("idle", "busy", "at_rate", "starved")  # the ``state`` column holds the index
+AT_RATE_SHARE = 0.9
+STARVED_SHARE = 0.5
+SHARE_EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # the last bucket: 1.0 and above
+QUANTILES = (("p5", 0.05), ("p50", 0.5), ("p95", 0.95))
+NAN = float("nan")
+
+
+class LinkRates:
+    """Per-link constants of one layout: 1 / frame rate (for the share) and 8000 / frame
+    rate (ms of queue per byte), NaN for a link without a rate; which links go down."""
+
+    def __init__(self, keys, applied: dict | None):
+        frame = {}
+        for side, direction in (("down", "dest"), ("up", "source")):
+            rate = ((applied or {}).get(side) or {}).get("frame_rate_bps")
+            frame[direction] = float(rate) if rate else NAN
+        per_link = [frame.get(k[0], NAN) for k in keys]
+        self.frame_rate_bps = array("d", per_link)
+        self.inv_rate = array("d", (1.0 / r for r in per_link))  # NaN stays NaN
+        self.ms_per_byte = array("d", (8000.0 / r for r in per_link))
+        self.down = bytes(k[0] == "dest" for k in keys)  # a mask for compress()
+        self.up = bytes(k[0] != "dest" for k in keys)
+        self.directions = tuple(d for d, mask in (("dest", self.down), ("source", self.up)) if any(mask))
+
+
+def empty_columns(n: int = 0) -> dict:
+    cols = {name: array("q", bytes(8 * n)) for name in COUNTERS + GAUGES}
+    for name in RATES:
+        cols[name] = array("d", bytes(8 * n))
+    cols["rate_share"] = array("d", repeat(NAN, n))
+    cols["queue_delay_ms"] = array("d", repeat(NAN, n))
+    cols["active"] = array("b", bytes(n))
+    cols["state"] = array("b", bytes(n))
+    return cols
+
+
+def digest(counters: dict, prev: dict | None, dt: float, rates: LinkRates, last_change: list, now: float,
+           active_seconds: float, share_bytes=None, share_dt: float = 0.0) -> tuple[dict, float]:
+    """The snapshot columns from this read's ``counters`` and the previous snapshot's
+    columns ``prev`` (None: no rates this round), ``dt`` seconds apart; ``share_bytes``
+    are the byte counters of ``share_dt`` seconds ago (None: ``prev``'s), the base of
+    ``rate_share``.  ``last_change`` (when each link last moved, had a backlog or dropped)
+    is updated in place.  Returns (columns, packets per second)."""
+    n = len(rates.inv_rate)
+    cols = {name: counters[name] for name in COUNTERS + GAUGES}
+    backlog = cols["backlog_bytes"]
+    if prev is None:
+        cols["throughput_bps"] = array("d", bytes(8 * n))
+        cols["drops_per_s"] = array("d", bytes(8 * n))
+        cols["rate_share"] = array("d", repeat(NAN, n))
+        moved = list(map(or_, backlog, cols["backlog_pkts"]))
+        pps = 0.0
+    else:
+        db = list(map(sub, cols["bytes"], prev["bytes"]))
+        dp = list(map(sub, cols["packets"], prev["packets"]))
+        dd = list(map(sub, cols["drops"], prev["drops"]))
+        if n and min(min(db), min(dp), min(dd)) < 0:  # counters were reset: no rate for those links
+            for i in range(n):
+                if db[i] < 0 or dp[i] < 0 or dd[i] < 0:
+                    db[i] = dp[i] = dd[i] = 0
+        cols["throughput_bps"] = array("d", map(mul, db, repeat(8.0 / dt)))
+        cols["drops_per_s"] = array("d", map(mul, dd, repeat(1.0 / dt)))
+        if share_bytes is None or share_dt <= dt:
+            cols["rate_share"] = array("d", map(mul, cols["throughput_bps"], rates.inv_rate))
+        else:
+            moved_bytes = list(map(sub, cols["bytes"], share_bytes))
+            if n and min(moved_bytes) < 0:  # reset within the window: the last interval only
+                moved_bytes = [m if m >= 0 else d * share_dt / dt for m, d in zip(moved_bytes, db)]
+            cols["rate_share"] = array("d", map(mul, map(mul, moved_bytes, repeat(8.0 / share_dt)), rates.inv_rate))
+        moved = list(map(or_, map(or_, map(or_, db, dp), dd), map(or_, backlog, cols["backlog_pkts"])))
+        pps = sum(dp) / dt
+    cols["queue_delay_ms"] = array("d", map(mul, backlog, rates.ms_per_byte))
+    last_change[:] = [now if m else t for m, t in zip(moved, last_change)]
+    cols["active"] = array("b", map(ge, last_change, repeat(now - active_seconds)))
+    share = cols["rate_share"]
+    busy = map(bool, moved)
+    at_rate = map(ge, share, repeat(AT_RATE_SHARE))  # NaN compares false
+    starved = map(and_, map(bool, backlog), map(lt, share, repeat(STARVED_SHARE)))
+    # idle 0, busy 1, at_rate 2, starved 3: at rate and starved exclude each other, and both imply busy
+    cols["state"] = array("b", map(add, map(add, busy, at_rate), map(mul, starved, repeat(2))))
+    return cols, pps
+
+
+def totals(cols: dict, rates: LinkRates) -> dict:
+    """Sums of the counters and gauges: {"dest": {...}, "source": {...}} (directions present)."""
+    out = {}
+    for direction, mask in (("dest", rates.down), ("source", rates.up)):
+        if any(mask):
+            out[direction] = {name: sum(compress(cols[name], mask)) for name in COUNTERS + GAUGES}
+            out[direction]["throughput_bps"] = sum(compress(cols["throughput_bps"], mask))
+    return out
+
+
+def _quantiles(values: list) -> dict:
+    """p5/p50/p95 of sorted ``values`` (nearest rank); None each when there are none."""
+    if not values:
+        return {name: None for name, _ in QUANTILES}
+    last = len(values) - 1
+    return {name: round(values[min(last, max(0, math.ceil(q * len(values)) - 1))], 6) for name, q in QUANTILES}
+
+
+def distribution(cols: dict, rates: LinkRates) -> dict:
+    """Per direction: the states counted, and the distribution of rate share and queueing
+    delay over the links that were not idle and have a rate."""
+    return {d: _distribution(cols, rates.down if d == "dest" else rates.up) for d in rates.directions}
+
+
+def _distribution(cols: dict, mask: bytes) -> dict:
+    state = cols["state"]
+    mine = array("b", compress(state, mask))
+    counts = {name: mine.count(i) for i, name in enumerate(STATES)}
+    counts["dropping"] = sum(map(bool, compress(cols["drops_per_s"], mask)))
+    busy = list(map(mul, state, mask))  # nonzero: a busy link of this direction
+    shares = sorted(s for s in compress(cols["rate_share"], busy) if s == s)
+    delays = sorted(d for d in compress(cols["queue_delay_ms"], busy) if d == d)
+    cuts = [bisect_left(shares, edge) for edge in SHARE_EDGES[1:]]
+    histogram = [b - a for a, b in zip([0] + cuts, cuts + [len(shares)])]
+    return {"states": counts, "links": len(shares),
+            "rate_share": _quantiles(shares), "queue_delay_ms": _quantiles(delays),
+            "histogram": {"edges": list(SHARE_EDGES), "counts": histogram}}
