@@ -23,6 +23,7 @@ setup(
     extras_require={
         "test": ["pytest>=8", "hypothesis>=6", "playwright>=1.40"],
         "vm": ["virtme-ng==1.42"],
+        "bench": ["matplotlib>=3.6"],
     },
     entry_points={
         "console_scripts": ["ratelimit=ratelimit.cli:run"],

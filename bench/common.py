@@ -228,3 +228,25 @@ class Clock:
     def __exit__(self, *exc) -> None:
         self.wall = time.perf_counter() - self._t0
         self.cpu = _cpu_now() - self._cpu0
+
+
+# ---------------------------------------------------------------- TCP of the lab's server
+
+SERVER_CC = "cubic"  # Linux's default congestion control (this machine's default is bbr)
+
+
+def server_congestion_control(lab) -> str | None:
+    """Set ``SERVER_CC`` as the lab server's congestion control where the host allows it in
+    a namespace (``net.ipv4.tcp_allowed_congestion_control``); return the one in effect
+    (results record it: retransmissions and call times depend on it)."""
+    lab.server.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={SERVER_CC}"], check=False)
+    got = congestion_control(lab.server.netns)
+    if got != SERVER_CC:
+        say("bench", f"the server runs {got}: {SERVER_CC} is not allowed in namespaces here "
+                     f"(sysctl -w net.ipv4.tcp_allowed_congestion_control=\"reno bbr {SERVER_CC}\")")
+    return got
+
+
+def congestion_control(netns: str) -> str | None:
+    r = run(["ip", "netns", "exec", netns, "sysctl", "-n", "net.ipv4.tcp_congestion_control"], check=False)
+    return r.stdout.strip() or None

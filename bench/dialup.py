@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf
-from .common import BenchError, MODEM_BPS, Steps, ratio, say
+from .common import BenchError, MODEM_BPS, Steps, ratio, say, server_congestion_control
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
 
@@ -255,6 +255,7 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
                  say=lambda m: say(NAME, m))
     track_topology(lab)
     try:
+        doc["config"]["server_congestion_control"] = server_congestion_control(lab)
         header = doc["config"]["header_bytes"] = _header_bytes(lab)
         model = lab.link_model()
         log = Path(lab.info["dir"]) / "nginx" / "access.log"

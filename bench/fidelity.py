@@ -34,7 +34,7 @@ import re
 import time
 from dataclasses import dataclass
 
-from .common import BenchError, MODEM_BPS, Steps, ratio, say, summarize
+from .common import BenchError, MODEM_BPS, Steps, congestion_control, ratio, say, server_congestion_control, summarize
 from .sandbox import track_topology, untrack_topology
 from .results import new_result, save
 
@@ -50,7 +50,7 @@ CLIENTS = {"1990s": 8192, "today": 0}  # kind -> SO_RCVBUF bytes (0: the kernel'
 # Today's clients lose packets: bytes held out of order at the window's start count when the
 # hole fills, so their window starts after the first loss recoveries (a longer warm-up).
 WARMUP_FACTOR = {"1990s": 1, "today": 4}
-SERVER_CC = "cubic"  # Linux's default congestion control, set in the server namespace when allowed
+BANDWIDTH = "1gbit"
 TCP_COUNTERS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes")
 PROFILE = "modem-28k8"
 LATENCY_PROFILES = ("lan-0ms", "regional-50ms", "national-100ms", "international-200ms",
@@ -87,11 +87,14 @@ def _lab(name: str, clients: int, mode: str):
     from ratelimit.kernel.probe import probe
     from ratelimit.lab.core import Lab
     from ratelimit.lab.link import LinkSpec
-    link = LinkSpec(profile=PROFILE, mode=mode, per="port", no_delay=not probe(["netem"])["netem"])
+    # --bandwidth well above every link at once (4,000 modems carry about 130 Mbit/s of frames):
+    # the pool must not be what limits a link here
+    link = LinkSpec(profile=PROFILE, mode=mode, per="port", no_delay=not probe(["netem"])["netem"],
+                    bandwidth=BANDWIDTH)
     lab = Lab.up(name, clients=clients, link=link, server="nginx", ports=PORTS,
                  say=lambda m: say(NAME, m))
     track_topology(lab)
-    lab.server.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={SERVER_CC}"], check=False)
+    server_congestion_control(lab)
     for c in lab.clients:  # a port in TIME_WAIT may be reused after 1 s (the next K)
         c.run(["sysctl", "-q", "-w", "net.ipv4.tcp_tw_reuse=1"], check=False)
     return lab
@@ -141,6 +144,7 @@ def downloads(lab, k: int, warmup: float, window: float, rcvbuf: int) -> dict:
     cpu_busy = 1 - (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
     failed = sum(o["failed"] for o in outs)
     return {"links": k, "clients": nclients, "measured_links": len(ratios), "failed": failed,
+            "connections_seen": [len(got0), len(got1)],
             "errors": sorted({e for o in outs for e in o["errors"]})[:5],
             "finished_early": sum(o["finished"] for o in outs),
             "goodput_ratio": summarize(ratios), "aggregate_ratio": sum(ratios) / k if k else None,
@@ -180,13 +184,6 @@ def delivered(netns: str) -> dict:
             if m:
                 out[key] = int(m.group(1))
     return out
-
-
-def _congestion_control(netns: str) -> str | None:
-    """The server's TCP congestion control (the retransmissions depend on it)."""
-    from .common import run
-    r = run(["ip", "netns", "exec", netns, "sysctl", "-n", "net.ipv4.tcp_congestion_control"], check=False)
-    return r.stdout.strip() or None
 
 
 def _link_bytes(lab) -> dict:
@@ -242,7 +239,7 @@ def measure(quick: bool, place: str, *, links=None, outdir=None) -> dict:
     clients = max(1, math.ceil(max(cfg.links) / PER_CLIENT))
     name = f"bf{os.getpid()}"
     lab = _lab(name, clients, cfg.mode)
-    doc["config"]["server_congestion_control"] = _congestion_control(lab.server.netns)
+    doc["config"]["server_congestion_control"] = congestion_control(lab.server.netns)
     try:
         for k, (kind, rcvbuf) in ((k, c) for k in cfg.links for c in CLIENTS.items()):
             row = {"mode": cfg.mode, "client": kind, "rcvbuf": rcvbuf,

@@ -14,11 +14,14 @@ What is on the router's client-facing interface (``lan0``) egress:
 - ``hashed``: ratelimit's plan, the u32 hash tree (``compile_plan``);
 - ``flat``: the same exact (host, port) filters in one list, the way tcconfig
   installs them: all in u32 root tables, 4,095 per priority (the node-id limit
-  of one u32 table), so a packet is compared with each filter in turn.
+  of one u32 table), so a packet is compared with each filter in turn;
+- ``shaped``: ratelimit's shape-mode plan (groups of HTB qdiscs, a class and a
+  byte queue per link; 65,536 becomes 64,512, the most one device takes), every
+  link at 10 Gbit/s so none limits: classification plus the per-link classes.
 
-Both layouts send every flow to one 10 Gbit/s HTB class and carry no policer
-(act_police is missing on the host kernel), so what differs is the
-classification alone.  Targets: ``hit``, a flow in the middle of the list
+``hashed`` and ``flat`` send every flow to one 10 Gbit/s HTB class and carry no
+policer (act_police is missing on the host kernel), so what differs between them
+is the classification alone.  Targets: ``hit``, a flow in the middle of the list
 (the flat list matches it after about N/2 filters), and ``miss``, a port of
 the same host outside the limited set (the flat list tries every filter).
 Each figure is the best of ``trials`` runs of ``seconds`` seconds (other work
@@ -39,7 +42,7 @@ from ratelimit.compile import compile_plan
 from ratelimit.plan import HtbClass, HtbQdisc, U32Filter, tc_batch
 
 from . import blast
-from .common import BenchError, Steps, client_hosts, flows_request, ratio, run, say, split_flows
+from .common import BenchError, Steps, client_hosts, flows_request, ratio, run, say, shape_flows, split_flows
 from .sandbox import track_topology, untrack_topology
 from .results import new_result, save
 
@@ -65,15 +68,18 @@ def config(quick: bool, flows=None) -> Config:
     return Config(tuple(flows or (1, 1024, 65536)), 3.0, 3)
 
 
-def request_for(n: int, client: str, router: str, interface: str):
+def request_for(n: int, client: str, router: str, interface: str, mode: str = "police"):
     """The request for ``n`` flows, the real client among the hosts: in the
-    middle of the host list, so its middle port is in the middle of the flat list."""
+    middle of the host list, so its middle port is in the middle of the flat list.
+    Police mode without a rate (no policer); shape mode with every link at 10 Gbit/s."""
+    if mode == "shape":
+        n = shape_flows(n)
     nhosts, nports = split_flows(n)
     others = [h for h in client_hosts(nhosts + 1) if str(h) != client][:nhosts - 1]
     hosts = others[:len(others) // 2 + (len(others) % 2)] + [client] + others[len(others) // 2 + (len(others) % 2):]
     from ipaddress import ip_address
     hosts = [ip_address(h) if isinstance(h, str) else h for h in hosts]
-    req = flows_request(n, "police", interface=interface, netns=router, rate_bps=None,
+    req = flows_request(n, mode, interface=interface, netns=router, rate_bps=FAST_BPS if mode == "shape" else None,
                         bandwidth_bps=FAST_BPS, hosts=hosts)
     hit_port = req.ports[0][0] + nports // 2
     return req, hit_port
@@ -136,7 +142,7 @@ def measure(quick: bool, *, flows=None, outdir=None) -> dict:
     cfg = config(quick, flows)
     doc = new_result(NAME, quick)
     doc["config"] = {**cfg.__dict__, "payload_bytes": PAYLOAD}
-    cases = [("none", 0)] + [(layout, n) for n in cfg.flows for layout in ("hashed", "flat")]
+    cases = [("none", 0)] + [(layout, n) for n in cfg.flows for layout in ("hashed", "flat", "shaped")]
     steps = Steps(NAME, len(cases) * 2)
     name = f"b{os.getpid()}pkt"
     topo = topology.Topology.create(name, 1, replace=True)
@@ -150,10 +156,11 @@ def measure(quick: bool, *, flows=None, outdir=None) -> dict:
                 targets = {"hit": 10000, "miss": MISS_PORT}
                 install_s = 0.0
             else:
-                req, hit_port = request_for(n, client_addr, topo.router, dev)
+                req, hit_port = request_for(n, client_addr, topo.router, dev,
+                                            "shape" if layout == "shaped" else "police")
                 plan = compile_plan(req)
-                ops = plan.ops if layout == "hashed" else flat_ops(plan)
-                install_s = _install(topo, ops, "executor" if layout == "hashed" else "tc-batch")
+                ops = flat_ops(plan) if layout == "flat" else plan.ops
+                install_s = _install(topo, ops, "tc-batch" if layout == "flat" else "executor")
                 targets = {"hit": hit_port, "miss": MISS_PORT}
             for target, port in targets.items():
                 s = topo.socket("c1", socket.AF_INET, socket.SOCK_DGRAM)
@@ -166,7 +173,8 @@ def measure(quick: bool, *, flows=None, outdir=None) -> dict:
                 best = max(trials, key=lambda t: t["pps"])
                 received = sum(t["received"] for t in trials)
                 classified = (after - before) if before is not None and after is not None else None
-                row = {"layout": layout, "flows": n, "target": target, "port": port, "pps": best["pps"],
+                row = {"layout": layout, "flows": n, "links": len(plan.flows) if layout != "none" else 0,
+                       "target": target, "port": port, "pps": best["pps"],
                        "trials": trials, "install_s": install_s, "sender": best["sender"],
                        "classified_packets": classified, "received_packets": received}
                 if layout != "none" and classified is not None:

@@ -62,7 +62,7 @@ def plot_packet(doc: dict, plot_dir: Path) -> str | None:
         return None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
-    for layout in ("hashed", "flat"):
+    for layout in ("hashed", "flat", "shaped"):
         for target, style in (("hit", "-"), ("miss", "--")):
             rs = sorted((r for r in rows if r["layout"] == layout and r["target"] == target), key=lambda r: r["flows"])
             if rs:

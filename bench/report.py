@@ -128,6 +128,7 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
              "(re-run the benchmarks instead).", ""]
     if any_doc:
         lines += ["Measured with:", "", "```",
+                  "pip install -e '.[bench]'    # matplotlib, for the plots",
                   "python -m bench all          # every part (long; the VM parts boot one VM)",
                   "python -m bench all --quick  # small sizes, what CI runs",
                   "python -m bench setup|packet|stats|fidelity|dialup [--quick] [--no-vm]", "```", "",

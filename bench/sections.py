@@ -143,12 +143,17 @@ def _setup_reading(doc: dict, mode: str) -> list[str]:
         b, s = max(big, key=lambda r: r["flows"]), max(small, key=lambda r: r["flows"])
         growth = b["seconds"] / s["seconds"]
         text += (f"From {s['flows']:,} to {b['flows']:,} flows ({b['flows'] / s['flows']:.0f}x) the time grew "
-                 f"{growth:.0f}x for both, and CPU time (nearly all in the kernel) grew alike: on every new "
-                 "class the kernel walks all classes of the qdisc to re-bind filters (`tc_bind_tclass()` in "
-                 "net/sched/sch_api.c), so installing N classes under one HTB qdisc costs O(N^2) whatever "
-                 "sends the requests; at tens of thousands of shaped flows the kernel, not the tool, sets "
-                 "the pace.  Spreading the classes over several HTB qdiscs would cut that walk.")
+                 f"{growth:.0f}x for both, CPU time (nearly all in the kernel) alike.  Groups of 256 classes "
+                 "keep HTB's class walk short (*one qdisc*: every class under one HTB qdisc, where each new "
+                 "class walks all the others, `tc_bind_tclass()`); what grows faster than N above that is "
+                 "the links' own queues: every qdisc with a handle goes into one 16-bucket hash table per "
+                 "device, and adding one walks its bucket (`qdisc_lookup()` in net/sched/sch_api.c), so N "
+                 "leaf queues cost N^2/32 list steps whatever sends the requests (docs/design.md, 'Why "
+                 "groups').")
     return [text]
+
+
+PACKET_LAYOUTS = ("hashed", "flat", "shaped")
 
 
 def section_packet(doc: dict | None, img: str | None) -> list[str]:
@@ -158,8 +163,11 @@ def section_packet(doc: dict | None, img: str | None) -> list[str]:
     out += [f"({_machine_line(doc)})", "",
             "64-byte UDP frames (18-byte payload) sent as fast as the kernel takes them from the server "
             "namespace through the router to a client; forwarded packets/s counted at the client "
-            "(best of the trials).  Both layouts classify every packet into one 10 Gbit/s class with no "
-            "policer (classification cost only).  *hit*: a flow in the middle of the list; *miss*: a port "
+            "(best of the trials).  *hashed* (ratelimit's u32 tree) and *flat* (tcconfig's list) classify "
+            "every packet into one 10 Gbit/s class with no policer (classification cost only); *shaped* is "
+            "ratelimit's shape-mode plan, a class and a byte queue per link, every link at 10 Gbit/s so none "
+            "limits (65,536 requested is 64,512 links, the most one device takes).  *hit*: a flow in the "
+            "middle of the list; *miss*: a port "
             "outside the limited set (the flat list then tries every filter).  In parentheses: ratio to the "
             "same layout and target with one flow.  Police mode's per-packet cost (a policer action on "
             "each matched packet) is not measured: the host kernel has no act_police and packet rates under "
@@ -167,12 +175,13 @@ def section_packet(doc: dict | None, img: str | None) -> list[str]:
     body = []
     for n in sorted({r["flows"] for r in doc["rows"] if r["layout"] != "none"}):
         cells = [f"{n:,}"]
-        for layout in ("hashed", "flat"):
+        for layout in PACKET_LAYOUTS:
             for target in ("hit", "miss"):
                 r = next((r for r in rows_of(doc, layout=layout, target=target, flows=n)), None)
                 cells.append("-" if r is None else f"{r['pps']:,.0f} ({fmt_ratio(r.get('ratio_to_1flow'))})")
         body.append(cells)
-    out += table(["flows", "hashed, hit", "hashed, miss", "flat, hit", "flat, miss"], body)
+    out += table(["flows"] + [f"{layout}, {target}" for layout in PACKET_LAYOUTS for target in ("hit", "miss")],
+                 body)
     bare = [r["pps"] for r in rows_of(doc, layout="none")]
     if bare:
         out += ["", f"No qdisc at all: {max(bare):,.0f} packets/s."]
@@ -202,6 +211,10 @@ def _packet_reading(doc: dict) -> list[str]:
     if h["miss"] and f["miss"] and f["miss"]["pps"]:
         parts.append(f"so for a packet that matches no flow the tree is "
                      f"{h['miss']['pps'] / f['miss']['pps']:,.0f}x faster than the flat list")
+    s = next((r for r in rows_of(doc, layout="shaped", target="hit", flows=big)), None)
+    if s and s.get("ratio_to_1flow"):
+        parts.append(f"with {s.get('links', big):,} shaped links installed a shaped flow forwards "
+                     f"{s['ratio_to_1flow']:.2f}x of its rate with one shaped link")
     return ["Reading: " + "; ".join(parts) + "."] if parts else []
 
 
@@ -354,7 +367,8 @@ def section_dialup(doc: dict | None, img: str | None) -> list[str]:
             f"sessions started by `--rate`, at most {cfg.get('per_httperf', 900)} per process; wrk: `-t1 -c N` "
             f"per client namespace. Replies counted at the server (status 200, 10,000 bytes) over "
             f"{cfg.get('window_s', '?'):g} s of whole seconds, {cfg.get('ramp_s', '?'):g} s after the load "
-            f"starts, for every row.{stage}", "",
+            f"starts, for every row. The server's TCP congestion control: "
+            f"{cfg.get('server_congestion_control') or 'not recorded'}.{stage}", "",
             "The link model's ceiling: each call puts the request on the uplink and the response's frames on "
             "the downlink (a " + f"{cfg.get('header_bytes', '?')}-byte header and 10,000 bytes in TCP segments "
             "of 1,460 bytes, each a PPP frame 8 bytes longer than its payload), so x users complete at most "

@@ -4,7 +4,7 @@ Package map (docs/design.md has one line per module):
   errors, units, model, selectors, profiles,  the vocabulary, parsed once at the edge
   names, getopt
   linklayer, linkmodel                        framing and rates; what a transfer should take
-  compile, u32tree, plan                      request -> plan of tc operations, pure
+  compile, u32tree, plan, diff                request -> plan of tc operations, pure; changes in place
   service, state, progress, cli               apply/clean/list/stats, their state and command line
   fingerprint, recovery, signals, persist     what ratelimit owns; rollback and repair; save/restore
   kernel/   the executor (the only code that changes traffic control), netlink encoding and

@@ -193,17 +193,19 @@ def _dispatch(argv, con) -> int:
         per=args.per, link=args.link,
         **{name: getattr(args, name) for name in service.IMPAIRMENTS})
     if args.dry_run:
-        from .compile import compile_plan
         from .plan import script
-        text = script(compile_plan(req).ops, req.netns)
+        ops, how = service.preview(req)
+        text = script(ops, req.netns)  # refuses a name tc -batch cannot carry before anything is printed
         con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(service.summary(req))}")
+        con.out(f"# {how}")
         con.out(text.rstrip("\n"))
         return 0
     started = time.monotonic()
     plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo, notice=notice,
                          on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"))
-    con.out(f"{req.interface}: {describe(service.summary(req))}; {len(plan.ops)} operations in "
-            f"{time.monotonic() - started:.2f} s")
+    sent = f"{len(plan.ops)} operations" if plan.changed is None else \
+        f"changed in place ({len(plan.changed)} operations)"
+    con.out(f"{req.interface}: {describe(service.summary(req))}; {sent} in {time.monotonic() - started:.2f} s")
     return 0
 
 

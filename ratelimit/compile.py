@@ -22,6 +22,7 @@ ingress qdisc, which only works for Ethernet framing (ingress sees no size
 table); anything else is redirected to an IFB device carrying the same layout.
 """
 
+import functools
 import zlib
 from dataclasses import replace
 
@@ -89,6 +90,15 @@ def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
 
 # ---------------------------------------------------------------- validation
 
+
+
+
+@functools.lru_cache(maxsize=4)
+def compiled(req: Request) -> Plan:
+    """``compile_plan(req)``, kept for the last few requests: reading a record or the
+    statistics of a watched interface compiles its request once, not at every read
+    (compiling 65,536 links takes about a second; requests are frozen, hashable values)."""
+    return compile_plan(req)
 
 def _validate(req: Request) -> None:
     if req.mode not in MODES:

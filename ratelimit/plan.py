@@ -186,6 +186,18 @@ def netem_args(p: LinkParams, limit_pkts: int) -> str:
     return " ".join(out)
 
 
+def netem_groups(p: LinkParams, rate_bps: int = 0) -> frozenset:
+    """The optional parts a netem stage of ``p`` is sent with (beside its fixed options):
+    "corr", "reorder", "corrupt", "rate".  The kernel keeps a part a change leaves out, so
+    a stage can be changed in place only to one that sends every part it had."""
+    delayed = bool(p.delay_us or p.jitter_us)
+    corr = ((p.delay_corr_pct and delayed and p.jitter_us) or (p.loss_corr_pct and p.loss_pct)
+            or (p.duplicate_corr_pct and p.duplicate_pct) or (p.reorder_corr_pct and p.reorder_pct)
+            or (p.corrupt_corr_pct and p.corrupt_pct))
+    return frozenset(name for name, on in (("corr", corr), ("reorder", p.reorder_pct), ("corrupt", p.corrupt_pct),
+                                           ("rate", rate_bps)) if on)
+
+
 @dataclass(frozen=True)
 class NetemQdisc(_Tc):
     """A netem stage for the impairments of ``params``, queueing at most ``limit_pkts``;
@@ -329,6 +341,22 @@ class U32Filter(_Tc):
         return " ".join(out)
 
 
+@dataclass(frozen=True)
+class Change(_Tc):
+    """Set an existing class, leaf qdisc or u32 filter to ``op``'s parameters in place
+    (``tc ... change``): its queue, its place in the tree and its classification stay."""
+
+    op: HtbClass | NetemQdisc | FifoQdisc | U32Filter
+
+    @property
+    def features(self) -> frozenset:
+        return self.op.features
+
+    def tc(self) -> str:
+        what, add, rest = self.op.tc().partition(" add ")
+        return f"{what} change {rest}"
+
+
 # ---------------------------------------------------------------- the plan
 
 
@@ -351,6 +379,7 @@ class Plan:
     request: Request
     ops: tuple
     flows: tuple[Flow, ...]
+    changed: tuple | None = None  # set by an apply that changed the installed plan in place: what it sent
 
     def devices(self) -> tuple[str, ...]:
         """Every device the plan configures, the request's interface first."""

@@ -5,7 +5,9 @@ run that was killed mid-change.
 back to) before the first kernel change, stops on the first refusal, exception, SIGINT
 or SIGTERM, and rolls back -- removes what either plan may have put there, re-applies the
 plan that was there before, and sends back what ``--force`` replaced (``kernel.replay``)
--- then says truthfully where the interface is.  A rollback that itself fails records
+-- then says truthfully where the interface is.  An apply that changed the installed plan
+in place (``diff``) is undone by changing the old numbers back; only if that fails too is
+the old plan rebuilt.  A rollback that itself fails records
 the half-configured state (``state.save_problem``) and says, in one line, what the
 interface holds now and the command that recovers it.
 
@@ -125,8 +127,10 @@ class Change:
         self.ex, self.netns, self.interface = ex, netns, interface
         self.old, self.new, self.captured = old, new, captured
 
-    def run(self, removal: tuple, *, progress=None, echo=None) -> None:
-        """Remove ``removal``, then apply the new plan; on success record it and drop the marker."""
+    def run(self, removal: tuple, *, progress=None, echo=None, changes=None, undo=None) -> None:
+        """Remove ``removal``, then apply the new plan -- or, given ``changes`` (``diff``),
+        change the installed plan in place, ``undo`` changing it back if that fails; on
+        success record the new plan and drop the marker."""
         with signals.guard(armed=False) as guard:
             started = False
             try:
@@ -134,8 +138,11 @@ class Change:
                 state.write_marker(self.netns, self.interface, "apply", old=self.old.request if self.old else None,
                                    new=self.new.request, foreign=self.captured)
                 started = True
-                self.ex.remove(removal)
-                self.ex.apply(self.new.ops, progress=progress, echo=echo)
+                if changes is None:
+                    self.ex.remove(removal)
+                    self.ex.apply(self.new.ops, progress=progress, echo=echo)
+                else:
+                    self.ex.apply(changes, progress=progress, echo=echo)
                 guard.hold()
                 picture = self.ex.picture(self.new.devices())
                 state.save(self.new.request, fingerprint.of_kernel(fingerprint.of_plan(self.new), picture))
@@ -147,17 +154,25 @@ class Change:
                     if isinstance(err, signals.Stop):
                         raise Interrupted(f"interrupted by {err.name}; nothing changed", err.signum) from None
                     raise
-                self._roll_back(err)
+                self._roll_back(err, undo)
 
-    def _roll_back(self, err: BaseException):
+    def _roll_back(self, err: BaseException, undo=None):
         if isinstance(err, signals.Stop):
             what = f"interrupted by {err.name} during the apply"
         else:
             what = _text(err)
         try:
             with _executor(self.netns) as ex:  # a fresh socket: the old one may hold half an exchange
-                problems = _put_back(ex, self.netns, self.interface, old=self.old, new=self.new,
-                                     captured=self.captured)
+                problems = None
+                if undo is not None:
+                    try:  # the old numbers back where they stand; the record still names the old plan
+                        ex.apply(undo)
+                        problems = []
+                    except ApplyError:
+                        pass  # rebuilt below
+                if problems is None:
+                    problems = _put_back(ex, self.netns, self.interface, old=self.old, new=self.new,
+                                         captured=self.captured)
         except BaseException as rb_err:
             raise _half_configured(self.netns, self.interface, self.old.request if self.old else None,
                                    what, rb_err) from err

@@ -3,18 +3,20 @@
 ``make_request`` is the edge: it takes what a person typed (strings with
 units, host names, a profile name) and returns a validated ``Request``.
 ``apply`` leaves the interface with the new plan whole or exactly as it was
-(``recovery``); nothing is deleted before the kernel is checked against what
+(``recovery``); over installed links of the same selectors it changes them in
+place (``diff``); nothing is deleted before the kernel is checked against what
 ratelimit recorded (``fingerprint``).
 """
 
 import copy
+import dataclasses
 import functools
 import os
 import time
 from dataclasses import dataclass
 
-from . import fingerprint, linklayer, profiles, recovery, state
-from .compile import compile_plan, ifb_name
+from . import diff, fingerprint, linklayer, profiles, recovery, state
+from .compile import compile_plan, compiled, ifb_name
 from .errors import ConflictError, FieldError, KernelMissing, NotFoundError, PermissionDenied, StateError
 from .model import LinkParams, Request
 from .names import check_target
@@ -183,8 +185,9 @@ def _refuse_foreign(plan, foreign: dict, installed: Installed) -> None:
 
 def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wait=None, lock_timeout=None,
           notice=None):
-    """Install ``req``; returns the plan.  The interface ends up with the new plan whole, or
-    as it was (``recovery.Change``): on a refused step, an exception, SIGINT or SIGTERM.
+    """Install ``req``; returns the plan (``changed``: the operations sent, when it changed
+    the installed plan in place).  The interface ends up with the new plan whole, or as it
+    was (``recovery.Change``): on a refused step, an exception, SIGINT or SIGTERM.
     ``lock_timeout``: seconds to wait for another run on the interface (default: as long as
     it takes).  ``notice(message)`` hears about repairs of a killed run (default: stderr)."""
     plan = compile_plan(req)
@@ -203,11 +206,35 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
         if force and foreign:
             captured = ex.capture(foreign)  # sent back if this apply does not complete
         removal = recovery.teardown_of(foreign) if force else ()
+        changes = undo = None
         if installed.plan is not None:
             removal = installed.plan.teardown() + removal
+            if not (force and foreign):
+                changes = diff.in_place(installed.plan, plan)
+                undo = None if changes is None else diff.in_place(plan, installed.plan)
         change = recovery.Change(ex, req.netns, req.interface, old=installed.plan, new=plan, captured=captured)
-        change.run(removal, progress=progress, echo=echo)
-    return plan
+        change.run(removal, progress=progress, echo=echo, changes=changes, undo=undo)
+    return plan if changes is None else dataclasses.replace(plan, changed=changes)
+
+
+def preview(req: Request) -> tuple[tuple, str]:
+    """What ``apply`` would send for ``req`` (for --dry-run), without the lock or root:
+    (operations, how) -- the changes in place over the plan ratelimit recorded on the
+    interface when its selectors are the same, else the plan's operations after the
+    installed plan's teardown.  The record is taken as written (apply checks it against
+    the kernel first)."""
+    plan = compile_plan(req)
+    try:
+        record = state.load(req.netns, req.interface)
+    except StateError:
+        record = None
+    if record is None or record.request is None or record.problem:
+        return plan.ops, "a new plan"
+    old = compile_plan(record.request)
+    changes = diff.in_place(old, plan)
+    if changes is not None:
+        return changes, f"changes in place of the installed plan ({len(changes)} operations)"
+    return old.teardown() + plan.ops, "the installed plan removed, then the new plan (other selectors or layout)"
 
 
 def clean(interface: str, netns: str | None = None, *, force: bool = False, echo=None, lock_timeout=None,
@@ -333,14 +360,6 @@ class LinkTable:
 
     def __len__(self) -> int:
         return len(self.keys)
-
-
-@functools.lru_cache(maxsize=4)
-def compiled(req: Request):
-    """``compile_plan(req)``, kept for the requests read again and again: compiling 65,536
-    flows takes about a second, so a watched interface compiles once, not at every read
-    (requests are frozen, hashable values)."""
-    return compile_plan(req)
 
 
 @functools.lru_cache(maxsize=4)

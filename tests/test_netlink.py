@@ -31,7 +31,7 @@ from ratelimit.kernel.executor import Executor, StepFailed, shorten
 from ratelimit.kernel.encode import Encoder
 from ratelimit.kernel.rates import Clock, percent
 from ratelimit import linklayer
-from ratelimit.plan import (AddIfb, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, Key, NetemQdisc, Plan,
+from ratelimit.plan import (AddIfb, Change, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, Key, NetemQdisc, Plan,
                             Police, U32Filter, U32Table, script, tc_batch)
 
 from conftest import HOST4, HOST6, ROUTER4, ROUTER6
@@ -396,7 +396,8 @@ def test_every_message_is_byte_for_byte_what_tc_sends(router_pair):
 
 
 ENCODER = {"HtbQdisc": "htb_qdisc", "IngressQdisc": "ingress_qdisc", "HtbClass": "htb_class",
-           "NetemQdisc": "netem_qdisc", "FifoQdisc": "fifo_qdisc", "U32Table": "u32_table", "U32Filter": "u32_filter"}
+           "NetemQdisc": "netem_qdisc", "FifoQdisc": "fifo_qdisc", "U32Table": "u32_table", "U32Filter": "u32_filter",
+           "Change": "change"}
 
 
 def assert_same_messages_as_tc(router, ops):
@@ -437,4 +438,21 @@ def test_link_layer_messages_are_byte_for_byte_what_tc_sends(router_pair, layer)
     ops += [op for op in police.ops if isinstance(op, U32Filter) and op.police]
     ops.append(U32Filter("r0", 0x520000, 1, "ip", 1, 255, 78, (Key(6, 0xFF, 8),),
                          police=Police(28800, 6056, 1514, 64, overhead_bytes=14, index=0x40000007)))  # ingress
+    assert_same_messages_as_tc(router, ops)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to read tc's messages")
+def test_changes_in_place_are_byte_for_byte_what_tc_change_sends(router_pair):
+    """``class change``, ``qdisc change`` (netem and fifo leaves) and ``filter change`` (a
+    policer's new numbers) as tc sends them: the add message without NLM_F_CREATE|EXCL."""
+    router, _ = router_pair
+    sh("ip", "-n", router, "link", "add", "rl-r0", "type", "ifb")
+    shape = plan_for(mode="shape", ports=(1024, 1025), down=LinkParams(56000, delay_us=50_000),
+                     up=LinkParams(56000, queue=Queue(10, "pkts")))
+    police = plan_for(mode="police", ports=(1024, 1025), per="host", down=LinkParams(56000), up=LinkParams(56000))
+    ops = [Change(op) for op in shape.ops if type(op) in (HtbClass, NetemQdisc, FifoQdisc)]
+    ops += [Change(op) for op in police.ops if isinstance(op, U32Filter) and op.police]
+    assert {type(c.op).__name__ for c in ops} == {"HtbClass", "NetemQdisc", "FifoQdisc", "U32Filter"}
+    assert all(" change " in c.tc() for c in ops)
     assert_same_messages_as_tc(router, ops)

@@ -487,16 +487,7 @@ def test_dashboard_watches_a_lab(browser, artifacts, tmp_path, monkeypatch, lab)
         assert not errors, errors
         page.close()
     finally:
-        if web is not None and web.poll() is None:
-            web.terminate()
-            try:
-                web.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                web.kill()
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        _stop(web, procs)
 
 
 # ---------------------------------------------------------------- the docs screenshot: thousands of real links
@@ -558,14 +549,19 @@ def test_docs_screenshot_of_thousands_of_real_links(browser, artifacts, tmp_path
         assert not errors, errors
         page.close()
     finally:
-        if web is not None and web.poll() is None:
-            web.terminate()
-            try:
-                web.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                web.kill()
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        _stop(web, procs)
         lab.down()
+
+
+def _stop(web, procs) -> None:
+    """End the ``ratelimit web`` process (politely first) and the load processes."""
+    if web is not None and web.poll() is None:
+        web.terminate()
+        try:
+            web.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            web.kill()
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()

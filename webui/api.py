@@ -184,7 +184,9 @@ def apply():
         src.wake()
     applied = summary(plan.request)
     _log_change("apply", f"{target_name(netns, interface)} {applied}")
-    return {"interface": interface, "netns": netns, "applied": applied, "operations": len(plan.ops)}
+    sent = plan.ops if plan.changed is None else plan.changed
+    return {"interface": interface, "netns": netns, "applied": applied, "operations": len(sent),
+            "in_place": plan.changed is not None}
 
 
 @bp.post("/clean")

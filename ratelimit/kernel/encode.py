@@ -7,6 +7,9 @@ per-kind parts are in ``kinds/``; the differences from tc on purpose are
 documented there (HTB's rate tables, netem's wide delays).
 """
 
+import struct
+
+from ..plan import FifoQdisc, HtbClass, NetemQdisc, U32Filter
 from .kinds import actions, fifo, htb, ingress, mirred, netem, police, stab, u32
 from .nl import (NLMSGHDR, NLM_F_CREATE, NLM_F_EXCL, RTM_DELQDISC, RTM_NEWQDISC, RTM_NEWTCLASS,
                  RTM_NEWTFILTER, TC_H_INGRESS, TCA_KIND, TCMSG, attr_str, htons, message,
@@ -15,6 +18,7 @@ from .rates import Clock, clock
 
 _KIND_U32 = attr_str(TCA_KIND, "u32")
 _ADD = NLM_F_CREATE | NLM_F_EXCL
+_FLAGS = struct.Struct("=H")  # nlmsg_flags, at offset 6 of a message
 
 
 class Encoder:
@@ -103,3 +107,15 @@ class Encoder:
         body = TCMSG.pack(0, ifindex, op.handle, parent, info) + _KIND_U32 + self._u32.options(op, acts)
         return NLMSGHDR.pack(16 + len(body), RTM_NEWTFILTER, flags | _ADD, seq, 0) + body
 
+    # -- changes in place
+
+    def change(self, op, seq: int, flags: int) -> bytes:
+        """``op.op``'s message without NLM_F_CREATE | NLM_F_EXCL (what ``tc ... change``
+        sends): the kernel changes the object with that handle, or answers ENOENT."""
+        msg = bytearray(_CHANGEABLE[type(op.op)](self, op.op, seq, flags))
+        _FLAGS.pack_into(msg, 6, _FLAGS.unpack_from(msg, 6)[0] & ~_ADD)
+        return bytes(msg)
+
+
+_CHANGEABLE = {HtbClass: Encoder.htb_class, NetemQdisc: Encoder.netem_qdisc, FifoQdisc: Encoder.fifo_qdisc,
+               U32Filter: Encoder.u32_filter}

@@ -21,7 +21,7 @@ import errno as errnos
 import time
 
 from ..errors import ApplyError
-from ..plan import (AddIfb, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, U32Filter,
+from ..plan import (AddIfb, Change, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, U32Filter,
                     U32Table)
 from . import replay
 from .encode import Encoder
@@ -258,6 +258,7 @@ _BATCHED = {
     FifoQdisc: Encoder.fifo_qdisc,
     U32Table: Encoder.u32_table,
     U32Filter: Encoder.u32_filter,
+    Change: Encoder.change,
 }
 
 __all__ = ["Executor", "StepFailed"]

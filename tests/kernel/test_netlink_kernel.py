@@ -16,6 +16,7 @@ from ipaddress import ip_address
 
 import pytest
 
+from ratelimit import diff
 from ratelimit.compile import compile_plan
 from ratelimit.model import LinkParams, Request
 from ratelimit.kernel.executor import Executor
@@ -168,3 +169,35 @@ def test_police_counters_count_and_drop(router_pair):
         busy = {("dest", 4, 1025), ("source", 4, 1026)}
         assert all(r["packets"] == 0 for k, r in got.items() if k not in busy)
         ex.remove(plan.teardown())
+
+
+CHANGES = {  # (before, after): the same selectors and layout, other numbers
+    "police": (dict(mode="police"), dict(mode="police", down=LinkParams(56000), up=LinkParams(28800))),
+    "police+netem": (PLANS["police+netem"], dict(mode="police", down=LinkParams(56000, delay_us=300_000, jitter_us=5000,
+                                                                              delay_corr_pct=10, loss_pct=2),
+                                                 up=LinkParams(33600, delay_us=150_000, duplicate_pct=2,
+                                                               corrupt_pct=1))),
+    "shape+netem": (PLANS["shape+netem"], dict(mode="shape", down=LinkParams(128000, delay_us=50_000, reorder_pct=2,
+                                                                             reorder_corr_pct=25, loss_pct=1,
+                                                                             loss_corr_pct=10),
+                                               up=LinkParams(64000, delay_us=40_000))),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHANGES))
+def test_changes_in_place_leave_what_a_fresh_apply_leaves(router_pair, name):
+    """Classes, netem leaves and policers changed where they stand read back as the new
+    plan applied from scratch."""
+    router, _ = router_pair
+    before, after = (plan_for(**kw) for kw in CHANGES[name])
+    changes = diff.in_place(before, after)
+    assert changes
+    with Executor(router) as ex:
+        ex.apply(after.ops)
+        fresh = ex.snapshot(after.devices())
+        ex.remove(after.teardown())
+        ex.apply(before.ops)
+        assert ex.snapshot(before.devices()) != fresh
+        ex.apply(changes)
+        assert ex.snapshot(after.devices()) == fresh
+        ex.remove(after.teardown())

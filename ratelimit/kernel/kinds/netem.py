@@ -2,6 +2,7 @@
 
 import struct
 
+from ...plan import netem_groups
 from ..nl import U32_MAX, attr, attr_str, attrs, hexof, TCA_KIND, TCA_OPTIONS
 from ..rates import Clock, percent
 
@@ -32,14 +33,15 @@ def options(n, limit_pkts: int, clk: Clock, rate_bps: int = 0) -> bytes:
     qopt = NETEM_QOPT.pack(clk.time2tick(latency_us), limit_pkts, percent(loss),
                            1 if reorder else 0, percent(dup), clk.time2tick(jitter_us))
     extra = []
-    if delay_corr or loss_corr or dup_corr or reorder_corr or corrupt_corr:
+    groups = netem_groups(n, rate_bps)
+    if "corr" in groups:
         extra.append(attr(TCA_NETEM_CORR, struct.pack("=III", percent(delay_corr), percent(loss_corr),
                                                       percent(dup_corr))))
-    if reorder:
+    if "reorder" in groups:
         extra.append(attr(TCA_NETEM_REORDER, struct.pack("=II", percent(reorder), percent(reorder_corr))))
-    if corrupt:
+    if "corrupt" in groups:
         extra.append(attr(TCA_NETEM_CORRUPT, struct.pack("=II", percent(corrupt), percent(corrupt_corr))))
-    if rate_bps:
+    if "rate" in groups:
         rate = rate_bps // 8  # tc's get_rate64
         if rate >= 1 << 32:
             extra.append(attr(TCA_NETEM_RATE64, struct.pack("=Q", rate)))
