@@ -250,3 +250,17 @@ def server_congestion_control(lab) -> str | None:
 def congestion_control(netns: str) -> str | None:
     r = run(["ip", "netns", "exec", netns, "sysctl", "-n", "net.ipv4.tcp_congestion_control"], check=False)
     return r.stdout.strip() or None
+
+
+TCP_COUNTERS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes")
+
+
+def tcp_counters(netns: str) -> dict:
+    """The server's TCP counters (``nstat -az``): segments sent, retransmitted, timeouts."""
+    r = run(["ip", "netns", "exec", netns, "nstat", "-az", *TCP_COUNTERS], check=False)
+    out = {}
+    for line in r.stdout.splitlines():
+        f = line.split()
+        if len(f) >= 2 and f[1].isdigit():
+            out[f[0]] = int(f[1])
+    return out

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf
-from .common import BenchError, MODEM_BPS, Steps, ratio, say, server_congestion_control
+from .common import TCP_COUNTERS, BenchError, MODEM_BPS, Steps, ratio, say, server_congestion_control, tcp_counters
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
 
@@ -163,9 +163,11 @@ def run_point(lab, model, generator: str, x: int, cfg: Config, log: Path, header
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i, n in enumerate(users) if n]
     time.sleep(cfg.ramp_s)
+    tcp0 = tcp_counters(lab.server.netns)
     start, c0 = time.time(), (_cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids))
     time.sleep(cfg.window_s)
     end, c1 = time.time(), (_cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids))
+    tcp1 = tcp_counters(lab.server.netns)
     outputs = []
     for p in procs:
         if generator == "httperf":  # it prints its report when interrupted
@@ -196,7 +198,9 @@ def run_point(lab, model, generator: str, x: int, cfg: Config, log: Path, header
                    "server": (c1[2] - c0[2]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
                    "softirq": (c1[0][2] - c0[0][2]) / wall,
                    "window_s": c1[0][0] - c0[0][0]},
-           "cpu_run": {"machine_busy": 1 - (c1[0][1] - cpu0[1]) / ((c1[0][0] - cpu0[0]) or 1)}}
+           "cpu_run": {"machine_busy": 1 - (c1[0][1] - cpu0[1]) / ((c1[0][0] - cpu0[0]) or 1)},
+           "server_tcp": {k: tcp1.get(k, 0) - tcp0.get(k, 0) for k in TCP_COUNTERS}}
+    row["retransmitted"] = ratio(row["server_tcp"]["TcpRetransSegs"], row["server_tcp"]["TcpOutSegs"])
     row.update(_generator_totals(generator, outputs, x))
     return row
 
@@ -264,7 +268,9 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
             doc["rows"].append(row)
             steps(f"{generator} x={x:,}: {row['completed_per_s']:.1f} replies/s = {100 * row['ratio_to_model']:.1f}% "
                   f"of the link model's {row['model_ceiling']:.1f}, {100 * row['ratio_to_theoretical']:.1f}% of 0.36x; "
-                  f"errors {row['errors']}; machine {100 * row['cpu']['machine_busy']:.0f}% busy")
+                  f"errors {row['errors']}; server retransmitted {100 * (row['retransmitted'] or 0):.1f}% of "
+                  f"segments ({row['server_tcp']['TcpExtTCPTimeouts']} timeouts); "
+                  f"machine {100 * row['cpu']['machine_busy']:.0f}% busy")
             if outdir:
                 save(doc, outdir)
             time.sleep(2 if quick else 5)  # let the connections close

@@ -34,7 +34,8 @@ import re
 import time
 from dataclasses import dataclass
 
-from .common import BenchError, MODEM_BPS, Steps, congestion_control, ratio, say, server_congestion_control, summarize
+from .common import (TCP_COUNTERS, BenchError, MODEM_BPS, Steps, congestion_control, ratio, say,
+                     server_congestion_control, summarize, tcp_counters)
 from .sandbox import track_topology, untrack_topology
 from .results import new_result, save
 
@@ -51,7 +52,6 @@ CLIENTS = {"1990s": 8192, "today": 0}  # kind -> SO_RCVBUF bytes (0: the kernel'
 # hole fills, so their window starts after the first loss recoveries (a longer warm-up).
 WARMUP_FACTOR = {"1990s": 1, "today": 4}
 BANDWIDTH = "1gbit"
-TCP_COUNTERS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes")
 PROFILE = "modem-28k8"
 LATENCY_PROFILES = ("lan-0ms", "regional-50ms", "national-100ms", "international-200ms",
                     "intercontinental-400ms", "modem-28k8")
@@ -154,18 +154,6 @@ def downloads(lab, k: int, warmup: float, window: float, rcvbuf: int) -> dict:
             "backlog": backlog, "server_tcp": tcp,
             "retransmitted": ratio(tcp.get("TcpRetransSegs"), tcp.get("TcpOutSegs")),
             "ratios": [round(r, 4) for r in ratios]}
-
-
-def tcp_counters(netns: str) -> dict:
-    """The server's TCP counters (``nstat -az``): segments sent, retransmitted, timeouts."""
-    from .common import run
-    r = run(["ip", "netns", "exec", netns, "nstat", "-az", *TCP_COUNTERS], check=False)
-    out = {}
-    for line in r.stdout.splitlines():
-        f = line.split()
-        if len(f) >= 2 and f[1].isdigit():
-            out[f[0]] = int(f[1])
-    return out
 
 
 def delivered(netns: str) -> dict:

@@ -381,12 +381,20 @@ def section_dialup(doc: dict | None, img: str | None) -> list[str]:
                      f"{100 * r['ratio_to_model']:.1f}%", f"{r['model_ceiling']:.1f} ({r['model_call_s']:.3f} s/call)",
                      f"{100 * r['ratio_to_theoretical']:.1f}%", fmt_int(r.get("published")),
                      fmt_int(r.get("errors")), "-" if lost is None else f"{lost:,}",
+                     "-" if r.get("retransmitted") is None else
+                     f"{100 * r['retransmitted']:.1f}% ({r['server_tcp']['TcpExtTCPTimeouts']:,})",
                      f"{100 * cpu.get('load_generators', 0):.0f}%", f"{100 * cpu.get('server', 0):.0f}%",
                      f"{100 * cpu.get('softirq', 0):.0f}%", f"{100 * cpu.get('machine_busy', 0):.0f}%"])
     out += table(["load", "x", "replies/s", "of the model's ceiling", "model ceiling", "of 0.36 x",
-                  "2000 (event-driven)", "errors", "sessions lost", "CPU: load", "CPU: server",
+                  "2000 (event-driven)", "errors", "sessions lost", "retransmitted (timeouts)", "CPU: load",
+                  "CPU: server",
                   "CPU: softirq", "machine busy"], body) + [""]
-    out += ["CPU columns are shares of one core (load generators and server: their processes' user + "
+    out += ["Retransmitted: the server's retransmitted segments as a share of the segments it sent in the "
+            "window, and its retransmission timeouts (`nstat`); a modem's first 1,460-byte segment takes "
+            "0.44 s, so a timer sized by a fast handshake fires before it is acknowledged, and the copies "
+            "queue behind the data.",
+            "",
+            "CPU columns are shares of one core (load generators and server: their processes' user + "
             "system time; softirq: the kernel's, over all CPUs, which is where the router's forwarding and "
             "shaping run: veth delivers in the sender's context). httperf busy-polls, so its share says "
             "nothing about the router.", ""]

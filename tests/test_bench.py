@@ -317,7 +317,7 @@ def test_report_from_small_results(tmp_path):
     assert "| synthetic, every link moving | 16,384 | 2.0% | 8.0% | 4.0 |" in text
     assert "| shape | host | 100 | 1990s | 1 | 0.997 | 0.991 | 0.980 | 0.971 | 0.980 | 0.989 | 0 | 2.00 s | 4.50 s | 4.88 s | 1.0% | 50% |" in text
     assert "| national-100ms | 200.0 ms | 204.0 ms | 1.020 | +4.0 ms |" in text
-    assert "| httperf | 200 | 64.0 | 99.2% | 64.5 (3.100 s/call) | 88.9% | 69 | 0 | 0 | 100% | 10% | 20% | 40% |" in text
+    assert "| httperf | 200 | 64.0 | 99.2% | 64.5 (3.100 s/call) | 88.9% | 69 | 0 | 0 | - | 100% | 10% | 20% | 40% |" in text
     assert "every row reached at least 98.4% of the link model's ceiling (lowest: wrk at x = 200)" in text
     try:
         import matplotlib  # noqa: F401
