@@ -129,15 +129,15 @@ class Installed:
         return out
 
 
-def _installed(ex, netns, interface, *, force: bool, classes: bool = True, plan_of=None) -> Installed:
+def _installed(ex, netns, interface, *, force: bool, classes: bool = True) -> Installed:
     """Our plan on the interface, checked against the kernel before anything trusts it.
 
     A record that cannot be read, or one saying the interface is half-configured, is an
     error unless ``force`` (then it is ignored: everything there is replaced).  A record
     whose parts the kernel does not show as recorded (another tool's root qdisc with our
     handle, a class tree not ours) is refused unless ``force``; one whose parts are all
-    gone is stale (nothing to delete).  ``plan_of`` compiles the record's request
-    (default ``compile_plan``)."""
+    gone is stale (nothing to delete).  The record's plan comes from ``compiled``: reading
+    the record compiled it already (``state.load`` checks the request that way)."""
     devs = [interface, ifb_name(interface)]
     try:
         record = state.load(netns, interface)
@@ -151,7 +151,7 @@ def _installed(ex, netns, interface, *, force: bool, classes: bool = True, plan_
         record = None
     if record is None:
         return Installed(None, {}, ex.picture(devs, classes))
-    plan = (plan_of or compile_plan)(record.request)
+    plan = compiled(record.request)
     owned = record.fingerprint or fingerprint.of_plan(plan)  # version 1: what the plan should own
     picture = ex.picture(list(dict.fromkeys(devs + list(owned))), classes)
     differences = fingerprint.differences(owned, picture)
@@ -230,7 +230,7 @@ def preview(req: Request) -> tuple[tuple, str]:
         record = None
     if record is None or record.request is None or record.problem:
         return plan.ops, "a new plan"
-    old = compile_plan(record.request)
+    old = compiled(record.request)
     changes = diff.in_place(old, plan)
     if changes is not None:
         return changes, f"changes in place of the installed plan ({len(changes)} operations)"
@@ -315,7 +315,7 @@ def describe(applied: dict) -> str:
             f"ports {applied['ports']}: {applied['links']} links")
 
 
-def _readable(ex, netns, interface, notice, plan_of=None):
+def _readable(ex, netns, interface, notice):
     """Our plan for --list and --stats: a killed run's marker is repaired first (which needs
     root and the lock: a run in progress makes this busy); a half-configured interface or an
     unreadable record is reported, never read as "nothing installed"."""
@@ -325,7 +325,7 @@ def _readable(ex, netns, interface, notice, plan_of=None):
                              "root to put it back")
         with state.lock(netns, interface, timeout=0):
             recovery.repair(ex, netns, interface, notice)
-    return _installed(ex, netns, interface, force=False, classes=False, plan_of=plan_of).plan
+    return _installed(ex, netns, interface, force=False, classes=False).plan
 
 
 def applied(interface: str, netns: str | None = None, notice=None) -> Request | None:
@@ -374,7 +374,7 @@ def link_table(req: Request) -> LinkTable:
 
 def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
     _check_interface(ex, interface, netns)
-    plan = _readable(ex, netns, interface, notice, plan_of=compiled)
+    plan = _readable(ex, netns, interface, notice)
     table = None if plan is None else link_table(plan.request)
     if table is None:
         return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "keys": (),

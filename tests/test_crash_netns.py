@@ -58,8 +58,10 @@ def start_big_apply(ns, *extra):
 
 def with_a_duplicate_class(monkeypatch, only=lambda req: True):
     """compile_plan whose plans (for requests ``only`` picks) hold one class twice: the
-    kernel refuses the second, a real failure in the middle of the plan.  ``monkeypatch``
-    is a MonkeyPatch of its own: its undo() must not undo the fixtures' state directory."""
+    kernel refuses the second, a real failure in the middle of the plan.  The service
+    compiles a new request with ``compile_plan`` and a recorded one with ``compiled``: both
+    are replaced.  ``monkeypatch`` is a MonkeyPatch of its own: its undo() must not undo the
+    fixtures' state directory."""
     real = service.compile_plan
 
     def compile_plan(req):
@@ -71,6 +73,7 @@ def with_a_duplicate_class(monkeypatch, only=lambda req: True):
         ops.insert(len(ops) * 2 // 3, ops[dup])
         return Plan(plan.request, tuple(ops), plan.flows)
     monkeypatch.setattr(service, "compile_plan", compile_plan)
+    monkeypatch.setattr(service, "compiled", compile_plan)
 
 
 @pytest.mark.parametrize("signum,code,previous", [(signal.SIGINT, 130, True), (signal.SIGTERM, 143, False)],
