@@ -23,6 +23,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+from ratelimit.kernel.proc import stop
+
 from .common import REPO, BenchError
 
 CHROMIUM = "/usr/bin/chromium"
@@ -139,12 +141,7 @@ def server_cpu(argv: list[str], env: dict, client: _Browser, *, warmup_s: float,
     finally:
         if page is not None:
             page.close()
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, 15)
 
 
 def webui_argv(netns: str, interface: str) -> list[str]:

@@ -4,7 +4,6 @@ Each test gets its own namespace holding a veth pair; nothing outside it is touc
 """
 
 import os
-import re
 import subprocess
 import sys
 import time
@@ -17,6 +16,8 @@ from ratelimit import service
 from ratelimit.errors import ApplyError, ConflictError, KernelMissing, NotFoundError, PermissionDenied
 from ratelimit.kernel.executor import Executor
 from ratelimit.plan import HtbClass, Plan, U32Filter, U32Table
+
+import tcdump
 
 pytestmark = pytest.mark.netns
 
@@ -46,16 +47,8 @@ def router(tmp_path, monkeypatch):
 
 
 def tc_dump(ns, *devs):
-    """Everything tc says about the devices, without counters (the 'before/after' picture)."""
-    out = [sh("ip", "-n", ns, "-o", "link", "show").stdout.split("\n").__len__()]
-    for dev in devs:
-        if sh("ip", "-n", ns, "link", "show", dev, check=False).returncode:
-            out.append(f"{dev}: absent")
-            continue
-        for what in (("qdisc", "show", "dev", dev), ("class", "show", "dev", dev),
-                     ("filter", "show", "dev", dev), ("filter", "show", "dev", dev, "ingress")):
-            out.append(re.sub(r"direct_packets_stat \d+", "", sh("tc", "-n", ns, "-d", *what).stdout))
-    return out
+    """How many devices the namespace has, then ``tcdump.tc_dump`` (the 'before/after' picture)."""
+    return [sh("ip", "-n", ns, "-o", "link", "show").stdout.split("\n").__len__()] + tcdump.tc_dump(ns, *devs)
 
 
 def request(ns, **kw):

@@ -38,6 +38,8 @@ from pathlib import Path
 
 import pytest
 
+from ratelimit.kernel.proc import stop
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
                  "--disable-sync", "--no-first-run"]
@@ -555,12 +557,8 @@ def test_docs_screenshot_of_thousands_of_real_links(browser, artifacts, tmp_path
 
 def _stop(web, procs) -> None:
     """End the ``ratelimit web`` process (politely first) and the load processes."""
-    if web is not None and web.poll() is None:
-        web.terminate()
-        try:
-            web.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            web.kill()
+    if web is not None:
+        stop(web, 10)
     for p in procs:
         if p.poll() is None:
             p.kill()

@@ -1,4 +1,5 @@
-"""Running a child process group with its output pumped through us, under a deadline.
+"""Running a child process group with its output pumped through us, under a deadline;
+ending a child process (``stop``).
 
 Used by ``vm`` for vng/virtme-run/qemu: the output is piped (never handed
 straight to a file: qemu reopens /proc/self/fd/1 and would write over the
@@ -17,6 +18,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+
+
+def stop(proc: subprocess.Popen, grace_s: float = 5.0) -> None:
+    """End one child process: TERM, then KILL if it is still there after ``grace_s``; reaped."""
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=grace_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def kill_group(proc: subprocess.Popen) -> None:

@@ -42,6 +42,8 @@ from collections.abc import Sequence
 
 import pytest
 
+from ..kernel.proc import stop
+
 MARKER = "emulated_link"
 _OPTIONS = ("profile", "clients", "mode", "per", "rate", "delay", "no_delay", "burst", "queue", "ports", "server")
 _counter = itertools.count(1)
@@ -188,13 +190,7 @@ class EmulatedLink:
 
     def _close(self) -> None:
         for proc in self._servers:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            stop(proc)
         self.lab.down()
 
 
