@@ -119,10 +119,13 @@ class Reader:
             return None
         return header(found[0], found[1])[1], decode.qdisc_kind(*found)
 
+    def _root_at(self, index: int) -> tuple[str, int] | None:
+        found = self._qdisc_at(index, TC_H_ROOT)
+        return None if found is None or found[0] == 0 else (found[1], found[0])
+
     def root_qdisc(self, dev: str) -> tuple[str, int] | None:
         """(kind, handle) of ``dev``'s root qdisc; None for the kernel's default (handle 0)."""
-        found = self._qdisc_at(self._device(dev), TC_H_ROOT)
-        return None if found is None or found[0] == 0 else (found[1], found[0])
+        return self._root_at(self._device(dev))
 
     def has_ingress(self, dev: str) -> bool:
         """True if ``dev`` has an ingress (or clsact) qdisc."""
@@ -144,9 +147,7 @@ class Reader:
                 continue
             seen = {"root": None, "ingress": None, "classes": None}
             if not classes:  # the root and ingress qdiscs asked for alone (no dump of every leaf)
-                root, ingress = self._qdisc_at(index, TC_H_ROOT), self._qdisc_at(index, TC_H_INGRESS)
-                if root is not None and root[0]:
-                    seen["root"] = (root[1], root[0])
+                seen["root"], ingress = self._root_at(index), self._qdisc_at(index, TC_H_INGRESS)
                 if ingress is not None:
                     seen["ingress"] = ingress[1]
                 out[dev] = seen
