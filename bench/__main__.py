@@ -6,6 +6,8 @@
     python -m bench stats [--quick]      time to read every link's counters; dashboard CPU
     python -m bench fidelity [--quick]   goodput / configured, RTT / configured
     python -m bench dialup [--quick]     the 2000 dial-up table with httperf
+    python -m bench faults [--quick]     refusals at every step, SIGKILL mid-apply
+    python -m bench switch [--quick]     a download across a profile switch: in place vs rebuild
     python -m bench report               docs/benchmarks.md from bench/results/
 
 Parts that need netem or act_police (police mode, latency classes) run that
@@ -23,11 +25,11 @@ import traceback
 
 from . import common, results, sandbox
 
-PARTS = ("setup", "packet", "stats", "fidelity", "dialup")
+PARTS = ("setup", "packet", "stats", "fidelity", "dialup", "faults", "switch")
 
 
 _MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "fidelity": "fidelity",
-            "dialup": "dialup"}
+            "dialup": "dialup", "faults": "faults", "switch": "switch"}
 
 
 def _module(part: str):

@@ -15,10 +15,12 @@ generators, each in four client namespaces (the 2000 lab had four clients):
   each fetching back to back; it also runs x = 10,000, where httperf would need
   a dozen spinning processes on two cores.
 
-Measurement window: completions (status 200, 10,000 bytes) counted in the
-server's access log over whole seconds, from ``ramp`` after the start (every
-session connected and past its first call) for ``window`` seconds; the same
-window for every row.  Theory: a fetch needs at least 10,000 x 8 / 28,800 =
+Measurement window: replies (status 200, 10,000 bytes) in the server's access log,
+from ``ramp`` after the start (every session connected and past its first call) for
+``window`` seconds, the same window for every row; each connection's rate is the
+number of its calls between its first and last reply in the window over that time
+(``rate_in_window``: counting replies in the window instead would depend on where it
+cuts wrk's waves of calls), and the row's rate is their sum.  Theory: a fetch needs at least 10,000 x 8 / 28,800 =
 2.78 s, so x users complete at most 0.36 x fetches per second (the published
 formula).  The link model's ceiling counts what each call puts on the link:
 the request up, the response's frames down (``LinkModel.call_seconds``), at
@@ -43,7 +45,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf
-from .common import TCP_COUNTERS, BenchError, MODEM_BPS, Steps, ratio, say, server_congestion_control, tcp_counters
+from .common import (LINUX_RTO_MIN_MS, TCP_COUNTERS, BenchError, MODEM_BPS, Steps, ratio, say, server_congestion_control,
+                     server_rto_min, tcp_counters)
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
 
@@ -64,19 +67,39 @@ REQUEST = {"httperf": "GET {uri} HTTP/1.1\r\nUser-Agent: httperf/0.9.0\r\nHost: 
            "wrk": "GET {uri} HTTP/1.1\r\nHost: {host}:80\r\n\r\n"}
 
 
+RTO_MIN_MS = 1000  # the server's retransmission timeout floor: RFC 6298's 1 s (bench.common.server_rto_min)
+
+
 @dataclass(frozen=True)
 class Config:
-    points: tuple[tuple[str, int], ...]  # (load generator, x)
+    # (load generator, x, the server's RTO floor in ms: RTO_MIN_MS, or None for Linux's 200 ms)
+    points: tuple[tuple[str, int, int | None], ...]
     ramp_s: float
     window_s: float
 
 
 def config(quick: bool, clients=None) -> Config:
+    """httperf and wrk at each x with the RFC's 1 s RTO floor, wrk also at x = 10,000, and
+    one wrk row with Linux's 200 ms floor to show what it costs."""
     if quick:
         xs = tuple(clients or (40,))
-        return Config(tuple((g, x) for g in ("httperf", "wrk") for x in xs), 8.0, 8.0)
+        return Config(tuple((g, x, RTO_MIN_MS) for g in ("httperf", "wrk") for x in xs) + (("wrk", xs[0], None),),
+                      8.0, 8.0)
     xs = tuple(clients or (200, 1000, 2000, 3600))
-    return Config(tuple(("httperf", x) for x in xs) + tuple(("wrk", x) for x in (*xs, 10_000)), 12.0, 40.0)
+    return Config(tuple(("httperf", x, RTO_MIN_MS) for x in xs)
+                  + tuple(("wrk", x, RTO_MIN_MS) for x in (*xs, 10_000))
+                  + (("wrk", xs[min(1, len(xs) - 1)], None),), 12.0, 40.0)
+
+
+def linux_floor(row: dict) -> bool:
+    """A comparison row: the server kept Linux's 200 ms RTO floor."""
+    return row.get("server_rto_min_ms") == LINUX_RTO_MIN_MS
+
+
+def table_rows(doc: dict, generator: str | None = None) -> list[dict]:
+    """The table's rows (the server at the RFC's floor), by generator and x."""
+    return sorted((r for r in doc.get("rows", []) if not linux_floor(r) and generator in (None, r["generator"])),
+                  key=lambda r: (r["generator"], r["x"]))
 
 
 def theoretical(x: int) -> float:
@@ -84,26 +107,48 @@ def theoretical(x: int) -> float:
     return x * THEORY_FACTOR
 
 
-_NGINX_TIME = re.compile(r'\[(\d{2}/\w{3}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4})\] "[^"]*" (\d{3}) (\d+)')
+_NGINX_LINE = re.compile(r'^(\S+) \S+ \S+ \[(\d{2}/\w{3}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4})\] "[^"]*" (\d{3}) (\d+)'
+                         r'(?: "[^"]*" "[^"]*" (\d+\.\d+) (\d+))?', re.M)
 
 
-def nginx_completions(text: str) -> list[float]:
-    """Times (epoch s) of complete 10,000-byte 200 replies in an nginx access log."""
+@dataclass(frozen=True)
+class Completion:
+    """A complete reply in the access log: when it ended and on which connection (the
+    lab's log format adds ``$msec`` and ``$remote_port``; the plain combined format has
+    the second only, and no port)."""
+
+    at: float
+    client: str
+    port: int | None
+
+
+def nginx_completions(text: str) -> list[Completion]:
+    """Complete 10,000-byte 200 replies in an nginx access log."""
     out = []
-    for m in _NGINX_TIME.finditer(text):
-        if m.group(2) == "200" and int(m.group(3)) == FILE_BYTES:
-            out.append(datetime.datetime.strptime(m.group(1), "%d/%b/%Y:%H:%M:%S %z").timestamp())
+    for m in _NGINX_LINE.finditer(text):
+        if m.group(3) == "200" and int(m.group(4)) == FILE_BYTES:
+            at = float(m.group(5)) if m.group(5) else \
+                datetime.datetime.strptime(m.group(2), "%d/%b/%Y:%H:%M:%S %z").timestamp()
+            out.append(Completion(at, m.group(1), int(m.group(6)) if m.group(6) else None))
     return out
 
 
-def rate_in_window(times: list[float], start: float, end: float) -> tuple[float, float]:
-    """(completions per second, seconds counted) within [start, end] on whole seconds,
-    so that 1-second log stamps count fairly."""
-    lo, hi = math.ceil(start), math.floor(end)
-    if hi <= lo:
-        return 0.0, 0.0
-    n = sum(1 for t in times if lo <= t < hi)
-    return n / (hi - lo), hi - lo
+def rate_in_window(done: list[Completion], start: float, end: float) -> tuple[float, int]:
+    """(replies per second, connections counted) in [start, end]: the sum over connections
+    of each one's rate, (replies - 1) / (last - first) of its replies in the window.  A
+    count of replies in the window would depend on where the window cuts the calls: wrk
+    starts its connections together, so their replies come in waves a call apart, and a
+    40 s window holds 13 or 14 of them (7% apart)."""
+    by_conn: dict = {}
+    for c in done:
+        if start <= c.at <= end and c.port is not None:
+            by_conn.setdefault((c.client, c.port), []).append(c.at)
+    rate, counted = 0.0, 0
+    for times in by_conn.values():
+        if len(times) >= 2 and times[-1] > times[0]:
+            rate += (len(times) - 1) / (times[-1] - times[0])
+            counted += 1
+    return rate, counted
 
 
 def shares(x: int, n: int = CLIENTS) -> list[int]:
@@ -149,7 +194,8 @@ def _cpu_totals() -> tuple[float, float, float]:
 # ---------------------------------------------------------------- one row
 
 
-def run_point(lab, model, generator: str, x: int, cfg: Config, log: Path, header_bytes: int) -> dict:
+def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, log: Path,
+              header_bytes: int) -> dict:
     """One (generator, x): start the load in every client namespace, count completions at
     the server over the window, stop the load, read each generator's own totals."""
     users = shares(x)
@@ -185,14 +231,17 @@ def run_point(lab, model, generator: str, x: int, cfg: Config, log: Path, header
         f.seek(offset)
         times = nginx_completions(f.read().decode("utf-8", "replace"))
     rate, counted = rate_in_window(times, start, end)
+    if counted < x * 0.95:
+        raise BenchError(f"{generator} x={x}: only {counted} connections finished two calls in the window "
+                         "(is the server's access log in the lab's format, with $msec and $remote_port?)")
     wall = (c1[0][0] - c0[0][0]) or 1.0
     request = len(REQUEST[generator].format(uri=URI, host=lab.server.address))
     call_s = model.call_seconds(FILE_BYTES, header=header_bytes, request=request)
     ceiling = x / call_s
     row = {"generator": generator, "x": x, "users_per_client": users, "completed_per_s": rate,
-           "counted_s": counted, "theoretical": theoretical(x), "ratio_to_theoretical": ratio(rate, theoretical(x)),
+           "connections_counted": counted, "window_s": end - start, "theoretical": theoretical(x), "ratio_to_theoretical": ratio(rate, theoretical(x)),
            "model_call_s": call_s, "model_ceiling": ceiling, "ratio_to_model": ratio(rate, ceiling),
-           "request_bytes": request, "published": PUBLISHED.get(x) if generator == "httperf" else None,
+           "request_bytes": request, "server_rto_min_ms": rto_min_ms, "published": PUBLISHED.get(x) if generator == "httperf" else None,
            "cpu": {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
                    "load_generators": (c1[1] - c0[1]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
                    "server": (c1[2] - c0[2]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
@@ -245,7 +294,7 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
     from ratelimit.lab.core import Lab
     from ratelimit.lab.link import LinkSpec
     cfg = config(quick, clients)
-    biggest = max(x for _, x in cfg.points)
+    biggest = max(x for _, x, _ in cfg.points)
     bandwidth = f"{max(100, math.ceil(biggest * MODEM_BPS * 1.2 / 1e6))}mbit"  # every modem at once, and room
     netem = probe(["netem"])["netem"]
     doc = new_result(NAME, quick)
@@ -263,10 +312,11 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
         header = doc["config"]["header_bytes"] = _header_bytes(lab)
         model = lab.link_model()
         log = Path(lab.info["dir"]) / "nginx" / "access.log"
-        for generator, x in cfg.points:
-            row = run_point(lab, model, generator, x, cfg, log, header)
+        for generator, x, floor in cfg.points:
+            rto_min_ms = server_rto_min(lab, floor)
+            row = run_point(lab, model, generator, x, rto_min_ms, cfg, log, header)
             doc["rows"].append(row)
-            steps(f"{generator} x={x:,}: {row['completed_per_s']:.1f} replies/s = {100 * row['ratio_to_model']:.1f}% "
+            steps(f"{generator} x={x:,} (RTO floor {rto_min_ms} ms): {row['completed_per_s']:.1f} replies/s = {100 * row['ratio_to_model']:.1f}% "
                   f"of the link model's {row['model_ceiling']:.1f}, {100 * row['ratio_to_theoretical']:.1f}% of 0.36x; "
                   f"errors {row['errors']}; server retransmitted {100 * (row['retransmitted'] or 0):.1f}% of "
                   f"segments ({row['server_tcp']['TcpExtTCPTimeouts']} timeouts); "

@@ -121,10 +121,10 @@ def plot_fidelity(docs: list[dict], plot_dir: Path) -> str | None:
 
 
 def plot_dialup(doc: dict, plot_dir: Path) -> str | None:
-    rows = doc.get("rows", [])
+    from .dialup import PUBLISHED, table_rows, theoretical
+    rows = table_rows(doc)
     if not rows:
         return None
-    from .dialup import PUBLISHED, theoretical
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     xs = sorted({r["x"] for r in rows} | set(PUBLISHED))

@@ -19,7 +19,8 @@ import os
 from pathlib import Path
 
 from .common import REPO, fmt_time, ratio
-from .sections import rows_of, section_dialup, section_fidelity, section_packet, section_setup, section_stats
+from .dialup import table_rows
+from .sections import rows_of, section_dialup, section_faults, section_fidelity, section_switch, section_packet, section_setup, section_stats
 from .plots import plot_dialup, plot_fidelity, plot_packet, plot_setup, plot_stats
 from .results import RESULTS_DIR, load_results
 
@@ -89,7 +90,7 @@ def summary(setup: list[dict], packet: dict | None, stats: list[dict], fid: list
             out.append(f"**Latency classes**: measured / configured round trip {min(rs):.3f} to {max(rs):.3f}.")
     if dialup:
         for generator in ("httperf", "wrk"):
-            rs = sorted(rows_of(dialup, generator=generator), key=lambda r: r["x"])
+            rs = table_rows(dialup, generator)
             if rs:
                 out.append(f"**Dial-up table, {generator}**: " + ", ".join(
                     f"x={r['x']:,}: {r['completed_per_s']:.0f}/s ({100 * r['ratio_to_model']:.1f}% of the link "
@@ -131,7 +132,7 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
                   "pip install -e '.[bench]'    # matplotlib, for the plots",
                   "python -m bench all          # every part (long; the VM parts boot one VM)",
                   "python -m bench all --quick  # small sizes, what CI runs",
-                  "python -m bench setup|packet|stats|fidelity|dialup [--quick] [--no-vm]", "```", "",
+                  "python -m bench setup|packet|stats|fidelity|dialup|faults|switch [--quick] [--no-vm]", "```", "",
                   "Commands of this report's runs: " + "; ".join(sorted({f"`{d.get('command')}`"
                                                                           for d in results.values()})) + ".", ""]
     if quick:
@@ -148,6 +149,8 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
     lines += section_stats(stats, img(plot_stats, stats) if stats else None)
     lines += section_fidelity(fid, img(plot_fidelity, fid) if fid else None)
     lines += section_dialup(dialup, img(plot_dialup, dialup) if dialup else None)
+    lines += section_faults(results.get(("faults", "host")))
+    lines += section_switch(results.get(("switch", "host")))
     if failed:
         lines += ["Plots not drawn (pip install matplotlib): " + "; ".join(failed), ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -365,19 +365,25 @@ def section_dialup(doc: dict | None, img: str | None) -> list[str]:
             f"headers at 93.3% of 28,800 bit/s; {cfg.get('mode')} mode, a link per (host, port); the router's "
             f"bandwidth {cfg.get('bandwidth')}). httperf as in 2000: `--wsess N,20,0 --burst-length 1` with the "
             f"sessions started by `--rate`, at most {cfg.get('per_httperf', 900)} per process; wrk: `-t1 -c N` "
-            f"per client namespace. Replies counted at the server (status 200, 10,000 bytes) over "
-            f"{cfg.get('window_s', '?'):g} s of whole seconds, {cfg.get('ramp_s', '?'):g} s after the load "
-            f"starts, for every row. The server's TCP congestion control: "
-            f"{cfg.get('server_congestion_control') or 'not recorded'}.{stage}", "",
+            f"per client namespace. Replies read from the server's access log (status 200, 10,000 bytes) "
+            f"in a window of {cfg.get('window_s', '?'):g} s starting {cfg.get('ramp_s', '?'):g} s after the "
+            f"load, the same for every row; each connection's rate is its calls between its first and last "
+            f"reply in the window over that time, and the row's replies/s their sum (a count of the replies "
+            f"in the window would depend on where the window cuts wrk's waves of calls, which start "
+            f"together). The server's TCP congestion control: "
+            f"{cfg.get('server_congestion_control') or 'not recorded'}; its retransmission timeout floor: "
+            f"RFC 6298's 1 s (`ip route ... rto_min 1s`), and Linux's own 200 ms in the row marked so.{stage}", "",
             "The link model's ceiling: each call puts the request on the uplink and the response's frames on "
             "the downlink (a " + f"{cfg.get('header_bytes', '?')}-byte header and 10,000 bytes in TCP segments "
             "of 1,460 bytes, each a PPP frame 8 bytes longer than its payload), so x users complete at most "
             "x / (seconds per call) replies per second.", ""]
     body = []
-    for r in sorted(doc["rows"], key=lambda r: (r["generator"], r["x"])):
+    from .dialup import linux_floor, table_rows
+    for r in table_rows(doc) + [r for r in doc["rows"] if linux_floor(r)]:
         cpu = r.get("cpu", {})
         lost = r.get("sessions_total", 0) - r.get("sessions_ok", 0) if "sessions_total" in r else None
-        body.append([r["generator"], f"{r['x']:,}", f"{r['completed_per_s']:.1f}",
+        floor = r.get("server_rto_min_ms")
+        body.append([r["generator"], f"{r['x']:,}", "?" if floor is None else f"{floor:,} ms", f"{r['completed_per_s']:.1f}",
                      f"{100 * r['ratio_to_model']:.1f}%", f"{r['model_ceiling']:.1f} ({r['model_call_s']:.3f} s/call)",
                      f"{100 * r['ratio_to_theoretical']:.1f}%", fmt_int(r.get("published")),
                      fmt_int(r.get("errors")), "-" if lost is None else f"{lost:,}",
@@ -385,14 +391,17 @@ def section_dialup(doc: dict | None, img: str | None) -> list[str]:
                      f"{100 * r['retransmitted']:.1f}% ({r['server_tcp']['TcpExtTCPTimeouts']:,})",
                      f"{100 * cpu.get('load_generators', 0):.0f}%", f"{100 * cpu.get('server', 0):.0f}%",
                      f"{100 * cpu.get('softirq', 0):.0f}%", f"{100 * cpu.get('machine_busy', 0):.0f}%"])
-    out += table(["load", "x", "replies/s", "of the model's ceiling", "model ceiling", "of 0.36 x",
+    out += table(["load", "x", "server RTO floor", "replies/s", "of the model's ceiling", "model ceiling", "of 0.36 x",
                   "2000 (event-driven)", "errors", "sessions lost", "retransmitted (timeouts)", "CPU: load",
                   "CPU: server",
                   "CPU: softirq", "machine busy"], body) + [""]
     out += ["Retransmitted: the server's retransmitted segments as a share of the segments it sent in the "
-            "window, and its retransmission timeouts (`nstat`); a modem's first 1,460-byte segment takes "
-            "0.44 s, so a timer sized by a fast handshake fires before it is acknowledged, and the copies "
-            "queue behind the data.",
+            "window, and its retransmission timeouts (`nstat`). A modem's first 1,460-byte segment takes "
+            "0.44 s, while the handshake's small packets measure a round trip of tens of ms: with Linux's "
+            "200 ms floor the timer fires before that segment is acknowledged, the whole response is sent "
+            "again behind the data (a connection's first calls take 5-8 s instead of 3.1 s), and without "
+            "timestamps no round trip is measured until a call goes through clean. RFC 6298 (2.4) rounds "
+            "the timeout up to 1 s; the table's server does.",
             "",
             "CPU columns are shares of one core (load generators and server: their processes' user + "
             "system time; softirq: the kernel's, over all CPUs, which is where the router's forwarding and "
@@ -406,9 +415,12 @@ def section_dialup(doc: dict | None, img: str | None) -> list[str]:
 
 
 def _dialup_reading(doc: dict) -> list[str]:
-    rows = sorted(doc["rows"], key=lambda r: (r["generator"], r["x"]))
+    from .dialup import linux_floor, table_rows
+    rows = table_rows(doc)
     if not rows:
         return []
+    linux = [f"{r['generator']} at x = {r['x']:,} with Linux's 200 ms floor reached {100 * r['ratio_to_model']:.1f}%, "
+             f"retransmitting {100 * (r.get('retransmitted') or 0):.1f}% of segments" for r in doc["rows"] if linux_floor(r)]
     worst = min(rows, key=lambda r: r["ratio_to_model"])
     busiest = max(rows, key=lambda r: r.get("cpu", {}).get("machine_busy", 0))
     errors = sum(r.get("errors") or 0 for r in rows)
@@ -418,6 +430,73 @@ def _dialup_reading(doc: dict) -> list[str]:
             f"a 28.8k modem's line carries PPP frames at 93.3% of its bit rate (V.42 framing and stuffing), "
             f"each call also puts its request and the response header on the link, and the 2000 links let "
             f"18 KB through at once (v0.3's --burst 5), which no modem did. The machine was at most "
-            f"{100 * busiest['cpu']['machine_busy']:.0f}% busy ({busiest['generator']}, x = {busiest['x']:,})."]
+            f"{100 * busiest['cpu']['machine_busy']:.0f}% busy ({busiest['generator']}, x = {busiest['x']:,})."
+            + (f" For comparison, {'; '.join(linux)}." if linux else "")]
 
 
+
+
+def section_faults(doc: dict | None) -> list[str]:
+    out = ["## 6. Fault injection", ""]
+    if not doc:
+        return out + ["Not run.", ""]
+    out += [f"({_machine_line(doc)})", "",
+            "A refusal at every step: before the k-th operation the executor sends, for every k, one the "
+            "kernel refuses is slipped in (a class under a qdisc that does not exist while building, the "
+            "removal of the loopback device while removing). Within a batch the kernel carries on past "
+            "the refused message, so later operations of that batch do take effect. After each refusal the "
+            "configuration dump (every qdisc, class and filter of the device and its IFB device, counters "
+            "aside) must equal the dump before the call, the record must still name the old plan, and the "
+            "error must say the interface is back as it was. Plans: 2 hosts (IPv4 and IPv6) x 4 ports, "
+            "shape mode, both directions.", ""]
+    body = [[r["case"], f"{r['operations']:,}", f"{r['refusals']:,}", f"{r['refusals'] - len(r['bad']):,}",
+             "; ".join(f"step {k + 1}: {why}" for k, why in r["bad"][:3]) or "-"] for r in doc.get("sweeps", [])]
+    out += table(["call", "operations", "refusals injected", "left exactly as before", "otherwise"], body) + [""]
+    kills = doc.get("kills", [])
+    if kills:
+        ok = sum(1 for r in kills if r["ok"])
+        out += [f"SIGKILL: a 24,000-link apply (`ratelimit ... -h 3 hosts -p 10000-17999 --mode shape`), over a "
+                f"small plan or on a clean interface, killed at a random moment within the "
+                f"{kills[0]['of_s']:.1f} s it takes, then a random next command. {ok} of {len(kills)} left one "
+                f"whole plan: the old or the new (`--list`, `--stats`), nothing (`--clean`) or the next apply's "
+                f"plan.", ""]
+        body = [[f"{r['kill_after_s']:.2f} s", "yes" if r["over_a_plan"] else "no", f"`{r['next']}`",
+                 str(r["next_exit"]), r["holds"], "ok" if r["ok"] else "**NOT OK**"] for r in kills]
+        out += table(["killed after", "over a plan", "next command", "its exit", "the interface holds", ""],
+                     body) + [""]
+    return out
+
+
+def section_switch(doc: dict | None) -> list[str]:
+    out = ["## 7. A profile switch under load", ""]
+    if not doc:
+        return out + ["Not run.", ""]
+    cfg = doc.get("config", {})
+    out += [f"({_machine_line(doc)})", "",
+            f"The namespace lab with {cfg.get('links', 0):,} shaped links each way (one client with an IPv4 and an "
+            f"IPv6 address, ports {cfg.get('ports')}, a link per (host, port)), `{cfg.get('old')}`; one download of `{cfg.get('file')}` runs "
+            f"across a switch to `{cfg.get('new')}` (same hosts and ports). *In place* is an apply over the "
+            f"installed plan; *rebuild* removes it and applies the new one (what every re-apply did before). "
+            f"Read at the client, whose receive window (a few KB, a 1990s client's) never fills the modem's "
+            f"queue, so the download loses nothing on its own: bytes received from {cfg.get('lead_s', 0):g} s "
+            f"before the switch to "
+            f"{cfg.get('tail_s', 0):g} s after it, against what the links allow (the old link's payload rate before "
+            f"the switch, the new one's after it: `LinkModel.transfer_seconds`; the time the apply takes counted at "
+            f"either rate gives the range, and the middle is the reference), the longest time nothing "
+            f"arrived, and the server's retransmissions. The server's RTO floor is RFC 6298's 1 s, as in the "
+            f"dial-up table.", ""]
+    body = [[r["method"], f"{r['switch_s']:.2f} s", f"{r['received_bytes']:,}",
+             f"{r['allowed_bytes']:,.0f}" + (" ({:,.0f}-{:,.0f})".format(*r["allowed_range"]) if "allowed_range" in r
+                                             else ""),
+             f"{100 * r['ratio']:.1f}%", f"{r['longest_stall_s']:.2f} s",
+             f"{r['server_tcp'].get('TcpRetransSegs', 0):,}"] for r in doc.get("rows", [])]
+    out += table(["switch", "time", "received", "the links allow", "ratio", "longest stall",
+                  "server retransmissions"], body) + [""]
+    rows = {r["method"]: r for r in doc.get("rows", [])}
+    if "in place" in rows and "rebuild" in rows:
+        a, b = rows["in place"], rows["rebuild"]
+        out += [f"Reading: in place took {a['switch_s']:.2f} s against {b['switch_s']:.2f} s for the rebuild "
+                f"({b['switch_s'] / a['switch_s']:.1f}x), and the download received {100 * a['ratio']:.1f}% of what "
+                f"the links allow with {a['server_tcp'].get('TcpRetransSegs', 0)} retransmissions, against "
+                f"{100 * b['ratio']:.1f}% and {b['server_tcp'].get('TcpRetransSegs', 0)} across the rebuild.", ""]
+    return out

@@ -204,9 +204,12 @@ def _dispatch(argv, con) -> int:
     plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo, notice=notice,
                          on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"))
     sent = f"{len(plan.ops)} operations" if plan.changed is None else \
-        f"changed in place ({len(plan.changed)} operations)"
+        f"{_HOW[plan.how]} ({len(plan.changed)} operations)"
     con.out(f"{req.interface}: {describe(service.summary(req))}; {sent} in {time.monotonic() - started:.2f} s")
     return 0
+
+
+_HOW = {"in place": "changed in place", "make-before-break": "built beside the old plan, then the old removed"}
 
 
 def describe(applied: dict) -> str:

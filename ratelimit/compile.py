@@ -24,7 +24,7 @@ table); anything else is redirected to an IFB device carrying the same layout.
 
 import functools
 import zlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from .errors import FieldError, UsageError
 from .model import DIRECTIONS, GRANULARITIES, MODES, LinkParams, Request, min_police_burst
@@ -32,18 +32,45 @@ from .plan import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, AddIfb, FifoQdisc, 
                    Plan, Police, Stab, U32Filter)
 from .linklayer import ETHERNET_HEADER_BYTES
 from .names import check_target
-from .u32tree import Flows, Terminal, build
+from .u32tree import FIRST, SECOND, Flows, Terminal, TreeIds, build
 
 ROOT = 0x520000  # 52:
 POOL_CLASS = 0x520001  # 52:1
 POOL_NETEM = 0x530000  # 53:
 GROUP_LINKS = 256  # links per group qdisc (docs/benchmarks.md, "Setup": the layout's curve)
-GROUP_MINOR_BASE = 0x10  # group g's class is 52:(10 + g)
-GROUP_MAJOR_TOP = 0xFFFE  # group g's qdisc is (fffe - g):, counting down, with root class (fffe - g):1
 LINK_MINOR_BASE = 0x100  # the group's links are (fffe - g):100..
-LEAF_MAJOR_BASE = 0x100  # link i's queue is (100 + i):, counting up
-MAX_SHAPE_LINKS = max(n for n in range(GROUP_MAJOR_TOP - LEAF_MAJOR_BASE + 1)
-                      if LEAF_MAJOR_BASE + n <= GROUP_MAJOR_TOP - -(-n // GROUP_LINKS))  # majors meet
+
+
+@dataclass(frozen=True)
+class Handles:
+    """The handles of one generation (``Request.generation``): what a plan builds under
+    the device's root qdisc and pool class, apart from them.  Generation 1 lives between
+    the ends generation 0 grows from, so the two can stand side by side while a re-apply
+    switches from one to the other (``diff.make_before_break``) as long as together they
+    fit in the 16-bit majors; generation 0 alone takes the whole range."""
+
+    group_minor: int  # group g's class is 52:(group_minor + g)
+    group_top: int  # group g's qdisc is (group_top - g):, counting down, with root class (group_top - g):1
+    leaf_base: int  # link i's queue is (leaf_base + i):, counting up
+    leaf_top: int  # the highest major its queues may take
+    tree: TreeIds  # the tables and root filters of the trees on the root (and ingress) qdisc
+    police_index: int  # added to the indexes of shared policers
+
+
+GENERATIONS = (Handles(0x10, 0xFFFE, 0x100, 0xFFFE, FIRST, 0),
+               Handles(0x8010, 0x7FFF, 0x8000, 0xFFFE, SECOND, 0x80000000))
+
+
+def max_shape_links(h: Handles) -> int:
+    """The most links a generation holds: its queues counting up from ``leaf_base`` and its
+    groups counting down from ``group_top`` must not meet."""
+    if h.leaf_base > h.group_top:
+        return h.leaf_top - h.leaf_base + 1
+    return max(n for n in range(h.group_top - h.leaf_base + 1)
+               if h.leaf_base + n <= h.group_top - -(-n // GROUP_LINKS))
+
+
+MAX_SHAPE_LINKS = max_shape_links(GENERATIONS[0])
 MAX_FLOWS = 1 << 20
 MAX_POLICED_HOSTS = 1 << 17
 
@@ -125,9 +152,12 @@ def _validate(req: Request) -> None:
     n = req.flow_count()
     if n > MAX_FLOWS:
         raise FieldError("--hosts/--ports", f"{n} flows", f"are too many (at most {MAX_FLOWS})")
-    if req.mode == "shape" and req.link_count() > MAX_SHAPE_LINKS:
+    if req.generation not in range(len(GENERATIONS)):
+        raise FieldError("generation", req.generation, f"is not a generation (0-{len(GENERATIONS) - 1})")
+    most = max_shape_links(GENERATIONS[req.generation])
+    if req.mode == "shape" and req.link_count() > most:
         raise FieldError("--hosts/--ports", f"{req.link_count()} links",
-                         f"are too many for shape mode (at most {MAX_SHAPE_LINKS}; police mode takes more)")
+                         f"are too many for shape mode (at most {most}; police mode takes more)")
     if req.mode == "police" and req.per == "host" and len(req.hosts) > MAX_POLICED_HOSTS:
         raise FieldError("--hosts", f"{len(req.hosts)} hosts", f"are too many for per-host policers (at most {MAX_POLICED_HOSTS})")
     for side, params in (("down", req.down), ("up", req.up)):
@@ -179,9 +209,10 @@ def _egress(req, dev, direction, params, ops, links, group_links):
     if LINK_MINOR_BASE + group_links - 1 > 0xFFFF:
         raise FieldError("group links", group_links, f"is more than a qdisc's class minors hold "
                                                      f"(at most {0xFFFF - LINK_MINOR_BASE + 1})")
+    h = GENERATIONS[req.generation]
     for g, first in enumerate(range(0, links_n, group_links)):
         members = range(first, min(first + group_links, links_n))
-        group, qdisc = ROOT | (GROUP_MINOR_BASE + g), (GROUP_MAJOR_TOP - g) << 16
+        group, qdisc = ROOT | (h.group_minor + g), (h.group_top - g) << 16
         ops.append(HtbClass(dev, POOL_CLASS, group, min(bw, guaranteed * len(members)), bw, pool_burst,
                             req.line_mtu_bytes(), req.mpu_bytes))
         ops.append(HtbQdisc(dev, qdisc, parent=group))
@@ -192,7 +223,7 @@ def _egress(req, dev, direction, params, ops, links, group_links):
             classid = qdisc | (LINK_MINOR_BASE + link - first)
             ops.append(HtbClass(dev, qdisc | 1, classid, guaranteed, ceil, burst, req.line_mtu_bytes(),
                                 req.mpu_bytes))
-            ops.append(_leaf(req, params, rate, dev, classid, (LEAF_MAJOR_BASE + link) << 16))
+            ops.append(_leaf(req, params, rate, dev, classid, (h.leaf_base + link) << 16))
         _tree(req, dev, qdisc, direction, params, ops, links, links_in=members)
     _tree(req, dev, ROOT, direction, params, ops, links, group_links=group_links)
 
@@ -234,9 +265,11 @@ def _tree(req, dev, parent, direction, params, ops, links, *, overhead_bytes: in
         return True
 
     indices = None
+    h = GENERATIONS[req.generation]
+    tree_ids = h.tree if links_in is None else FIRST  # a group's tree has its group's qdisc to itself
     if req.mode == "shape" and links_in is None:  # the root's tree: a link's group
         def terminal(i):
-            return Terminal(ROOT | (GROUP_MINOR_BASE + link_of(i) // group_links), reports=False)
+            return Terminal(ROOT | (h.group_minor + link_of(i) // group_links), reports=False)
     elif req.mode == "shape":  # a group's tree: the link's class, which reports for it
         scale = n_ports if per_host else 1
         indices = range(links_in.start * scale, links_in.stop * scale)
@@ -251,9 +284,10 @@ def _tree(req, dev, parent, direction, params, ops, links, *, overhead_bytes: in
 
         def terminal(i):
             link = link_of(i)
-            shared = police and per_host and replace(police, index=SHARED_POLICE_INDEX_BASE | tag | link)
+            shared = police and per_host and replace(police, index=h.police_index | SHARED_POLICE_INDEX_BASE | tag | link)
             return Terminal(pool, shared or police, reports=first(link), per_host=per_host)
-    build(flows, dev, parent, direction, terminal, ops, links, link_classid=req.mode == "shape", indices=indices)
+    build(flows, dev, parent, direction, terminal, ops, links, link_classid=req.mode == "shape", indices=indices,
+          tree_ids=tree_ids)
 
 
 def _police(req: Request, params: LinkParams, overhead_bytes: int) -> Police | None:

@@ -5,14 +5,26 @@ compile to the same operations in the same order, object for object -- the same
 classes, leaf qdiscs and filters under the same handles -- and differ only in numbers.
 ``in_place`` turns such a difference into ``Change`` operations: HTB classes, netem and
 fifo leaves, and u32 filters (their policers) changed where they stand, so no queue is
-flushed and no packet of a selected flow passes unshaped.  Anything else (other hosts
-or ports, another mode or link layer, a leaf of another kind, a netem stage that would drop
-a part -- reordering, corruption, correlations, its rate -- the kernel keeps on a change)
-is not a change in place:
-``in_place`` returns None and the caller rebuilds.
+flushed and no packet of a selected flow passes unshaped.  A netem stage that would drop
+a part the kernel keeps on a change (reordering, corruption, a correlation, its rate) is
+not a change in place.
+
+Other hosts or ports, another granularity or mode: ``make_before_break`` builds the new
+plan beside the installed one, in the other generation of handles (``Request.generation``,
+``compile.GENERATIONS``), under the same root qdisc and pool class.  Its tree's root
+filters go in last; u32 tries a list's root filters in node order, so the tree whose
+filters come first answers, and removing the old tree's root filters (or adding the
+new ones ahead of them) switches every flow of a protocol in one kernel step.  Then the
+old groups are held still, and the old tables and groups removed.  Another link layer,
+direction or ingress layout, or two generations that do not fit side by side in the
+16-bit handles: None, and the caller rebuilds.
 """
 
-from .plan import Change, FifoQdisc, HtbClass, NetemQdisc, U32Filter, netem_groups
+from dataclasses import dataclass, replace
+
+from .compile import POOL_CLASS, POOL_NETEM, ROOT
+from .plan import (INGRESS_HANDLE, TC_H_ROOT, U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, FifoQdisc, HtbClass, HtbQdisc,
+                   IngressQdisc, NetemQdisc, Plan, U32Filter, U32Table, netem_groups, u32_handle)
 
 # What must be equal for an operation to be changed in place, per type; the rest are its
 # numbers.  A type missing here must be equal as a whole.
@@ -49,3 +61,124 @@ def in_place(old, new) -> tuple | None:
             return None
         changes.append(Change(b))
     return tuple(changes)
+
+
+# ---------------------------------------------------------------- make-before-break
+
+
+@dataclass(frozen=True)
+class Switch:
+    """A re-apply with other selectors (or layout) that builds the new plan beside the
+    installed one and then removes the old: ``adds`` (the shared parts' new numbers, then
+    the new generation), ``removal`` (the old generation: its root filters first -- the
+    switch -- then its tables and groups).  ``undo_removal`` and ``undo_changes`` take
+    back ``adds``."""
+
+    adds: tuple
+    removal: tuple
+    undo_removal: tuple
+    undo_changes: tuple
+
+    def ops(self) -> tuple:
+        return self.adds + self.removal
+
+
+def _shared(op) -> bool:
+    """Parts both generations use: the devices, the root and ingress qdiscs, the pool class
+    and its netem stage, the ingress redirect."""
+    t = type(op)
+    return (t in (AddIfb, IngressQdisc) or (t is HtbQdisc and op.parent == TC_H_ROOT)
+            or (t is HtbClass and op.classid == POOL_CLASS) or (t is NetemQdisc and op.handle == POOL_NETEM)
+            or (t is U32Filter and op.redirect is not None))
+
+
+def _on_shared(op) -> bool:
+    """A generation's part that hangs directly on a shared qdisc or class."""
+    if _shared(op):
+        return False
+    if type(op) in (U32Table, U32Filter):
+        return op.parent in (ROOT, INGRESS_HANDLE)
+    return type(op) is HtbClass and op.parent == POOL_CLASS
+
+
+def _keys(ops) -> set:
+    """What must not clash between two generations on one device: class and qdisc
+    handles, the tables and root filters of the shared qdiscs' filter lists (u32 shares
+    table ids among a qdisc's lists), shared policer indexes."""
+    out = set()
+    for op in ops:
+        t = type(op)
+        if t is HtbClass:
+            out.add(("class", op.dev, op.classid))
+        elif t in (HtbQdisc, NetemQdisc, FifoQdisc):
+            out.add(("qdisc", op.dev, op.handle))
+        elif t is U32Table and _on_shared(op):
+            out.add(("table", op.dev, op.parent, op.ht))
+        elif t is U32Filter and _on_shared(op) and op.ht == 0:
+            out.add(("root filter", op.dev, op.parent, op.prio, op.node))
+        if t is U32Filter and op.police is not None and op.police.index:
+            out.add(("police", op.police.index))
+    return out
+
+
+def _root_filter(op) -> bool:
+    return type(op) is U32Filter and op.ht == 0 and _on_shared(op)
+
+
+FROZEN_BPS = 8  # an old group's rate while it waits to be removed
+
+
+def _removal(plan: Plan, keep: Plan) -> tuple:
+    """What removes ``plan``'s generation while ``keep``'s stays:
+
+    1. its root filters: from the next packet on, the other tree answers;
+    2. its groups' rates set to ``FROZEN_BPS``: their queued packets stay queued rather
+       than leave beside the new links' (u32 frees a table only after an RCU grace period
+       once nothing links to it, so the groups cannot go at once);
+    3. its tables (a filter list ``keep`` does not use goes whole once they are gone);
+    4. its groups: each class with its qdisc, links, queues and filters."""
+    lists = list(dict.fromkeys((op.dev, op.parent, op.prio, op.protocol) for op in plan.ops
+                               if type(op) in (U32Table, U32Filter) and _on_shared(op)))
+    kept = {(op.dev, op.parent, op.prio, op.protocol) for op in keep.ops
+            if type(op) in (U32Table, U32Filter) and _on_shared(op)}
+    roots = [DelFilter(op.dev, op.parent, op.prio, op.protocol, u32_handle(U32_ROOT_TABLE, 0, op.node))
+             for op in plan.ops if _root_filter(op)]
+    tables = [DelFilter(op.dev, op.parent, op.prio, op.protocol, u32_handle(op.ht)) for op in plan.ops
+              if type(op) is U32Table and _on_shared(op)]
+    whole = [DelFilter(*head) for head in lists if head not in kept]
+    groups = [op for op in plan.ops if type(op) is HtbClass and _on_shared(op)]
+    frozen = [Change(replace(op, rate_bps=FROZEN_BPS, ceil_bps=FROZEN_BPS, burst_bytes=op.quantum_bytes)) for op in groups]
+    return tuple(roots + frozen + tables + whole + [DelClass(op.dev, op.classid) for op in groups])
+
+
+def make_before_break(old: Plan, new: Plan) -> Switch | None:
+    """The switch from the installed plan ``old`` to ``new``, built in the other generation
+    (``Request.generation``); None when the two cannot stand side by side: other shared
+    parts (devices, ingress layout, link layer, a police-mode netem stage beside shape
+    mode's groups), or handles that clash (together they need more than the handle space)."""
+    if old.request.generation == new.request.generation:
+        return None
+    old_shared = [op for op in old.ops if _shared(op)]
+    new_shared = [op for op in new.ops if _shared(op)]
+    if len(old_shared) != len(new_shared):
+        return None
+    changes, backs = [], []
+    for a, b in zip(old_shared, new_shared):
+        if a == b:
+            continue
+        if not _changeable(a, b):
+            return None
+        changes.append(Change(b))
+        backs.append(Change(a))
+    old_gen = [op for op in old.ops if not _shared(op)]
+    new_gen = [op for op in new.ops if not _shared(op)]
+    if _keys(old_gen) & _keys(new_gen):
+        return None
+    if any(type(op) is HtbClass and op.parent == POOL_CLASS for op in new_gen) and \
+            any(type(op) is NetemQdisc and op.handle == POOL_NETEM for op in old_shared):
+        return None  # the pool class cannot hold a netem stage and groups at once
+    # the root filters last, on every device: where the new tree takes over on adding them,
+    # everything they lead to is there
+    adds = tuple(changes) + tuple(op for op in new_gen if not _root_filter(op)) + \
+        tuple(op for op in new_gen if _root_filter(op))
+    return Switch(adds, _removal(old, new), _removal(new, old), tuple(backs))

@@ -165,6 +165,9 @@ class Request:
     profile: str | None = None
     link: LinkLayer = ETHERNET
     per: str = "port"  # "port": a link per (host, port); "host": one per host, all its ports
+    # which of two sets of kernel handles the plan uses (0 or 1): a re-apply with other
+    # selectors builds its plan in the set the installed plan leaves free (``diff``)
+    generation: int = 0
 
     def burst_of(self, params: LinkParams) -> Burst:
         """The burst one side's links get: --burst, else the side's, else the mode's default."""

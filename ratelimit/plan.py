@@ -147,6 +147,59 @@ class DelQdisc(_Tc):
 
 
 @dataclass(frozen=True)
+class DelClass(_Tc):
+    """Remove a class, with the qdisc it holds and everything under that."""
+
+    dev: str
+    classid: int
+
+    def tc(self) -> str:
+        return f"class del dev {batch_word(self.dev)} classid {tc_handle(self.classid)}"
+
+
+@dataclass(frozen=True)
+class DelFilter(_Tc):
+    """Remove u32 filters of the list ``prio`` of ``parent``: the node or table ``handle``
+    (``U32_ROOT_TABLE`` names the list's own root table), or with ``handle`` 0 the whole list."""
+
+    dev: str
+    parent: int
+    prio: int
+    protocol: str
+    handle: int = 0
+
+    @property
+    def in_root_table(self) -> bool:
+        """A node of the list's own root table, whose number the kernel picks: a script
+        reads it from ``tc filter show`` first (``shell``)."""
+        return self.handle >> 20 == U32_ROOT_TABLE and bool(self.handle & 0xFFFFF)
+
+    def _where(self, word) -> str:
+        return f"filter del dev {word(self.dev)} parent {tc_handle(self.parent)} prio {self.prio}"
+
+    def tc(self) -> str:
+        if not self.handle:
+            return f"{self._where(batch_word)} protocol {self.protocol}"
+        ht, bucket, node = self.handle >> 20, (self.handle >> 12) & 0xFF, self.handle & 0xFFF
+        where = f"{ht:x}:" if not (bucket or node) else f"{ht:x}:{bucket:x}:{node:x}"
+        return f"{self._where(batch_word)} handle {where} protocol {self.protocol} u32"
+
+    def shell(self, tc: str = "tc") -> list[str]:
+        """Shell lines for a node of the root table (``in_root_table``)."""
+        show = (f"{tc} {self._where(shell_word).replace('filter del', 'filter show', 1)} protocol {self.protocol}"
+                " | sed -n 's/.* fh \\([0-9a-f]*\\): ht divisor 1 *$/\\1/p'")
+        bucket, node = (self.handle >> 12) & 0xFF, self.handle & 0xFFF
+        return [f"root=$({show})",
+                f'{tc} {self._where(shell_word)} handle "$root:{bucket:x}:{node:x}" protocol {self.protocol} u32']
+
+    def lines(self) -> list[str]:
+        return self.shell() if self.in_root_table else [self.tc()]
+
+
+U32_ROOT_TABLE = 0xFFF  # a handle's table part that names the filter list's own root table
+
+
+@dataclass(frozen=True)
 class HtbClass(_Tc):
     dev: str
     parent: int
@@ -379,7 +432,8 @@ class Plan:
     request: Request
     ops: tuple
     flows: tuple[Flow, ...]
-    changed: tuple | None = None  # set by an apply that changed the installed plan in place: what it sent
+    changed: tuple | None = None  # set by an apply over an installed plan that was not rebuilt: what it sent
+    how: str = "built"  # "built" (removing an installed plan first), "in place" or "make-before-break"
 
     def devices(self) -> tuple[str, ...]:
         """Every device the plan configures, the request's interface first."""
@@ -404,28 +458,37 @@ class Plan:
 
 
 def script(ops, netns: str | None = None) -> str:
-    """Shell text that performs ``ops``: ``ip`` lines and one ``tc -batch`` block.  Every
-    name is quoted for where it stands (``names``); a device name no ``tc -batch`` line can
-    carry is refused (UsageError) rather than printed."""
+    """Shell text that performs ``ops`` in order: ``ip`` lines, and ``tc -batch`` blocks
+    for the traffic-control operations between them.  Every name is quoted for where it
+    stands (``names``); a device name no ``tc -batch`` line can carry is refused
+    (UsageError) rather than printed."""
     ns = shell_word(netns) if netns else None
     ns_ip = f"ip -n {ns} " if ns else "ip "
+    tc = f"tc -n {ns}" if ns else "tc"
     lines = ["#!/bin/sh", "set -e"]
     batch: list[str] = []
     seen: set[str] = set()
+
+    def flush():
+        if batch:
+            lines.extend([f"{tc} -batch - <<'EOF'", *batch, "EOF"])
+            batch.clear()
+
     for op in ops:
         if isinstance(op, _Ip):
+            flush()
             lines += [ns_ip + s[3:] for s in op.shell()]
             continue
         for dev in (getattr(op, "dev", None), getattr(op, "redirect", None)):
             if dev and dev not in seen:
                 check_batch_name(dev)
                 seen.add(dev)
+        if type(op) is DelFilter and op.in_root_table:
+            flush()
+            lines += op.shell(tc)
+            continue
         batch.append(op.tc())
-    if batch:
-        tc = f"tc -n {ns}" if ns else "tc"
-        lines.append(f"{tc} -batch - <<'EOF'")
-        lines += batch
-        lines.append("EOF")
+    flush()
     return "\n".join(lines) + "\n"
 
 

@@ -127,10 +127,18 @@ class Change:
         self.ex, self.netns, self.interface = ex, netns, interface
         self.old, self.new, self.captured = old, new, captured
 
-    def run(self, removal: tuple, *, progress=None, echo=None, changes=None, undo=None) -> None:
+    def run(self, removal: tuple, *, progress=None, echo=None, changes=None, undo=None, switch=None) -> None:
         """Remove ``removal``, then apply the new plan -- or, given ``changes`` (``diff``),
-        change the installed plan in place, ``undo`` changing it back if that fails; on
-        success record the new plan and drop the marker."""
+        change the installed plan in place, ``undo`` changing it back if that fails; or,
+        given a ``diff.Switch``, build the new plan beside the old and then remove the old
+        (taken back if the building fails); on success record the new plan and drop the
+        marker."""
+        if switch is not None:
+            def undo(ex):  # before the old plan's parts go: remove the new ones, old numbers back
+                ex.remove(switch.undo_removal)
+                ex.apply(switch.undo_changes)
+        elif undo is not None:
+            undo = (lambda ops: lambda ex: ex.apply(ops))(undo)  # the old numbers back where they stand
         with signals.guard(armed=False) as guard:
             started = False
             try:
@@ -138,7 +146,13 @@ class Change:
                 state.write_marker(self.netns, self.interface, "apply", old=self.old.request if self.old else None,
                                    new=self.new.request, foreign=self.captured)
                 started = True
-                if changes is None:
+                if switch is not None:
+                    self.ex.apply(switch.adds, progress=progress, echo=echo)
+                    undo = None  # the old plan's parts are going: only rebuilding it takes this back
+                    for op in switch.removal if echo else ():
+                        echo(op.lines()[0])
+                    self.ex.remove(switch.removal)
+                elif changes is None:
                     self.ex.remove(removal)
                     self.ex.apply(self.new.ops, progress=progress, echo=echo)
                 else:
@@ -157,6 +171,8 @@ class Change:
                 self._roll_back(err, undo)
 
     def _roll_back(self, err: BaseException, undo=None):
+        """Put the old plan back: ``undo(ex)`` where it can take the change back, else (or
+        if that fails) rebuild it."""
         if isinstance(err, signals.Stop):
             what = f"interrupted by {err.name} during the apply"
         else:
@@ -165,8 +181,8 @@ class Change:
             with _executor(self.netns) as ex:  # a fresh socket: the old one may hold half an exchange
                 problems = None
                 if undo is not None:
-                    try:  # the old numbers back where they stand; the record still names the old plan
-                        ex.apply(undo)
+                    try:  # the old plan back as it stands; the record still names it
+                        undo(ex)
                         problems = []
                     except ApplyError:
                         pass  # rebuilt below
@@ -193,13 +209,24 @@ class Change:
 
 
 def remove(ex, netns, interface, teardown: tuple, *, old=None, forced: bool = False) -> None:
-    """A clean's kernel part: marker, removal, record; signals wait until it is done."""
+    """A clean's kernel part: marker, removal, record; signals wait until it is done.  A
+    removal the kernel refuses puts the installed plan back whole (a forced clean, which
+    may have removed what is not ratelimit's, says where the interface stands instead)."""
     state.write_marker(netns, interface, "clean", old=old.request if old else None, new=None, forced=forced)
     with signals.guard(armed=False):
         try:
             ex.remove(teardown)
         except BaseException as err:
-            raise _half_configured(netns, interface, None, f"clean failed ({_text(err)})", err) from err
+            what = f"clean failed ({_text(err)})"
+            if old is None or forced:
+                raise _half_configured(netns, interface, None, what, err) from err
+            try:
+                with _executor(netns) as fresh:
+                    _put_back(fresh, netns, interface, old=old, new=None, captured=None)
+            except BaseException as rb_err:
+                raise _half_configured(netns, interface, old.request, what, rb_err) from err
+            state.clear_marker(netns, interface)
+            raise ApplyError(f"{what}; {interface} is back as it was") from None
         state.forget(netns, interface)
         state.clear_marker(netns, interface)
 

@@ -4,8 +4,9 @@
 units, host names, a profile name) and returns a validated ``Request``.
 ``apply`` leaves the interface with the new plan whole or exactly as it was
 (``recovery``); over installed links of the same selectors it changes them in
-place (``diff``); nothing is deleted before the kernel is checked against what
-ratelimit recorded (``fingerprint``).
+place, over others it builds the new plan beside the old before removing it
+(``diff``); nothing is deleted before the kernel is checked against what ratelimit
+recorded (``fingerprint``).
 """
 
 import copy
@@ -185,9 +186,11 @@ def _refuse_foreign(plan, foreign: dict, installed: Installed) -> None:
 
 def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wait=None, lock_timeout=None,
           notice=None):
-    """Install ``req``; returns the plan (``changed``: the operations sent, when it changed
-    the installed plan in place).  The interface ends up with the new plan whole, or as it
-    was (``recovery.Change``): on a refused step, an exception, SIGINT or SIGTERM.
+    """Install ``req``; returns the plan installed (``how``: "built", "in place" or
+    "make-before-break", with ``changed`` the operations sent for the last two; its
+    ``request.generation`` may differ from ``req``'s: see ``_over``).  The interface ends
+    up with the new plan whole, or as it was (``recovery.Change``): on a refused step, an
+    exception, SIGINT or SIGTERM.
     ``lock_timeout``: seconds to wait for another run on the interface (default: as long as
     it takes).  ``notice(message)`` hears about repairs of a killed run (default: stderr)."""
     plan = compile_plan(req)
@@ -206,15 +209,38 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
         if force and foreign:
             captured = ex.capture(foreign)  # sent back if this apply does not complete
         removal = recovery.teardown_of(foreign) if force else ()
-        changes = undo = None
+        changes = undo = switch = None
         if installed.plan is not None:
             removal = installed.plan.teardown() + removal
             if not (force and foreign):
-                changes = diff.in_place(installed.plan, plan)
+                plan, changes, switch = _over(installed.plan, plan)
                 undo = None if changes is None else diff.in_place(plan, installed.plan)
         change = recovery.Change(ex, req.netns, req.interface, old=installed.plan, new=plan, captured=captured)
-        change.run(removal, progress=progress, echo=echo, changes=changes, undo=undo)
-    return plan if changes is None else dataclasses.replace(plan, changed=changes)
+        change.run(removal, progress=progress, echo=echo, changes=changes, undo=undo, switch=switch)
+    if changes is not None:
+        return dataclasses.replace(plan, changed=changes, how="in place")
+    if switch is not None:
+        return dataclasses.replace(plan, changed=switch.ops(), how="make-before-break")
+    return plan
+
+
+def _over(old, plan):
+    """How ``plan`` goes over the installed plan ``old``: (the plan to install, changes in
+    place or None, a make-before-break switch or None).  The same selectors and layout
+    change in place (in the installed plan's generation); other ones are built beside the
+    old in the other generation when both fit; otherwise (None, None) the old is removed and
+    ``plan`` built."""
+    gen = old.request.generation
+    same = compile_plan(dataclasses.replace(plan.request, generation=gen)) if plan.request.generation != gen else plan
+    changes = diff.in_place(old, same)
+    if changes is not None:
+        return same, changes, None
+    try:
+        other = compile_plan(dataclasses.replace(plan.request, generation=1 - gen))
+    except FieldError:  # too many links for the other generation: rebuilt
+        return plan, None, None
+    switch = diff.make_before_break(old, other)
+    return (other, None, switch) if switch is not None else (plan, None, None)
 
 
 def preview(req: Request) -> tuple[tuple, str]:
@@ -231,10 +257,13 @@ def preview(req: Request) -> tuple[tuple, str]:
     if record is None or record.request is None or record.problem:
         return plan.ops, "a new plan"
     old = compiled(record.request)
-    changes = diff.in_place(old, plan)
+    plan, changes, switch = _over(old, plan)
     if changes is not None:
         return changes, f"changes in place of the installed plan ({len(changes)} operations)"
-    return old.teardown() + plan.ops, "the installed plan removed, then the new plan (other selectors or layout)"
+    if switch is not None:
+        return switch.ops(), (f"the new plan built beside the installed one, then the old removed "
+                              f"(make-before-break: {len(switch.adds)} operations, then {len(switch.removal)} removals)")
+    return old.teardown() + plan.ops, "the installed plan removed, then the new plan (other link layer or layout)"
 
 
 def clean(interface: str, netns: str | None = None, *, force: bool = False, echo=None, lock_timeout=None,

@@ -20,12 +20,27 @@ from .errors import FieldError
 from .plan import Flow, HashKey, Key, Police, U32Filter, U32Table
 
 LEAF_MAX = 16  # most exact filters left in one bucket
-FIRST_TABLE, LAST_TABLE = 0x003, 0x7FF  # ids we pick; the kernel hands out 0x800 and up
 PROTOCOLS = (6, 17)  # TCP, UDP
-FAMILY = {  # prio, tc protocol, first table id
-    4: (1, "ip", 0x001),
-    6: (2, "ipv6", 0x002),
-}
+FAMILY = {4: (1, "ip"), 6: (2, "ipv6")}  # prio, tc protocol
+
+
+@dataclass(frozen=True)
+class TreeIds:
+    """The ids a tree takes in its filter lists: the first table of each family, the range
+    of the further tables (the kernel hands out 0x800 and up itself), and the node number
+    of the first root filter.  u32 shares table ids among the filter lists of one qdisc,
+    and matches the root filters in node order: a second tree built beside a first in
+    ``SECOND`` is not consulted while the first's root filters are there, and takes over,
+    flow for flow, when they go (``diff.make_before_break``)."""
+
+    first: dict  # family -> first table id
+    lo: int
+    hi: int
+    root_node: int
+
+
+FIRST = TreeIds({4: 0x001, 6: 0x002}, 0x003, 0x7FF, 1)
+SECOND = TreeIds({4: 0x401, 6: 0x402}, 0x403, 0x7FF, 1 + len(PROTOCOLS))
 
 
 @dataclass(frozen=True)
@@ -55,12 +70,13 @@ class Flows:
 
 
 def build(flows: Flows, dev: str, parent: int, direction: str, terminal: Callable[[int], Terminal],
-          ops: list, links: list, *, link_classid: bool, indices: range | None = None) -> None:
+          ops: list, links: list, *, link_classid: bool, indices: range | None = None,
+          tree_ids: TreeIds = FIRST) -> None:
     """Append the tree's tables and filters for ``flows`` (those numbered in ``indices``,
     default all) on ``dev`` under ``parent`` to ``ops``, and a ``Flow`` per reporting
     filter to ``links`` (with its class when ``link_classid``: shape mode's counters
     are the class's)."""
-    ids = _TableIds()
+    ids = _TableIds(tree_ids.lo, tree_ids.hi)
     n_ports = len(flows.ports)
     indices = indices if indices is not None else range(len(flows))
     first_host, last_host = indices.start // n_ports, (indices.stop - 1) // n_ports
@@ -69,7 +85,7 @@ def build(flows: Flows, dev: str, parent: int, direction: str, terminal: Callabl
         hosts = sorted(h for h in host_index if h.version == family)
         if not hosts:
             continue
-        prio, proto_name, l1 = FAMILY[family]
+        (prio, proto_name), l1 = FAMILY[family], tree_ids.first[family]
         where = _FilterList(dev, parent, prio, proto_name)
         levels = _levels(family, direction)
         entries = []  # (flow index, host, port, bucket value per level, exact keys)
@@ -86,7 +102,7 @@ def build(flows: Flows, dev: str, parent: int, direction: str, terminal: Callabl
         place = _Placer(where, direction, levels, terminal, link_classid, ids, ops, links)
         place.split(l1, entries, first, {first})
         _, off, mask = levels[first]
-        for node, proto in enumerate(PROTOCOLS, start=1):
+        for node, proto in enumerate(PROTOCOLS, start=tree_ids.root_node):
             ops.append(where.node(0, 0, node, _root_keys(family, proto), hashkey=HashKey(mask, off), link=l1))
 
 
@@ -118,13 +134,13 @@ def _root_keys(family: int, proto: int) -> tuple[Key, ...]:
 
 
 class _TableIds:
-    def __init__(self):
-        self.next = FIRST_TABLE
+    def __init__(self, lo: int, hi: int):
+        self.lo, self.hi, self.next = lo, hi, lo
 
     def take(self, n_flows: int) -> int:
-        if self.next > LAST_TABLE:
+        if self.next > self.hi:
             raise FieldError("--hosts/--ports", f"{n_flows} flows",
-                             f"need more than {LAST_TABLE - FIRST_TABLE + 1} u32 hash tables; "
+                             f"need more than {self.hi - self.lo + 1} u32 hash tables; "
                              "use fewer hosts sharing a last octet or narrower port ranges")
         ht, self.next = self.next, self.next + 1
         return ht

@@ -183,10 +183,15 @@ def test_dialup_theory_and_windows():
     assert dialup.theoretical(3600) == pytest.approx(1296)
     assert dialup.theoretical(200) == pytest.approx(72)
     assert dialup.shares(3600) == [900] * 4 and dialup.shares(10) == [3, 3, 2, 2]
-    times = [100.0, 100.5, 101.2, 102.9, 103.0, 104.999, 105.0]
-    rate, counted = dialup.rate_in_window(times, 100.4, 105.2)  # counts [101, 105)
-    assert counted == 4 and rate == pytest.approx(4 / 4)
-    assert dialup.rate_in_window(times, 100.2, 100.9) == (0.0, 0.0)
+    C = dialup.Completion
+    # two connections in step, a call every 3 s: a window of 10 s holds 4 or 3 waves of
+    # replies depending on where it starts, but each connection's rate is 1/3 per second
+    done = [C(100.0 + 3 * k, "198.18.0.2", port) for k in range(8) for port in (10001, 10002)]
+    for start in (100.5, 101.5, 102.5):
+        rate, counted = dialup.rate_in_window(done, start, start + 10)
+        assert counted == 2 and rate == pytest.approx(2 / 3)
+    done.append(C(120.0, "198.18.0.3", 10001))  # one reply alone: no rate
+    assert dialup.rate_in_window(done, 119, 121) == (0.0, 0)
 
 
 def test_dialup_counts_only_complete_replies():
@@ -195,10 +200,13 @@ def test_dialup_counts_only_complete_replies():
         '198.18.0.3 - - [22/Nov/2026:02:34:14 +0000] "GET /10000.bin HTTP/1.0" 200 4096 "-" "httperf/0.9.0"',
         '198.18.0.4 - - [22/Nov/2026:02:34:14 +0100] "GET /nope HTTP/1.0" 404 153 "-" "httperf/0.9.0"',
         '198.18.0.5 - - [22/Nov/2026:03:34:14 +0100] "GET /10000.bin HTTP/1.0" 200 10000 "-" "httperf/0.9.0"',
+        '198.18.0.6 - - [22/Nov/2026:02:34:15 +0000] "GET /10000.bin HTTP/1.1" 200 10000 "-" "wrk" '
+        '1795833255.125 10042',  # the lab's format: when the reply ended, to the ms, and the port
     ])
-    times = dialup.nginx_completions(log)
-    assert len(times) == 2
-    assert times[1] - times[0] == pytest.approx(1.0)  # time zones honoured
+    done = dialup.nginx_completions(log)
+    assert len(done) == 3
+    assert done[1].at - done[0].at == pytest.approx(1.0)  # time zones honoured
+    assert (done[2].at, done[2].client, done[2].port) == (1795833255.125, "198.18.0.6", 10042)
 
 
 def test_dialup_loads_are_the_2000_method():
@@ -266,11 +274,13 @@ def _small_results(d):
         {"profile": "national-100ms", "configured_rtt_s": 0.2, "measured_rtt_s": 0.204, "ratio": 1.02,
          "excess_ms": 4.0, "samples_s": [0.204]}])
     _write(d, "dialup", "host", False, [
-        {"generator": g, "x": 200, "completed_per_s": v, "theoretical": 72.0, "ratio_to_theoretical": v / 72,
+        {"generator": g, "x": 200, "server_rto_min_ms": floor, "completed_per_s": v, "theoretical": 72.0,
+         "ratio_to_theoretical": v / 72, "retransmitted": 0.1 if floor == 200 else 0.0,
+         "server_tcp": {"TcpExtTCPTimeouts": 200 if floor == 200 else 0},
          "model_ceiling": 64.5, "model_call_s": 3.1, "ratio_to_model": v / 64.5, "published": 69 if g == "httperf" else None,
          "errors": 0, "cpu": {"machine_busy": 0.4, "load_generators": 1.0, "server": 0.1, "softirq": 0.2},
          **({"sessions_total": 200, "sessions_ok": 200} if g == "httperf" else {})}
-        for g, v in (("httperf", 64.0), ("wrk", 63.5))],
+        for g, v, floor in (("httperf", 64.0, 1000), ("wrk", 63.5, 1000), ("wrk", 57.0, 200))],
         config={"profile": "modem-28k8", "mode": "shape", "window_s": 40, "ramp_s": 12, "calls": 20, "clients": 4,
                 "per_httperf": 900, "bandwidth": "100mbit", "header_bytes": 250, "delay_stage": False})
 
@@ -317,8 +327,13 @@ def test_report_from_small_results(tmp_path):
     assert "| synthetic, every link moving | 16,384 | 2.0% | 8.0% | 4.0 |" in text
     assert "| shape | host | 100 | 1990s | 1 | 0.997 | 0.991 | 0.980 | 0.971 | 0.980 | 0.989 | 0 | 2.00 s | 4.50 s | 4.88 s | 1.0% | 50% |" in text
     assert "| national-100ms | 200.0 ms | 204.0 ms | 1.020 | +4.0 ms |" in text
-    assert "| httperf | 200 | 64.0 | 99.2% | 64.5 (3.100 s/call) | 88.9% | 69 | 0 | 0 | - | 100% | 10% | 20% | 40% |" in text
+    assert ("| httperf | 200 | 1,000 ms | 64.0 | 99.2% | 64.5 (3.100 s/call) | 88.9% | 69 | 0 | 0 | 0.0% (0) | 100% "
+            "| 10% | 20% | 40% |") in text
+    assert "| wrk | 200 | 200 ms | 57.0 | 88.4% |" in text  # the comparison row, last
+    # the reading is of the table's rows; the row with Linux's floor is named beside it
     assert "every row reached at least 98.4% of the link model's ceiling (lowest: wrk at x = 200)" in text
+    assert ("For comparison, wrk at x = 200 with Linux's 200 ms floor reached 88.4%, retransmitting 10.0% of "
+            "segments.") in text
     try:
         import matplotlib  # noqa: F401
     except ImportError:  # the report still comes out, and says why it has no plots
@@ -331,7 +346,7 @@ def test_report_from_small_results(tmp_path):
 
 def test_report_renders_without_results():
     text = report.render({})
-    assert text.count("Not run.") == 5
+    assert text.count("Not run.") == 7
 
 
 # ---------------------------------------------------------------- the real thing (quick), on the host

@@ -1,9 +1,10 @@
 """Golden cases: request (as a person types it) -> exact plan script or exact error.
 
-Each ``tests/cases/golden/*.json`` is one test.  Set ``UPDATE_GOLDEN=1`` to
+Each ``tests/cases/golden/*.json`` is one test (``generation``: the request's, default 0).  Set ``UPDATE_GOLDEN=1`` to
 rewrite the expected ``.sh`` files after a deliberate change, then review the diff.
 """
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -36,7 +37,7 @@ def test_golden(path, monkeypatch):
         assert "\n" not in message
         assert info.value.exit_code == case["exit_code"]
         return
-    req = make_request(**case["request"])
+    req = dataclasses.replace(make_request(**case["request"]), generation=case.get("generation", 0))
     text = script(compile_plan(req).ops, req.netns)
     expected = CASES / case["script"]
     if os.environ.get("UPDATE_GOLDEN"):

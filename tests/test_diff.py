@@ -1,6 +1,8 @@
 """Golden cases of the plan difference (``diff.in_place``): what changes in place, what
 rebuilds."""
 
+import dataclasses
+
 import pytest
 
 from ratelimit import diff, service
@@ -64,3 +66,94 @@ def test_a_netem_stage_that_drops_a_part_the_kernel_keeps_rebuilds():
     assert diff.in_place(with_reorder, plan(delay="50ms", reorder="1%"))  # the part is sent again
     assert diff.in_place(with_reorder, plan(delay="50ms")) is None  # netem would keep reordering
     assert diff.in_place(plan(delay="50ms"), with_reorder)  # a part added is sent
+
+
+# ---------------------------------------------------------------- make-before-break
+
+
+def second(**kw):
+    """``plan(**kw)`` in the second generation of handles."""
+    args = dict(hosts="198.18.1.2", ports="5000-5003", mode="shape", direction="both", rate="28800")
+    args.update(kw)
+    return compile_plan(dataclasses.replace(service.make_request("eth0", **args), generation=1))
+
+
+def test_other_ports_are_built_beside_then_the_old_removed():
+    old, new = plan(), second(ports="5002-5009")
+    switch = diff.make_before_break(old, new)
+    # the shared parts are there already; the new tree's root filters come last
+    roots = [op for op in new.ops if diff._root_filter(op)]  # of the trees on the root qdiscs
+    assert [op.node for op in roots] == [3, 4, 3, 4]
+    assert switch.adds == tuple(op for op in new.ops if op not in old.ops and op not in roots) + tuple(roots)
+    text = [op.lines() for op in switch.removal]
+    # the old tree's root filters go first (from the next packet on the new tree answers),
+    # its groups are held still, then its tables go, then its groups (each class with its
+    # qdisc, links, queues, filters)
+    assert [t[-1] for t in text] == [
+        'tc filter del dev eth0 parent 52: prio 1 handle "$root:0:1" protocol ip u32',
+        'tc filter del dev eth0 parent 52: prio 1 handle "$root:0:2" protocol ip u32',
+        'tc filter del dev rl-eth0 parent 52: prio 1 handle "$root:0:1" protocol ip u32',
+        'tc filter del dev rl-eth0 parent 52: prio 1 handle "$root:0:2" protocol ip u32',
+        "class change dev eth0 parent 52:1 classid 52:10 htb rate 8bit ceil 8bit burst 1514b cburst 1514b quantum "
+        "1514 mpu 64",
+        "class change dev rl-eth0 parent 52:1 classid 52:10 htb rate 8bit ceil 8bit burst 1514b cburst 1514b quantum "
+        "1514 mpu 64",
+        "filter del dev eth0 parent 52: prio 1 handle 1: protocol ip u32",
+        "filter del dev rl-eth0 parent 52: prio 1 handle 1: protocol ip u32",
+        "class del dev eth0 classid 52:10",
+        "class del dev rl-eth0 classid 52:10"]
+    assert text[0][0] == ("root=$(tc filter show dev eth0 parent 52: prio 1 protocol ip"
+                          " | sed -n 's/.* fh \\([0-9a-f]*\\): ht divisor 1 *$/\\1/p')")
+    back = [op.lines()[-1] for op in switch.undo_removal]  # taking it back removes the new generation
+    assert back[0].endswith('handle "$root:0:3" protocol ip u32') and back[-1] == "class del dev rl-eth0 classid 52:8010"
+    assert switch.undo_changes == ()
+
+
+def test_the_second_generation_keeps_clear_of_the_first():
+    old, new = plan(ports="1000-1999"), second(ports="1500-2499")
+    keys = diff._keys([op for op in old.ops if not diff._shared(op)])
+    assert keys and not keys & diff._keys([op for op in new.ops if not diff._shared(op)])
+    assert diff.make_before_break(old, new) is not None
+    assert diff.make_before_break(new, plan(ports="1000-1999")) is not None  # and back
+
+
+def test_a_new_bandwidth_changes_the_pool_class_first():
+    switch = diff.make_before_break(plan(), second(ports="6000-6003", bandwidth="200mbit"))
+    assert [type(op) for op in switch.adds[:2]] == [Change, Change]
+    assert switch.adds[0].op.classid == 0x520001 and switch.adds[0].op.rate_bps == 200_000_000
+    assert [c.op.rate_bps for c in switch.undo_changes] == [100_000_000, 100_000_000]
+
+
+def test_shape_to_police_switches_but_a_pool_netem_stage_does_not():
+    dest = dict(direction="dest")
+    assert diff.make_before_break(plan(**dest), second(mode="police", **dest)) is not None
+    assert diff.make_before_break(plan(mode="police", **dest), second(ports="6000-6003", **dest)) is not None
+    netem = dict(mode="police", delay="50ms", **dest)
+    assert diff.make_before_break(plan(**netem), second(ports="6000-6003", **dest)) is None  # 52:1: netem or groups
+    # both ways police polices the source side on the ingress qdisc, shape mode redirects it
+    assert diff.make_before_break(plan(), second(mode="police")) is None
+
+
+@pytest.mark.parametrize("other", [dict(link="atm"), dict(direction="dest")],
+                         ids=lambda kw: ",".join(f"{k}={v}" for k, v in kw.items()))
+def test_other_shared_parts_rebuild(other):
+    assert diff.make_before_break(plan(), second(**other)) is None
+
+
+def test_the_same_generation_is_never_switched():
+    assert diff.make_before_break(plan(), plan(ports="6000-6003")) is None
+
+
+def test_how_an_apply_goes_over_an_installed_plan():
+    old = plan()
+    new, changes, switch = service._over(old, plan(rate="56000"))
+    assert changes and switch is None and new.request.generation == 0
+    new, changes, switch = service._over(old, plan(ports="6000-6003"))
+    assert changes is None and switch is not None and new.request.generation == 1
+    back, changes, switch = service._over(new, plan(ports="7000-7003"))  # from the second back to the first
+    assert switch is not None and back.request.generation == 0
+    same, changes, switch = service._over(new, plan(ports="6000-6003", rate="56000"))
+    assert changes and same.request.generation == 1  # in place, where it stands
+    big = plan(hosts="198.18.1.2,198.18.1.3", ports="10000-29999", direction="dest")  # 40,000 links
+    new, changes, switch = service._over(old, big)
+    assert (changes, switch, new.request.generation) == (None, None, 0)  # no room beside: rebuilt

@@ -629,6 +629,7 @@ def test_apply(client, control, src, reader):
     assert resp.status_code == 200, resp.get_json()
     data = resp.get_json()
     assert data["interface"] == "eth0" and data["netns"] is None and data["operations"] > 0 and data["in_place"] is False
+    assert data["how"] == "built"
     assert data["applied"]["profile"] == "modem-28k8" and data["applied"]["flows"] == 8
     assert data["applied"]["down"]["rate_bps"] == 1_000_000
     ((what, req, force),) = control.calls

@@ -186,7 +186,7 @@ def apply():
     _log_change("apply", f"{target_name(netns, interface)} {applied}")
     sent = plan.ops if plan.changed is None else plan.changed
     return {"interface": interface, "netns": netns, "applied": applied, "operations": len(sent),
-            "in_place": plan.changed is not None}
+            "in_place": plan.how == "in place", "how": plan.how}
 
 
 @bp.post("/clean")

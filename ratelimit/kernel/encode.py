@@ -11,8 +11,8 @@ import struct
 
 from ..plan import FifoQdisc, HtbClass, NetemQdisc, U32Filter
 from .kinds import actions, fifo, htb, ingress, mirred, netem, police, stab, u32
-from .nl import (NLMSGHDR, NLM_F_CREATE, NLM_F_EXCL, RTM_DELQDISC, RTM_NEWQDISC, RTM_NEWTCLASS,
-                 RTM_NEWTFILTER, TC_H_INGRESS, TCA_KIND, TCMSG, attr_str, htons, message,
+from .nl import (NLMSGHDR, NLM_F_CREATE, NLM_F_EXCL, RTM_DELQDISC, RTM_DELTCLASS, RTM_DELTFILTER, RTM_NEWQDISC,
+                 RTM_NEWTCLASS, RTM_NEWTFILTER, TC_H_INGRESS, TCA_KIND, TCMSG, attr_str, htons, message,
                  protocol_number, tcmsg)
 from .rates import Clock, clock
 
@@ -75,6 +75,9 @@ class Encoder:
         body = tcmsg(self.ifindex(op.dev), op.classid, op.parent) + opts
         return message(RTM_NEWTCLASS, flags | _ADD, seq, body)
 
+    def del_class(self, op, seq: int, flags: int) -> bytes:
+        return message(RTM_DELTCLASS, flags, seq, tcmsg(self.ifindex(op.dev), op.classid, 0))
+
     # -- u32 filters
 
     def _filter_head(self, dev, parent, prio, protocol) -> tuple:
@@ -88,6 +91,12 @@ class Encoder:
         ifindex, parent, info = self._filter_head(op.dev, op.parent, op.prio, op.protocol)
         body = TCMSG.pack(0, ifindex, op.ht << 20, parent, info) + _KIND_U32 + u32.table_options(op.divisor)
         return message(RTM_NEWTFILTER, flags | _ADD, seq, body)
+
+    def del_filter(self, op, seq: int, flags: int) -> bytes:
+        """``tc filter del``: the u32 node or table ``op.handle``, or (0) the whole list."""
+        ifindex, parent, info = self._filter_head(op.dev, op.parent, op.prio, op.protocol)
+        body = TCMSG.pack(0, ifindex, op.handle, parent, info) + (_KIND_U32 if op.handle else b"")
+        return message(RTM_DELTFILTER, flags, seq, body)
 
     def _actions(self, pol, redirect) -> bytes:
         key = (pol, redirect)

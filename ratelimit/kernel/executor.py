@@ -17,21 +17,24 @@ later ones of its batch that the kernel carried out go with those qdiscs when
 the caller rolls back (the plan's teardown).
 """
 
+import dataclasses
 import errno as errnos
+import sys
 import time
 
 from ..errors import ApplyError
-from ..plan import (AddIfb, Change, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, U32Filter,
-                    U32Table)
+from ..plan import (U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass,
+                    HtbQdisc, IngressQdisc, NetemQdisc, U32Filter, U32Table)
 from . import replay
 from .encode import Encoder
-from .nl import NLM_F_REQUEST, SEQ_OFFSET, TC_H_INGRESS, TC_H_ROOT
+from .nl import NLM_F_REQUEST, RTM_GETTFILTER, SEQ_OFFSET, TC_H_INGRESS, TC_H_ROOT, TCMSG
 from .readback import Reader, without_gc
 from .transport import KernelError, set_ack, strerror
 
 BATCH_BYTES = 256 * 1024  # most bytes per send
 BATCH_MSGS = 1024  # most messages per send (bounds the failure replies a batch can queue)
 PROGRESS_EVERY_S = 0.2
+TABLE_FREE_WAIT_S = 5.0  # longest wait for u32 to free a table's last link (``remove``)
 
 _NOT_THERE = frozenset({errnos.ENOENT, errnos.EINVAL, errnos.ENODEV})
 
@@ -145,19 +148,30 @@ class Executor(Reader):
         report(total, final=True)
 
     def remove(self, ops) -> None:
-        """Carry out teardown operations (DelQdisc, DelLink), ignoring what is already gone."""
+        """Carry out removals (DelQdisc, DelLink, DelClass, DelFilter, and the changes
+        between them) one at a time, in order, each acknowledged, ignoring what is
+        already gone."""
         ops = tuple(ops)
         self._fresh()
         for i, op in enumerate(ops):
-            if type(op) not in (DelQdisc, DelLink):
+            if type(op) not in _REMOVALS:
                 raise TypeError(f"not a teardown operation: {op!r}")
-            try:
-                _ALONE[type(op)](self, op)
-            except KernelError as e:
-                if e.errno not in _NOT_THERE:
-                    raise StepFailed(i, op, e.errno, e.message, len(ops)) from None
-            except _NoDevice:
-                pass
+            waited = 0.0
+            while True:
+                try:
+                    _ALONE[type(op)](self, op)
+                except KernelError as e:
+                    if e.errno == errnos.EBUSY and type(op) is DelFilter and waited < TABLE_FREE_WAIT_S:
+                        # u32 lets go of a table's links to it only after an RCU grace period
+                        # once the filters that linked to it are gone
+                        time.sleep(0.005 + waited)
+                        waited += 0.005 + waited
+                        continue
+                    if e.errno not in _NOT_THERE:
+                        raise StepFailed(i, op, e.errno, e.message, len(ops)) from None
+                except _NoDevice:
+                    pass
+                break
 
 
     def restore(self, captured: dict) -> list[str]:
@@ -241,6 +255,22 @@ def _alone(pack):
     return send
 
 
+def _del_filter(ex: Executor, op: DelFilter) -> None:
+    """Remove a u32 node, table or list.  A node of the list's own root table is named by
+    ``U32_ROOT_TABLE``: the kernel numbers that table itself, so it is asked for its
+    number first (a GET of the root table answers with it)."""
+    if op.handle >> 20 == U32_ROOT_TABLE and op.handle & 0xFFFFF:
+        ask = ex.encoder.del_filter(dataclasses.replace(op, handle=U32_ROOT_TABLE << 20), 0, NLM_F_REQUEST)
+        ask = ask[:4] + RTM_GETTFILTER.to_bytes(2, sys.byteorder) + ask[6:]
+        answer = ex.chan.query(ask)
+        if answer is None:
+            raise KernelError(errnos.ENOENT, "no root table")
+        data, off, _ = answer
+        root = TCMSG.unpack_from(data, off + 16)[2]
+        op = dataclasses.replace(op, handle=(root & 0xFFF00000) | (op.handle & 0xFFFFF))
+    ex.chan.request(ex.encoder.del_filter(op, 0, NLM_F_REQUEST))
+
+
 # Operations sent on their own, each acknowledged before the next is sent.
 _ALONE = {
     AddIfb: _add_ifb,
@@ -248,8 +278,13 @@ _ALONE = {
     HtbQdisc: _alone(Encoder.htb_qdisc),
     IngressQdisc: _alone(Encoder.ingress_qdisc),
     DelQdisc: _alone(Encoder.del_qdisc),
+    DelClass: _alone(Encoder.del_class),
+    DelFilter: lambda ex, op: _del_filter(ex, op),
+    Change: _alone(Encoder.change),
     NetemQdisc: _alone(Encoder.netem_qdisc),  # only when it is a root or ingress qdisc
 }
+
+_REMOVALS = (DelQdisc, DelLink, DelClass, DelFilter, Change)
 
 # Operations packed into batches: (encoder, op, seq, flags) -> message bytes.
 _BATCHED = {

@@ -31,9 +31,9 @@ def sh(*argv, check=True):
     return subprocess.run(argv, check=check, capture_output=True, text=True)
 
 
-def plan_for(mode, direction="both", ports=(1024, 1031), down=None, up=None):
+def plan_for(mode, direction="both", ports=(1024, 1031), down=None, up=None, per="port", generation=0):
     req = Request("r0", (ip_address(HOST4), ip_address(HOST6)), (ports,), down or LinkParams(28800),
-                  up or LinkParams(56000), mode=mode, direction=direction)
+                  up or LinkParams(56000), mode=mode, direction=direction, per=per, generation=generation)
     return compile_plan(req)
 
 
@@ -201,3 +201,38 @@ def test_changes_in_place_leave_what_a_fresh_apply_leaves(router_pair, name):
         ex.apply(changes)
         assert ex.snapshot(after.devices()) == fresh
         ex.remove(after.teardown())
+
+
+SWITCHES = {  # (installed, new): other ports, so a make-before-break switch
+    "police": dict(mode="police"),
+    "police per host": dict(mode="police", per="host"),  # shared policers, indexes of the second generation
+    "police+netem": PLANS["police+netem"],
+    "shape+netem": PLANS["shape+netem"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SWITCHES))
+def test_a_switch_to_other_ports_leaves_what_a_fresh_apply_leaves(router_pair, name):
+    """The new plan built beside the old in the second generation of handles, then the old
+    removed: the kernel reads back as the new plan applied from scratch; and back."""
+    router, _ = router_pair
+    kw = dict(SWITCHES[name])
+    per = kw.pop("per", "port")
+    first = plan_for(**kw, per=per)
+    second = plan_for(**kw, per=per, ports=(2000, 2011), generation=1)
+    with Executor(router) as ex:
+        pristine = ex.snapshot(second.devices())
+        ex.apply(second.ops)
+        fresh = ex.snapshot(second.devices())
+        ex.remove(second.teardown())
+        ex.apply(first.ops)
+        switch = diff.make_before_break(first, second)
+        assert switch is not None
+        ex.apply(switch.adds)
+        ex.remove(switch.removal)
+        assert ex.snapshot(second.devices()) == fresh
+        back = diff.make_before_break(second, first)
+        ex.apply(back.adds)
+        ex.remove(back.removal)
+        ex.remove(first.teardown())
+        assert ex.snapshot(second.devices()) == pristine

@@ -111,7 +111,10 @@ worker_rlimit_nofile 65536;
 events { worker_connections 16384; }
 http {
     default_type application/octet-stream;
-    access_log $run/access.log;
+    # the combined format's head, then when the reply ended (ms) and the client's port
+    log_format lab '\$remote_addr - \$remote_user [\$time_local] "\$request" \$status \$body_bytes_sent '
+                   '"\$http_referer" "\$http_user_agent" \$msec \$remote_port';
+    access_log $run/access.log lab;
     sendfile on;
     tcp_nopush on;
     keepalive_timeout 65;
