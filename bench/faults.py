@@ -39,10 +39,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _KERNEL_TABLE = re.compile(r"\b[89a-f][0-9a-f]{2}(?=:)|(?<=key ht )[89a-f][0-9a-f]{2}\b")
 
 
+def _entries(text: str) -> list[str]:
+    """``tc`` output as entries (a line and the indented lines under it), sorted."""
+    out: list[str] = []
+    for line in text.splitlines():
+        if line[:1].isspace() and out:
+            out[-1] += "\n" + line
+        else:
+            out.append(line)
+    return sorted(out)
+
+
 def dump(ns: str, devs=DEVS) -> list[str]:
-    """What ``tc -d`` shows of ``devs``, counters aside, each part's lines sorted, and the
-    number the kernel gave each filter list's root table (800: and up, in the order the
-    lists were made) written as "root"."""
+    """What ``tc -d`` shows of ``devs``, counters aside: each part's entries sorted (the
+    order of a dump follows the kernel's hash tables, which grow and never shrink), and
+    the number the kernel gave each filter list's root table (800: and up, in the order
+    the lists were made) written as "root"."""
     def sh(*argv):
         return subprocess.run(argv, capture_output=True, text=True)
     out = []
@@ -55,7 +67,7 @@ def dump(ns: str, devs=DEVS) -> list[str]:
             text = re.sub(r"direct_packets_stat \d+", "", sh("tc", "-n", ns, "-d", *what).stdout)
             if what[0] == "filter":
                 text = _KERNEL_TABLE.sub("root", text)
-            out.append("\n".join(sorted(text.splitlines())))
+            out.append("\n".join(_entries(text)))
     return out
 
 

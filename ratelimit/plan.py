@@ -174,6 +174,12 @@ class DelFilter(_Tc):
         reads it from ``tc filter show`` first (``shell``)."""
         return self.handle >> 20 == U32_ROOT_TABLE and bool(self.handle & 0xFFFFF)
 
+    @property
+    def is_table(self) -> bool:
+        """A table: u32 frees it only an RCU grace period after the last filter linking to
+        it went, so a script tries again for a while (``shell``)."""
+        return bool(self.handle) and not self.handle & 0xFFFFF
+
     def _where(self, word) -> str:
         return f"filter del dev {word(self.dev)} parent {tc_handle(self.parent)} prio {self.prio}"
 
@@ -185,7 +191,13 @@ class DelFilter(_Tc):
         return f"{self._where(batch_word)} handle {where} protocol {self.protocol} u32"
 
     def shell(self, tc: str = "tc") -> list[str]:
-        """Shell lines for a node of the root table (``in_root_table``)."""
+        """Shell lines for a node of the root table or a table (``in_root_table``, ``is_table``)."""
+        if self.is_table:
+            delete = f"{tc} {self._where(shell_word)} handle {self.handle >> 20:x}: protocol {self.protocol} u32"
+            return [f"n=0; until {delete} 2>/dev/null; do",
+                    '  n=$((n + 1)); [ "$n" -lt 100 ] || { echo "ratelimit: could not remove u32 table '
+                    f'{self.handle >> 20:x}:" >&2; exit 1; }}; sleep 0.05',
+                    "done"]
         show = (f"{tc} {self._where(shell_word).replace('filter del', 'filter show', 1)} protocol {self.protocol}"
                 " | sed -n 's/.* fh \\([0-9a-f]*\\): ht divisor 1 *$/\\1/p'")
         bucket, node = (self.handle >> 12) & 0xFF, self.handle & 0xFFF
@@ -193,7 +205,7 @@ class DelFilter(_Tc):
                 f'{tc} {self._where(shell_word)} handle "$root:{bucket:x}:{node:x}" protocol {self.protocol} u32']
 
     def lines(self) -> list[str]:
-        return self.shell() if self.in_root_table else [self.tc()]
+        return self.shell() if self.in_root_table or self.is_table else [self.tc()]
 
 
 U32_ROOT_TABLE = 0xFFF  # a handle's table part that names the filter list's own root table
@@ -483,7 +495,7 @@ def script(ops, netns: str | None = None) -> str:
             if dev and dev not in seen:
                 check_batch_name(dev)
                 seen.add(dev)
-        if type(op) is DelFilter and op.in_root_table:
+        if type(op) is DelFilter and (op.in_root_table or op.is_table):
             flush()
             lines += op.shell(tc)
             continue

@@ -1,21 +1,11 @@
 """The configuration dump tests compare before and after: what tc says about devices,
-counters aside."""
+counters aside (``bench.faults.dump``)."""
 
-import re
-import subprocess
+from bench.faults import dump
 
 
 def tc_dump(ns: str, *devs: str) -> list[str]:
     """Every qdisc, class and filter ``tc -d`` shows on ``devs`` in namespace ``ns``, and
-    which of them exist, with counters and statistics left out."""
-    def sh(*argv):
-        return subprocess.run(argv, capture_output=True, text=True)
-    out = []
-    for dev in devs:
-        if sh("ip", "-n", ns, "link", "show", "dev", dev).returncode:
-            out.append(f"{dev}: absent")
-            continue
-        for what in (("qdisc", "show", "dev", dev), ("class", "show", "dev", dev),
-                     ("filter", "show", "dev", dev), ("filter", "show", "dev", dev, "ingress")):
-            out.append(re.sub(r"direct_packets_stat \d+", "", sh("tc", "-n", ns, "-d", *what).stdout))
-    return out
+    which of them exist, with counters and statistics left out, in an order of their own
+    (``bench.faults.dump``)."""
+    return dump(ns, devs)

@@ -4,6 +4,7 @@ stand -- the queue keeps its packets, the counters keep counting, the kernel end
 exactly as a fresh apply of the new request leaves it -- and a change the kernel refuses
 is changed back."""
 
+import dataclasses
 import subprocess
 import sys
 
@@ -77,11 +78,14 @@ def test_a_new_rate_and_queue_change_the_links_in_place(router):
     assert state.load(ns, "rlh0").request == request(ns, rate="200kbit", queue="40kb")
 
 
-def test_other_ports_rebuild(router):
+def test_other_ports_switch_over_and_another_link_layer_rebuilds(router):
     ns = router
     service.apply(request(ns))
     plan = service.apply(request(ns, ports="6000-6009"))
-    assert plan.changed is None
+    assert plan.how == "make-before-break" and plan.changed
+    assert [r["port"] for r in service.statistics("rlh0", ns)["links"]] == list(range(6000, 6010))
+    plan = service.apply(request(ns, ports="6000-6009", link="atm"))
+    assert plan.how == "built" and plan.changed is None
     assert [r["port"] for r in service.statistics("rlh0", ns)["links"]] == list(range(6000, 6010))
 
 
@@ -116,5 +120,16 @@ def test_dry_run_shows_the_changes(router):
     assert out.count("class change dev rlh0") == 65 and out.count("qdisc change dev rlh0") == 64
     assert " add " not in out and " del " not in out
     out = subprocess.run(cli + ["-r", "200kbit", "-p", "6000", "--dry-run"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "# the new plan built beside the installed one, then the old removed (make-before-break: " in out
+    assert "qdisc del dev rlh0 root" not in out and "class del dev rlh0 classid 52:10" in out
+    # the script does what the apply would: run it, and the kernel holds the new plan
+    sh("sh", "-c", out)
+    switched = tc_dump(ns, *DEVS)
+    service.clean("rlh0", ns, force=True)
+    req = dataclasses.replace(request(ns, rate="200kbit", ports="6000", queue="40kb"), generation=1)
+    service.apply(req)
+    assert tc_dump(ns, *DEVS) == switched
+    out = subprocess.run(cli + ["-p", "6000", "--link", "atm", "--dry-run"], capture_output=True, text=True,
                          check=True).stdout
     assert "# the installed plan removed, then the new plan" in out and "qdisc del dev rlh0 root" in out

@@ -156,7 +156,7 @@ def test_a_failed_rollback_says_where_the_interface_is_and_the_record_keeps_sayi
     with pytest.MonkeyPatch.context() as patch:
         with_a_duplicate_class(patch)  # the new plan fails, and so does putting the old one back
         with pytest.raises(StateError) as info:
-            service.apply(request(ns, ports="6000-6009"))  # other ports: a rebuild, not a change in place
+            service.apply(request(ns, link="atm"))  # another link layer: a rebuild, neither in place nor beside
     message = str(info.value)
     assert "\n" not in message and info.value.exit_code == 8
     assert message.startswith("step ") and "failed: File exists; putting rlh0 back failed too (step " in message
