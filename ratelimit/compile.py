@@ -14,6 +14,10 @@ Layout on each limited device (``52:`` is ratelimit's mark on a root qdisc)::
                                   loss; it also serializes at the link's rate) or,
                                   without impairments, a fifo
 
+The handles under the pool class are those of generation 0; a plan in generation 1
+(``Request.generation``: a re-apply built beside the installed plan, ``diff``) puts its
+groups at 52:8010.., 7fff: down and 8000: up (``GENERATIONS``).
+
 The u32 tree (``u32tree``) classifies: policers ride on its exact filters in
 police mode; in shape mode the root's tree names the link's group and each
 group's own tree (on its HTB qdisc) the link's class.  ``dest`` is the

@@ -70,9 +70,9 @@ def in_place(old, new) -> tuple | None:
 class Switch:
     """A re-apply with other selectors (or layout) that builds the new plan beside the
     installed one and then removes the old: ``adds`` (the shared parts' new numbers, then
-    the new generation), ``removal`` (the old generation: its root filters first -- the
-    switch -- then its tables and groups).  ``undo_removal`` and ``undo_changes`` take
-    back ``adds``."""
+    the new generation, its root filters last), ``removal`` (the old generation: its root
+    filters first -- the switch -- then its groups held still, its tables and groups
+    removed).  ``undo_removal`` and ``undo_changes`` take back ``adds``."""
 
     adds: tuple
     removal: tuple
@@ -147,15 +147,17 @@ def _removal(plan: Plan, keep: Plan) -> tuple:
               if type(op) is U32Table and _on_shared(op)]
     whole = [DelFilter(*head) for head in lists if head not in kept]
     groups = [op for op in plan.ops if type(op) is HtbClass and _on_shared(op)]
-    frozen = [Change(replace(op, rate_bps=FROZEN_BPS, ceil_bps=FROZEN_BPS, burst_bytes=op.quantum_bytes)) for op in groups]
+    frozen = [Change(replace(op, rate_bps=FROZEN_BPS, ceil_bps=FROZEN_BPS, burst_bytes=op.quantum_bytes))
+              for op in groups]
     return tuple(roots + frozen + tables + whole + [DelClass(op.dev, op.classid) for op in groups])
 
 
 def make_before_break(old: Plan, new: Plan) -> Switch | None:
     """The switch from the installed plan ``old`` to ``new``, built in the other generation
     (``Request.generation``); None when the two cannot stand side by side: other shared
-    parts (devices, ingress layout, link layer, a police-mode netem stage beside shape
-    mode's groups), or handles that clash (together they need more than the handle space)."""
+    parts (devices, ingress layout, link layer, a police-mode netem stage where shape mode
+    hangs its groups), or handles that clash (together they need more than the handle
+    space)."""
     if old.request.generation == new.request.generation:
         return None
     old_shared = [op for op in old.ops if _shared(op)]
@@ -174,9 +176,6 @@ def make_before_break(old: Plan, new: Plan) -> Switch | None:
     new_gen = [op for op in new.ops if not _shared(op)]
     if _keys(old_gen) & _keys(new_gen):
         return None
-    if any(type(op) is HtbClass and op.parent == POOL_CLASS for op in new_gen) and \
-            any(type(op) is NetemQdisc and op.handle == POOL_NETEM for op in old_shared):
-        return None  # the pool class cannot hold a netem stage and groups at once
     # the root filters last, on every device: where the new tree takes over on adding them,
     # everything they lead to is there
     adds = tuple(changes) + tuple(op for op in new_gen if not _root_filter(op)) + \

@@ -150,7 +150,7 @@ class Change:
                     self.ex.apply(switch.adds, progress=progress, echo=echo)
                     undo = None  # the old plan's parts are going: only rebuilding it takes this back
                     for op in switch.removal if echo else ():
-                        echo(op.lines()[0])
+                        echo(op.tc())
                     self.ex.remove(switch.removal)
                 elif changes is None:
                     self.ex.remove(removal)

@@ -230,13 +230,18 @@ def _over(old, plan):
     change in place (in the installed plan's generation); other ones are built beside the
     old in the other generation when both fit; otherwise (None, None) the old is removed and
     ``plan`` built."""
+    def in_generation(g):
+        if plan.request.generation == g:
+            return plan
+        return compile_plan(dataclasses.replace(plan.request, generation=g))
+
     gen = old.request.generation
-    same = compile_plan(dataclasses.replace(plan.request, generation=gen)) if plan.request.generation != gen else plan
+    same = in_generation(gen)
     changes = diff.in_place(old, same)
     if changes is not None:
         return same, changes, None
     try:
-        other = compile_plan(dataclasses.replace(plan.request, generation=1 - gen))
+        other = in_generation(1 - gen)
     except FieldError:  # too many links for the other generation: rebuilt
         return plan, None, None
     switch = diff.make_before_break(old, other)

@@ -66,12 +66,26 @@ def parent_only(handler):
     return run
 
 
-def create(name: str) -> None:
-    """Make the named namespace ``name`` (it must not exist)."""
-    try:
-        pyroute2_netns.create(name)
-    except PermissionError:
-        raise PermissionDenied(f"making network namespace {name!r} needs root") from None
+def create(name: str, attempts: int = 3) -> None:
+    """Make the named namespace ``name`` (it must not exist).  pyroute2 makes it from a
+    child process; right after many namespaces went, the kernel's cleanup can keep that
+    child from answering in time ("no response from the child"): then what it left is
+    removed and it is tried again."""
+    for attempt in range(attempts):
+        try:
+            pyroute2_netns.create(name)
+            return
+        except PermissionError:
+            raise PermissionDenied(f"making network namespace {name!r} needs root") from None
+        except OSError:
+            if attempt == attempts - 1:
+                raise
+            if name in namespaces():
+                try:
+                    pyroute2_netns.remove(name)
+                except OSError:
+                    pass
+            time.sleep(0.5 * (attempt + 1))
 
 
 def namespaces() -> list[str]:
