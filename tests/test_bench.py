@@ -16,7 +16,7 @@ from ipaddress import ip_address
 
 import pytest
 
-from bench import common, dialup, httperf, packet, report, results, sandbox
+from bench import common, dialup, faults, httperf, packet, report, results, sandbox
 from bench.__main__ import main as bench_main
 
 # ---------------------------------------------------------------- httperf
@@ -383,3 +383,26 @@ def test_quick_stats_benchmark_runs(tmp_path):
     assert {"service.statistics", "service.statistics cold", "service.Poller", "tc -s class show"} <= set(rows)
     assert all(r["seconds"] > 0 for r in doc["rows"] if r["seconds"] is not None)
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{sandbox.NS_PREFIX}{os.getpid()}-")]
+
+
+@pytest.mark.netns
+def test_quick_faults_benchmark_finds_every_refusal_and_kill_leaves_one_plan(tmp_path, monkeypatch):
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    rc = bench_main(["faults", "--quick", "--no-vm", "--out", str(tmp_path)])
+    doc = json.loads((tmp_path / "faults-host-quick.json").read_text())
+    assert [r["case"] for r in doc["sweeps"]] == [c.name for c in faults.CASES]
+    for r in doc["sweeps"]:
+        assert r["operations"] > 0 and r["bad"] == [], r
+    assert len(doc["kills"]) == 6 and all(r["ok"] for r in doc["kills"]), doc["kills"]
+    assert rc == 0
+    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{sandbox.NS_PREFIX}{os.getpid()}-")]
+
+
+@pytest.mark.netns
+def test_quick_switch_benchmark_keeps_the_queue_in_place(tmp_path):
+    rc = bench_main(["switch", "--quick", "--no-vm", "--out", str(tmp_path)])
+    assert rc == 0
+    rows = {r["method"]: r for r in json.loads((tmp_path / "switch-host-quick.json").read_text())["rows"]}
+    assert set(rows) == {"in place", "rebuild"}
+    assert rows["in place"]["server_tcp"]["TcpRetransSegs"] == 0  # no queued packet lost
+    assert rows["in place"]["received_bytes"] > rows["rebuild"]["received_bytes"]
