@@ -251,9 +251,10 @@ def server_congestion_control(lab) -> str | None:
 LINUX_RTO_MIN_MS = 200  # TCP_RTO_MIN
 
 
-def server_rto_min(lab, rto_min_ms: int | None) -> int:
+def server_rto_min(lab, rto_min_ms: int | None, *, initcwnd: int | None = None) -> int:
     """Give the lab server's default routes (IPv4 and IPv6) a minimum retransmission timeout
-    of ``rto_min_ms`` (``ip route change ... rto_min``), or Linux's own for None; return the
+    of ``rto_min_ms`` (``ip route change ... rto_min``), or Linux's own for None, and an
+    initial congestion window of ``initcwnd`` segments (None: Linux's 10); return the
     floor in effect (results record it).  Behind a 28.8k modem a 1,460-byte segment takes
     0.44 s to arrive, while the handshake's small packets measure a round trip of tens of
     ms: with Linux's 200 ms floor the timer fires before the first segment is acknowledged.
@@ -265,6 +266,8 @@ def server_rto_min(lab, rto_min_ms: int | None) -> int:
                     "dev", r["dev"]]
             if rto_min_ms:
                 argv += ["rto_min", f"{rto_min_ms}ms"]
+            if initcwnd:
+                argv += ["initcwnd", str(initcwnd)]
             run(argv)
     return rto_min_ms or LINUX_RTO_MIN_MS
 

@@ -26,6 +26,10 @@ formula).  The link model's ceiling counts what each call puts on the link:
 the request up, the response's frames down (``LinkModel.call_seconds``), at
 the rate the PPP frames get; so x users complete at most x / call_seconds.
 
+v0.3's settings (police mode, ``--burst 5``, Ethernet framing) run where the kernel has
+act_police: on the host if it has it, else in the full-kernel VM (``--no-vm`` skips it),
+at x = 200 as above and with sessions arriving all the time (``httperf-arrivals``).
+
 CPU: the load generators' and the server's processes (utime + stime from
 /proc), and the kernel's softirq time over all CPUs.  veth delivery runs in
 the sender's context, so the router's forwarding and shaping show up as
@@ -45,13 +49,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf
-from .common import (LINUX_RTO_MIN_MS, TCP_COUNTERS, BenchError, MODEM_BPS, Steps, ratio, say, server_congestion_control,
-                     server_rto_min, tcp_counters)
+from .common import (LINUX_RTO_MIN_MS, TCP_COUNTERS, BenchError, MODEM_BPS, Steps, congestion_control, ratio, say,
+                     server_congestion_control, server_rto_min, tcp_counters)
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
 
 NAME = "dialup"
-VM_WORK = False
+VM_WORK = True  # v0.3's settings (police mode) where the host lacks act_police
 URI = "/10000.bin"
 FILE_BYTES = 10_000
 CALLS = 20  # per session, as in 2000
@@ -156,8 +160,16 @@ def shares(x: int, n: int = CLIENTS) -> list[int]:
     return [x // n + (1 if i < x % n else 0) for i in range(n)]
 
 
-def load_argv(generator: str, server: str, users: int, duration_s: float, ramp_s: float) -> list[str]:
-    """One client namespace's load: ``users`` persistent connections."""
+def load_argv(generator: str, server: str, users: int, duration_s: float, ramp_s: float,
+              session_s: float = 0.0) -> list[str]:
+    """One client namespace's load: ``users`` persistent connections -- all started within
+    half the ramp, or (``httperf-arrivals``) sessions arriving all the time at the rate
+    that keeps ``users`` of them going (each lasting ``session_s``)."""
+    if generator == "httperf-arrivals":
+        rate = users / session_s
+        return ["httperf", "--server", server, "--port", "80", "--uri", URI,
+                f"--wsess={math.ceil(rate * duration_s)},{CALLS},0", "--burst-length", "1", "--rate", f"{rate:.3f}",
+                "--timeout", f"{duration_s + 60:g}"]
     if generator == "httperf":
         if users > PER_HTTPERF:
             raise BenchError(f"httperf: {users} sessions in one process exceed {PER_HTTPERF} (select() limit)")
@@ -199,16 +211,20 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
     """One (generator, x): start the load in every client namespace, count completions at
     the server over the window, stop the load, read each generator's own totals."""
     users = shares(x)
-    duration = cfg.ramp_s + cfg.window_s + 5
+    session_s = CALLS * model.call_seconds(FILE_BYTES)
+    ramp = cfg.ramp_s
+    if generator == "httperf-arrivals":  # steady once the first sessions end
+        ramp = max(ramp, session_s + 5)
+    duration = ramp + cfg.window_s + 5
     if generator == "httperf":  # sessions end after 20 calls: the window must fit in them
-        duration = max(duration, CALLS * model.call_seconds(FILE_BYTES) + cfg.ramp_s)
+        duration = max(duration, session_s + cfg.ramp_s)
     offset = log.stat().st_size if log.exists() else 0
     server_pids = _server_pids(lab)
     cpu0 = _cpu_totals()
-    procs = [lab.client(i + 1).popen(load_argv(generator, lab.server.address, n, duration, cfg.ramp_s),
+    procs = [lab.client(i + 1).popen(load_argv(generator, lab.server.address, n, duration, cfg.ramp_s, session_s),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i, n in enumerate(users) if n]
-    time.sleep(cfg.ramp_s)
+    time.sleep(ramp)
     tcp0 = tcp_counters(lab.server.netns)
     start, c0 = time.time(), (_cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids))
     time.sleep(cfg.window_s)
@@ -216,7 +232,7 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
     tcp1 = tcp_counters(lab.server.netns)
     outputs = []
     for p in procs:
-        if generator == "httperf":  # it prints its report when interrupted
+        if generator.startswith("httperf"):  # it prints its report when interrupted
             try:
                 p.send_signal(signal.SIGINT)
             except ProcessLookupError:
@@ -230,18 +246,22 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
     with open(log, "rb") as f:
         f.seek(offset)
         times = nginx_completions(f.read().decode("utf-8", "replace"))
-    rate, counted = rate_in_window(times, start, end)
-    if counted < x * 0.95:
+    if generator == "httperf-arrivals":  # connections come and go: their replies in the window
+        counted = sum(1 for c in times if start <= c.at <= end)
+        rate = counted / (end - start)
+    else:
+        rate, counted = rate_in_window(times, start, end)
+    if generator != "httperf-arrivals" and counted < x * 0.95:
         raise BenchError(f"{generator} x={x}: only {counted} connections finished two calls in the window "
                          "(is the server's access log in the lab's format, with $msec and $remote_port?)")
     wall = (c1[0][0] - c0[0][0]) or 1.0
-    request = len(REQUEST[generator].format(uri=URI, host=lab.server.address))
+    request = len(REQUEST[generator.split("-")[0]].format(uri=URI, host=lab.server.address))
     call_s = model.call_seconds(FILE_BYTES, header=header_bytes, request=request)
     ceiling = x / call_s
     row = {"generator": generator, "x": x, "users_per_client": users, "completed_per_s": rate,
            "connections_counted": counted, "window_s": end - start, "theoretical": theoretical(x), "ratio_to_theoretical": ratio(rate, theoretical(x)),
            "model_call_s": call_s, "model_ceiling": ceiling, "ratio_to_model": ratio(rate, ceiling),
-           "request_bytes": request, "server_rto_min_ms": rto_min_ms, "published": PUBLISHED.get(x) if generator == "httperf" else None,
+           "request_bytes": request, "server_rto_min_ms": rto_min_ms, "published": PUBLISHED.get(x) if generator.startswith("httperf") else None,
            "cpu": {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
                    "load_generators": (c1[1] - c0[1]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
                    "server": (c1[2] - c0[2]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
@@ -256,7 +276,7 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
 
 def _generator_totals(generator: str, outputs: list[str], x: int) -> dict:
     """What the load generators say: errors and sessions lost (httperf), errors (wrk)."""
-    if generator == "httperf":
+    if generator.startswith("httperf"):
         rep = httperf.combine([httperf.parse(o) for o in outputs])
         errors = rep.get("errors", {}).get("total")
         return {"errors": errors, "sessions_total": rep.get("sessions_total"),
@@ -289,21 +309,36 @@ def _header_bytes(lab) -> int:
 # ---------------------------------------------------------------- the table
 
 
-def measure(quick: bool, *, clients=None, outdir=None) -> dict:
+V03_X = (200,)  # the VM emulates its CPUs in software: the smallest row of the 2000 table
+V03_SERVER = {"cc": "reno", "initcwnd": 2}  # how a 2000 server's TCP started (RFC 2581's initial window)
+
+
+def v03_config(quick: bool) -> Config:
+    """v0.3's settings in the VM: httperf at x = 200 as the table runs it (``measure`` adds
+    the rows with sessions arriving all the time)."""
+    xs = (40,) if quick else V03_X
+    return Config(tuple(("httperf", x, RTO_MIN_MS) for x in xs), 8.0 if quick else 12.0, 8.0 if quick else 40.0)
+
+
+def measure(quick: bool, *, clients=None, outdir=None, v03: bool = False) -> dict:
+    """The table (``v03``: with v0.3's settings -- police mode, ``--burst 5``, Ethernet
+    framing, no delay, as the 2000 routers ran it)."""
     from ratelimit.kernel.probe import probe
     from ratelimit.lab.core import Lab
     from ratelimit.lab.link import LinkSpec
-    cfg = config(quick, clients)
+    cfg = v03_config(quick) if v03 else config(quick, clients)
     biggest = max(x for _, x, _ in cfg.points)
     bandwidth = f"{max(100, math.ceil(biggest * MODEM_BPS * 1.2 / 1e6))}mbit"  # every modem at once, and room
     netem = probe(["netem"])["netem"]
-    doc = new_result(NAME, quick)
+    doc = new_result(f"{NAME}-v03" if v03 else NAME, quick)
     doc["config"] = {"points": [list(p) for p in cfg.points], "ramp_s": cfg.ramp_s, "window_s": cfg.window_s,
                      "calls": CALLS, "clients": CLIENTS, "per_httperf": PER_HTTPERF, "ports": PORTS,
-                     "uri": URI, "profile": PROFILE, "mode": "shape", "per": "port", "bandwidth": bandwidth,
-                     "delay_stage": netem}
-    link = LinkSpec(profile=PROFILE, mode="shape", per="port", no_delay=not netem, bandwidth=bandwidth)
-    steps = Steps(NAME, len(cfg.points))
+                     "uri": URI, "profile": None if v03 else PROFILE, "mode": "police" if v03 else "shape",
+                     "per": "port", "bandwidth": bandwidth, "delay_stage": netem and not v03, "v03": v03}
+    if v03:
+        link = LinkSpec(rate="28800", mode="police", per="port", burst="5", bandwidth=bandwidth)
+    else:
+        link = LinkSpec(profile=PROFILE, mode="shape", per="port", no_delay=not netem, bandwidth=bandwidth)
     lab = Lab.up(f"bd{os.getpid()}", clients=CLIENTS, link=link, server="nginx", ports=PORTS,
                  say=lambda m: say(NAME, m))
     track_topology(lab)
@@ -312,11 +347,22 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
         header = doc["config"]["header_bytes"] = _header_bytes(lab)
         model = lab.link_model()
         log = Path(lab.info["dir"]) / "nginx" / "access.log"
-        for generator, x, floor in cfg.points:
-            rto_min_ms = server_rto_min(lab, floor)
+        points = [(g, x, floor, None) for g, x, floor in cfg.points]
+        if v03:  # sessions arriving all the time, with today's server and with one whose TCP
+            # starts as 2000's did (Reno, two segments, Linux's floor)
+            points += [("httperf-arrivals", cfg.points[0][1], RTO_MIN_MS, None),
+                       ("httperf-arrivals", cfg.points[0][1], None, V03_SERVER)]
+        steps = Steps(NAME, len(points))
+        for generator, x, floor, stack in points:
+            rto_min_ms = server_rto_min(lab, floor, initcwnd=stack and stack["initcwnd"])
+            if stack:
+                lab.server.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={stack['cc']}"], check=False)
             row = run_point(lab, model, generator, x, rto_min_ms, cfg, log, header)
+            row["server_tcp_start"] = (f"{congestion_control(lab.server.netns)}, initial window "
+                                       f"{stack['initcwnd'] if stack else 10}")
             doc["rows"].append(row)
-            steps(f"{generator} x={x:,} (RTO floor {rto_min_ms} ms): {row['completed_per_s']:.1f} replies/s = {100 * row['ratio_to_model']:.1f}% "
+            steps(f"{generator} x={x:,} (RTO floor {rto_min_ms} ms; {row['server_tcp_start']}): "
+                  f"{row['completed_per_s']:.1f} replies/s = {100 * row['ratio_to_model']:.1f}% "
                   f"of the link model's {row['model_ceiling']:.1f}, {100 * row['ratio_to_theoretical']:.1f}% of 0.36x; "
                   f"errors {row['errors']}; server retransmitted {100 * (row['retransmitted'] or 0):.1f}% of "
                   f"segments ({row['server_tcp']['TcpExtTCPTimeouts']} timeouts); "
@@ -332,8 +378,19 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
 
 def main(args) -> int:
     from .results import RESULTS_DIR
+    from .sandbox import host_has, in_vm, load_modules, run_vm_part
     outdir = args.out or RESULTS_DIR
+    if in_vm():
+        load_modules()
+        say(NAME, f"wrote {save(measure(args.quick, outdir=outdir, v03=True), outdir)}")
+        return 0
     doc = measure(args.quick, clients=args.clients, outdir=outdir)
     say(NAME, f"wrote {save(doc, outdir)}")
+    if host_has("police"):
+        say(NAME, f"wrote {save(measure(args.quick, outdir=outdir, v03=True), outdir)}")
+    elif args.vm:
+        rc = run_vm_part(NAME, ["--quick"] if args.quick else [], outdir=outdir)
+        if rc != 0:
+            raise BenchError(f"the VM part of {NAME} exited {rc}")
     return 0
 
