@@ -92,11 +92,12 @@ class Encoder:
         body = TCMSG.pack(0, ifindex, op.ht << 20, parent, info) + _KIND_U32 + u32.table_options(op.divisor)
         return message(RTM_NEWTFILTER, flags | _ADD, seq, body)
 
-    def del_filter(self, op, seq: int, flags: int) -> bytes:
-        """``tc filter del``: the u32 node or table ``op.handle``, or (0) the whole list."""
+    def del_filter(self, op, seq: int, flags: int, msg_type: int = RTM_DELTFILTER) -> bytes:
+        """``tc filter del``: the u32 node or table ``op.handle``, or (0) the whole list
+        (``msg_type`` RTM_GETTFILTER: ``tc filter get`` of the same)."""
         ifindex, parent, info = self._filter_head(op.dev, op.parent, op.prio, op.protocol)
         body = TCMSG.pack(0, ifindex, op.handle, parent, info) + (_KIND_U32 if op.handle else b"")
-        return message(RTM_DELTFILTER, flags, seq, body)
+        return message(msg_type, flags, seq, body)
 
     def _actions(self, pol, redirect) -> bytes:
         key = (pol, redirect)

@@ -19,7 +19,6 @@ the caller rolls back (the plan's teardown).
 
 import dataclasses
 import errno as errnos
-import sys
 import time
 
 from ..errors import ApplyError
@@ -259,10 +258,9 @@ def _del_filter(ex: Executor, op: DelFilter) -> None:
     """Remove a u32 node, table or list.  A node of the list's own root table is named by
     ``U32_ROOT_TABLE``: the kernel numbers that table itself, so it is asked for its
     number first (a GET of the root table answers with it)."""
-    if op.handle >> 20 == U32_ROOT_TABLE and op.handle & 0xFFFFF:
-        ask = ex.encoder.del_filter(dataclasses.replace(op, handle=U32_ROOT_TABLE << 20), 0, NLM_F_REQUEST)
-        ask = ask[:4] + RTM_GETTFILTER.to_bytes(2, sys.byteorder) + ask[6:]
-        answer = ex.chan.query(ask)
+    if op.in_root_table:
+        answer = ex.chan.query(ex.encoder.del_filter(dataclasses.replace(op, handle=U32_ROOT_TABLE << 20), 0,
+                                                     NLM_F_REQUEST, RTM_GETTFILTER))
         if answer is None:
             raise KernelError(errnos.ENOENT, "no root table")
         data, off, _ = answer
@@ -279,7 +277,7 @@ _ALONE = {
     IngressQdisc: _alone(Encoder.ingress_qdisc),
     DelQdisc: _alone(Encoder.del_qdisc),
     DelClass: _alone(Encoder.del_class),
-    DelFilter: lambda ex, op: _del_filter(ex, op),
+    DelFilter: _del_filter,
     Change: _alone(Encoder.change),
     NetemQdisc: _alone(Encoder.netem_qdisc),  # only when it is a root or ingress qdisc
 }
