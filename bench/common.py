@@ -236,22 +236,23 @@ class Clock:
 SERVER_CC = "cubic"  # Linux's default congestion control (this machine's default is bbr)
 
 
-def server_congestion_control(lab) -> str | None:
-    """Set ``SERVER_CC`` as the lab server's congestion control where the host allows it in
-    a namespace (``net.ipv4.tcp_allowed_congestion_control``); return the one in effect
+def server_congestion_control(lab, cc: str = SERVER_CC) -> str | None:
+    """Set ``cc`` as the lab server's congestion control where the host allows it in a
+    namespace (``net.ipv4.tcp_allowed_congestion_control``); return the one in effect
     (results record it: retransmissions and call times depend on it)."""
-    lab.server.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={SERVER_CC}"], check=False)
+    lab.server.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={cc}"], check=False)
     got = congestion_control(lab.server.netns)
-    if got != SERVER_CC:
-        say("bench", f"the server runs {got}: {SERVER_CC} is not allowed in namespaces here "
-                     f"(sysctl -w net.ipv4.tcp_allowed_congestion_control=\"reno bbr {SERVER_CC}\")")
+    if got != cc:
+        say("bench", f"the server runs {got}: {cc} is not allowed in namespaces here "
+                     f"(sysctl -w net.ipv4.tcp_allowed_congestion_control=\"reno bbr {cc}\")")
     return got
 
 
 LINUX_RTO_MIN_MS = 200  # TCP_RTO_MIN
+RFC_RTO_MIN_MS = 1000  # RFC 6298 (2.4): the timeout is rounded up to 1 s
 
 
-def server_rto_min(lab, rto_min_ms: int | None, *, initcwnd: int | None = None) -> int:
+def server_route(lab, rto_min_ms: int | None, *, initcwnd: int | None = None) -> int:
     """Give the lab server's default routes (IPv4 and IPv6) a minimum retransmission timeout
     of ``rto_min_ms`` (``ip route change ... rto_min``), or Linux's own for None, and an
     initial congestion window of ``initcwnd`` segments (None: Linux's 10); return the

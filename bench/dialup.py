@@ -49,8 +49,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf
-from .common import (LINUX_RTO_MIN_MS, TCP_COUNTERS, BenchError, MODEM_BPS, Steps, congestion_control, ratio, say,
-                     server_congestion_control, server_rto_min, tcp_counters)
+from .common import (LINUX_RTO_MIN_MS, RFC_RTO_MIN_MS, SERVER_CC, TCP_COUNTERS, BenchError, MODEM_BPS, Steps, ratio,
+                     say, server_congestion_control, server_route, tcp_counters)
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
 
@@ -71,12 +71,9 @@ REQUEST = {"httperf": "GET {uri} HTTP/1.1\r\nUser-Agent: httperf/0.9.0\r\nHost: 
            "wrk": "GET {uri} HTTP/1.1\r\nHost: {host}:80\r\n\r\n"}
 
 
-RTO_MIN_MS = 1000  # the server's retransmission timeout floor: RFC 6298's 1 s (bench.common.server_rto_min)
-
-
 @dataclass(frozen=True)
 class Config:
-    # (load generator, x, the server's RTO floor in ms: RTO_MIN_MS, or None for Linux's 200 ms)
+    # (load generator, x, the server's RTO floor in ms: RFC_RTO_MIN_MS, or None for Linux's 200 ms)
     points: tuple[tuple[str, int, int | None], ...]
     ramp_s: float
     window_s: float
@@ -87,11 +84,11 @@ def config(quick: bool, clients=None) -> Config:
     one wrk row with Linux's 200 ms floor to show what it costs."""
     if quick:
         xs = tuple(clients or (40,))
-        return Config(tuple((g, x, RTO_MIN_MS) for g in ("httperf", "wrk") for x in xs) + (("wrk", xs[0], None),),
+        return Config(tuple((g, x, RFC_RTO_MIN_MS) for g in ("httperf", "wrk") for x in xs) + (("wrk", xs[0], None),),
                       8.0, 8.0)
     xs = tuple(clients or (200, 1000, 2000, 3600))
-    return Config(tuple(("httperf", x, RTO_MIN_MS) for x in xs)
-                  + tuple(("wrk", x, RTO_MIN_MS) for x in (*xs, 10_000))
+    return Config(tuple(("httperf", x, RFC_RTO_MIN_MS) for x in xs)
+                  + tuple(("wrk", x, RFC_RTO_MIN_MS) for x in (*xs, 10_000))
                   + (("wrk", xs[min(1, len(xs) - 1)], None),), 12.0, 40.0)
 
 
@@ -259,9 +256,11 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
     call_s = model.call_seconds(FILE_BYTES, header=header_bytes, request=request)
     ceiling = x / call_s
     row = {"generator": generator, "x": x, "users_per_client": users, "completed_per_s": rate,
-           "connections_counted": counted, "window_s": end - start, "theoretical": theoretical(x), "ratio_to_theoretical": ratio(rate, theoretical(x)),
+           "connections_counted": counted, "window_s": end - start, "theoretical": theoretical(x),
+           "ratio_to_theoretical": ratio(rate, theoretical(x)),
            "model_call_s": call_s, "model_ceiling": ceiling, "ratio_to_model": ratio(rate, ceiling),
-           "request_bytes": request, "server_rto_min_ms": rto_min_ms, "published": PUBLISHED.get(x) if generator.startswith("httperf") else None,
+           "request_bytes": request, "server_rto_min_ms": rto_min_ms,
+           "published": PUBLISHED.get(x) if generator.startswith("httperf") else None,
            "cpu": {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
                    "load_generators": (c1[1] - c0[1]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
                    "server": (c1[2] - c0[2]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
@@ -317,7 +316,7 @@ def v03_config(quick: bool) -> Config:
     """v0.3's settings in the VM: httperf at x = 200 as the table runs it (``measure`` adds
     the rows with sessions arriving all the time)."""
     xs = (40,) if quick else V03_X
-    return Config(tuple(("httperf", x, RTO_MIN_MS) for x in xs), 8.0 if quick else 12.0, 8.0 if quick else 40.0)
+    return Config(tuple(("httperf", x, RFC_RTO_MIN_MS) for x in xs), 8.0 if quick else 12.0, 8.0 if quick else 40.0)
 
 
 def measure(quick: bool, *, clients=None, outdir=None, v03: bool = False) -> dict:
@@ -350,16 +349,14 @@ def measure(quick: bool, *, clients=None, outdir=None, v03: bool = False) -> dic
         points = [(g, x, floor, None) for g, x, floor in cfg.points]
         if v03:  # sessions arriving all the time, with today's server and with one whose TCP
             # starts as 2000's did (Reno, two segments, Linux's floor)
-            points += [("httperf-arrivals", cfg.points[0][1], RTO_MIN_MS, None),
+            points += [("httperf-arrivals", cfg.points[0][1], RFC_RTO_MIN_MS, None),
                        ("httperf-arrivals", cfg.points[0][1], None, V03_SERVER)]
         steps = Steps(NAME, len(points))
         for generator, x, floor, stack in points:
-            rto_min_ms = server_rto_min(lab, floor, initcwnd=stack and stack["initcwnd"])
-            if stack:
-                lab.server.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={stack['cc']}"], check=False)
+            rto_min_ms = server_route(lab, floor, initcwnd=stack and stack["initcwnd"])
+            cc = server_congestion_control(lab, stack["cc"] if stack else SERVER_CC)
             row = run_point(lab, model, generator, x, rto_min_ms, cfg, log, header)
-            row["server_tcp_start"] = (f"{congestion_control(lab.server.netns)}, initial window "
-                                       f"{stack['initcwnd'] if stack else 10}")
+            row["server_tcp_start"] = f"{cc}, initial window {stack['initcwnd'] if stack else 10}"
             doc["rows"].append(row)
             steps(f"{generator} x={x:,} (RTO floor {rto_min_ms} ms; {row['server_tcp_start']}): "
                   f"{row['completed_per_s']:.1f} replies/s = {100 * row['ratio_to_model']:.1f}% "

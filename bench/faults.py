@@ -2,12 +2,12 @@
 make-before-break switch and a clean, and SIGKILL at random points of a large apply.
 
 A refusal is real: before the k-th operation the executor sends (counting across the
-calls one service call makes), ``Inject`` slips in one the kernel refuses -- a class
+calls one service call makes), ``inject`` slips in one the kernel refuses -- a class
 under a qdisc that does not exist while building, the removal of the loopback device
 while removing.  Within a batch the kernel carries on past the refused message, so the
 operations after it in the same batch do take effect; that is the case to survive.
 Each run is judged by the configuration dump (``dump``: every qdisc, class and filter
-of the devices, counters aside, lines sorted because a hash dump's order is not
+of the devices, counters aside, entries sorted because a hash dump's order is not
 configuration): after a refusal it must equal the dump before the call, and the record
 must still name the old plan.  A SIGKILL run is judged after the next command: the
 dump must equal the old plan's or the new plan's.
@@ -26,13 +26,12 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .common import BenchError, Steps, say
+from .common import DEV, BenchError, Steps, say
 from .results import new_result, save
-from .sandbox import ns_name, track_namespace
+from .sandbox import Netns
 
 NAME = "faults"
 VM_WORK = False
-DEV = "rlf0"
 DEVS = (DEV, f"rl-{DEV}")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -101,13 +100,6 @@ def inject(at: int | None):
         yield counted
     finally:
         Executor.apply, Executor.remove = real_apply, real_remove
-
-
-def make_namespace(ns: str) -> None:
-    for argv in (["ip", "netns", "add", ns],
-                 ["ip", "-n", ns, "link", "add", DEV, "type", "veth", "peer", "name", "rlf1"],
-                 ["ip", "-n", ns, "link", "set", DEV, "up"], ["ip", "-n", ns, "link", "set", "rlf1", "up"]):
-        subprocess.run(argv, check=True, capture_output=True)
 
 
 def request(ns: str, **kw):
@@ -265,27 +257,23 @@ def kills(ns: str, n: int, seed: int = 1) -> list[dict]:
 
 
 def measure(quick: bool, outdir=None) -> dict:
-    from ratelimit.kernel.netns import delete_namespaces
     doc = new_result(NAME, quick)
-    ns = ns_name("faults")
     private = None
     if "RATELIMIT_STATE_DIR" not in os.environ:  # records of its own, not the machine's
         private = os.environ["RATELIMIT_STATE_DIR"] = f"/run/ratelimit-bench-{os.getpid()}"
-    track_namespace(ns)
-    make_namespace(ns)
     steps = Steps(NAME, len(CASES) + 1)
     try:
-        doc["sweeps"] = []
-        for case in CASES:
-            row = sweep(ns, case)
-            doc["sweeps"].append(row)
-            steps(f"{case.name}: {row['operations']} operations, a refusal before each; "
-                  f"{len(row['bad'])} left the interface otherwise than before")
-        doc["kills"] = kills(ns, 6 if quick else 24)
-        steps(f"SIGKILL at {len(doc['kills'])} random points: "
-              f"{sum(1 for r in doc['kills'] if r['ok'])} left one whole plan (or none)")
+        with Netns("faults") as box:
+            doc["sweeps"] = []
+            for case in CASES:
+                row = sweep(box.name, case)
+                doc["sweeps"].append(row)
+                steps(f"{case.name}: {row['operations']} operations, a refusal before each; "
+                      f"{len(row['bad'])} left the interface otherwise than before")
+            doc["kills"] = kills(box.name, 6 if quick else 24)
+            steps(f"SIGKILL at {len(doc['kills'])} random points: "
+                  f"{sum(1 for r in doc['kills'] if r['ok'])} left one whole plan (or none)")
     finally:
-        delete_namespaces([ns])
         if private:
             shutil.rmtree(private, ignore_errors=True)
             del os.environ["RATELIMIT_STATE_DIR"]

@@ -45,11 +45,6 @@ def _delete_ns(name: str) -> None:
 _TOPOLOGIES: list = []
 
 
-def track_namespace(name: str) -> None:
-    """Remember a namespace made by hand to delete at exit."""
-    _LIVE.add(name)
-
-
 def track_topology(topo) -> None:
     """Remember an ``topology`` topology (or ``lab_core.Lab``) to remove at exit."""
     _TOPOLOGIES.append(topo)

@@ -15,7 +15,7 @@ received from ``LEAD_S`` before the switch to ``TAIL_S`` after it against what t
 model lets through: the old link's payload rate before the switch, the new one's after it
 (``LinkModel.transfer_seconds`` of a long transfer), and the time the apply takes at
 either rate (the middle of the two is the reference).  The server's RTO
-floor is RFC 6298's 1 s (``server_rto_min``), as in the dial-up table: behind a modem
+floor is RFC 6298's 1 s (``server_route``), as in the dial-up table: behind a modem
 without its delay stage Linux's 200 ms floor fires before the first segment arrives.
 """
 
@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from .common import TCP_COUNTERS, BenchError, Steps, ratio, say, server_rto_min, tcp_counters
+from .common import RFC_RTO_MIN_MS, TCP_COUNTERS, BenchError, Steps, ratio, say, server_route, tcp_counters
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
 
@@ -136,7 +136,7 @@ def measure(quick: bool, outdir=None) -> dict:
     try:
         lo, hi = (int(p) for p in ports.split("-"))
         doc["config"]["links"] = len(lab.topo.client_hosts) * (hi - lo + 1)  # each way: the client's addresses x ports
-        doc["config"]["server_rto_min_ms"] = server_rto_min(lab, 1000)
+        doc["config"]["server_rto_min_ms"] = server_route(lab, RFC_RTO_MIN_MS)
         for method in ("in place", "rebuild"):
             row = run_one(lab, method, old_link, new_link, lead_s, tail_s)
             doc["rows"].append(row)

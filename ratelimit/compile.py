@@ -119,17 +119,16 @@ def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
     return Plan(req, tuple(ops), tuple(links))
 
 
-# ---------------------------------------------------------------- validation
-
-
-
-
 @functools.lru_cache(maxsize=4)
 def compiled(req: Request) -> Plan:
     """``compile_plan(req)``, kept for the last few requests: reading a record or the
     statistics of a watched interface compiles its request once, not at every read
     (compiling 65,536 links takes about a second; requests are frozen, hashable values)."""
     return compile_plan(req)
+
+
+# ---------------------------------------------------------------- validation
+
 
 def _validate(req: Request) -> None:
     if req.mode not in MODES:

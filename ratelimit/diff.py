@@ -125,6 +125,13 @@ def _root_filter(op) -> bool:
     return type(op) is U32Filter and op.ht == 0 and _on_shared(op)
 
 
+def _filter_lists(plan: Plan) -> dict:
+    """The filter lists (device, parent, prio, protocol) of ``plan``'s trees on the shared
+    qdiscs, in plan order (a dict used as an ordered set)."""
+    return dict.fromkeys((op.dev, op.parent, op.prio, op.protocol) for op in plan.ops
+                         if type(op) in (U32Table, U32Filter) and _on_shared(op))
+
+
 FROZEN_BPS = 8  # an old group's rate while it waits to be removed
 
 
@@ -137,15 +144,12 @@ def _removal(plan: Plan, keep: Plan) -> tuple:
        once nothing links to it, so the groups cannot go at once);
     3. its tables (a filter list ``keep`` does not use goes whole once they are gone);
     4. its groups: each class with its qdisc, links, queues and filters."""
-    lists = list(dict.fromkeys((op.dev, op.parent, op.prio, op.protocol) for op in plan.ops
-                               if type(op) in (U32Table, U32Filter) and _on_shared(op)))
-    kept = {(op.dev, op.parent, op.prio, op.protocol) for op in keep.ops
-            if type(op) in (U32Table, U32Filter) and _on_shared(op)}
+    kept = _filter_lists(keep)
     roots = [DelFilter(op.dev, op.parent, op.prio, op.protocol, u32_handle(U32_ROOT_TABLE, 0, op.node))
              for op in plan.ops if _root_filter(op)]
     tables = [DelFilter(op.dev, op.parent, op.prio, op.protocol, u32_handle(op.ht)) for op in plan.ops
               if type(op) is U32Table and _on_shared(op)]
-    whole = [DelFilter(*head) for head in lists if head not in kept]
+    whole = [DelFilter(*head) for head in _filter_lists(plan) if head not in kept]
     groups = [op for op in plan.ops if type(op) is HtbClass and _on_shared(op)]
     frozen = [Change(replace(op, rate_bps=FROZEN_BPS, ceil_bps=FROZEN_BPS, burst_bytes=op.quantum_bytes))
               for op in groups]

@@ -120,6 +120,20 @@ def _not_restored(interface: str, problems: list[str]) -> str:
             f"re-create your own configuration there (see: tc qdisc show dev {interface})")
 
 
+def _taking_back(undo, switch):
+    """How to undo a change in place (``undo``: the old numbers back where they stand) or a
+    switch (before the old plan's parts go: the new ones removed, the old numbers back);
+    None when only rebuilding the old plan does."""
+    if switch is not None:
+        def take_back(ex):
+            ex.remove(switch.undo_removal)
+            ex.apply(switch.undo_changes)
+        return take_back
+    if undo is not None:
+        return lambda ex: ex.apply(undo)
+    return None
+
+
 class Change:
     """The kernel part of one apply, rolled back unless it completes (see the module doc)."""
 
@@ -133,12 +147,7 @@ class Change:
         given a ``diff.Switch``, build the new plan beside the old and then remove the old
         (taken back if the building fails); on success record the new plan and drop the
         marker."""
-        if switch is not None:
-            def undo(ex):  # before the old plan's parts go: remove the new ones, old numbers back
-                ex.remove(switch.undo_removal)
-                ex.apply(switch.undo_changes)
-        elif undo is not None:
-            undo = (lambda ops: lambda ex: ex.apply(ops))(undo)  # the old numbers back where they stand
+        take_back = _taking_back(undo, switch)
         with signals.guard(armed=False) as guard:
             started = False
             try:
@@ -148,7 +157,7 @@ class Change:
                 started = True
                 if switch is not None:
                     self.ex.apply(switch.adds, progress=progress, echo=echo)
-                    undo = None  # the old plan's parts are going: only rebuilding it takes this back
+                    take_back = None  # the old plan's parts are going: only rebuilding it takes this back
                     for op in switch.removal if echo else ():
                         echo(op.tc())
                     self.ex.remove(switch.removal)
@@ -168,10 +177,10 @@ class Change:
                     if isinstance(err, signals.Stop):
                         raise Interrupted(f"interrupted by {err.name}; nothing changed", err.signum) from None
                     raise
-                self._roll_back(err, undo)
+                self._roll_back(err, take_back)
 
-    def _roll_back(self, err: BaseException, undo=None):
-        """Put the old plan back: ``undo(ex)`` where it can take the change back, else (or
+    def _roll_back(self, err: BaseException, take_back=None):
+        """Put the old plan back: ``take_back(ex)`` where it can undo the change, else (or
         if that fails) rebuild it."""
         if isinstance(err, signals.Stop):
             what = f"interrupted by {err.name} during the apply"
@@ -180,9 +189,9 @@ class Change:
         try:
             with _executor(self.netns) as ex:  # a fresh socket: the old one may hold half an exchange
                 problems = None
-                if undo is not None:
+                if take_back is not None:
                     try:  # the old plan back as it stands; the record still names it
-                        undo(ex)
+                        take_back(ex)
                         problems = []
                     except ApplyError:
                         pass  # rebuilt below

@@ -4,14 +4,13 @@ old; the kernel ends up as a fresh apply of the new request leaves it, and a flo
 both plans select stays shaped through the switch (counted at a receiver)."""
 
 import dataclasses
-import os
 import subprocess
 import sys
 import time
 
 import pytest
 
-from bench.faults import dump
+from tcdump import tc_dump
 from ratelimit import service, state
 
 pytestmark = pytest.mark.netns
@@ -31,7 +30,7 @@ def request(ns, **kw):
 
 def test_other_selectors_switch_over_and_read_back_as_a_fresh_apply(rlhd):
     ns = rlhd()
-    pristine = dump(ns, DEVS)
+    pristine = tc_dump(ns, *DEVS)
     service.apply(request(ns))
     for kw, generation in ((dict(hosts="198.18.1.2,198.18.1.3", ports="5050-5199"), 1),  # to the second handles
                            (dict(hosts="2001:db8::2", ports="6000-6009", direction="dest"), None),  # rebuilt
@@ -43,13 +42,13 @@ def test_other_selectors_switch_over_and_read_back_as_a_fresh_apply(rlhd):
             assert plan.how == "built"
             continue
         assert (plan.how, plan.request.generation) == ("make-before-break", generation)
-        switched = dump(ns, DEVS)
+        switched = tc_dump(ns, *DEVS)
         assert state.load(ns, "rlh0").request == plan.request
         service.clean("rlh0", ns)
         service.apply(dataclasses.replace(req, generation=generation))
-        assert dump(ns, DEVS) == switched, kw  # what a fresh apply of the new plan leaves
+        assert tc_dump(ns, *DEVS) == switched, kw  # what a fresh apply of the new plan leaves
     service.clean("rlh0", ns)
-    assert dump(ns, DEVS) == pristine
+    assert tc_dump(ns, *DEVS) == pristine
 
 
 RECEIVER = r"""
