@@ -37,6 +37,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 _KERNEL_TABLE = re.compile(r"\b[89a-f][0-9a-f]{2}(?=:)|(?<=key ht )[89a-f][0-9a-f]{2}\b")
+_ACTION_INDEX = re.compile(r"(?<=police )0x[0-9a-f]+|(?<=index )\d+")
+
+
+def _kernel_index(match: re.Match) -> str:
+    """An action index the kernel picked (below the ones ratelimit gives shared policers)
+    as "auto": the kernel frees a deleted filter's actions only after a grace period, so
+    one made again at once may get another number."""
+    from ratelimit.plan import SHARED_POLICE_INDEX_BASE
+    text = match.group()
+    return "auto" if int(text, 0) < SHARED_POLICE_INDEX_BASE else text
+
+
+def kernel_numbers_named(filters: str) -> str:
+    """``tc filter show`` output with the numbers the kernel picked named: root tables
+    "root", action indexes "auto"."""
+    return _ACTION_INDEX.sub(_kernel_index, _KERNEL_TABLE.sub("root", filters))
 
 
 def _entries(text: str) -> list[str]:
@@ -54,7 +70,8 @@ def dump(ns: str, devs=DEVS) -> list[str]:
     """What ``tc -d`` shows of ``devs``, counters aside: each part's entries sorted (the
     order of a dump follows the kernel's hash tables, which grow and never shrink), and
     the number the kernel gave each filter list's root table (800: and up, in the order
-    the lists were made) written as "root"."""
+    the lists were made) written as "root", and action indexes the kernel picked written as
+    "auto" (``_kernel_index``)."""
     def sh(*argv):
         return subprocess.run(argv, capture_output=True, text=True)
     out = []
@@ -66,7 +83,7 @@ def dump(ns: str, devs=DEVS) -> list[str]:
                      ("filter", "show", "dev", dev), ("filter", "show", "dev", dev, "ingress")):
             text = re.sub(r"direct_packets_stat \d+", "", sh("tc", "-n", ns, "-d", *what).stdout)
             if what[0] == "filter":
-                text = _KERNEL_TABLE.sub("root", text)
+                text = kernel_numbers_named(text)
             out.append("\n".join(_entries(text)))
     return out
 
@@ -151,6 +168,16 @@ def _call(ns, case):
     return service.apply(request(ns, **case.after)).how
 
 
+def _first_difference(before: list[str], after: list[str]) -> str:
+    """The first line of one dump the other lacks, for the results file."""
+    for old, new in zip(before, after):
+        gone, came = set(old.splitlines()) - set(new.splitlines()), set(new.splitlines()) - set(old.splitlines())
+        if gone or came:
+            return f"{len(gone)} lines gone (first: {min(gone, default='-')!r}), " \
+                   f"{len(came)} came (first: {min(came, default='-')!r})"
+    return "another number of parts"
+
+
 def sweep(ns: str, case: Case) -> dict:
     """The call once clean (counting its operations), then once per operation with a
     refusal before it; returns counts and the positions that did not leave the dump and
@@ -179,7 +206,7 @@ def sweep(ns: str, case: Case) -> dict:
             continue
         after, now = dump(ns), state.load(ns, DEV)
         if after != before:
-            bad.append((k, f"the dump changed ({message})"))
+            bad.append((k, f"the dump changed ({message}): {_first_difference(before, after)}"))
         elif (now.request if now else None) != (record.request if record else None):
             bad.append((k, f"the record changed ({message})"))
         elif "back as it was" not in message:

@@ -385,6 +385,20 @@ def test_quick_stats_benchmark_runs(tmp_path):
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{sandbox.NS_PREFIX}{os.getpid()}-")]
 
 
+def test_dump_names_the_numbers_the_kernel_picked_and_keeps_ratelimits():
+    shown = ("filter parent ffff: protocol all pref 1 u32 chain 0 fh 803::1 order 1 key ht 803 bkt 0 terminal flowid\n"
+             "\taction order 1: mirred (Egress Redirect to device rl-rb0) stolen\n\tindex 3 ref 1 bind 1\n"
+             "filter parent 52: protocol ip pref 1 u32 chain 0 fh 401:0:1 order 1 link 402:\n"
+             "\taction order 1:  police 0x7 rate 1Mbit burst 10Kb\n\tindex 7 ref 1 bind 1\n"
+             "\taction order 1:  police 0x40000007 rate 1Mbit burst 10Kb\n\tindex 1073741831 ref 2 bind 2\n")
+    assert faults.kernel_numbers_named(shown) == (
+        "filter parent ffff: protocol all pref 1 u32 chain 0 fh root::1 order 1 key ht root bkt 0 terminal flowid\n"
+        "\taction order 1: mirred (Egress Redirect to device rl-rb0) stolen\n\tindex auto ref 1 bind 1\n"
+        "filter parent 52: protocol ip pref 1 u32 chain 0 fh 401:0:1 order 1 link 402:\n"
+        "\taction order 1:  police auto rate 1Mbit burst 10Kb\n\tindex auto ref 1 bind 1\n"
+        "\taction order 1:  police 0x40000007 rate 1Mbit burst 10Kb\n\tindex 1073741831 ref 2 bind 2\n")
+
+
 @pytest.mark.netns
 def test_quick_faults_benchmark_finds_every_refusal_and_kill_leaves_one_plan(tmp_path, monkeypatch):
     monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
