@@ -30,6 +30,13 @@ v0.3's settings (police mode, ``--burst 5``, Ethernet framing) run where the ker
 act_police: on the host if it has it, else in the full-kernel VM (``--no-vm`` skips it),
 at x = 200 as above and with sessions arriving all the time (``httperf-arrivals``).
 
+Where a call's time goes: during each row's window, ``PROBES`` curl processes in the
+first client namespace fetch the file ``probe_calls`` times each over one connection
+(each its own link, left out of the row's rate) and time each call in two parts:
+request to first byte (the request up, the server, and what the link still owes for the
+packet before) and first byte to last byte (the response's frames down, which the link
+model predicts: ``rest_model_s``).
+
 CPU: the load generators' and the server's processes (utime + stime from
 /proc), and the kernel's softirq time over all CPUs.  veth delivery runs in
 the sender's context, so the router's forwarding and shaping show up as
@@ -50,7 +57,7 @@ from pathlib import Path
 
 from . import httperf
 from .common import (LINUX_RTO_MIN_MS, RFC_RTO_MIN_MS, SERVER_CC, TCP_COUNTERS, BenchError, MODEM_BPS, Steps, ratio,
-                     say, server_congestion_control, server_route, tcp_counters)
+                     say, server_congestion_control, server_route, summarize, tcp_counters)
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
 
@@ -84,8 +91,9 @@ def config(quick: bool, clients=None) -> Config:
     one wrk row with Linux's 200 ms floor to show what it costs."""
     if quick:
         xs = tuple(clients or (40,))
+        # a 12 s window: with Linux's floor a connection's third call can come 8.5 s after its second
         return Config(tuple((g, x, RFC_RTO_MIN_MS) for g in ("httperf", "wrk") for x in xs) + (("wrk", xs[0], None),),
-                      8.0, 8.0)
+                      8.0, 12.0)
     xs = tuple(clients or (200, 1000, 2000, 3600))
     return Config(tuple(("httperf", x, RFC_RTO_MIN_MS) for x in xs)
                   + tuple(("wrk", x, RFC_RTO_MIN_MS) for x in (*xs, 10_000))
@@ -157,6 +165,34 @@ def shares(x: int, n: int = CLIENTS) -> list[int]:
     return [x // n + (1 if i < x % n else 0) for i in range(n)]
 
 
+PROBES = 10  # probe connections per row (curl, in the first client namespace)
+_PROBE_FORMAT = "%{time_starttransfer} %{time_total} %{local_port}\\n"
+
+
+def probe_calls(lab, url: str, calls: int) -> subprocess.Popen:
+    """One probe connection: ``calls`` fetches of ``url`` by one curl (which keeps its
+    connection open between them), each printed as first byte, total and local port."""
+    argv = ["curl", "-sS", "-w", _PROBE_FORMAT]
+    for _ in range(calls):
+        argv += ["-o", "/dev/null", url]
+    return lab.client(1).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def probe_times(outputs: list[str]) -> tuple[list[float], list[float], set[int]]:
+    """(request to first byte, first to last byte, local ports) of every probe call that
+    completed (the first call of each connection, which also connects, left out)."""
+    first, rest, ports = [], [], set()
+    for out in outputs:
+        lines = [line.split() for line in out.splitlines()]
+        calls = [(float(a), float(b), int(c)) for a, b, c in (f for f in lines if len(f) == 3)
+                 if a.replace(".", "", 1).isdigit()]
+        ports.update(c for _, _, c in calls)
+        for start, total, _ in calls[1:]:
+            first.append(start)
+            rest.append(total - start)
+    return first, rest, ports
+
+
 def load_argv(generator: str, server: str, users: int, duration_s: float, ramp_s: float,
               session_s: float = 0.0) -> list[str]:
     """One client namespace's load: ``users`` persistent connections -- all started within
@@ -224,9 +260,13 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
     time.sleep(ramp)
     tcp0 = tcp_counters(lab.server.netns)
     start, c0 = time.time(), (_cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids))
+    probe_n = max(2, int(cfg.window_s / session_s * CALLS) - 1)
+    probes = [probe_calls(lab, lab.url(URI), probe_n) for _ in range(PROBES)]
     time.sleep(cfg.window_s)
     end, c1 = time.time(), (_cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids))
     tcp1 = tcp_counters(lab.server.netns)
+    first, rest, probe_ports = probe_times([p.communicate(timeout=probe_n * session_s / CALLS * 3 + 60)[0]
+                                            for p in probes])
     outputs = []
     for p in procs:
         if generator.startswith("httperf"):  # it prints its report when interrupted
@@ -242,7 +282,8 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
         outputs.append(out)
     with open(log, "rb") as f:
         f.seek(offset)
-        times = nginx_completions(f.read().decode("utf-8", "replace"))
+        times = [c for c in nginx_completions(f.read().decode("utf-8", "replace"))
+                 if not (c.client == lab.client(1).address and c.port in probe_ports)]
     if generator == "httperf-arrivals":  # connections come and go: their replies in the window
         counted = sum(1 for c in times if start <= c.at <= end)
         rate = counted / (end - start)
@@ -267,7 +308,10 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
                    "softirq": (c1[0][2] - c0[0][2]) / wall,
                    "window_s": c1[0][0] - c0[0][0]},
            "cpu_run": {"machine_busy": 1 - (c1[0][1] - cpu0[1]) / ((c1[0][0] - cpu0[0]) or 1)},
-           "server_tcp": {k: tcp1.get(k, 0) - tcp0.get(k, 0) for k in TCP_COUNTERS}}
+           "server_tcp": {k: tcp1.get(k, 0) - tcp0.get(k, 0) for k in TCP_COUNTERS},
+           "probe": {"calls_per_connection": probe_n, "first_byte_s": summarize(first), "rest_s": summarize(rest),
+                     "rest_model_s": model.transfer_seconds(header_bytes + FILE_BYTES)
+                     - (model.down_delay_us / 1e6 if model.delay_stage else 0.0)}}
     row["retransmitted"] = ratio(row["server_tcp"]["TcpRetransSegs"], row["server_tcp"]["TcpOutSegs"])
     row.update(_generator_totals(generator, outputs, x))
     return row
@@ -363,7 +407,9 @@ def measure(quick: bool, *, clients=None, outdir=None, v03: bool = False) -> dic
                   f"of the link model's {row['model_ceiling']:.1f}, {100 * row['ratio_to_theoretical']:.1f}% of 0.36x; "
                   f"errors {row['errors']}; server retransmitted {100 * (row['retransmitted'] or 0):.1f}% of "
                   f"segments ({row['server_tcp']['TcpExtTCPTimeouts']} timeouts); "
-                  f"machine {100 * row['cpu']['machine_busy']:.0f}% busy")
+                  f"machine {100 * row['cpu']['machine_busy']:.0f}% busy; probes: first byte after "
+                  f"{1000 * row['probe']['first_byte_s'].get('p50', math.nan):.0f} ms (p50), the rest "
+                  f"{row['probe']['rest_s'].get('p50', math.nan):.3f} s (model {row['probe']['rest_model_s']:.3f} s)")
             if outdir:
                 save(doc, outdir)
             time.sleep(2 if quick else 5)  # let the connections close

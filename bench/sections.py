@@ -425,11 +425,13 @@ def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None) -
                      "-" if r.get("retransmitted") is None else
                      f"{100 * r['retransmitted']:.1f}% ({r['server_tcp']['TcpExtTCPTimeouts']:,})",
                      f"{100 * cpu.get('load_generators', 0):.0f}%", f"{100 * cpu.get('server', 0):.0f}%",
-                     f"{100 * cpu.get('softirq', 0):.0f}%", f"{100 * cpu.get('machine_busy', 0):.0f}%"])
+                     f"{100 * cpu.get('softirq', 0):.0f}%", f"{100 * cpu.get('machine_busy', 0):.0f}%",
+                     *_probe_cells(r)])
     out += table(["load", "x", "server RTO floor", "replies/s", "of the model's ceiling", "model ceiling", "of 0.36 x",
                   "2000 (event-driven)", "errors", "sessions lost", "retransmitted (timeouts)", "CPU: load",
                   "CPU: server",
-                  "CPU: softirq", "machine busy"], body) + [""]
+                  "CPU: softirq", "machine busy", "probe: to first byte, p50 / p95",
+                  "probe: first to last byte, p50 (model)"], body) + [""]
     out += ["Retransmitted: the server's retransmitted segments as a share of the segments it sent in the "
             "window, and its retransmission timeouts (`nstat`). A modem's first 1,460-byte segment takes "
             "0.44 s, while the handshake's small packets measure a round trip of tens of ms: with Linux's "
@@ -441,13 +443,33 @@ def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None) -
             "CPU columns are shares of one core (load generators and server: their processes' user + "
             "system time; softirq: the kernel's, over all CPUs, which is where the router's forwarding and "
             "shaping run: veth delivers in the sender's context). httperf busy-polls, so its share says "
-            "nothing about the router.", ""]
+            "nothing about the router.", "",
+            "Probe: during the window, 10 curl processes in the first client namespace fetch the file "
+            "over one connection each (their own links, left out of the row's rate) and time each call "
+            "after the first in two parts: from the request to the response's first byte (the request on "
+            "the uplink, the server, and what the downlink still owes for the previous response's last "
+            "packet, which HTB charges after sending it) and from the first byte to the last (the "
+            "response's frames on the downlink, which the link model predicts).", ""]
     out += _dialup_reading(doc) + [""]
     out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
     out += _dialup_v03(v03)
     if img:
         out += [f"![dial-up table]({img})", ""]
     return out
+
+
+def _probe(row: dict, part: str) -> dict | None:
+    """The row's probe summary of ``part`` (None when the row has no probe calls)."""
+    summary = row.get("probe", {}).get(part) or {}
+    return summary if summary.get("n") else None
+
+
+def _probe_cells(row: dict) -> list[str]:
+    first, rest = _probe(row, "first_byte_s"), _probe(row, "rest_s")
+    if not (first and rest):
+        return ["-", "-"]
+    return [f"{1000 * first['p50']:.0f} / {1000 * first['p95']:.0f} ms",
+            f"{rest['p50']:.3f} s ({row['probe']['rest_model_s']:.3f} s)"]
 
 
 def _dialup_reading(doc: dict) -> list[str]:
@@ -469,10 +491,20 @@ def _dialup_reading(doc: dict) -> list[str]:
     for r in short:
         cpu = r.get("cpu", {})
         out += (f" Below 98%: {r['generator']} at x = {r['x']:,}, with the machine {100 * cpu.get('machine_busy', 0):.0f}% "
-                f"busy -- the server's processes {100 * cpu.get('server', 0):.0f}% of a core (with the delivery and "
-                f"shaping of what they send), softirq {100 * cpu.get('softirq', 0):.0f}%, the load generators "
-                f"{100 * cpu.get('load_generators', 0):.0f}%: the two cores, which run server, router and clients "
-                f"at once, are the limit there.")
+                f"busy (the server's processes {100 * cpu.get('server', 0):.0f}% of a core, with the delivery and "
+                f"shaping of what they send; softirq {100 * cpu.get('softirq', 0):.0f}%; the load generators "
+                f"{100 * cpu.get('load_generators', 0):.0f}%).")
+        least = min((q for q in rows if q["generator"] == r["generator"]), key=lambda q: q["x"])
+        first, rest, calm = _probe(r, "first_byte_s"), _probe(r, "rest_s"), _probe(least, "first_byte_s")
+        if first and rest and calm:
+            model = r["probe"]["rest_model_s"]
+            where = ("what the row lacks is lost between a response's end and the next one's first byte "
+                     "(the request's way up and the server), not on the modems' downlinks"
+                     if rest["p50"] <= model * 1.01 else "the downlinks were slower than the model too")
+            out += (f" Its probes' responses took {rest['p50']:.3f} s from first to last byte (the model: "
+                    f"{model:.3f} s) and waited {1000 * first['p50']:.0f} ms for the first byte (p95 "
+                    f"{1000 * first['p95']:.0f} ms), against {1000 * calm['p50']:.0f} ms at x = {least['x']:,}: "
+                    f"{where}.")
     if linux:
         out += f" For comparison, {'; '.join(linux)}."
     return [out]

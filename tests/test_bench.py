@@ -194,6 +194,15 @@ def test_dialup_theory_and_windows():
     assert dialup.rate_in_window(done, 119, 121) == (0.0, 0)
 
 
+def test_dialup_probe_times_split_each_call_and_skip_the_connecting_one():
+    outputs = ["0.480 3.540 10007\n0.050 3.110 10007\n0.250 3.311 10007\n",
+               "curl: (28) Operation timed out\n0.470 3.530 12999\n", ""]
+    first, rest, ports = dialup.probe_times(outputs)
+    assert first == [0.05, 0.25]
+    assert rest == pytest.approx([3.06, 3.061])
+    assert ports == {10007, 12999}
+
+
 def test_dialup_counts_only_complete_replies():
     log = "\n".join([
         '198.18.0.2 - - [22/Nov/2026:02:34:13 +0000] "GET /10000.bin HTTP/1.0" 200 10000 "-" "httperf/0.9.0"',
@@ -397,6 +406,21 @@ def test_dump_names_the_numbers_the_kernel_picked_and_keeps_ratelimits():
         "filter parent 52: protocol ip pref 1 u32 chain 0 fh 401:0:1 order 1 link 402:\n"
         "\taction order 1:  police auto rate 1Mbit burst 10Kb\n\tindex auto ref 1 bind 1\n"
         "\taction order 1:  police 0x40000007 rate 1Mbit burst 10Kb\n\tindex 1073741831 ref 2 bind 2\n")
+
+
+@pytest.mark.netns
+def test_quick_dialup_benchmark_holds_the_link_model(tmp_path):
+    rc = bench_main(["dialup", "--quick", "--no-vm", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "dialup-host-quick.json").read_text())
+    rows = dialup.table_rows(doc)
+    assert [(r["generator"], r["x"]) for r in rows] == [("httperf", 40), ("wrk", 40)]
+    for r in rows:  # 40 modems on an idle machine: the model's rate, its response times
+        assert r["ratio_to_model"] >= 0.97 and r["errors"] == 0, r
+        assert r["probe"]["rest_s"]["p50"] == pytest.approx(r["probe"]["rest_model_s"], rel=0.01), r["probe"]
+    linux = [r for r in doc["rows"] if dialup.linux_floor(r)]
+    assert len(linux) == 1 and linux[0]["server_tcp"]["TcpExtTCPTimeouts"] > 0  # the floor's cost shows
+    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"rl-bd{os.getpid()}-")]  # the lab is down
 
 
 @pytest.mark.netns
