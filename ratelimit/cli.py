@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="source, dest[ination] or both (default both)")
     g.add_argument("--mtu", default="1514", help="maximum transfer unit (default 1514)")
     g.add_argument("--avpkt", default="1200", help="average packet size (default 1200)")
-    g.add_argument("--mpu", default="64", help="minimum policing unit (default 64)")
+    g.add_argument("--mpu", default=None, help="minimum policing unit: the least a packet is charged "
+                   "(default 64 with Ethernet framing, none with other link layers)")
     g = p.add_argument_group("additions")
     g.add_argument("--profile", help="link profile name or TOML file (see 'ratelimit profiles')")
     g.add_argument("--mode", choices=("police", "shape"),

@@ -39,6 +39,7 @@ from .errors import FieldError
 
 IP_TCP_HEADER_BYTES = 40  # IPv4 + TCP, no options (the model's clients send no timestamps)
 ETHERNET_HEADER_BYTES = 14  # in skb->len on an Ethernet egress, and so in what tc meters
+ETHERNET_MIN_FRAME_BYTES = 64  # what an Ethernet frame is padded to (v0.3's --mpu)
 ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES = 53, 48
 
 

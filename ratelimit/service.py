@@ -35,12 +35,13 @@ V03_BURST = "5"  # the bare command line's police burst, as in v0.3: rate x 5 / 
 
 def make_request(interface: str, *, hosts, ports, profile: str | None = None, netns: str | None = None,
                  mode: str | None = None, direction: str = "both", rate=None, burst=None,
-                 bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=64, queue=None, per: str = "port",
+                 bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=None, queue=None, per: str = "port",
                  link: str | None = None, **impairments) -> Request:
     """Validate what a person typed and return the request (resolves host names).
 
     ``mode`` None: shape with a profile (the links it describes queue), police without
-    (v0.3).  ``burst`` None: the profile's, else the mode's default; without a profile,
+    (v0.3).  ``mpu`` None: the link layer's (``Request.min_frame_bytes``).  ``burst`` None:
+    the profile's, else the mode's default; without a profile,
     police mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
     over the profile's."""
     interface, netns = check_target(interface, netns)
@@ -70,7 +71,7 @@ def make_request(interface: str, *, hosts, ports, profile: str | None = None, ne
         bandwidth_bps=parse_rate_bps(bandwidth, "--bandwidth"),
         burst=None if burst is None else parse_burst(burst, "--burst"),
         mtu_bytes=parse_size_bytes(mtu, "--mtu"), avpkt_bytes=parse_size_bytes(avpkt, "--avpkt"),
-        mpu_bytes=parse_count(mpu, "--mpu", 0, 65535),
+        mpu_bytes=None if mpu is None else parse_count(mpu, "--mpu", 0, 65535),
         profile=prof.name if prof else None,
         link=linklayer.layer(link, field="--link") if link else (prof.link if prof else linklayer.ETHERNET),
         per=per,

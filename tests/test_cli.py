@@ -38,7 +38,7 @@ def test_v03_options_and_aliases(argv, field, value):
 def test_v03_defaults():
     args = build_parser().parse_args([])
     assert (args.interface, args.bandwidth, args.rate, args.direction, args.mtu, args.avpkt, args.mpu) == \
-        ("eth0", "100mbit", None, "both", "1514", "1200", "64")
+        ("eth0", "100mbit", None, "both", "1514", "1200", None)
     assert args.verbose is False and args.mode is None and args.per == "port"
     # the bare command line polices, as v0.3 did, with its --burst 5: rate x 5 / 8 bytes
     from ratelimit.service import make_request
@@ -49,6 +49,28 @@ def test_v03_defaults():
     assert make_request(args.interface, hosts="198.18.0.2", ports="1024", profile="modem-28k8").mode == "shape"
     assert make_request(args.interface, hosts="198.18.0.2", ports="1024", profile="modem-28k8",
                         mode="police").mode == "police"
+
+
+def test_mpu_is_ethernets_smallest_frame_on_ethernet_only():
+    from ratelimit.compile import compile_plan
+    from ratelimit.errors import RatelimitError
+    from ratelimit.plan import HtbClass, Police
+    from ratelimit.service import make_request
+
+    def charged_min(**kw):
+        plan = compile_plan(make_request("eth0", hosts="198.18.0.2", ports="1024", **kw))
+        return {op.mpu_bytes for op in plan.ops if type(op) in (HtbClass, Police)}
+
+    assert charged_min() == {64}  # v0.3's command line: Ethernet, 64 bytes
+    assert charged_min(mode="shape", rate="1mbit") == {64}
+    # a modem's size table already makes a compressed ACK its 20-byte frame: nothing on top
+    assert charged_min(profile="modem-28k8") == {0}
+    assert charged_min(profile="modem-28k8", mode="police") == {0}
+    assert charged_min(profile="dsl") == {0}
+    assert charged_min(profile="modem-28k8", mpu="64") == {64}  # asked for, kept
+    assert charged_min(profile="cable") == {64}
+    with pytest.raises(RatelimitError, match="--mpu"):
+        make_request("eth0", hosts="198.18.0.2", ports="1024", mpu="70000")
 
 
 def test_help_is_long_option_and_lists_every_v03_option():

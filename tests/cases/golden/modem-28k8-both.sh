@@ -4,13 +4,13 @@ ip link add name rl-eth0 type ifb
 ip link set dev rl-eth0 up
 tc -batch - <<'EOF'
 qdisc add dev eth0 root handle 52: stab overhead -46 linklayer ethernet htb default 0
-class add dev eth0 parent 52: classid 52:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468 mpu 64
-class add dev eth0 parent 52:1 classid 52:10 htb rate 53728bit ceil 100mbit burst 125000b cburst 125000b quantum 1468 mpu 64
+class add dev eth0 parent 52: classid 52:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
+class add dev eth0 parent 52:1 classid 52:10 htb rate 53728bit ceil 100mbit burst 125000b cburst 125000b quantum 1468
 qdisc add dev eth0 parent 52:10 handle fffe: htb default 0
-class add dev eth0 parent fffe: classid fffe:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468 mpu 64
-class add dev eth0 parent fffe:1 classid fffe:100 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468 mpu 64
+class add dev eth0 parent fffe: classid fffe:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
+class add dev eth0 parent fffe:1 classid fffe:100 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468
 qdisc add dev eth0 parent fffe:100 handle 100: netem limit 13 delay 50ms rate 26864bit
-class add dev eth0 parent fffe:1 classid fffe:101 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468 mpu 64
+class add dev eth0 parent fffe:1 classid fffe:101 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468
 qdisc add dev eth0 parent fffe:101 handle 101: netem limit 13 delay 50ms rate 26864bit
 filter add dev eth0 parent fffe: prio 1 handle 1: protocol ip u32 divisor 256
 filter add dev eth0 parent fffe: prio 1 handle 1:0:1 protocol ip u32 ht 1:0: match u32 0xc6120102 0xffffffff at 16 match u32 0x00000400 0x0000ffff at 20 classid fffe:100
@@ -25,13 +25,13 @@ filter add dev eth0 parent 52: prio 1 handle ::2 protocol ip u32 match u32 0x050
 qdisc add dev eth0 handle ffff: ingress
 filter add dev eth0 parent ffff: prio 1 handle ::1 protocol all u32 match u32 0x00000000 0x00000000 at 0 action mirred egress redirect dev rl-eth0
 qdisc add dev rl-eth0 root handle 52: stab overhead -46 linklayer ethernet htb default 0
-class add dev rl-eth0 parent 52: classid 52:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468 mpu 64
-class add dev rl-eth0 parent 52:1 classid 52:10 htb rate 53728bit ceil 100mbit burst 125000b cburst 125000b quantum 1468 mpu 64
+class add dev rl-eth0 parent 52: classid 52:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
+class add dev rl-eth0 parent 52:1 classid 52:10 htb rate 53728bit ceil 100mbit burst 125000b cburst 125000b quantum 1468
 qdisc add dev rl-eth0 parent 52:10 handle fffe: htb default 0
-class add dev rl-eth0 parent fffe: classid fffe:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468 mpu 64
-class add dev rl-eth0 parent fffe:1 classid fffe:100 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468 mpu 64
+class add dev rl-eth0 parent fffe: classid fffe:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
+class add dev rl-eth0 parent fffe:1 classid fffe:100 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468
 qdisc add dev rl-eth0 parent fffe:100 handle 100: netem limit 4 delay 50ms rate 26864bit
-class add dev rl-eth0 parent fffe:1 classid fffe:101 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468 mpu 64
+class add dev rl-eth0 parent fffe:1 classid fffe:101 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468
 qdisc add dev rl-eth0 parent fffe:101 handle 101: netem limit 4 delay 50ms rate 26864bit
 filter add dev rl-eth0 parent fffe: prio 1 handle 1: protocol ip u32 divisor 256
 filter add dev rl-eth0 parent fffe: prio 1 handle 1:0:1 protocol ip u32 ht 1:0: match u32 0xc6120102 0xffffffff at 12 match u32 0x04000000 0xffff0000 at 20 classid fffe:100

@@ -4,21 +4,21 @@ ip link add name rl-eth0 type ifb
 ip link set dev rl-eth0 up
 tc -batch - <<'EOF'
 qdisc add dev eth0 root handle 52: stab overhead -46 linklayer ethernet htb default 0
-class add dev eth0 parent 52: classid 52:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468 mpu 64
+class add dev eth0 parent 52: classid 52:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
 qdisc add dev eth0 parent 52:1 handle 53: netem limit 1000 delay 50ms rate 100mbit
 filter add dev eth0 parent 52: prio 1 handle 1: protocol ip u32 divisor 256
-filter add dev eth0 parent 52: prio 1 handle 1:0:1 protocol ip u32 ht 1:0: match u32 0xc6120102 0xffffffff at 16 match u32 0x00000400 0x0000ffff at 20 classid 52:1 action police rate 26864bit burst 6056 mtu 1468 mpu 64 conform-exceed drop/ok
-filter add dev eth0 parent 52: prio 1 handle 1:1:1 protocol ip u32 ht 1:1: match u32 0xc6120102 0xffffffff at 16 match u32 0x00000401 0x0000ffff at 20 classid 52:1 action police rate 26864bit burst 6056 mtu 1468 mpu 64 conform-exceed drop/ok
+filter add dev eth0 parent 52: prio 1 handle 1:0:1 protocol ip u32 ht 1:0: match u32 0xc6120102 0xffffffff at 16 match u32 0x00000400 0x0000ffff at 20 classid 52:1 action police rate 26864bit burst 6056 mtu 1468 conform-exceed drop/ok
+filter add dev eth0 parent 52: prio 1 handle 1:1:1 protocol ip u32 ht 1:1: match u32 0xc6120102 0xffffffff at 16 match u32 0x00000401 0x0000ffff at 20 classid 52:1 action police rate 26864bit burst 6056 mtu 1468 conform-exceed drop/ok
 filter add dev eth0 parent 52: prio 1 handle ::1 protocol ip u32 match u32 0x05000000 0x0f000000 at 0 match u32 0x00000000 0x00001fff at 4 match u32 0x00060000 0x00ff0000 at 8 hashkey mask 0x000000ff at 20 link 1:
 filter add dev eth0 parent 52: prio 1 handle ::2 protocol ip u32 match u32 0x05000000 0x0f000000 at 0 match u32 0x00000000 0x00001fff at 4 match u32 0x00110000 0x00ff0000 at 8 hashkey mask 0x000000ff at 20 link 1:
 qdisc add dev eth0 handle ffff: ingress
 filter add dev eth0 parent ffff: prio 1 handle ::1 protocol all u32 match u32 0x00000000 0x00000000 at 0 action mirred egress redirect dev rl-eth0
 qdisc add dev rl-eth0 root handle 52: stab overhead -46 linklayer ethernet htb default 0
-class add dev rl-eth0 parent 52: classid 52:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468 mpu 64
+class add dev rl-eth0 parent 52: classid 52:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
 qdisc add dev rl-eth0 parent 52:1 handle 53: netem limit 1000 delay 50ms rate 100mbit
 filter add dev rl-eth0 parent 52: prio 1 handle 1: protocol ip u32 divisor 256
-filter add dev rl-eth0 parent 52: prio 1 handle 1:0:1 protocol ip u32 ht 1:0: match u32 0xc6120102 0xffffffff at 12 match u32 0x04000000 0xffff0000 at 20 classid 52:1 action police rate 26864bit burst 6056 mtu 1468 mpu 64 conform-exceed drop/ok
-filter add dev rl-eth0 parent 52: prio 1 handle 1:1:1 protocol ip u32 ht 1:1: match u32 0xc6120102 0xffffffff at 12 match u32 0x04010000 0xffff0000 at 20 classid 52:1 action police rate 26864bit burst 6056 mtu 1468 mpu 64 conform-exceed drop/ok
+filter add dev rl-eth0 parent 52: prio 1 handle 1:0:1 protocol ip u32 ht 1:0: match u32 0xc6120102 0xffffffff at 12 match u32 0x04000000 0xffff0000 at 20 classid 52:1 action police rate 26864bit burst 6056 mtu 1468 conform-exceed drop/ok
+filter add dev rl-eth0 parent 52: prio 1 handle 1:1:1 protocol ip u32 ht 1:1: match u32 0xc6120102 0xffffffff at 12 match u32 0x04010000 0xffff0000 at 20 classid 52:1 action police rate 26864bit burst 6056 mtu 1468 conform-exceed drop/ok
 filter add dev rl-eth0 parent 52: prio 1 handle ::1 protocol ip u32 match u32 0x05000000 0x0f000000 at 0 match u32 0x00000000 0x00001fff at 4 match u32 0x00060000 0x00ff0000 at 8 hashkey mask 0x00ff0000 at 20 link 1:
 filter add dev rl-eth0 parent 52: prio 1 handle ::2 protocol ip u32 match u32 0x05000000 0x0f000000 at 0 match u32 0x00000000 0x00001fff at 4 match u32 0x00110000 0x00ff0000 at 8 hashkey mask 0x00ff0000 at 20 link 1:
 EOF
