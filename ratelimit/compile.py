@@ -148,7 +148,7 @@ def _validate(req: Request) -> None:
                 raise FieldError("--ports", p, "is not a port (1-65535)")
         if lo > hi:
             raise FieldError("--ports", f"{lo}-{hi}", "is a reversed range (low-high)")
-    for field, value, lo, hi in (("--mtu", req.mtu_bytes, 68, 65535), ("--mpu", req.min_frame_bytes(), 0, 65535),
+    for field, value, lo, hi in (("--mtu", req.mtu_bytes, 68, 65535), ("--mpu", req.mpu_bytes, 0, 65535),
                                  ("--avpkt", req.avpkt_bytes, 1, 65535)):
         if not lo <= value <= hi:
             raise FieldError(field, value, f"is out of range ({lo}-{hi})")
@@ -192,7 +192,7 @@ def _egress(req, dev, direction, params, ops, links, group_links):
     ops.append(HtbQdisc(dev, ROOT, stab=_stab(req)))
     bw = req.bandwidth_bps
     pool_burst = max(req.line_mtu_bytes(), bw // 800)  # 10 ms at the device's bandwidth
-    ops.append(HtbClass(dev, ROOT, POOL_CLASS, bw, bw, pool_burst, req.line_mtu_bytes(), req.min_frame_bytes()))
+    ops.append(HtbClass(dev, ROOT, POOL_CLASS, bw, bw, pool_burst, req.line_mtu_bytes(), req.mpu_bytes))
     if req.mode == "police":
         if params.needs_netem():
             # serializing at the device's bandwidth keeps every flow's packets in order
@@ -217,15 +217,15 @@ def _egress(req, dev, direction, params, ops, links, group_links):
         members = range(first, min(first + group_links, links_n))
         group, qdisc = ROOT | (h.group_minor + g), (h.group_top - g) << 16
         ops.append(HtbClass(dev, POOL_CLASS, group, min(bw, guaranteed * len(members)), bw, pool_burst,
-                            req.line_mtu_bytes(), req.min_frame_bytes()))
+                            req.line_mtu_bytes(), req.mpu_bytes))
         ops.append(HtbQdisc(dev, qdisc, parent=group))
         # the group qdisc's root class lets its links borrow up to their ceilings (the pool
         # above holds the total to --bandwidth)
-        ops.append(HtbClass(dev, qdisc, qdisc | 1, bw, bw, pool_burst, req.line_mtu_bytes(), req.min_frame_bytes()))
+        ops.append(HtbClass(dev, qdisc, qdisc | 1, bw, bw, pool_burst, req.line_mtu_bytes(), req.mpu_bytes))
         for link in members:
             classid = qdisc | (LINK_MINOR_BASE + link - first)
             ops.append(HtbClass(dev, qdisc | 1, classid, guaranteed, ceil, burst, req.line_mtu_bytes(),
-                                req.min_frame_bytes()))
+                                req.mpu_bytes))
             ops.append(_leaf(req, params, rate, dev, classid, (h.leaf_base + link) << 16))
         _tree(req, dev, qdisc, direction, params, ops, links, links_in=members)
     _tree(req, dev, ROOT, direction, params, ops, links, group_links=group_links)
@@ -297,4 +297,4 @@ def _police(req: Request, params: LinkParams, overhead_bytes: int) -> Police | N
     if not params.rate_bps:
         return None
     rate = _carried(req, params)
-    return Police(rate, req.burst_bytes(params, rate), req.line_mtu_bytes(), req.min_frame_bytes(), overhead_bytes)
+    return Police(rate, req.burst_bytes(params, rate), req.line_mtu_bytes(), req.mpu_bytes, overhead_bytes)

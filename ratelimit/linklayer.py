@@ -100,6 +100,13 @@ ATM = LinkLayer("atm", ATM_PPPOE_LLC_BYTES, cells=True)
 LAYERS = {layer.name: layer for layer in (ETHERNET, PPP_VJ, PPP_SYNC_VJ, ATM)}
 
 
+def min_frame_bytes(link: LinkLayer) -> int:
+    """The least a packet is charged on ``link`` (tc's mpu): Ethernet's smallest frame with
+    Ethernet framing (with or without its FCS), nothing on other layers, whose size table
+    already makes each packet its frame (a modem's compressed ACK is a 20-byte frame)."""
+    return ETHERNET_MIN_FRAME_BYTES if link.name == ETHERNET.name else 0
+
+
 def layer(name: str, overhead_bytes: int | None = None, field: str = "link layer") -> LinkLayer:
     """The named layer, with its per-packet overhead replaced if given (``atm`` encapsulations)."""
     found = LAYERS.get(name)

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field, fields, replace
 from ipaddress import IPv4Address, IPv6Address
 
-from .linklayer import ETHERNET, ETHERNET_HEADER_BYTES, ETHERNET_MIN_FRAME_BYTES, LinkLayer
+from .linklayer import ETHERNET, ETHERNET_HEADER_BYTES, LinkLayer
 
 MODES = ("police", "shape")
 DIRECTIONS = ("source", "dest", "both")
@@ -161,7 +161,7 @@ class Request:
     burst: Burst | None = None  # overrides the sides' bursts (the command line's --burst)
     mtu_bytes: int = 1514
     avpkt_bytes: int = 1200
-    mpu_bytes: int | None = None  # None: the link layer's own (``min_frame_bytes``)
+    mpu_bytes: int = 64
     profile: str | None = None
     link: LinkLayer = ETHERNET
     per: str = "port"  # "port": a link per (host, port); "host": one per host, all its ports
@@ -175,15 +175,6 @@ class Request:
 
     def burst_bytes(self, params: LinkParams, rate_bps: int) -> int:
         return self.burst_of(params).bytes_at(rate_bps, self.mtu_bytes)
-
-    def min_frame_bytes(self) -> int:
-        """The least a packet is charged (tc's mpu): ``--mpu`` when given, else Ethernet's
-        smallest frame on Ethernet framing (with or without its FCS) and nothing on other
-        link layers, whose size table already makes each packet its frame (a modem's
-        compressed ACK is a 20-byte frame, not a 64-byte one)."""
-        if self.mpu_bytes is not None:
-            return self.mpu_bytes
-        return ETHERNET_MIN_FRAME_BYTES if self.link.name == ETHERNET.name else 0
 
     def line_mtu_bytes(self) -> int:
         """The largest packet in line bytes (the MTU frame through this link layer)."""

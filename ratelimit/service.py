@@ -40,7 +40,7 @@ def make_request(interface: str, *, hosts, ports, profile: str | None = None, ne
     """Validate what a person typed and return the request (resolves host names).
 
     ``mode`` None: shape with a profile (the links it describes queue), police without
-    (v0.3).  ``mpu`` None: the link layer's (``Request.min_frame_bytes``).  ``burst`` None:
+    (v0.3).  ``mpu`` None: the link layer's (``linklayer.min_frame_bytes``).  ``burst`` None:
     the profile's, else the mode's default; without a profile,
     police mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
     over the profile's."""
@@ -63,6 +63,7 @@ def make_request(interface: str, *, hosts, ports, profile: str | None = None, ne
     if burst is None and prof is None and mode == "police":
         burst = V03_BURST
     port_ranges = parse_ports(ports)  # pure checks before any name lookup
+    layer = linklayer.layer(link, field="--link") if link else (prof.link if prof else linklayer.ETHERNET)
     req = Request(
         interface=interface, netns=netns or None,
         hosts=parse_hosts(hosts), ports=port_ranges,
@@ -71,9 +72,9 @@ def make_request(interface: str, *, hosts, ports, profile: str | None = None, ne
         bandwidth_bps=parse_rate_bps(bandwidth, "--bandwidth"),
         burst=None if burst is None else parse_burst(burst, "--burst"),
         mtu_bytes=parse_size_bytes(mtu, "--mtu"), avpkt_bytes=parse_size_bytes(avpkt, "--avpkt"),
-        mpu_bytes=None if mpu is None else parse_count(mpu, "--mpu", 0, 65535),
+        mpu_bytes=linklayer.min_frame_bytes(layer) if mpu is None else parse_count(mpu, "--mpu", 0, 65535),
         profile=prof.name if prof else None,
-        link=linklayer.layer(link, field="--link") if link else (prof.link if prof else linklayer.ETHERNET),
+        link=layer,
         per=per,
     )
     compile_plan(req)  # every remaining check, before anything touches the router
