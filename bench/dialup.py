@@ -28,7 +28,11 @@ the rate the PPP frames get; so x users complete at most x / call_seconds.
 
 v0.3's settings (police mode, ``--burst 5``, Ethernet framing) run where the kernel has
 act_police: on the host if it has it, else in the full-kernel VM (``--no-vm`` skips it),
-at x = 200 as above and with sessions arriving all the time (``httperf-arrivals``).
+measured as the 2000 figures were read, from httperf's own totals (``run_totals``): every
+client starts its sessions within the first second, each runs its 20 calls to the end, and
+the row's rate is the sum over clients of replies / test duration.  Each session is a new
+port, so a policer whose 18,000-byte bucket starts full: the session model
+(``session_seconds``) takes the bucket off the session's time on the link.
 
 Where a call's time goes: during each row's window, ``PROBES`` curl processes in the
 first client namespace fetch the file ``probe_calls`` times each over one connection
@@ -45,6 +49,7 @@ softirq time, charged to whichever process sent the packet.
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import math
 import os
@@ -67,7 +72,7 @@ URI = "/10000.bin"
 FILE_BYTES = 10_000
 CALLS = 20  # per session, as in 2000
 CLIENTS = 4  # client namespaces (the 2000 lab's four client machines)
-PER_HTTPERF = 900  # sessions per httperf process: below FD_SETSIZE
+PER_HTTPERF = httperf.FD_SAFE  # sessions per httperf process: below FD_SETSIZE
 PORTS = "10000-12999"  # each client's ephemeral range, every port an emulated link
 PROFILE = "modem-28k8"
 # x -> event-driven server's completed connections/s measured in 2000 (the published benchmark ratelimit v0.3 was written for)
@@ -193,22 +198,12 @@ def probe_times(outputs: list[str]) -> tuple[list[float], list[float], set[int]]
     return first, rest, ports
 
 
-def load_argv(generator: str, server: str, users: int, duration_s: float, ramp_s: float,
-              session_s: float = 0.0) -> list[str]:
-    """One client namespace's load: ``users`` persistent connections -- all started within
-    half the ramp, or (``httperf-arrivals``) sessions arriving all the time at the rate
-    that keeps ``users`` of them going (each lasting ``session_s``)."""
-    if generator == "httperf-arrivals":
-        rate = users / session_s
-        return ["httperf", "--server", server, "--port", "80", "--uri", URI,
-                f"--wsess={math.ceil(rate * duration_s)},{CALLS},0", "--burst-length", "1", "--rate", f"{rate:.3f}",
-                "--timeout", f"{duration_s + 60:g}"]
+def load_argv(generator: str, server: str, users: int, duration_s: float, ramp_s: float) -> list[str]:
+    """One client namespace's load: ``users`` persistent connections, all started within
+    half the ramp (httperf: ``users`` sessions at ``--rate`` users / (ramp / 2))."""
     if generator == "httperf":
-        if users > PER_HTTPERF:
-            raise BenchError(f"httperf: {users} sessions in one process exceed {PER_HTTPERF} (select() limit)")
-        return ["httperf", "--server", server, "--port", "80", "--uri", URI, f"--wsess={users},{CALLS},0",
-                "--burst-length", "1", "--rate", f"{max(1.0, users / (ramp_s / 2)):g}",
-                "--timeout", f"{duration_s + 60:g}"]
+        return httperf.session_argv(server, 80, URI, users, CALLS, rate=max(1.0, users / (ramp_s / 2)),
+                                    timeout_s=duration_s + 60)
     return ["wrk", "-t1", f"-c{users}", f"-d{duration_s:.0f}s", "--timeout", "60s", f"http://{server}{URI}"]
 
 
@@ -246,15 +241,13 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
     users = shares(x)
     session_s = CALLS * model.call_seconds(FILE_BYTES)
     ramp = cfg.ramp_s
-    if generator == "httperf-arrivals":  # steady once the first sessions end
-        ramp = max(ramp, session_s + 5)
     duration = ramp + cfg.window_s + 5
     if generator == "httperf":  # sessions end after 20 calls: the window must fit in them
         duration = max(duration, session_s + cfg.ramp_s)
     offset = log.stat().st_size if log.exists() else 0
     server_pids = _server_pids(lab)
     cpu0 = _cpu_totals()
-    procs = [lab.client(i + 1).popen(load_argv(generator, lab.server.address, n, duration, cfg.ramp_s, session_s),
+    procs = [lab.client(i + 1).popen(load_argv(generator, lab.server.address, n, duration, cfg.ramp_s),
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i, n in enumerate(users) if n]
     time.sleep(ramp)
@@ -269,7 +262,7 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
                                             for p in probes])
     outputs = []
     for p in procs:
-        if generator.startswith("httperf"):  # it prints its report when interrupted
+        if generator == "httperf":  # it prints its report when interrupted
             try:
                 p.send_signal(signal.SIGINT)
             except ProcessLookupError:
@@ -280,20 +273,17 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
             p.kill()
             out, _ = p.communicate()
         outputs.append(out)
+    probe_client = lab.client(1).address
     with open(log, "rb") as f:
         f.seek(offset)
         times = [c for c in nginx_completions(f.read().decode("utf-8", "replace"))
-                 if not (c.client == lab.client(1).address and c.port in probe_ports)]
-    if generator == "httperf-arrivals":  # connections come and go: their replies in the window
-        counted = sum(1 for c in times if start <= c.at <= end)
-        rate = counted / (end - start)
-    else:
-        rate, counted = rate_in_window(times, start, end)
-    if generator != "httperf-arrivals" and counted < x * 0.95:
+                 if not (c.client == probe_client and c.port in probe_ports)]
+    rate, counted = rate_in_window(times, start, end)
+    if counted < x * 0.95:
         raise BenchError(f"{generator} x={x}: only {counted} connections finished two calls in the window "
                          "(is the server's access log in the lab's format, with $msec and $remote_port?)")
     wall = (c1[0][0] - c0[0][0]) or 1.0
-    request = len(REQUEST[generator.split("-")[0]].format(uri=URI, host=lab.server.address))
+    request = len(REQUEST[generator].format(uri=URI, host=lab.server.address))
     call_s = model.call_seconds(FILE_BYTES, header=header_bytes, request=request)
     ceiling = x / call_s
     row = {"generator": generator, "x": x, "users_per_client": users, "completed_per_s": rate,
@@ -301,7 +291,7 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
            "ratio_to_theoretical": ratio(rate, theoretical(x)),
            "model_call_s": call_s, "model_ceiling": ceiling, "ratio_to_model": ratio(rate, ceiling),
            "request_bytes": request, "server_rto_min_ms": rto_min_ms,
-           "published": PUBLISHED.get(x) if generator.startswith("httperf") else None,
+           "published": PUBLISHED.get(x) if generator == "httperf" else None,
            "cpu": {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
                    "load_generators": (c1[1] - c0[1]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
                    "server": (c1[2] - c0[2]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
@@ -319,7 +309,7 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
 
 def _generator_totals(generator: str, outputs: list[str], x: int) -> dict:
     """What the load generators say: errors and sessions lost (httperf), errors (wrk)."""
-    if generator.startswith("httperf"):
+    if generator == "httperf":
         rep = httperf.combine([httperf.parse(o) for o in outputs])
         errors = rep.get("errors", {}).get("total")
         return {"errors": errors, "sessions_total": rep.get("sessions_total"),
@@ -354,55 +344,87 @@ def _header_bytes(lab) -> int:
 
 V03_X = (200,)  # the VM emulates its CPUs in software: the smallest row of the 2000 table
 V03_SERVER = {"cc": "reno", "initcwnd": 2}  # how a 2000 server's TCP started (RFC 2581's initial window)
+# (RTO floor, server stack): today's server, and one whose TCP starts as 2000's did with Linux's floor
+V03_STACKS = ((RFC_RTO_MIN_MS, None), (None, V03_SERVER))
 
 
-def v03_config(quick: bool) -> Config:
-    """v0.3's settings in the VM: httperf at x = 200 as the table runs it (``measure`` adds
-    the rows with sessions arriving all the time)."""
-    xs = (40,) if quick else V03_X
-    return Config(tuple(("httperf", x, RFC_RTO_MIN_MS) for x in xs), 8.0 if quick else 12.0, 8.0 if quick else 40.0)
+def session_seconds(model, burst_bytes: int, *, header: int, request: int) -> float:
+    """A session's 20 calls on a policed link whose bucket starts full: the calls' time on
+    the link, less what the bucket lets through at once."""
+    return CALLS * model.call_seconds(FILE_BYTES, header=header, request=request) - burst_bytes * 8 / model.down_bps
 
 
-def measure(quick: bool, *, clients=None, outdir=None, v03: bool = False) -> dict:
-    """The table (``v03``: with v0.3's settings -- police mode, ``--burst 5``, Ethernet
-    framing, no delay, as the 2000 routers ran it)."""
+def totals_ceiling(users: list[int], session_s: float) -> float:
+    """The model's replies/s read the 2000 way: per client, its sessions' calls over the
+    test's duration (n sessions started 1/n s apart, the last lasting ``session_s``)."""
+    return sum(n * CALLS / ((n - 1) / n + session_s) for n in users if n)
+
+
+def run_totals(lab, model, x: int, rto_min_ms: int, header_bytes: int, burst_bytes: int) -> dict:
+    """x users the 2000 way, read as the 2000 figures were: each client's httperf starts
+    its sessions within the first second (``--rate`` = its sessions) and runs every one
+    to its end; the row's rate is the sum over clients of httperf's replies / test duration."""
+    users = shares(x)
+    request = len(REQUEST["httperf"].format(uri=URI, host=lab.server.address))
+    session_s = session_seconds(model, burst_bytes, header=header_bytes, request=request)
+    timeout_s = session_s * 3 + 60
+    server_pids = _server_pids(lab)
+    tcp0, c0 = tcp_counters(lab.server.netns), (_cpu_totals(), _proc_cpu_s(server_pids))
+    procs = [lab.client(i + 1).popen(httperf.session_argv(lab.server.address, 80, URI, n, CALLS, rate=n,
+                                                                         timeout_s=timeout_s),
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i, n in enumerate(users) if n]
+    outputs = []
+    for p in procs:
+        try:
+            outputs.append(p.communicate(timeout=timeout_s + 60)[0])
+        except subprocess.TimeoutExpired:
+            p.kill()
+            outputs.append(p.communicate()[0])
+    tcp1, c1 = tcp_counters(lab.server.netns), (_cpu_totals(), _proc_cpu_s(server_pids))
+    reports = [httperf.parse(o) for o in outputs]
+    if any("duration_s" not in r or not r.get("replies") for r in reports):
+        raise BenchError(f"httperf x={x}: a client printed no totals: {[o[-300:] for o in outputs]}")
+    rate = sum(r["replies"] / r["duration_s"] for r in reports)
+    ceiling = totals_ceiling(users, session_s)
+    wall = (c1[0][0] - c0[0][0]) or 1.0
+    row = {"generator": "httperf", "window": "httperf totals", "x": x, "users_per_client": users,
+           "completed_per_s": rate, "theoretical": theoretical(x), "ratio_to_theoretical": ratio(rate, theoretical(x)),
+           "model_session_s": session_s, "model_ceiling": ceiling, "ratio_to_model": ratio(rate, ceiling),
+           "burst_bytes": burst_bytes, "request_bytes": request, "server_rto_min_ms": rto_min_ms,
+           "published": PUBLISHED.get(x),
+           "cpu": {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
+                   "server": (c1[1] - c0[1]) / wall * (os.cpu_count() or 1),
+                   "softirq": (c1[0][2] - c0[0][2]) / wall},
+           "server_tcp": {k: tcp1.get(k, 0) - tcp0.get(k, 0) for k in TCP_COUNTERS}}
+    row["retransmitted"] = ratio(row["server_tcp"]["TcpRetransSegs"], row["server_tcp"]["TcpOutSegs"])
+    row.update(_generator_totals("httperf", outputs, x))
+    # one persistent connection a session: httperf's connection time is the session's
+    row["session_s"] = row["generator_report"].get("conn_time_ms", {}).get("avg", math.nan) / 1000
+    return row
+
+
+def measure(quick: bool, *, clients=None, outdir=None) -> dict:
+    """The table: modem-28k8 in shape mode, per (host, port), every row in the same window."""
     from ratelimit.kernel.probe import probe
-    from ratelimit.lab.core import Lab
     from ratelimit.lab.link import LinkSpec
-    cfg = v03_config(quick) if v03 else config(quick, clients)
-    biggest = max(x for _, x, _ in cfg.points)
-    bandwidth = f"{max(100, math.ceil(biggest * MODEM_BPS * 1.2 / 1e6))}mbit"  # every modem at once, and room
+    cfg = config(quick, clients)
+    bandwidth = _bandwidth(max(x for _, x, _ in cfg.points))
     netem = probe(["netem"])["netem"]
-    doc = new_result(f"{NAME}-v03" if v03 else NAME, quick)
+    doc = new_result(NAME, quick)
     doc["config"] = {"points": [list(p) for p in cfg.points], "ramp_s": cfg.ramp_s, "window_s": cfg.window_s,
                      "calls": CALLS, "clients": CLIENTS, "per_httperf": PER_HTTPERF, "ports": PORTS,
-                     "uri": URI, "profile": None if v03 else PROFILE, "mode": "police" if v03 else "shape",
-                     "per": "port", "bandwidth": bandwidth, "delay_stage": netem and not v03, "v03": v03}
-    if v03:
-        link = LinkSpec(rate="28800", mode="police", per="port", burst="5", bandwidth=bandwidth)
-    else:
-        link = LinkSpec(profile=PROFILE, mode="shape", per="port", no_delay=not netem, bandwidth=bandwidth)
-    lab = Lab.up(f"bd{os.getpid()}", clients=CLIENTS, link=link, server="nginx", ports=PORTS,
-                 say=lambda m: say(NAME, m))
-    track_topology(lab)
-    try:
-        doc["config"]["server_congestion_control"] = server_congestion_control(lab)
-        header = doc["config"]["header_bytes"] = _header_bytes(lab)
-        model = lab.link_model()
+                     "uri": URI, "profile": PROFILE, "mode": "shape", "per": "port", "bandwidth": bandwidth,
+                     "delay_stage": netem}
+    link = LinkSpec(profile=PROFILE, mode="shape", per="port", no_delay=not netem, bandwidth=bandwidth)
+    with _lab(link, doc) as (lab, model, header):
         log = Path(lab.info["dir"]) / "nginx" / "access.log"
-        points = [(g, x, floor, None) for g, x, floor in cfg.points]
-        if v03:  # sessions arriving all the time, with today's server and with one whose TCP
-            # starts as 2000's did (Reno, two segments, Linux's floor)
-            points += [("httperf-arrivals", cfg.points[0][1], RFC_RTO_MIN_MS, None),
-                       ("httperf-arrivals", cfg.points[0][1], None, V03_SERVER)]
-        steps = Steps(NAME, len(points))
-        for generator, x, floor, stack in points:
-            rto_min_ms = server_route(lab, floor, initcwnd=stack and stack["initcwnd"])
-            cc = server_congestion_control(lab, stack["cc"] if stack else SERVER_CC)
+        steps = Steps(NAME, len(cfg.points))
+        for generator, x, floor in cfg.points:
+            rto_min_ms = server_route(lab, floor)
             row = run_point(lab, model, generator, x, rto_min_ms, cfg, log, header)
-            row["server_tcp_start"] = f"{cc}, initial window {stack['initcwnd'] if stack else 10}"
             doc["rows"].append(row)
-            steps(f"{generator} x={x:,} (RTO floor {rto_min_ms} ms; {row['server_tcp_start']}): "
+            steps(f"{generator} x={x:,} (RTO floor {rto_min_ms} ms): "
                   f"{row['completed_per_s']:.1f} replies/s = {100 * row['ratio_to_model']:.1f}% "
                   f"of the link model's {row['model_ceiling']:.1f}, {100 * row['ratio_to_theoretical']:.1f}% of 0.36x; "
                   f"errors {row['errors']}; server retransmitted {100 * (row['retransmitted'] or 0):.1f}% of "
@@ -413,10 +435,64 @@ def measure(quick: bool, *, clients=None, outdir=None, v03: bool = False) -> dic
             if outdir:
                 save(doc, outdir)
             time.sleep(2 if quick else 5)  # let the connections close
+    return doc
+
+
+def measure_v03(quick: bool, *, outdir=None) -> dict:
+    """v0.3's settings -- police mode, ``--burst 5``, Ethernet framing, no delay, as the
+    2000 routers ran them -- read from httperf's totals, with today's server TCP and a 2000 one."""
+    from ratelimit.lab.link import LinkSpec
+    from ratelimit.service import V03_BURST
+    xs = (40,) if quick else V03_X
+    bandwidth = _bandwidth(max(xs))
+    doc = new_result(f"{NAME}-v03", quick)
+    doc["config"] = {"xs": list(xs), "calls": CALLS, "clients": CLIENTS, "ports": PORTS, "uri": URI,
+                     "profile": None, "mode": "police", "per": "port", "burst": V03_BURST, "bandwidth": bandwidth,
+                     "delay_stage": False, "window": "httperf totals"}
+    link = LinkSpec(rate=str(MODEM_BPS), mode="police", per="port", burst=V03_BURST, bandwidth=bandwidth)
+    with _lab(link, doc) as (lab, model, header):
+        burst_bytes = lab.info["link"]["summary"]["down"]["burst_bytes"]
+        steps = Steps(f"{NAME}-v03", len(xs) * len(V03_STACKS))
+        for x in xs:
+            for floor, stack in V03_STACKS:
+                rto_min_ms = server_route(lab, floor, initcwnd=stack and stack["initcwnd"])
+                cc = server_congestion_control(lab, stack["cc"] if stack else SERVER_CC)
+                row = run_totals(lab, model, x, rto_min_ms, header, burst_bytes)
+                row["server_tcp_start"] = f"{cc}, initial window {stack['initcwnd'] if stack else 10}"
+                doc["rows"].append(row)
+                steps(f"httperf x={x:,} ({row['server_tcp_start']}, RTO floor {rto_min_ms} ms): "
+                      f"{row['completed_per_s']:.1f} replies/s (httperf's totals) = "
+                      f"{100 * row['ratio_to_theoretical']:.1f}% of 0.36x (2000: "
+                      f"{100 * PUBLISHED.get(x, math.nan) / theoretical(x):.1f}%), {100 * row['ratio_to_model']:.1f}% "
+                      f"of the model's {row['model_ceiling']:.1f}; sessions {row['session_s']:.2f} s (model "
+                      f"{row['model_session_s']:.2f} s); errors {row['errors']}; server retransmitted "
+                      f"{100 * (row['retransmitted'] or 0):.1f}% of segments "
+                      f"({row['server_tcp']['TcpExtTCPTimeouts']} timeouts)")
+                if outdir:
+                    save(doc, outdir)
+                time.sleep(2 if quick else 5)
+    return doc
+
+
+def _bandwidth(x: int) -> str:
+    """The router's --bandwidth for x modems at once, with room (v0.3's 100 Mbit at least)."""
+    return f"{max(100, math.ceil(x * MODEM_BPS * 1.2 / 1e6))}mbit"
+
+
+@contextlib.contextmanager
+def _lab(link, doc: dict):
+    """The four-client lab with nginx behind ``link``: (lab, its link model, the response header's bytes)."""
+    from ratelimit.lab.core import Lab
+    lab = Lab.up(f"bd{os.getpid()}", clients=CLIENTS, link=link, server="nginx", ports=PORTS,
+                 say=lambda m: say(NAME, m))
+    track_topology(lab)
+    try:
+        doc["config"]["server_congestion_control"] = server_congestion_control(lab)
+        header = doc["config"]["header_bytes"] = _header_bytes(lab)
+        yield lab, lab.link_model(), header
     finally:
         lab.down()
         untrack_topology(lab)
-    return doc
 
 
 def main(args) -> int:
@@ -425,12 +501,12 @@ def main(args) -> int:
     outdir = args.out or RESULTS_DIR
     if in_vm():
         load_modules()
-        say(NAME, f"wrote {save(measure(args.quick, outdir=outdir, v03=True), outdir)}")
+        say(NAME, f"wrote {save(measure_v03(args.quick, outdir=outdir), outdir)}")
         return 0
     doc = measure(args.quick, clients=args.clients, outdir=outdir)
     say(NAME, f"wrote {save(doc, outdir)}")
     if host_has("police"):
-        say(NAME, f"wrote {save(measure(args.quick, outdir=outdir, v03=True), outdir)}")
+        say(NAME, f"wrote {save(measure_v03(args.quick, outdir=outdir), outdir)}")
     elif args.vm:
         rc = run_vm_part(NAME, ["--quick"] if args.quick else [], outdir=outdir)
         if rc != 0:

@@ -119,7 +119,8 @@ def downloads(lab, k: int, warmup: float, window: float, rcvbuf: int) -> dict:
     rate_bps = model.layer.carried_bps(model.down_bps)  # the frames' rate
     segment = model.mss_bytes + 40
     capacity = model.mss_bytes / model.layer.frame_bytes(segment) * rate_bps  # bulk payload, bits/s
-    queue_s = lab.info["link"]["summary"]["down"]["queue_bytes"] * 8 / rate_bps
+    down = lab.info["link"]["summary"]["down"]
+    queue_s = down["queue_bytes"] * 8 / rate_bps if down.get("queue_bytes") else None  # police: no queue
     sent0, got0, t0 = _link_bytes(lab), delivered(lab.server.netns), time.monotonic()
     time.sleep(window / 2)
     backlog = _backlogs(lab, rate_bps)
@@ -150,6 +151,7 @@ def downloads(lab, k: int, warmup: float, window: float, rcvbuf: int) -> dict:
             "goodput_ratio": summarize(ratios), "aggregate_ratio": sum(ratios) / k if k else None,
             "carried_ratio": summarize(carried), "busy_links": len(carried),
             "capacity_bps": capacity, "frame_rate_bps": rate_bps, "queue_s": queue_s,
+            "burst_bytes": down.get("burst_bytes"), "burst": down.get("burst"),
             "window_s": window, "warmup_s": warmup, "cpu_busy": cpu_busy,
             "backlog": backlog, "server_tcp": tcp,
             "retransmitted": ratio(tcp.get("TcpRetransSegs"), tcp.get("TcpOutSegs")),
@@ -237,7 +239,7 @@ def measure(quick: bool, place: str, *, links=None, outdir=None) -> dict:
             steps(f"{cfg.mode} {k:,} links, {kind} clients: frames sent / link rate mean {c.get('mean', 0):.3f}, "
                   f"p5 {c.get('p5', 0):.3f}; goodput / model capacity mean {g.get('mean', 0):.3f}, "
                   f"p5 {g.get('p5', 0):.3f}, p95 {g.get('p95', 0):.3f}; queueing p95 "
-                  f"{b.get('queue_delay_s_p95') or 0:.2f} s of {row['queue_s']:.2f} s; retransmitted "
+                  f"{b.get('queue_delay_s_p95') or 0:.2f} s of {row['queue_s'] or 0:.2f} s; retransmitted "
                   f"{100 * (row['retransmitted'] or 0):.1f}% ({row['failed']} failed, CPU "
                   f"{100 * (row['cpu_busy'] or 0):.0f}% busy)")
             if outdir:

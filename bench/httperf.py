@@ -4,22 +4,21 @@
 missing keys, so a report cut short still parses); ``combine(reports)`` adds
 up the reports of several httperf processes run side by side.
 
-``session_argv`` builds the closed-loop load of the dial-up experiment: S
-sessions, each fetching the same URI C times one after another, every fetch
-on a new HTTP/1.0 connection.  httperf closes a connection as soon as the
-reply is in, so each fetch leaves its client port in TIME_WAIT (reusable after
-a second with ``net.ipv4.tcp_tw_reuse=1``; with no port free, connect() fails
-with EADDRNOTAVAIL, which httperf counts as "other" and which ends the
-session: give the clients enough ports).  ``--hog`` is never used: it binds client
-ports itself, outside ``ip_local_port_range``, so connections would escape the
-router's per-port limits.  httperf waits with select(), so one process handles
-at most about 1,000 connections (FD_SETSIZE 1,024): spread the sessions over
-several processes (client namespaces).
+``session_argv`` builds the load of the 2000 dial-up experiment: S sessions,
+each fetching the same URI C times one after another on one persistent
+connection (``--burst-length 1``), started at ``--rate`` sessions per second.
+``--hog`` is never used: it binds client ports itself, outside
+``ip_local_port_range``, so connections would escape the router's per-port
+limits.  httperf waits with select(), so one process handles at most about
+1,000 connections (FD_SETSIZE 1,024): spread the sessions over several
+processes (client namespaces).
 """
 
 from __future__ import annotations
 
 import re
+
+from .common import BenchError
 
 FD_SAFE = 900  # sessions per httperf process, well under FD_SETSIZE (1024)
 
@@ -27,15 +26,15 @@ _NUM = r"([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 
 
 def session_argv(server: str, port: int, uri: str, sessions: int, calls: int, *, rate: float,
-                 timeout_s: float = 120.0, httperf: str = "httperf") -> list[str]:
-    """httperf arguments for ``sessions`` closed-loop sessions of ``calls`` fetches each,
-    started at ``rate`` sessions per second."""
+                 timeout_s: float = 120.0) -> list[str]:
+    """httperf arguments for ``sessions`` sessions of ``calls`` fetches each on one persistent
+    connection, started at ``rate`` sessions per second."""
     if sessions < 1 or calls < 1:
-        raise ValueError("httperf: at least one session of one call")
+        raise BenchError("httperf: at least one session of one call")
     if sessions > FD_SAFE:
-        raise ValueError(f"httperf: {sessions} sessions in one process exceed {FD_SAFE} (select() limit)")
-    return [httperf, "--server", server, "--port", str(port), "--uri", uri, "--http-version=1.0",
-            f"--wsess={sessions},{calls},0", "--rate", f"{rate:g}", "--timeout", f"{timeout_s:g}"]
+        raise BenchError(f"httperf: {sessions} sessions in one process exceed {FD_SAFE} (select() limit)")
+    return ["httperf", "--server", server, "--port", str(port), "--uri", uri, f"--wsess={sessions},{calls},0",
+            "--burst-length", "1", "--rate", f"{rate:g}", "--timeout", f"{timeout_s:g}"]
 
 
 def _grab(pattern: str, text: str, cast=float):

@@ -93,8 +93,9 @@ def test_httperf_combine_adds_counts_and_weights_times():
 def test_httperf_session_argv_never_hogs_and_respects_select_limit():
     argv = httperf.session_argv("198.19.0.2", 80, "/10000.bin", 450, 40, rate=225)
     assert "--hog" not in argv
-    assert "--http-version=1.0" in argv and "--wsess=450,40,0" in argv
-    with pytest.raises(ValueError):
+    assert "--http-version=1.0" not in argv and "--wsess=450,40,0" in argv  # 1.1: one persistent connection
+    assert argv[argv.index("--burst-length") + 1] == "1" and argv[argv.index("--rate") + 1] == "225"
+    with pytest.raises(common.BenchError, match="select"):
         httperf.session_argv("198.19.0.2", 80, "/", httperf.FD_SAFE + 1, 1, rate=1)
 
 
@@ -228,6 +229,22 @@ def test_dialup_loads_are_the_2000_method():
     assert dialup.load_argv("wrk", "198.19.0.2", 2500, 60, 12)[:3] == ["wrk", "-t1", "-c2500"]
 
 
+def test_dialup_v03_sessions_ride_the_policers_bucket():
+    """v0.3's links read the 2000 way: a session's 20 calls less the 18,000 bytes its fresh
+    bucket lets through at once (5 s at 28,800 bit/s), each client's calls over the last
+    session's start plus one session."""
+    from ratelimit.linklayer import ETHERNET
+    from ratelimit.linkmodel import LinkModel
+    model = LinkModel(ETHERNET, 28_800, 28_800)  # a policer passes a packet once it has paid for it
+    call_s = model.call_seconds(dialup.FILE_BYTES, header=256, request=70)
+    session_s = dialup.session_seconds(model, 18_000, header=256, request=70)
+    assert session_s == pytest.approx(20 * call_s - 5.0)
+    assert 55 < session_s < 56  # what the VM's sessions took: 55.4-55.6 s
+    # four clients of 50 sessions, the last started 49/50 s after the first
+    assert dialup.totals_ceiling([50] * 4, session_s) == pytest.approx(4 * 1000 / (0.98 + session_s))
+    assert dialup.totals_ceiling([1, 0], 10.0) == pytest.approx(2.0)  # one session alone: no spread
+
+
 # ---------------------------------------------------------------- results files and the report
 
 
@@ -278,7 +295,7 @@ def _small_results(d):
         {"mode": "shape", "links": 100, "client": "1990s", "clients": 1, "failed": 0, "goodput_ratio": common.summarize([0.97, 0.99, 0.98]),
          "carried_ratio": common.summarize([1.0, 0.99, 1.0]),
          "ratios": [0.97, 0.99, 0.98], "backlog": {"queue_delay_s_p50": 2.0, "queue_delay_s_p95": 4.5},
-         "queue_s": 4.88, "retransmitted": 0.01, "cpu_busy": 0.5}])
+         "queue_s": 4.88, "burst": "1ms", "burst_bytes": 200, "retransmitted": 0.01, "cpu_busy": 0.5}])
     _write(d, "fidelity", "vm", False, [], latency=[
         {"profile": "national-100ms", "configured_rtt_s": 0.2, "measured_rtt_s": 0.204, "ratio": 1.02,
          "excess_ms": 4.0, "samples_s": [0.204]}])
@@ -292,6 +309,15 @@ def _small_results(d):
         for g, v, floor in (("httperf", 64.0, 1000), ("wrk", 63.5, 1000), ("wrk", 57.0, 200))],
         config={"profile": "modem-28k8", "mode": "shape", "window_s": 40, "ramp_s": 12, "calls": 20, "clients": 4,
                 "per_httperf": 900, "bandwidth": "100mbit", "header_bytes": 250, "delay_stage": False})
+    _write(d, "dialup-v03", "vm", False, [
+        {"generator": "httperf", "window": "httperf totals", "x": 200, "server_tcp_start": start, "server_rto_min_ms": floor,
+         "completed_per_s": v, "theoretical": 72.0, "ratio_to_theoretical": v / 72, "published": 69,
+         "model_ceiling": 70.6, "ratio_to_model": v / 70.6, "model_session_s": 55.67, "session_s": session,
+         "burst_bytes": 18_000, "errors": 0, "sessions_total": 200, "sessions_ok": 200, "retransmitted": 0.7,
+         "server_tcp": {"TcpExtTCPTimeouts": 10_000}, "cpu": {"machine_busy": 1.0}}
+        for start, floor, v, session in (("cubic, initial window 10", 1000, 70.7, 55.52),
+                                         ("reno, initial window 2", 200, 68.4, 55.61))],
+        config={"mode": "police", "burst": "5", "window": "httperf totals"})
 
 
 def test_load_results_prefers_full_runs(tmp_path):
@@ -334,7 +360,7 @@ def test_report_from_small_results(tmp_path):
     # stats, fidelity, latency, dial-up
     assert "| 1,024 | 4.0 ms | 5.0 ms | 50.0 ms | 3.0 ms | 100.0 ms | 8.0 ms | 20.0 | 1.60 |" in text
     assert "| synthetic, every link moving | 16,384 | 2.0% | 8.0% | 4.0 |" in text
-    assert "| shape | host | 100 | 1990s | 1 | 0.997 | 0.991 | 0.980 | 0.971 | 0.980 | 0.989 | 0 | 2.00 s | 4.50 s | 4.88 s | 1.0% | 50% |" in text
+    assert "| shape | host | 100 | 1990s | 1 | 0.997 | 0.991 | 0.980 | 0.971 | 0.980 | 0.989 | 0 | 2.00 s | 4.50 s | 4.88 s | 1ms (200 B) | 1.0% | 50% |" in text
     assert "| national-100ms | 200.0 ms | 204.0 ms | 1.020 | +4.0 ms |" in text
     assert ("| httperf | 200 | 1,000 ms | 64.0 | 99.2% | 64.5 (3.100 s/call) | 88.9% | 69 | 0 | 0 | 0.0% (0) | 100% "
             "| 10% | 20% | 40% |") in text
@@ -343,6 +369,13 @@ def test_report_from_small_results(tmp_path):
     assert "every row reached at least 98.4% of the link model's ceiling (lowest: wrk at x = 200)" in text
     assert ("For comparison, wrk at x = 200 with Linux's 200 ms floor reached 88.4%, retransmitting 10.0% of "
             "segments.") in text
+    # v0.3's settings: read from httperf's totals, set against 2000's figure and the bucket-riding model
+    assert ("| 200 | cubic, initial window 10 | 1,000 ms | 70.7 | 98.2% | 69 (95.8%) | +2.4 | 100.1% (70.6) | "
+            "55.52 s (55.67 s) | 0 | 0 | 70.0% (10,000) | 100% |") in text
+    assert "the rows are -0.8 to +2.4 points from the 2000 figure: 1 of 2 within 2 points." in text
+    assert "the sessions lasted 55.52-55.61 s against the model's 55.67 s" in text
+    assert "without it a session would take 60.67 s and the ceiling would be 91.6% of 0.36 x" in text
+    assert "the model gives the 2000 figure for x = 200 with the sessions started over 2.3 s." in text
     try:
         import matplotlib  # noqa: F401
     except ImportError:  # the report still comes out, and says why it has no plots
@@ -444,3 +477,34 @@ def test_quick_switch_benchmark_keeps_the_queue_in_place(tmp_path):
     assert set(rows) == {"in place", "rebuild"}
     assert rows["in place"]["server_tcp"]["TcpRetransSegs"] == 0  # no queued packet lost
     assert rows["in place"]["received_bytes"] > rows["rebuild"]["received_bytes"]
+
+
+# ---------------------------------------------------------------- the VM parts (quick), where act_police and netem are
+
+
+@pytest.mark.kernel("police", "netem")
+def test_quick_fidelity_benchmark_in_police_mode():
+    """The fidelity benchmark's VM part: police-mode downloads and the latency classes."""
+    from bench import fidelity
+    doc = fidelity.measure(True, "vm")
+    assert [(r["mode"], r["links"]) for r in doc["rows"]] == [("police", 20)] * 2  # 1990s and today's clients
+    for r in doc["rows"]:
+        assert r["failed"] == 0 and r["queue_s"] is None, r  # a policer drops, it holds no queue
+        assert r["burst_bytes"] == 4 * 1514 and r["goodput_ratio"]["n"] == 20, r
+        assert 0.95 < r["goodput_ratio"]["mean"] < 1.05, r  # 0.994-1.003 with 100 links (docs/benchmarks.md)
+    assert len(doc["latency"]) == 3
+    for row in doc["latency"]:  # netem's delays, each way: the handshake within a few ms of the profile's
+        assert 0 <= row["excess_ms"] < 20, row
+
+
+@pytest.mark.kernel("police")
+def test_quick_dialup_benchmark_with_v03_settings():
+    """v0.3's settings read from httperf's totals: every session rides its policer's bucket
+    and lasts what the model says."""
+    doc = dialup.measure_v03(True)
+    assert [(r["x"], r["server_tcp_start"].split(",")[0]) for r in doc["rows"]] == [(40, "cubic"), (40, "reno")]
+    for r in doc["rows"]:
+        assert r["errors"] == 0 and r["sessions_ok"] == r["sessions_total"] == 40, r
+        assert r["session_s"] == pytest.approx(r["model_session_s"], rel=0.02), r
+        assert r["ratio_to_model"] == pytest.approx(1.0, abs=0.03), r
+    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"rl-bd{os.getpid()}-")]  # the lab is down

@@ -17,7 +17,7 @@ Measured is curl's whole download, connect to last byte, which is what the
 model describes.
 
 ``dialup`` starts X closed-loop httperf sessions (``--wsess``, one new
-connection per fetch, as bench/dialup.py), spread over the clients and so over
+connection per fetch, so many links come and go), spread over the clients and so over
 their routers, and while they run asks the lab's Prometheus for each router's
 rate and drops (the PromQL of docs/lab.md).
 
