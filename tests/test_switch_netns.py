@@ -92,9 +92,11 @@ def test_a_flow_both_plans_select_stays_within_its_rate_across_the_switch(rlhd):
     and never less than 90% of the rate.  A window that starts at an arrival holds the rate
     and that packet; the new link's bucket starts full, and HTB's burst is its ``burst``
     plus the packet it sends on credit (it charges a packet after sending it).  A rebuild
-    instead leaves the flow unshaped -- twice its rate -- while it runs."""
+    instead leaves the flow unshaped -- twice its rate -- while it runs.  The sender runs on
+    until 3 s after the switch, however long the switch takes."""
     ns = rlhd()
     rx = f"{ns}-rx"
+    receiver = sender = None
     try:
         sh("ip", "netns", "add", rx)
         sh("ip", "-n", ns, "link", "set", "rlh1", "netns", rx)
@@ -108,16 +110,22 @@ def test_a_flow_both_plans_select_stays_within_its_rate_across_the_switch(rlhd):
                                     stdout=subprocess.PIPE, text=True)
         time.sleep(0.5)
         sender = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", SENDER, str(port),
-                                   str(2 * rate_bps), "9", str(size)])
+                                   str(2 * rate_bps), "120", str(size)])
         time.sleep(4)
         t_switch = time.monotonic()
         plan = service.apply(request(ns, hosts=hosts, ports="5005-6004", direction="dest", rate="2mbit",
                                      queue="50kb"))  # 8,000 links, the probe's among them
         switch_s = time.monotonic() - t_switch
         assert plan.how == "make-before-break"
+        time.sleep(3)
+        sender.terminate()
         sender.wait(timeout=30)
         out, _ = receiver.communicate(timeout=30)
     finally:
+        for p in (sender, receiver):
+            if p and p.poll() is None:
+                p.kill()
+                p.wait()
         subprocess.run(["ip", "netns", "del", rx], capture_output=True)
     arrivals = [(float(t), int(n)) for t, n in (line.split() for line in out.splitlines())]
     frame = size + 8 + 20 + 14  # what the link meters: UDP, IP and Ethernet headers
