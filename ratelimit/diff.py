@@ -69,10 +69,10 @@ def in_place(old, new) -> tuple | None:
 @dataclass(frozen=True)
 class Switch:
     """A re-apply with other selectors (or layout) that builds the new plan beside the
-    installed one and then removes the old: ``adds`` (the shared parts' new numbers, then
-    the new generation, its root filters last), ``removal`` (the old generation: its root
-    filters first -- the switch -- then its groups held still, its tables and groups
-    removed).  ``undo_removal`` and ``undo_changes`` take back ``adds``."""
+    installed one and then removes the old: ``adds`` (the shared parts' new numbers, the
+    new generation, the old groups held still, then the new root filters), ``removal`` (the
+    old generation: its root filters first -- the switch -- then its tables and groups).
+    ``undo_removal`` and ``undo_changes`` take back ``adds``."""
 
     adds: tuple
     removal: tuple
@@ -132,28 +132,36 @@ def _filter_lists(plan: Plan) -> dict:
                          if type(op) in (U32Table, U32Filter) and _on_shared(op))
 
 
-FROZEN_BPS = 8  # an old group's rate while it waits to be removed
+FROZEN_BPS = 8  # an old group's rate from just before the switch until it is removed
+
+
+def _groups(plan: Plan) -> list:
+    return [op for op in plan.ops if type(op) is HtbClass and _on_shared(op)]
+
+
+def _held(plan: Plan) -> list:
+    """``plan``'s groups' rates set to ``FROZEN_BPS``: from then on their links send nothing,
+    so no flow gets an old link's rate beside its new link's while the new tree takes over
+    (until it does, a flow's packets wait in its old link)."""
+    return [Change(replace(op, rate_bps=FROZEN_BPS, ceil_bps=FROZEN_BPS, burst_bytes=op.quantum_bytes))
+            for op in _groups(plan)]
 
 
 def _removal(plan: Plan, keep: Plan) -> tuple:
     """What removes ``plan``'s generation while ``keep``'s stays:
 
     1. its root filters: from the next packet on, the other tree answers;
-    2. its groups' rates set to ``FROZEN_BPS``: their queued packets stay queued rather
-       than leave beside the new links' (u32 frees a table only after an RCU grace period
-       once nothing links to it, so the groups cannot go at once);
-    3. its tables (a filter list ``keep`` does not use goes whole once they are gone);
-    4. its groups: each class with its qdisc, links, queues and filters."""
+    2. its tables (u32 frees a table only after an RCU grace period once nothing links
+       to it, so the groups cannot go at once; a filter list ``keep`` does not use goes
+       whole once they are gone);
+    3. its groups: each class with its qdisc, links, queues and filters."""
     kept = _filter_lists(keep)
     roots = [DelFilter(op.dev, op.parent, op.prio, op.protocol, u32_handle(U32_ROOT_TABLE, 0, op.node))
              for op in plan.ops if _root_filter(op)]
     tables = [DelFilter(op.dev, op.parent, op.prio, op.protocol, u32_handle(op.ht)) for op in plan.ops
               if type(op) is U32Table and _on_shared(op)]
     whole = [DelFilter(*head) for head in _filter_lists(plan) if head not in kept]
-    groups = [op for op in plan.ops if type(op) is HtbClass and _on_shared(op)]
-    frozen = [Change(replace(op, rate_bps=FROZEN_BPS, ceil_bps=FROZEN_BPS, burst_bytes=op.quantum_bytes))
-              for op in groups]
-    return tuple(roots + frozen + tables + whole + [DelClass(op.dev, op.classid) for op in groups])
+    return tuple(roots + tables + whole + [DelClass(op.dev, op.classid) for op in _groups(plan)])
 
 
 def make_before_break(old: Plan, new: Plan) -> Switch | None:
@@ -181,7 +189,10 @@ def make_before_break(old: Plan, new: Plan) -> Switch | None:
     if _keys(old_gen) & _keys(new_gen):
         return None
     # the root filters last, on every device: where the new tree takes over on adding them,
-    # everything they lead to is there
-    adds = tuple(changes) + tuple(op for op in new_gen if not _root_filter(op)) + \
+    # everything they lead to is there.  Just before them the old groups are held still:
+    # a new tree whose root filters come first in node order takes over as they are added,
+    # one whose filters come after as the old ones go
+    adds = tuple(changes) + tuple(op for op in new_gen if not _root_filter(op)) + tuple(_held(old)) + \
         tuple(op for op in new_gen if _root_filter(op))
-    return Switch(adds, _removal(old, new), _removal(new, old), tuple(backs))
+    undo = tuple(backs) + tuple(Change(op) for op in _groups(old))  # the old groups' own rates back
+    return Switch(adds, _removal(old, new), _removal(new, old), undo)

@@ -145,5 +145,7 @@ def test_a_flow_both_plans_select_stays_within_its_rate_across_the_switch(rlhd):
         if most is None or got > most[0]:
             most = (got, round(t - t_switch, 3))
         least = got if least is None else min(least, got)
+    print(f"switch {switch_s:.2f} s; 1 s windows: most {most[0]} B ({most[1]:+.3f} s from the switch's start), "
+          f"ceiling {ceiling:.0f} B; least {least} B, floor {0.9 * rate_bps / 8:.0f} B")
     assert most[0] <= ceiling, (most, ceiling, switch_s)
     assert least >= 0.9 * rate_bps / 8, (least, switch_s)
