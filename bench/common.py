@@ -290,3 +290,10 @@ def tcp_counters(netns: str) -> dict:
         if len(f) >= 2 and f[1].isdigit():
             out[f[0]] = int(f[1])
     return out
+
+
+def tcp_change(before: dict, after: dict) -> dict:
+    """A row's server TCP fields from two ``tcp_counters`` readings: each counter's change and the
+    share of sent segments that were retransmissions."""
+    delta = {k: after.get(k, 0) - before.get(k, 0) for k in TCP_COUNTERS}
+    return {"server_tcp": delta, "retransmitted": ratio(delta["TcpRetransSegs"], delta["TcpOutSegs"])}

@@ -61,8 +61,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf
-from .common import (LINUX_RTO_MIN_MS, RFC_RTO_MIN_MS, SERVER_CC, TCP_COUNTERS, BenchError, MODEM_BPS, Steps, ratio,
-                     say, server_congestion_control, server_route, summarize, tcp_counters)
+from .common import (LINUX_RTO_MIN_MS, RFC_RTO_MIN_MS, SERVER_CC, BenchError, MODEM_BPS, Steps, ratio,
+                     say, server_congestion_control, server_route, summarize, tcp_change, tcp_counters)
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
 
@@ -298,11 +298,10 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
                    "softirq": (c1[0][2] - c0[0][2]) / wall,
                    "window_s": c1[0][0] - c0[0][0]},
            "cpu_run": {"machine_busy": 1 - (c1[0][1] - cpu0[1]) / ((c1[0][0] - cpu0[0]) or 1)},
-           "server_tcp": {k: tcp1.get(k, 0) - tcp0.get(k, 0) for k in TCP_COUNTERS},
+           **tcp_change(tcp0, tcp1),
            "probe": {"calls_per_connection": probe_n, "first_byte_s": summarize(first), "rest_s": summarize(rest),
                      "rest_model_s": model.transfer_seconds(header_bytes + FILE_BYTES)
                      - (model.down_delay_us / 1e6 if model.delay_stage else 0.0)}}
-    row["retransmitted"] = ratio(row["server_tcp"]["TcpRetransSegs"], row["server_tcp"]["TcpOutSegs"])
     row.update(_generator_totals(generator, outputs, x))
     return row
 
@@ -396,8 +395,7 @@ def run_totals(lab, model, x: int, rto_min_ms: int, header_bytes: int, burst_byt
            "cpu": {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
                    "server": (c1[1] - c0[1]) / wall * (os.cpu_count() or 1),
                    "softirq": (c1[0][2] - c0[0][2]) / wall},
-           "server_tcp": {k: tcp1.get(k, 0) - tcp0.get(k, 0) for k in TCP_COUNTERS}}
-    row["retransmitted"] = ratio(row["server_tcp"]["TcpRetransSegs"], row["server_tcp"]["TcpOutSegs"])
+           **tcp_change(tcp0, tcp1)}
     row.update(_generator_totals("httperf", outputs, x))
     # one persistent connection a session: httperf's connection time is the session's
     row["session_s"] = row["generator_report"].get("conn_time_ms", {}).get("avg", math.nan) / 1000
@@ -438,6 +436,11 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
     return doc
 
 
+def _published_share(x: int) -> str:
+    """The 2000 figure at ``x`` as a share of 0.36 x, as " (2000: N%)"; empty where there is none."""
+    return f" (2000: {100 * PUBLISHED[x] / theoretical(x):.1f}%)" if x in PUBLISHED else ""
+
+
 def measure_v03(quick: bool, *, outdir=None) -> dict:
     """v0.3's settings -- police mode, ``--burst 5``, Ethernet framing, no delay, as the
     2000 routers ran them -- read from httperf's totals, with today's server TCP and a 2000 one."""
@@ -462,8 +465,8 @@ def measure_v03(quick: bool, *, outdir=None) -> dict:
                 doc["rows"].append(row)
                 steps(f"httperf x={x:,} ({row['server_tcp_start']}, RTO floor {rto_min_ms} ms): "
                       f"{row['completed_per_s']:.1f} replies/s (httperf's totals) = "
-                      f"{100 * row['ratio_to_theoretical']:.1f}% of 0.36x (2000: "
-                      f"{100 * PUBLISHED.get(x, math.nan) / theoretical(x):.1f}%), {100 * row['ratio_to_model']:.1f}% "
+                      f"{100 * row['ratio_to_theoretical']:.1f}% of 0.36x{_published_share(x)}, "
+                      f"{100 * row['ratio_to_model']:.1f}% "
                       f"of the model's {row['model_ceiling']:.1f}; sessions {row['session_s']:.2f} s (model "
                       f"{row['model_session_s']:.2f} s); errors {row['errors']}; server retransmitted "
                       f"{100 * (row['retransmitted'] or 0):.1f}% of segments "

@@ -491,13 +491,13 @@ def test_quick_fidelity_benchmark_in_police_mode():
     for r in doc["rows"]:
         assert r["failed"] == 0 and r["queue_s"] is None, r  # a policer drops, it holds no queue
         assert r["burst_bytes"] == 4 * 1514 and r["goodput_ratio"]["n"] == 20, r
-        assert 0.95 < r["goodput_ratio"]["mean"] < 1.05, r  # 0.994-1.003 with 100 links (docs/benchmarks.md)
+        assert 0.95 < r["goodput_ratio"]["mean"] < 1.05, r  # 0.987-0.997 with 100 links (docs/benchmarks.md)
         # no link beats the policer's contract: rate x window + the bucket, give or take a segment in
         # flight at each end of the window
         ceiling = 1 + (8 * r["burst_bytes"] / r["frame_rate_bps"] + 2 * 8 * 1460 / r["capacity_bps"]) / r["window_s"]
         assert max(r["ratios"]) <= ceiling, (ceiling, r["ratios"])
     assert len(doc["latency"]) == 3
-    for row in doc["latency"]:  # netem's delays, each way: the handshake within a few ms of the profile's
+    for row in doc["latency"]:  # netem's delays, each way: the fastest handshake within a few ms of the profile's
         assert 0 <= row["excess_ms"] < 20, row
 
 

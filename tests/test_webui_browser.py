@@ -162,10 +162,20 @@ class RefusingControl:
 
 
 def serve_in_thread(app):
+    """Serve ``app`` with waitress in a thread; returns (stop, url)."""
     from waitress import create_server
+    from waitress.wasyncore import close_all
     server = create_server(app, host="127.0.0.1", port=0, threads=8)
-    threading.Thread(target=server.run, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.effective_port}/"
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+
+    def stop():
+        # the sockets are closed in the serving thread itself, between two selects (closed
+        # from here, that thread's next select would fail on a closed descriptor)
+        server.trigger.pull_trigger(lambda: close_all(server._map))
+        thread.join(10)
+        server.task_dispatcher.shutdown()
+    return stop, f"http://127.0.0.1:{server.effective_port}/"
 
 
 @pytest.mark.parametrize("n", [4096, 65536])
@@ -174,7 +184,7 @@ def test_dashboard_with_many_links(browser, artifacts, n):
     from webui.stats import StatsSource
     src = StatsSource([(None, "eth0")], reader=TrafficReader(n), interval=1.0)
     app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": RefusingControl()})
-    server, url = serve_in_thread(app)
+    stop_server, url = serve_in_thread(app)
     try:
         page, errors = open_page(browser, url + "#token=" + TOKEN)
         assert "token=" not in page.url  # taken out of the address bar
@@ -241,7 +251,7 @@ def test_dashboard_with_many_links(browser, artifacts, n):
         page.close()
     finally:
         src.stop()
-        server.close()
+        stop_server()
 
 
 def test_dashboard_keeps_up_with_16384_links_and_jumps_to_the_worst(browser, artifacts):
@@ -254,7 +264,7 @@ def test_dashboard_keeps_up_with_16384_links_and_jumps_to_the_worst(browser, art
     n = 16384
     src = StatsSource([(None, "eth0")], reader=TrafficReader(n), interval=1.0)
     app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": RefusingControl()})
-    server, url = serve_in_thread(app)
+    stop_server, url = serve_in_thread(app)
     try:
         page, errors = open_page(browser, url)
         page.wait_for_function("() => window.ratelimitDashboard.state.agg.time.length >= 2", timeout=20000)
@@ -325,7 +335,7 @@ def test_dashboard_keeps_up_with_16384_links_and_jumps_to_the_worst(browser, art
         page.close()
     finally:
         src.stop()
-        server.close()
+        stop_server()
 
 
 SHARE_GREEN = (35, 130, 74)  # the rate-share band's stroke in dashboard.js
