@@ -21,8 +21,8 @@ measured over a window after a warm-up:
 Shape mode runs on the host; police mode (drops instead of queueing) needs
 act_police and runs in the full-kernel VM, with fewer links (software
 emulation).  In the VM also: the latency classes (netem) -- for each profile,
-the median TCP handshake time from a limited client port, measured / configured
-round trip.
+the fastest of five TCP handshakes from a limited client port (the emulated delay
+is fixed; everything else only adds to it), measured / configured round trip.
 """
 
 from __future__ import annotations
