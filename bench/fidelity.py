@@ -212,7 +212,7 @@ def latency(lab, profiles_: tuple[str, ...], count: int, mode: str, steps) -> li
         prof = profiles.load(name)
         configured = (prof.down.delay_us + prof.up.delay_us) / 1e6
         lab.apply(LinkSpec(profile=name, mode=mode, per="port"))
-        times = sorted(lab.download("/index.html").connect_s for _ in range(count))
+        times = lab.handshakes(count=count)
         measured, median = times[0], times[len(times) // 2]
         rows.append({"profile": name, "configured_rtt_s": configured, "measured_rtt_s": measured,
                      "median_rtt_s": median, "samples_s": times, "ratio": ratio(measured, configured),

@@ -274,10 +274,14 @@ class Lab:
         return Download(url, host.name, int(code), int(size), float(total), float(connect), float(first),
                         int(port), int(header), int(request))
 
+    def handshakes(self, client: int = 1, *, count: int = 3) -> list[float]:
+        """``count`` TCP handshake times (seconds, fastest first) from a client port in the
+        limited range to the server: each one round trip over the emulated link."""
+        return sorted(self.download("/index.html", client).connect_s for _ in range(max(1, count)))
+
     def measure_rtt(self, client: int = 1, *, count: int = 3) -> float:
-        """The round trip over the emulated link, in seconds: the median TCP
-        handshake time from a client port in the limited range to the server."""
-        times = sorted(self.download("/index.html", client).connect_s for _ in range(max(1, count)))
+        """The round trip over the emulated link, in seconds: the median of ``handshakes``."""
+        times = self.handshakes(client, count=count)
         return times[len(times) // 2]
 
     def statistics(self) -> dict:
