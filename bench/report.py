@@ -87,7 +87,11 @@ def summary(setup: list[dict], packet: dict | None, stats: list[dict], fid: list
         lat = doc.get("latency", [])
         rs = [x["ratio"] for x in lat if x.get("ratio")]
         if rs:
-            out.append(f"**Latency classes**: measured / configured round trip {min(rs):.3f} to {max(rs):.3f}.")
+            probes = [x["probe_excess_ms"] for x in lat if x.get("probe_excess_ms") is not None]
+            beside = (f"; datagrams read at the kernel's receive timestamp: {min(probes):+.1f} to "
+                      f"{max(probes):+.1f} ms over the configured round trip" if probes else "")
+            out.append(f"**Latency classes**: fastest handshake / configured round trip {min(rs):.3f} to "
+                       f"{max(rs):.3f}{beside}.")
     if dialup:
         for generator in ("httperf", "wrk"):
             rs = table_rows(dialup, generator)

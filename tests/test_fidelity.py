@@ -90,3 +90,20 @@ def test_ipv6_is_shaped_like_ipv4(lab_maker):
     print(f"IPv6: {d.bytes:,} bytes in {d.seconds:.2f} s, the model {expected:.2f} s; router: {rows}")
     assert rows and rows[0]["direction"] == "dest" and rows[0]["bytes"] > SIZE
     assert 0.95 < d.seconds / expected < 1.05
+
+
+def test_datagrams_cross_the_link_and_read_their_delay_at_the_kernel(lab_maker):
+    """``Lab.one_way_delays``: datagrams from the limited port cross the emulated link each way
+    and each reads its delay at the kernel's receive timestamp: the link's delay (none on a kernel
+    without netem) plus the path's own, well under a millisecond, though one datagram in a busy
+    run can take far longer (so the fastest and the median are asserted)."""
+    lab = lab_maker("udp")
+    model = lab.link_model()
+    down, up = lab.one_way_delays(count=5)
+    print(f"one-way delays, down: {[f'{s * 1000:.3f}' for s in down]} ms; up: {[f'{s * 1000:.3f}' for s in up]} ms")
+    assert len(down) == len(up) == 5 and down == sorted(down) and up == sorted(up)
+    for delays, delay_us in ((down, model.down_delay_us), (up, model.up_delay_us)):
+        added = delay_us / 1e6 if model.delay_stage else 0.0
+        assert added < delays[0] < added + 0.005 and delays[2] < added + 0.05, (added, delays)
+    crossed = {r["direction"]: r["packets"] for r in lab.statistics()["links"] if r["packets"]}
+    assert crossed == {"dest": 5, "source": 5}, crossed

@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -42,7 +43,7 @@ from ..kernel import netns as kernel_netns
 from ..kernel.netns import parent_only
 from . import docroot, store, topology
 from .link import LinkSpec, Say, check_choice, in_vm, resolve_link
-from .measure import Download
+from .measure import Download, one_way_delays
 from .store import DEFAULT_NAME, HOSTS_DIR, down, lab_path, list_labs, provision_dir, read_state
 
 DEFAULT_PORTS = "10000-10999"  # the clients' ephemeral range = the range the router limits
@@ -278,6 +279,23 @@ class Lab:
         """``count`` TCP handshake times (seconds, fastest first) from a client port in the
         limited range to the server: each one round trip over the emulated link."""
         return sorted(self.download("/index.html", client).connect_s for _ in range(max(1, count)))
+
+    def one_way_delays(self, client: int = 1, *, count: int = 10, gap_s: float = 0.05,
+                       timeout_s: float = 3) -> tuple[list[float], list[float]]:
+        """One-way delays (seconds, fastest first) of ``count`` small UDP datagrams from the
+        server to a client port in the limited range, and back from it: the emulated link's
+        delay each way plus the path's own, without the process wakeups a handshake time holds
+        (``measure.one_way_delays``)."""
+        host = self.client(client)
+        port = check_ports(self.info["ports"])[1]  # the range's last port, one emulated link
+        topo = self.topo
+        with topo.socket(host.name, socket.AF_INET, socket.SOCK_DGRAM) as near, \
+                topo.socket("server", socket.AF_INET, socket.SOCK_DGRAM) as far:
+            near.bind((host.address, port))
+            far.bind((self.server.address, 0))
+            down = one_way_delays(far, near, count, gap_s, timeout_s)
+            up = one_way_delays(near, far, count, gap_s, timeout_s)
+        return down, up
 
     def measure_rtt(self, client: int = 1, *, count: int = 3) -> float:
         """The round trip over the emulated link, in seconds: the median of ``handshakes``."""

@@ -1,8 +1,16 @@
-"""What a lab measures: timed downloads (``ratelimit.linkmodel`` says how long they should take)."""
+"""What a lab measures: timed downloads (``ratelimit.linkmodel`` says how long they should
+take) and one-way delays of datagrams."""
 
 from __future__ import annotations
 
+import socket
+import struct
+import time
 from dataclasses import asdict, dataclass
+
+SO_TIMESTAMPNS = 35  # linux/asm-generic/socket.h; Python's socket module does not name it
+_SENT_NS = struct.Struct("!q")
+_TIMESPEC = struct.Struct("@qq")
 
 
 @dataclass(frozen=True)
@@ -31,3 +39,30 @@ class Download:
 
     def as_dict(self) -> dict:
         return {**asdict(self), "bps": self.bps}
+
+
+def one_way_delays(tx: socket.socket, rx: socket.socket, count: int, gap_s: float,
+                   timeout_s: float) -> list[float]:
+    """Send ``count`` small datagrams ``gap_s`` apart from ``tx`` to ``rx``'s address; return
+    their one-way delays in seconds, fastest first (lost ones are left out).  Each datagram
+    carries its send time (CLOCK_REALTIME, one clock for every namespace) and is read at the
+    kernel's receive timestamp, so no process wakeup counts, only the path.  Once all are
+    sent, each one still to come is waited for at most ``timeout_s``."""
+    rx.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+    dst = rx.getsockname()
+    for i in range(count):
+        if i:
+            time.sleep(gap_s)
+        tx.sendto(_SENT_NS.pack(time.time_ns()), dst)
+    delays: list[float] = []
+    rx.settimeout(timeout_s)
+    try:
+        while len(delays) < count:
+            data, ancillary, _, _ = rx.recvmsg(64, socket.CMSG_SPACE(_TIMESPEC.size))
+            for level, kind, raw in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(data) == _SENT_NS.size:
+                    sec, nsec = _TIMESPEC.unpack_from(raw)
+                    delays.append((sec * 10**9 + nsec - _SENT_NS.unpack(data)[0]) / 1e9)
+    except socket.timeout:
+        pass
+    return sorted(delays)
