@@ -219,6 +219,9 @@ def latency(lab, profiles_: tuple[str, ...], count: int, mode: str, steps) -> li
         times = lab.handshakes(count=count)
         measured, median = times[0], times[len(times) // 2]
         down, up = lab.one_way_delays(count=PROBES)
+        if not down or not up:
+            way = "server to client" if not down else "client to server"
+            raise BenchError(f"latency {name}: none of {PROBES} datagrams crossed the link ({way})")
         probed = down[0] + up[0]
         rows.append({"profile": name, "configured_rtt_s": configured, "measured_rtt_s": measured,
                      "median_rtt_s": median, "samples_s": times, "ratio": ratio(measured, configured),

@@ -194,7 +194,8 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     up with the new plan whole, or as it was (``recovery.Change``): on a refused step, an
     exception, SIGINT or SIGTERM.
     ``lock_timeout``: seconds to wait for another run on the interface (default: as long as
-    it takes).  ``notice(message)`` hears about repairs of a killed run (default: stderr)."""
+    it takes).  ``notice(message)`` hears about repairs of a killed run, and about devices
+    that merge received frames, which the links would meter as one (default: stderr)."""
     plan = compile_plan(req)
     _require_root()
     with _executor(req.netns) as ex, state.lock(req.netns, req.interface, on_wait, lock_timeout):
@@ -219,6 +220,10 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
                 undo = None if changes is None else diff.in_place(plan, installed.plan)
         change = recovery.Change(ex, req.netns, req.interface, old=installed.plan, new=plan, captured=captured)
         change.run(removal, progress=progress, echo=echo, changes=changes, undo=undo, switch=switch)
+        merging = ex.merging()
+    if merging:
+        from .kernel.offload import advice
+        (notice or recovery.notice_to_stderr)(advice(merging))
     if changes is not None:
         return dataclasses.replace(plan, changed=changes, how="in place")
     if switch is not None:

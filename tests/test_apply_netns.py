@@ -138,6 +138,33 @@ def test_reapply_replaces_the_previous_plan(router):
         assert not ex.has_ingress("rlt0")
 
 
+def test_apply_names_the_devices_that_merge_received_frames(router):
+    """GRO turned on for a veth (it then receives through NAPI, as a NIC does) makes an
+    apply say so, with the ethtool command that turns it off; the links are applied
+    all the same.  A bridge reports rx-gro too but merges nothing itself: not named."""
+    def apply(rate):
+        heard = []
+        service.apply(request(router, rate=rate), notice=heard.append)
+        return heard
+
+    def gro(dev):
+        out = sh("ip", "netns", "exec", router, "ethtool", "-k", dev).stdout
+        return "generic-receive-offload: on" in out.splitlines()
+
+    sh("ip", "-n", router, "link", "add", "rltbr", "type", "bridge")
+    sh("ip", "-n", router, "link", "set", "rltbr", "up")
+    assert gro("rltbr") and not gro("rlt1")
+    assert apply("200kbit") == []
+    sh("ip", "netns", "exec", router, "ethtool", "-K", "rlt1", "gro", "on")
+    assert gro("rlt1")
+    assert apply("300kbit") == [
+        "warning: received frames are merged into bigger packets on rlt1 (rx-gro); the links meter "
+        "each as one packet and pass it in a burst; for one packet per frame: ethtool -K rlt1 gro off"]
+    assert service.applied("rlt0", router).down.rate_bps == 300_000
+    sh("ip", "netns", "exec", router, "ethtool", "-K", "rlt1", "gro", "off")
+    assert apply("400kbit") == []
+
+
 def test_concurrent_applies_serialize(router):
     rates = ["100kbit", "200kbit", "300kbit", "400kbit"]
 

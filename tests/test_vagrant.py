@@ -363,6 +363,31 @@ def test_provision_scripts_reject_bad_values(tmp_path):
         assert message in r.stderr, r.stderr
 
 
+@pytest.mark.netns
+def test_offload_script_leaves_no_device_that_merges_frames():
+    """offload.sh turns GRO off on the lab interface it is given and on the management
+    interface (the default route's), so ratelimit's apply finds nothing to warn about."""
+    from ratelimit.kernel.readback import Reader
+    ns = f"rlvo{os.getpid() % 10000}"
+    _sh("ip", "netns", "add", ns)
+    try:
+        for dev, peer, addr in (("eth0", "mgmt", "198.18.9.2/24"), ("eth1", "lab", "198.18.1.2/24")):
+            _sh("ip", "-n", ns, "link", "add", dev, "type", "veth", "peer", "name", peer)
+            _sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
+            for d in (dev, peer):
+                _sh("ip", "-n", ns, "link", "set", d, "up")
+            _sh("ip", "netns", "exec", ns, "ethtool", "-K", dev, "gro", "on")
+        _sh("ip", "-n", ns, "route", "add", "default", "via", "198.18.9.1")
+        with Reader(ns) as reader:
+            assert sorted(reader.merging()) == [("eth0", ("rx-gro",)), ("eth1", ("rx-gro",))]
+            out = _sh("ip", "netns", "exec", ns, "env", "-i", f"PATH={os.environ['PATH']}",
+                      "RL_ADDRS=198.18.1.2", "sh", str(PROVISION / "offload.sh")).stdout
+            assert out.strip() == "offload: gro, rx-gro-hw, lro, gso and tso off on eth1 eth0"
+            assert reader.merging() == []
+    finally:
+        _remove_namespaces(ns)
+
+
 def test_box_and_router_hash_the_same_sources():
     """router.sh skips reinstalling ratelimit when the synced checkout has the sources the
     box was built from: both scripts must hash them the same way."""

@@ -16,6 +16,7 @@ from .netns import off_loop
 from .transport import KernelError, check_netns
 
 IFF_UP = 0x1
+IFF_LOOPBACK = 0x8
 
 
 class Links:
@@ -72,9 +73,17 @@ class Links:
             link = off_loop(self.ipr.get_links, index)[0]
         except (NetlinkError, IndexError):
             return None
-        info = link.get_attr("IFLA_LINKINFO")
-        kind = (info.get_attr("IFLA_INFO_KIND") if info is not None else None) or ""
-        return {"kind": kind, "up": bool(link["flags"] & IFF_UP)}
+        return {"kind": _kind(link), "up": bool(link["flags"] & IFF_UP)}
+
+    def receiving(self) -> list[tuple[str, str]]:
+        """(name, link kind) of each device that is up, loopback left out: the ones
+        packets may reach the router through."""
+        found = []
+        for link in off_loop(self.ipr.get_links):
+            if link["flags"] & IFF_LOOPBACK or not link["flags"] & IFF_UP:
+                continue
+            found.append((link.get_attr("IFLA_IFNAME"), _kind(link)))
+        return found
 
     def add_ifb(self, name: str) -> None:
         """Create the IFB device ``name`` and set it up."""
@@ -89,6 +98,12 @@ class Links:
                 off_loop(lambda: self.ipr.link("del", ifname=name))
         finally:
             self.forget()
+
+
+def _kind(link) -> str:
+    """A link's kind ("veth", "bridge", ...); "" for a plain (hardware or virtio) device."""
+    info = link.get_attr("IFLA_LINKINFO")
+    return (info.get_attr("IFLA_INFO_KIND") if info is not None else None) or ""
 
 
 class _kernel_errors:

@@ -11,9 +11,10 @@ import gc
 
 from ..errors import ConflictError, NotFoundError
 from ..plan import INGRESS_HANDLE
-from . import decode, replay
+from . import decode, offload, replay
 from .counters import COLUMNS, FlowTable, read_classes, read_filters
 from .links import Links
+from .netns import in_netns
 from .nl import (NLM_F_REQUEST, RTM_GETQDISC, RTM_GETTCLASS, RTM_GETTFILTER, TC_H_CLSACT_EGRESS, TC_H_CLSACT_INGRESS,
                  TC_H_INGRESS, TC_H_ROOT, dump_request, header, message, tcmsg)
 from .rates import clock
@@ -85,6 +86,13 @@ class Reader:
 
     def link_name(self, index: int) -> str | None:
         return self.links.name(index)
+
+    def merging(self) -> list[tuple[str, tuple[str, ...]]]:
+        """The namespace's devices that merge received frames (``offload.merging``)."""
+        devices = self.links.receiving()
+        if self.netns is None:
+            return offload.merging(devices)
+        return in_netns(self.netns, offload.merging, devices)
 
     def _device(self, dev: str) -> int:
         index = self.links.index(dev)
