@@ -144,6 +144,14 @@ class Run:
         return code, text
 
 
+def _one_packet_per_frame(run, out: str) -> None:
+    """offload.sh left no router device that merges received frames: their applies
+    (the ``profile`` provisioner) did not warn of one."""
+    warned = [line.strip() for line in out.splitlines() if "merged into bigger packets" in line]
+    if warned:
+        run.fail("a router still merges received frames after offload.sh:\n" + "\n".join(warned))
+
+
 def _last(text: str, n: int) -> str:
     return "\n".join(text.rstrip().splitlines()[-n:])
 
@@ -255,6 +263,7 @@ def test_vagrant_lab_boots_demo_and_monitoring(tmp_path, capsys):
         if code != 0:
             run.fail(f"vagrant up failed (exit {code}):\n{_last(out, 25)}\n"
                      + _serial_tails(["server", "router1", "client1"], run.stage_wall))
+        _one_packet_per_frame(run, out)
         run.end(t)
 
         # ---------------------------------------------------------- demo
@@ -280,6 +289,7 @@ def test_vagrant_lab_boots_demo_and_monitoring(tmp_path, capsys):
         if code != 0:
             run.fail(f"vagrant up router2 client2 failed (exit {code}):\n{_last(out, 25)}\n"
                      + _serial_tails(["router2", "client2"], run.stage_wall))
+        _one_packet_per_frame(run, out)
         run.run(["vagrant", "provision", "server", "--provision-with", "hosts,server,prometheus"],
                 env=grown_env, timeout=600, log="provision-server.log")
         run.end(t)

@@ -9,10 +9,10 @@
 # in 3 of 10 runs with GRO on, 2 of 20 with only GRO off, 0 of 40 with both off,
 # measured), and a policer drops what exceeds its MTU.  A modem carries frames,
 # so GRO, rx-gro-hw, LRO, GSO and TSO go off on the interfaces holding the given
-# addresses, and on the management interface (the default route's): ratelimit's
-# apply names every receiving device that merges frames, since it cannot know
-# which ones the links' traffic comes in through.  The setting does not survive a
-# reboot: Vagrant runs this on every `vagrant up`.
+# addresses, and on every other interface that is up (the management one):
+# ratelimit's apply names every receiving device that merges frames, since it
+# cannot know which ones the links' traffic comes in through.  The setting does
+# not survive a reboot: Vagrant runs this on every `vagrant up`.
 #
 #   RL_ADDRS=198.18.1.2,198.19.0.11 sh offload.sh
 #
@@ -31,10 +31,9 @@ for addr in $(echo "$RL_ADDRS" | tr ',' ' '); do
     [ -n "$dev" ] || fail "RL_ADDRS: '$addr' is not an address of this machine (see: ip -4 addr)"
     devs="$devs $dev"
 done
-mgmt=$(ip -o -4 route show default | awk '{ for (i = 1; i < NF; i++) if ($i == "dev") { print $(i + 1); exit } }')
-if [ -n "$mgmt" ] && ! echo "$devs " | grep -q " $mgmt "; then
-    devs="$devs $mgmt"
-fi
+for dev in $(ip -o link show up | awk -F': ' '{ sub(/@.*/, "", $2); if ($2 != "lo") print $2 }'); do
+    case "$devs " in *" $dev "*) ;; *) devs="$devs $dev" ;; esac
+done
 command -v ethtool >/dev/null 2>&1 || fail "ethtool is not installed (apt-get install ethtool; the lab's box has it)"
 
 for dev in $devs; do
