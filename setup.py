@@ -21,7 +21,7 @@ setup(
                  ["vagrant/provision/client.sh", "vagrant/provision/server.sh", "vagrant/provision/router.sh"])],
     install_requires=["pyroute2==0.9.7", "flask>=3.0", "waitress>=3.0"],
     extras_require={
-        "test": ["pytest>=8", "hypothesis>=6", "playwright>=1.40"],
+        "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6", "playwright>=1.40"],
         "vm": ["virtme-ng==1.42"],
         "bench": ["matplotlib>=3.6"],
     },

@@ -29,6 +29,10 @@ import tempfile
 
 import pytest
 
+pytest_plugins = ("schedule", "hostcheck")  # tests/schedule.py: workers, order, tiers; tests/hostcheck.py
+pytest.register_assert_rewrite(*pytest_plugins)
+import schedule  # noqa: E402
+
 IN_VM = os.environ.get("RATELIMIT_IN_VM") == "1"
 RESULTS_ENV = "RATELIMIT_VM_RESULTS"  # in the VM: where to write each test's verdict
 MODE_ENV = "RATELIMIT_KERNEL_TESTS"  # auto (default), host or vm
@@ -88,6 +92,7 @@ def pytest_collection_modifyitems(session, config, items):
             "" if mode == "host" else _host_lacks(_needed(item)))
         if why:
             proxy = KernelVMItem.from_parent(item.parent, name=item.name, original=item, why=why)
+            proxy._nodeid = item.nodeid  # with xdist's @group suffix, if it added one
             items[i] = proxy
             delegated.append(proxy)
     if delegated:
@@ -95,7 +100,7 @@ def pytest_collection_modifyitems(session, config, items):
         whys = sorted({p.why for p in delegated if isinstance(p.why, str)})
         if lacking:
             whys.insert(0, f"the host kernel lacks {', '.join(lacking)}")
-        config.stash[_VM_KEY] = _VMSession(config, [p.nodeid for p in delegated], whys)
+        config.stash[_VM_KEY] = _VMSession(config, [schedule.base_nodeid(p.nodeid) for p in delegated], whys)
 
 
 # --------------------------------------------------------------------------
@@ -116,7 +121,7 @@ class KernelVMItem(pytest.Item):
         self._location = original.reportinfo()
         self.why = why
         for mark in original.iter_markers():
-            if mark.name in ("kernel", "netns"):
+            if mark.name in ("kernel", "netns", "slow", "xdist_group"):
                 self.own_markers.append(mark)
                 self.keywords[mark.name] = mark
 
@@ -125,8 +130,11 @@ class KernelVMItem(pytest.Item):
 
     def runtest(self):
         session: _VMSession = self.config.stash[_VM_KEY]
+        first = not session.ran
         session.run()
-        session.report(self.nodeid)
+        if first and session.timing:  # the report carries it to the summary, from an xdist worker too
+            self.user_properties.append((_TIMING_PROPERTY, session.timing))
+        session.report(schedule.base_nodeid(self.nodeid))
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, _Verdict):
@@ -142,16 +150,22 @@ class _VMSession:
         self.ran = False
         self.error = ""  # why the VM gave no verdicts
         self.result = None  # ratelimit.kernel.vm.VMResult
+        self.timing = ""  # the summary's line on the VM's times
         self.records: dict[str, list[dict]] = {}
         self.tail: list[str] = []
 
     def _say(self, line: str) -> None:
-        tr = self.config.pluginmanager.get_plugin("terminalreporter")
         self.tail = (self.tail + [line])[-40:]
+        tr = self._reporter()
         if tr is not None:
             tr.write_line(line)
-        else:
-            print(line, file=sys.stderr)
+        else:  # an xdist worker's stderr is the controller's: the lines show as they come
+            print(line, file=sys.stderr, flush=True)
+
+    def _reporter(self):
+        if hasattr(self.config, "workerinput"):
+            return None
+        return self.config.pluginmanager.get_plugin("terminalreporter")
 
     def run(self) -> None:
         if self.ran:
@@ -175,13 +189,18 @@ class _VMSession:
         # files run) and gets this interpreter's extra sys.path entries instead,
         # and leaves out the hypothesis plugin (kernel tests don't need it).
         # -rA: the output of passing tests too (what they measured) in the log.
-        argv = [sys.executable, "-S", "-m", "pytest", "-m", "kernel", "-p", "no:cacheprovider",
-                "-p", "no:hypothesispytest", "-v", "-rA", f"--rootdir={rootdir}", *self.nodeids]
+        # Not pyproject's addopts: one process in the guest (no xdist), which prints every
+        # test's duration.
+        argv = [sys.executable, "-S", "-m", "pytest", "-o", "addopts=", "-m", "kernel", "-p", "no:cacheprovider",
+                "-p", "no:hypothesispytest", "-p", "no:xdist", "-v", "-rA", "--durations=0", "--durations-min=1",
+                f"--rootdir={rootdir}", *self.nodeids]
         env = {RESULTS_ENV: results, "PYTHONPATH": os.pathsep.join(_site_path(rootdir))}
-        tr = self.config.pluginmanager.get_plugin("terminalreporter")
+        tr = self._reporter()
         if tr is not None:
             tr.write_line("")
             tr.write_sep("-", f"{len(self.nodeids)} kernel test(s) in a VM ({'; '.join(self.whys)})")
+        else:
+            self._say(f"--- {len(self.nodeids)} kernel test(s) in a VM ({'; '.join(self.whys)})")
         self._say(f"ratelimit: booting the stock kernel in a VM for {len(self.nodeids)} kernel test(s)")
         try:
             self.result = vm.run_vm(
@@ -197,7 +216,8 @@ class _VMSession:
             self._say(f"ratelimit: kernel tests ran in the VM (guest kernel {r.guest_release}): "
                       f"exit {r.exit_code}, boot+shutdown {r.boot_s:.1f} s, tests {r.command_s:.1f} s, "
                       f"wall {r.wall_s:.1f} s")
-            self.config.stash[_TIMING_KEY] = r
+            self.timing = (f"ratelimit: kernel tests ran in a VM (guest kernel {r.guest_release}, {r.kernel}): "
+                           f"boot+shutdown {r.boot_s:.1f} s, tests {r.command_s:.1f} s, wall {r.wall_s:.1f} s")
         try:
             with open(results) as f:
                 for line in f:
@@ -233,7 +253,7 @@ class _VMSession:
             raise _Verdict(f"kernel test has no call report {where}")
 
 
-_TIMING_KEY = pytest.StashKey[object]()
+_TIMING_PROPERTY = "ratelimit-vm-timing"
 
 
 def _site_path(rootdir: str) -> list[str]:
@@ -271,11 +291,11 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    r = config.stash.get(_TIMING_KEY, None)
-    if r is not None:
-        terminalreporter.write_line(
-            f"ratelimit: kernel tests ran in a VM (guest kernel {r.guest_release}, {r.kernel}): "
-            f"boot+shutdown {r.boot_s:.1f} s, tests {r.command_s:.1f} s, wall {r.wall_s:.1f} s")
+    for reports in terminalreporter.stats.values():
+        for rep in reports:
+            for name, value in getattr(rep, "user_properties", ()):
+                if name == _TIMING_PROPERTY:
+                    terminalreporter.write_line(value)
 
 
 # --------------------------------------------------------------------------

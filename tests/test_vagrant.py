@@ -12,6 +12,7 @@ directory, shape mode without netem when the kernel lacks police and netem).
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -397,6 +398,17 @@ def test_box_and_router_hash_the_same_sources():
         start = text.index("src_hash() {")
         return text[start:text.index("\n}\n", start)]
     assert body(PROVISION / "router.sh") == body(VAGRANT_DIR / "box" / "customize.sh")
+
+
+def test_box_hook_leaves_mmdebstrap_its_apt_configuration():
+    """mmdebstrap keeps its APT_CONFIG file in the new system's /tmp until its cleanup runs
+    `apt-get update` with no sources; a hook that empties that /tmp makes the update run on
+    the host's own package lists and empty them (it did: the suite left /var/lib/apt/lists
+    empty after every cold box build)."""
+    text = (VAGRANT_DIR / "box" / "customize.sh").read_text()
+    commands = re.sub(r"\\\n", " ", "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#")))
+    removed = [word for line in commands.splitlines() if re.match(r"\s*rm\b", line) for word in line.split()[1:]]
+    assert removed and not [w for w in removed if re.fullmatch(r'"?\$R"?/tmp(/\*|/?)"?', w)], removed
 
 
 def test_demo_rejects_bad_options():

@@ -5,7 +5,8 @@
 #   sh vagrant/libvirt.sh start     # start virtlogd + libvirtd if needed, then probe KVM
 #   sh vagrant/libvirt.sh accel     # print kvm or qemu (the probe's verdict, cached per host boot)
 #   sh vagrant/libvirt.sh status    # is libvirtd up, who started it, the verdict
-#   sh vagrant/libvirt.sh stop      # stop the daemons this script started (never others)
+#   sh vagrant/libvirt.sh stop      # stop the daemons this script started (never others), and
+#                                   # remove the LIBVIRT_* firewall chains their networks left
 #
 # With systemd as PID 1, `start` asks systemd (libvirtd.service, from the package
 # libvirt-daemon-system).  Without it (containers, our CI VMs) it starts
@@ -127,9 +128,43 @@ start_by_hand() {
         echo virtlogd >> "$RL_RUN_DIR/started"
     fi
     if ! pid_running /var/run/libvirtd.pid; then
+        # libvirtd's first network adds its LIBVIRT_* chains to the host's firewall and
+        # leaves them when it stops: `stop` removes them if they were not there before
+        libvirt_chains_present || echo firewall >> "$RL_RUN_DIR/started"
         libvirtd -d
         echo libvirtd >> "$RL_RUN_DIR/started"
     fi
+}
+
+# ---------------------------------------------------------------- libvirt's firewall chains
+# table:chain:the built-in chain that jumps to it
+LIBVIRT_CHAINS="filter:LIBVIRT_INP:INPUT filter:LIBVIRT_OUT:OUTPUT filter:LIBVIRT_FWX:FORWARD
+filter:LIBVIRT_FWI:FORWARD filter:LIBVIRT_FWO:FORWARD nat:LIBVIRT_PRT:POSTROUTING mangle:LIBVIRT_PRT:POSTROUTING"
+
+libvirt_chains_present() {
+    for tool in iptables ip6tables; do
+        command -v $tool >/dev/null 2>&1 || continue
+        for entry in $LIBVIRT_CHAINS; do
+            table=${entry%%:*}; rest=${entry#*:}; chain=${rest%%:*}
+            $tool -w -t "$table" -n -L "$chain" >/dev/null 2>&1 && return 0
+        done
+    done
+    return 1
+}
+
+remove_libvirt_chains() {
+    for tool in iptables ip6tables; do
+        command -v $tool >/dev/null 2>&1 || continue
+        for entry in $LIBVIRT_CHAINS; do
+            table=${entry%%:*}; rest=${entry#*:}; chain=${rest%%:*}; from=${rest#*:}
+            while $tool -w -t "$table" -D "$from" -j "$chain" 2>/dev/null; do :; done
+        done
+        for entry in $LIBVIRT_CHAINS; do
+            table=${entry%%:*}; rest=${entry#*:}; chain=${rest%%:*}
+            $tool -w -t "$table" -F "$chain" 2>/dev/null || true
+            $tool -w -t "$table" -X "$chain" 2>/dev/null || true
+        done
+    done
 }
 
 start() {
@@ -174,6 +209,10 @@ stop() {
             say "stopped $d ($pid)"
         fi
     done
+    if grep -qx firewall "$file"; then
+        remove_libvirt_chains
+        say "removed libvirt's LIBVIRT_* firewall chains (there were none before libvirtd started)"
+    fi
     rm -f "$file"
 }
 

@@ -103,8 +103,11 @@ printf 'sch_htb\nsch_netem\nsch_ingress\ncls_u32\nact_police\nact_mirred\nifb\n'
     > "$R/etc/modules-load.d/ratelimit-tc.conf"
 
 # ---- trim, and make every VM its own machine
+# Not "$R"/tmp/*: mmdebstrap keeps its apt configuration there (APT_CONFIG) until its own
+# cleanup, which runs `apt-get update` with no sources to empty the new system's package
+# lists; without that file apt works on the HOST's /var/lib/apt/lists and empties those.
 rm -rf "$R"/var/cache/apt/*.bin "$R"/var/cache/apt/archives/*.deb "$R"/var/lib/apt/lists/* \
-       "$R"/var/log/*.log "$R"/tmp/* "$R"/root/.cache
+       "$R"/var/log/*.log "$R"/root/.cache
 : > "$R/etc/machine-id"
 rm -f "$R/var/lib/dbus/machine-id"
 # no resolver: nothing to resolve without internet; the lab's names come from /etc/hosts
