@@ -30,8 +30,6 @@ import tempfile
 import pytest
 
 pytest_plugins = ("schedule", "hostcheck")  # tests/schedule.py: workers, order, tiers; tests/hostcheck.py
-pytest.register_assert_rewrite(*pytest_plugins)
-import schedule  # noqa: E402
 
 IN_VM = os.environ.get("RATELIMIT_IN_VM") == "1"
 RESULTS_ENV = "RATELIMIT_VM_RESULTS"  # in the VM: where to write each test's verdict
@@ -92,7 +90,6 @@ def pytest_collection_modifyitems(session, config, items):
             "" if mode == "host" else _host_lacks(_needed(item)))
         if why:
             proxy = KernelVMItem.from_parent(item.parent, name=item.name, original=item, why=why)
-            proxy._nodeid = item.nodeid  # with xdist's @group suffix, if it added one
             items[i] = proxy
             delegated.append(proxy)
     if delegated:
@@ -100,7 +97,7 @@ def pytest_collection_modifyitems(session, config, items):
         whys = sorted({p.why for p in delegated if isinstance(p.why, str)})
         if lacking:
             whys.insert(0, f"the host kernel lacks {', '.join(lacking)}")
-        config.stash[_VM_KEY] = _VMSession(config, [schedule.base_nodeid(p.nodeid) for p in delegated], whys)
+        config.stash[_VM_KEY] = _VMSession(config, [p.nodeid for p in delegated], whys)
 
 
 # --------------------------------------------------------------------------
@@ -121,7 +118,7 @@ class KernelVMItem(pytest.Item):
         self._location = original.reportinfo()
         self.why = why
         for mark in original.iter_markers():
-            if mark.name in ("kernel", "netns", "slow", "xdist_group"):
+            if mark.name in ("kernel", "netns", "slow"):
                 self.own_markers.append(mark)
                 self.keywords[mark.name] = mark
 
@@ -134,7 +131,7 @@ class KernelVMItem(pytest.Item):
         session.run()
         if first and session.timing:  # the report carries it to the summary, from an xdist worker too
             self.user_properties.append((_TIMING_PROPERTY, session.timing))
-        session.report(schedule.base_nodeid(self.nodeid))
+        session.report(self.nodeid)
 
     def repr_failure(self, excinfo, style=None):
         if isinstance(excinfo.value, _Verdict):

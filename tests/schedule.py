@@ -3,24 +3,33 @@
 Most of the suite's time is spent waiting on emulated links (a 10 kB file over a
 28.8k modem takes its 3 s whatever the CPU), on the full-kernel VM and on the
 Vagrant lab.  So the README's command runs the tests side by side in
-pytest-xdist workers (``-n auto --dist loadgroup`` in pyproject's addopts):
+pytest-xdist workers (``-n auto`` in pyproject's addopts):
 
 - **Workers**: ``RATELIMIT_TEST_WORKERS``, else ``WORKERS`` (more than the cores:
-  the tests mostly wait).  ``-n 0`` runs everything in one process, as before.
-- **Order**: longest first, by the durations measured in ``tests/durations.json``
-  (xdist hands out work in collection order, so the long poles start at once and
-  the short tests fill in around them).
-- **Groups** (``xdist_group``: one worker runs a group's tests one after another):
-  ``kernel-vm``, every kernel test, so one VM boots for all of them; ``browser``,
-  the dashboard's browser tests, which share one Chromium; ``pytest-plugin``, the
-  fixture tests, which count the fixtures' labs on the whole machine.
+  the tests mostly wait).  ``-n 0`` runs everything in one process, in the same
+  order.
+- **Order**: longest first, by the durations measured in ``tests/durations.json``,
+  so that the long poles (the VM, the Vagrant lab, the quick benchmarks) start at
+  once and the short tests fill in around them.
+- **Groups**: one worker runs a group's tests one after another, as one unit:
+  ``kernel-vm``, every kernel test, so that one VM boots for all of them;
+  ``browser``, the dashboard's browser tests, which share one Chromium;
+  ``pytest-plugin``, the fixture tests, which count the fixtures' labs on the
+  whole machine.
+- **Dealing** (``LongestFirst``, through xdist's ``pytest_xdist_make_scheduler``
+  hook): an xdist worker starts a test only once it holds the one after it, and
+  that one waits for the first to end.  So each worker is first dealt the next
+  longest unit together with the shortest test left, and afterwards one unit at
+  a time as it runs dry.  (xdist's own ``--dist loadgroup`` does not group under
+  pytest 9.2, whose node ids no longer come from the ``_nodeid`` it rewrites; its
+  ``load`` deals the first two dozen tests, the longest, to one worker.)
 - **Tiers**: a test measured at ``SLOW_S`` seconds or more is marked ``slow``, and
   so is every kernel test (on a kernel without netem they share one VM session,
-  which takes minutes, boot included).  ``python -m pytest -m "not slow" tests`` is the quick tier for the
-  edit loop.  A test not yet in the file counts as quick until it is measured:
-  ``python -m pytest -ra tests --record-durations tests/durations.json`` writes
-  the file from a full run.
-- **Report**: the summary gives each tier's test count and summed durations next
+  which takes minutes, boot included).  ``python -m pytest -m "not slow" tests``
+  is the quick tier for the edit loop.  A test not yet in the file counts as
+  quick until it is measured: ``python -m pytest -ra tests --record-durations
+  tests/durations.json`` writes the file from a full run.
+- **Report**: the summary gives each tier's test count and summed test time next
   to the run's wall time.
 """
 
@@ -28,7 +37,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -52,10 +64,40 @@ def load_durations(path: Path = DURATIONS) -> dict[str, float]:
         return {}
 
 
-def base_nodeid(nodeid: str) -> str:
-    """The node id without xdist's ``@group`` suffix."""
-    at, bracket = nodeid.rfind("@"), nodeid.rfind("]")
-    return nodeid[:at] if at > bracket else nodeid
+def group_of(item) -> str | None:
+    if item.get_closest_marker("kernel") is not None:
+        return KERNEL_GROUP
+    return GROUP_OF_MODULE.get(item.path.name)
+
+
+def plan_order(nodeids: list[str], durations: dict[str, float], groups: dict[str, str]) -> list[str]:
+    """Longest first; a group's tests together, where the group's summed time puts
+    them, in their own order (pure)."""
+    weight: dict[str, float] = {}
+    for n in nodeids:
+        key = groups.get(n, n)
+        weight[key] = weight.get(key, 0.0) + durations.get(n, 0.0)
+    return sorted(nodeids, key=lambda n: -weight[groups.get(n, n)])
+
+
+def units(nodeids: list[str], groups: dict[str, str]) -> list[list[int]]:
+    """Indexes of ``nodeids`` in units: a group's tests make one unit, any other test
+    its own, in the order the tests come (pure)."""
+    out: list[list[int]] = []
+    where: dict[str, list[int]] = {}
+    for i, n in enumerate(nodeids):
+        group = groups.get(n)
+        if group is None:
+            out.append([i])
+        elif group in where:
+            where[group].append(i)
+        else:
+            where[group] = [i]
+            out.append(where[group])
+    return out
+
+
+# ------------------------------------------------------------------ hooks
 
 
 def pytest_addoption(parser):
@@ -64,12 +106,21 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    config.addinivalue_line("markers", f"slow: measured at {SLOW_S:g} s or more (tests/durations.json), "
-                                       "or a kernel test run in the VM; -m 'not slow' is the quick tier")
-    config.stash[_START] = time.monotonic()
-    config.stash[_TIMES] = {}
     global _config
     _config = config
+    config.addinivalue_line("markers", f"slow: measured at {SLOW_S:g} s or more (tests/durations.json), "
+                                       "or a kernel test; -m 'not slow' is the quick tier")
+    config.stash[_START] = time.monotonic()
+    config.stash[_TIMES] = {}
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "testrunuid", "") is None:
+        config.option.testrunuid = uuid.uuid4().hex  # the workers' and the scheduler's shared directory
+
+
+def _shared_dir(config) -> Path | None:
+    """A directory the controller and its workers share for this run (xdist only)."""
+    uid = config.workerinput["testrunuid"] if hasattr(config, "workerinput") else \
+        getattr(config.option, "testrunuid", None)
+    return Path(tempfile.gettempdir()) / f"ratelimit-tests-{uid}" if uid else None
 
 
 def pytest_xdist_auto_num_workers(config):
@@ -79,57 +130,124 @@ def pytest_xdist_auto_num_workers(config):
     return int(value)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the node ids
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "load":
+        return None  # a --dist the user chose
+    return LongestFirst(config, log)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m/-k deselect: the order and the tiers are the whole suite's
 def pytest_collection_modifyitems(session, config, items):
     durations = load_durations()
+    groups = {}
     for item in items:
-        group = GROUP_OF_MODULE.get(item.path.name)
-        if item.get_closest_marker("kernel") is not None:
-            group = KERNEL_GROUP
+        group = group_of(item)
         if group:
-            item.add_marker(pytest.mark.xdist_group(group))
+            groups[item.nodeid] = group
         if group == KERNEL_GROUP or durations.get(item.nodeid, 0.0) >= SLOW_S:
             item.add_marker(pytest.mark.slow)
-    # longest first; a group goes where its longest test would, as one block
-    group_time: dict[str, float] = {}
-    for item in items:
-        mark = item.get_closest_marker("xdist_group")
-        if mark:
-            group_time[mark.args[0]] = group_time.get(mark.args[0], 0.0) + durations.get(item.nodeid, 0.0)
-
-    def weight(item):
-        mark = item.get_closest_marker("xdist_group")
-        return group_time[mark.args[0]] if mark else durations.get(item.nodeid, 0.0)
-    items.sort(key=lambda item: -weight(item))
+    rank = {n: i for i, n in enumerate(plan_order([i.nodeid for i in items], durations, groups))}
+    items.sort(key=lambda item: rank[item.nodeid])
+    shared = _shared_dir(config)
+    if shared is not None and hasattr(config, "workerinput"):  # for the controller's scheduler
+        shared.mkdir(exist_ok=True)
+        tmp = shared / f"groups.{os.getpid()}"
+        tmp.write_text(json.dumps(groups))
+        tmp.replace(shared / "groups.json")
 
 
 def pytest_runtest_logreport(report):
     times = _config.stash[_TIMES] if _config else None
     if times is not None:
-        key = base_nodeid(report.nodeid)
-        times[key] = times.get(key, 0.0) + report.duration
+        times[report.nodeid] = times.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session, exitstatus):
-    path = session.config.getoption("record_durations")
-    if path and not hasattr(session.config, "workerinput"):
-        times = session.config.stash[_TIMES]
+    config = session.config
+    if hasattr(config, "workerinput"):
+        return
+    path = config.getoption("record_durations")
+    if path:
+        times = config.stash[_TIMES]
         Path(path).write_text(json.dumps({k: round(v, 2) for k, v in sorted(times.items())}, indent=1) + "\n")
+    shared = _shared_dir(config)
+    if shared is not None:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     tiers = {"quick": [0, 0.0], "slow": [0, 0.0]}
     for reports in terminalreporter.stats.values():
         for rep in reports:
-            if getattr(rep, "when", None) != "call" and not (getattr(rep, "when", None) == "setup"
-                                                              and rep.outcome != "passed"):
+            if getattr(rep, "when", None) != "call":
                 continue
             tier = tiers["slow" if "slow" in getattr(rep, "keywords", {}) else "quick"]
             tier[0] += 1
-            tier[1] += getattr(rep, "duration", 0.0)
+            tier[1] += rep.duration
     if not any(n for n, _ in tiers.values()):
         return
     wall = time.monotonic() - config.stash[_START]
     terminalreporter.write_line(
         "ratelimit: tiers: " + "; ".join(f"{name} {n} test(s), {s:.0f} s of test time" for name, (n, s) in tiers.items())
         + f"; wall {wall:.0f} s")
+
+
+# ------------------------------------------------------------------ the scheduler
+
+try:
+    from xdist.scheduler import LoadScheduling
+except ImportError:  # without xdist the suite runs in one process
+    LoadScheduling = object
+
+
+class LongestFirst(LoadScheduling):
+    """xdist's ``load`` scheduling, dealt as the module docstring says."""
+
+    def __init__(self, config, log=None):
+        super().__init__(config, log)
+        self.units: list[list[int]] = []
+
+    def schedule(self) -> None:
+        if self.collection is not None:
+            for node in self.nodes:
+                self.check_schedule(node)
+            return
+        if not self._check_nodes_have_same_collection():
+            self.log("**Different tests collected, aborting run**")
+            return
+        self.collection = list(next(iter(self.node2collection.values())))
+        self.pending[:] = range(len(self.collection))
+        groups = {}
+        shared = _shared_dir(self.config)
+        if shared is not None and (shared / "groups.json").exists():
+            groups = json.loads((shared / "groups.json").read_text())
+        self.units = units(self.collection, groups)
+        for node in self.nodes:
+            if self.units:
+                self._deal(node, self.units.pop(0))
+            if self.units and len(self.node2pending[node]) < 2:
+                self._deal(node, self.units.pop())
+        for node in self.nodes:
+            if not self.pending:
+                node.shutdown()
+
+    def _deal(self, node, unit: list[int]) -> None:
+        for i in unit:
+            self.pending.remove(i)
+        self.node2pending[node].extend(unit)
+        node.send_runtest_some(unit)
+
+    def check_schedule(self, node, duration: float = 0) -> None:
+        if node.shutting_down:
+            return
+        while self.units and len(self.node2pending[node]) < 2:
+            self._deal(node, self.units.pop(0))
+        if not self.pending:
+            node.shutdown()
+
+    def mark_test_pending(self, item: str) -> None:  # a crashed worker's test, to run again
+        index = self.collection.index(item)
+        self.pending.insert(0, index)
+        self.units.insert(0, [index])
+        for node in self.node2pending:
+            self.check_schedule(node)
