@@ -186,10 +186,10 @@ class _VMSession:
         # files run) and gets this interpreter's extra sys.path entries instead,
         # and leaves out the hypothesis plugin (kernel tests don't need it).
         # -rA: the output of passing tests too (what they measured) in the log.
-        # Not pyproject's addopts: one process in the guest (no xdist), which prints every
-        # test's duration.
+        # Not pyproject's addopts: one process in the guest (no xdist workers), which prints
+        # every test's duration.
         argv = [sys.executable, "-S", "-m", "pytest", "-o", "addopts=", "-m", "kernel", "-p", "no:cacheprovider",
-                "-p", "no:hypothesispytest", "-p", "no:xdist", "-v", "-rA", "--durations=0", "--durations-min=1",
+                "-p", "no:hypothesispytest", "-v", "-rA", "--durations=0", "--durations-min=1",
                 f"--rootdir={rootdir}", *self.nodeids]
         env = {RESULTS_ENV: results, "PYTHONPATH": os.pathsep.join(_site_path(rootdir))}
         tr = self._reporter()

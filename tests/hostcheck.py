@@ -30,7 +30,7 @@ ENV = "RATELIMIT_HOST_CHECK"
 APT_LISTS = "/var/lib/apt/lists"
 # counters the kernel moves by itself; anything else that moves between two readings
 # a second apart at the start is left out too (see _sysctls)
-VOLATILE = re.compile(r"^(fs\.(dentry-state|inode-nr|inode-state|file-nr|aio-nr)|kernel\.(ns_last_pid|random\..*|pty\.nr)"
+VOLATILE = re.compile(r"^(fs\.(dentry-state|inode-nr|inode-state|file-nr|aio-nr|quota\..*)|kernel\.(ns_last_pid|random\..*|pty\.nr)"
                       r"|net\.netfilter\.nf_conntrack_count)$")
 _KEY = pytest.StashKey[dict]()
 _VOLATILE_KEY = pytest.StashKey[set]()

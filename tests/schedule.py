@@ -23,6 +23,11 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   a time as it runs dry.  (xdist's own ``--dist loadgroup`` does not group under
   pytest 9.2, whose node ids no longer come from the ``_nodeid`` it rewrites; its
   ``load`` deals the first two dozen tests, the longest, to one worker.)
+- **Alone**: a test marked ``alone`` asserts on something that takes CPU time,
+  not link time (here: a switch of 8,000 links timed against a flow through it),
+  so it runs when nothing else does: it comes last, and it waits for every other
+  running test to end while the tests that would start after it wait for it
+  (shared and exclusive ``flock``s on one file of the run's).
 - **Tiers**: a test measured at ``SLOW_S`` seconds or more is marked ``slow``, and
   so is every kernel test (on a kernel without netem they share one VM session,
   which takes minutes, boot included).  ``python -m pytest -m "not slow" tests``
@@ -35,6 +40,7 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -70,14 +76,15 @@ def group_of(item) -> str | None:
     return GROUP_OF_MODULE.get(item.path.name)
 
 
-def plan_order(nodeids: list[str], durations: dict[str, float], groups: dict[str, str]) -> list[str]:
+def plan_order(nodeids: list[str], durations: dict[str, float], groups: dict[str, str],
+               alone: frozenset[str] = frozenset()) -> list[str]:
     """Longest first; a group's tests together, where the group's summed time puts
-    them, in their own order (pure)."""
+    them, in their own order; the ``alone`` tests last (pure)."""
     weight: dict[str, float] = {}
     for n in nodeids:
         key = groups.get(n, n)
         weight[key] = weight.get(key, 0.0) + durations.get(n, 0.0)
-    return sorted(nodeids, key=lambda n: -weight[groups.get(n, n)])
+    return sorted(nodeids, key=lambda n: (n in alone, -weight[groups.get(n, n)]))
 
 
 def units(nodeids: list[str], groups: dict[str, str]) -> list[list[int]]:
@@ -108,6 +115,8 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     global _config
     _config = config
+    config.addinivalue_line("markers", "alone: its assertions depend on CPU time: runs last, with no other test "
+                                       "running (tests/schedule.py)")
     config.addinivalue_line("markers", f"slow: measured at {SLOW_S:g} s or more (tests/durations.json), "
                                        "or a kernel test; -m 'not slow' is the quick tier")
     config.stash[_START] = time.monotonic()
@@ -123,6 +132,7 @@ def _shared_dir(config) -> Path | None:
     return Path(tempfile.gettempdir()) / f"ratelimit-tests-{uid}" if uid else None
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hooks: the suite also runs without it
 def pytest_xdist_auto_num_workers(config):
     value = os.environ.get(WORKERS_ENV, str(WORKERS))
     if not value.isdigit() or int(value) < 1:
@@ -130,6 +140,7 @@ def pytest_xdist_auto_num_workers(config):
     return int(value)
 
 
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") != "load":
         return None  # a --dist the user chose
@@ -146,14 +157,36 @@ def pytest_collection_modifyitems(session, config, items):
             groups[item.nodeid] = group
         if group == KERNEL_GROUP or durations.get(item.nodeid, 0.0) >= SLOW_S:
             item.add_marker(pytest.mark.slow)
-    rank = {n: i for i, n in enumerate(plan_order([i.nodeid for i in items], durations, groups))}
+    alone = frozenset(i.nodeid for i in items if i.get_closest_marker("alone"))
+    rank = {n: i for i, n in enumerate(plan_order([i.nodeid for i in items], durations, groups, alone))}
     items.sort(key=lambda item: rank[item.nodeid])
     shared = _shared_dir(config)
     if shared is not None and hasattr(config, "workerinput"):  # for the controller's scheduler
         shared.mkdir(exist_ok=True)
         tmp = shared / f"groups.{os.getpid()}"
-        tmp.write_text(json.dumps(groups))
+        tmp.write_text(json.dumps({"groups": groups, "alone": sorted(alone)}))
         tmp.replace(shared / "groups.json")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Hold the run's lock for the whole test: shared, or exclusive for an ``alone`` test.
+    The gate, held exclusive by an ``alone`` test while it waits, keeps new tests out."""
+    shared = _shared_dir(item.config)
+    if shared is None:
+        return (yield)
+    shared.mkdir(exist_ok=True)
+    alone = item.get_closest_marker("alone") is not None
+    with open(shared / "gate.lock", "a") as gate, open(shared / "run.lock", "a") as run:
+        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            return (yield)
+        finally:
+            fcntl.flock(run, fcntl.LOCK_UN)
+            fcntl.flock(gate, fcntl.LOCK_UN)
 
 
 def pytest_runtest_logreport(report):
@@ -217,16 +250,18 @@ class LongestFirst(LoadScheduling):
             return
         self.collection = list(next(iter(self.node2collection.values())))
         self.pending[:] = range(len(self.collection))
-        groups = {}
+        plan = {"groups": {}, "alone": []}
         shared = _shared_dir(self.config)
         if shared is not None and (shared / "groups.json").exists():
-            groups = json.loads((shared / "groups.json").read_text())
-        self.units = units(self.collection, groups)
+            plan = json.loads((shared / "groups.json").read_text())
+        self.units = units(self.collection, plan["groups"])
+        alone = {self.collection.index(n) for n in plan["alone"] if n in self.collection}
         for node in self.nodes:
             if self.units:
                 self._deal(node, self.units.pop(0))
-            if self.units and len(self.node2pending[node]) < 2:
-                self._deal(node, self.units.pop())
+            short = [k for k, unit in enumerate(self.units) if unit[0] not in alone]
+            if short and len(self.node2pending[node]) < 2:
+                self._deal(node, self.units.pop(short[-1]))
         for node in self.nodes:
             if not self.pending:
                 node.shutdown()

@@ -24,7 +24,8 @@ def _plugin_args():
 
 
 def run_pytest(tmp_path, *args, cwd=None):
-    env = {**os.environ, "RATELIMIT_STATE_DIR": str(tmp_path / "state"), "PYTHONDONTWRITEBYTECODE": "1",
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},  # the outer run's options stay there
+           "RATELIMIT_STATE_DIR": str(tmp_path / "state"), "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
     return subprocess.run([sys.executable, "-m", "pytest", *_plugin_args(), "-p", "no:cacheprovider",
                            "-q", "-rA", f"--basetemp={tmp_path / 'base'}", *args],

@@ -77,7 +77,8 @@ class Run:
 
     def say(self, line: str) -> None:
         with self.capsys.disabled():
-            print(f"vagrant lab [{time.monotonic() - self.t0:6.1f} s] {line}", flush=True)
+            # stderr: an xdist worker's is the terminal's, so the stages show as they come
+            print(f"vagrant lab [{time.monotonic() - self.t0:6.1f} s] {line}", file=sys.stderr, flush=True)
 
     def begin(self, stage: str, what: str) -> float:
         self.stage = stage
