@@ -291,7 +291,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     for reports in terminalreporter.stats.values():
         for rep in reports:
             for name, value in getattr(rep, "user_properties", ()):
-                if name == _TIMING_PROPERTY:
+                if name == _TIMING_PROPERTY and rep.when == "call":
                     terminalreporter.write_line(value)
 
 

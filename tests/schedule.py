@@ -28,6 +28,10 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   so it runs when nothing else does: it comes last, and it waits for every other
   running test to end while the tests that would start after it wait for it
   (shared and exclusive ``flock``s on one file of the run's).
+- **Background**: a test marked ``background`` burns CPU but asserts nothing about
+  time (the faults benchmark kills applies over and over), so it runs at nice
+  ``BACKGROUND_NICE``, and so do the processes it starts: the tests that time links,
+  and the VM, get the CPU first.
 - **Tiers**: a test measured at ``SLOW_S`` seconds or more is marked ``slow``, and
   so is every kernel test (on a kernel without netem they share one VM session,
   which takes minutes, boot included).  ``python -m pytest -m "not slow" tests``
@@ -58,6 +62,7 @@ WORKERS = 6
 WORKERS_ENV = "RATELIMIT_TEST_WORKERS"
 GROUP_OF_MODULE = {"test_webui_browser.py": "browser", "test_pytest_plugin.py": "pytest-plugin"}
 KERNEL_GROUP = "kernel-vm"
+BACKGROUND_NICE = 10
 _START = pytest.StashKey[float]()
 _TIMES = pytest.StashKey[dict]()
 _config = None  # pytest_runtest_logreport is given no config
@@ -117,6 +122,8 @@ def pytest_configure(config):
     _config = config
     config.addinivalue_line("markers", "alone: its assertions depend on CPU time: runs last, with no other test "
                                        "running (tests/schedule.py)")
+    config.addinivalue_line("markers", f"background: CPU-bound, asserts nothing about time: runs at nice "
+                                       f"{BACKGROUND_NICE} (tests/schedule.py)")
     config.addinivalue_line("markers", f"slow: measured at {SLOW_S:g} s or more (tests/durations.json), "
                                        "or a kernel test; -m 'not slow' is the quick tier")
     config.stash[_START] = time.monotonic()
@@ -172,6 +179,17 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_runtest_protocol(item, nextitem):
     """Hold the run's lock for the whole test: shared, or exclusive for an ``alone`` test.
     The gate, held exclusive by an ``alone`` test while it waits, keeps new tests out."""
+    if item.get_closest_marker("background") is not None:
+        before = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's, on Linux; children inherit it
+        os.setpriority(os.PRIO_PROCESS, 0, BACKGROUND_NICE)
+        try:
+            return (yield from _locked(item))
+        finally:
+            os.setpriority(os.PRIO_PROCESS, 0, before)
+    return (yield from _locked(item))
+
+
+def _locked(item):
     shared = _shared_dir(item.config)
     if shared is None:
         return (yield)
@@ -209,6 +227,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if os.environ.get("RATELIMIT_IN_VM") == "1":
+        return  # the host's summary counts the VM's tests
     tiers = {"quick": [0, 0.0], "slow": [0, 0.0]}
     for reports in terminalreporter.stats.values():
         for rep in reports:

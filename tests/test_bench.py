@@ -442,6 +442,7 @@ def test_dump_names_the_numbers_the_kernel_picked_and_keeps_ratelimits():
 
 
 @pytest.mark.netns
+@pytest.mark.alone  # httperf busy-polls: each of its 4 processes wants a core of its own (one loaded run read 12.4/s)
 def test_quick_dialup_benchmark_holds_the_link_model(tmp_path):
     rc = bench_main(["dialup", "--quick", "--no-vm", "--out", str(tmp_path)])
     assert rc == 0
@@ -457,6 +458,7 @@ def test_quick_dialup_benchmark_holds_the_link_model(tmp_path):
 
 
 @pytest.mark.netns
+@pytest.mark.background  # minutes of CPU (applies, kills, dumps); it asserts what is left, not how fast
 def test_quick_faults_benchmark_finds_every_refusal_and_kill_leaves_one_plan(tmp_path, monkeypatch):
     monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
     rc = bench_main(["faults", "--quick", "--no-vm", "--out", str(tmp_path)])
