@@ -36,8 +36,10 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   so is every kernel test (on a kernel without netem they share one VM session,
   which takes minutes, boot included).  ``python -m pytest -m "not slow" tests``
   is the quick tier for the edit loop.  A test not yet in the file counts as
-  quick until it is measured: ``python -m pytest -ra tests --record-durations
-  tests/durations.json`` writes the file from a full run.
+  quick until it is measured: ``python -m pytest -n 0 -ra tests
+  --record-durations tests/durations.json`` writes the file from a full run in one
+  process, so that each test is timed alone, as the file's are (25 minutes on 2
+  cores); a run side by side gives each test's time under load instead.
 - **Report**: the summary gives each tier's test count and summed test time next
   to the run's wall time.
 """
