@@ -37,7 +37,6 @@ MODE_ENV = "RATELIMIT_KERNEL_TESTS"  # auto (default), host or vm
 TIMEOUT_ENV = "RATELIMIT_VM_TIMEOUT"
 MEMORY_ENV = "RATELIMIT_VM_MEMORY"
 DEFAULT_VM_TIMEOUT_S = 1500.0
-VM_NICE = -10  # the VM's qemu, beside the host tests (see _VMSession._run)
 
 _NETNS_PREFIX = os.environ.get("RATELIMIT_TEST_NETNS_PREFIX", "rlt-")  # a session of its own may pick another
 _counter = itertools.count(1)
@@ -119,7 +118,7 @@ class KernelVMItem(pytest.Item):
         self._location = original.reportinfo()
         self.why = why
         for mark in original.iter_markers():
-            if mark.name in ("kernel", "netns", "slow"):
+            if mark.name in ("kernel", "netns", "slow", "alone"):
                 self.own_markers.append(mark)
                 self.keywords[mark.name] = mark
 
@@ -200,15 +199,6 @@ class _VMSession:
         else:
             self._say(f"--- {len(self.nodeids)} kernel test(s) in a VM ({'; '.join(self.whys)})")
         self._say(f"ratelimit: booting the stock kernel in a VM for {len(self.nodeids)} kernel test(s)")
-        # The VM's qemu (it inherits this thread's nice value) gets the CPU before the tests
-        # beside it: its tests time links in a software-emulated guest, whose clock runs on
-        # while its CPUs wait (a starved police run read no goodput at all), and it is the
-        # suite's longest test.
-        niceness = os.getpriority(os.PRIO_PROCESS, 0)
-        try:
-            os.setpriority(os.PRIO_PROCESS, 0, VM_NICE)
-        except PermissionError:  # not root: the VM runs at the tests' own priority
-            pass
         try:
             self.result = vm.run_vm(
                 argv, cwd=rootdir, rwdirs=[outdir], env=env,
@@ -225,8 +215,6 @@ class _VMSession:
                       f"wall {r.wall_s:.1f} s")
             self.timing = (f"ratelimit: kernel tests ran in a VM (guest kernel {r.guest_release}, {r.kernel}): "
                            f"boot+shutdown {r.boot_s:.1f} s, tests {r.command_s:.1f} s, wall {r.wall_s:.1f} s")
-        finally:
-            os.setpriority(os.PRIO_PROCESS, 0, niceness)
         try:
             with open(results) as f:
                 for line in f:

@@ -9,10 +9,11 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   the tests mostly wait).  ``-n 0`` runs everything in one process, in the same
   order.
 - **Order**: longest first, by the durations measured in ``tests/durations.json``,
-  so that the long poles (the VM, the Vagrant lab, the quick benchmarks) start at
-  once and the short tests fill in around them.
+  so that the long poles (the Vagrant lab, the quick benchmarks) start at once and
+  the short tests fill in around them; the ``alone`` tests last.
 - **Groups**: one worker runs a group's tests one after another, as one unit:
-  ``kernel-vm``, every kernel test, so that one VM boots for all of them;
+  ``kernel-vm``, every kernel test, so that one VM boots for all of them (at the
+  end, alone: see below);
   ``browser``, the dashboard's browser tests, which share one Chromium;
   ``pytest-plugin``, the fixture tests, which count the fixtures' labs on the
   whole machine.
@@ -23,11 +24,15 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   a time as it runs dry.  (xdist's own ``--dist loadgroup`` does not group under
   pytest 9.2, whose node ids no longer come from the ``_nodeid`` it rewrites; its
   ``load`` deals the first two dozen tests, the longest, to one worker.)
-- **Alone**: a test marked ``alone`` asserts on something that takes CPU time,
-  not link time (here: a switch of 8,000 links timed against a flow through it),
-  so it runs when nothing else does: it comes last, and it waits for every other
-  running test to end while the tests that would start after it wait for it
-  (shared and exclusive ``flock``s on one file of the run's).
+- **Alone**: a test marked ``alone`` times something that a busy neighbour would
+  stretch (a switch of 8,000 links against a flow through it; httperf, which
+  busy-polls a core per process; a download timed from userspace), so it runs when
+  nothing else does: it comes last, and it waits for every other running test to
+  end while the tests that would start after it wait for it (shared and exclusive
+  ``flock``s on one file of the run's).  Every kernel test is alone too: in the
+  software-emulated VM a guest whose CPUs wait for the host's loses time, and side
+  by side with the rest of the suite the VM's tests took 700-800 s instead of 505 s
+  and two runs in three failed a timing assertion in there.
 - **Background**: a test marked ``background`` burns CPU but asserts nothing about
   time (the faults benchmark kills applies over and over), so it runs at nice
   ``BACKGROUND_NICE``, and so do the processes it starts: the tests that time links,
@@ -166,6 +171,8 @@ def pytest_collection_modifyitems(session, config, items):
             groups[item.nodeid] = group
         if group == KERNEL_GROUP or durations.get(item.nodeid, 0.0) >= SLOW_S:
             item.add_marker(pytest.mark.slow)
+        if group == KERNEL_GROUP:
+            item.add_marker(pytest.mark.alone)
     alone = frozenset(i.nodeid for i in items if i.get_closest_marker("alone"))
     rank = {n: i for i, n in enumerate(plan_order([i.nodeid for i in items], durations, groups, alone))}
     items.sort(key=lambda item: rank[item.nodeid])
