@@ -164,16 +164,16 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.hookimpl(tryfirst=True)  # before -m/-k deselect: the order and the tiers are the whole suite's
 def pytest_collection_modifyitems(session, config, items):
     durations = load_durations()
-    groups = {}
     for item in items:
-        group = group_of(item)
-        if group:
-            groups[item.nodeid] = group
-        if group == KERNEL_GROUP or durations.get(item.nodeid, 0.0) >= SLOW_S:
-            item.add_marker(pytest.mark.slow)
-        if group == KERNEL_GROUP:
+        if group_of(item) == KERNEL_GROUP:
             item.add_marker(pytest.mark.alone)
+        if group_of(item) == KERNEL_GROUP or durations.get(item.nodeid, 0.0) >= SLOW_S:
+            item.add_marker(pytest.mark.slow)
     alone = frozenset(i.nodeid for i in items if i.get_closest_marker("alone"))
+    # a group of alone tests and others runs beside the rest: its alone tests leave it
+    mixed = {group_of(i) for i in items if i.nodeid in alone} & {group_of(i) for i in items if i.nodeid not in alone}
+    groups = {i.nodeid: group_of(i) for i in items
+              if group_of(i) and not (group_of(i) in mixed and i.nodeid in alone)}
     rank = {n: i for i, n in enumerate(plan_order([i.nodeid for i in items], durations, groups, alone))}
     items.sort(key=lambda item: rank[item.nodeid])
     shared = _shared_dir(config)

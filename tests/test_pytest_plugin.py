@@ -47,6 +47,7 @@ def test_docs_show_the_tested_example():
 
 
 @pytest.mark.netns
+@pytest.mark.alone  # the example times a download against the link model, within 5%
 def test_the_documented_example_passes(tmp_path):
     before = fixture_labs()
     r = run_pytest(tmp_path, str(EXAMPLE), cwd=ROOT)
@@ -57,6 +58,7 @@ def test_the_documented_example_passes(tmp_path):
 
 
 @pytest.mark.netns
+@pytest.mark.alone  # the example times a download against the link model, within 5%
 def test_labs_are_removed_after_failures_and_errors(tmp_path):
     names = tmp_path / "names"
     (tmp_path / "test_user.py").write_text(textwrap.dedent(f"""

@@ -45,6 +45,7 @@ def _download(topo, client, port, local_port, out, key):
     out[key] = (got, time.perf_counter() - t0)
 
 
+@pytest.mark.alone  # downloads timed from userspace against the link model, within 5%
 def test_each_selected_link_gets_its_own_rate_and_others_full_speed(lab):
     """Per (host, port): each limited connection takes the link model's time within 5%
     (a handshake, then its segments as Ethernet frames at the rate), concurrently.  Each
