@@ -13,10 +13,8 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   the short tests fill in around them; the ``alone`` tests last.
 - **Groups**: one worker runs a group's tests one after another, as one unit:
   ``kernel-vm``, every kernel test, so that one VM boots for all of them (at the
-  end, alone: see below);
-  ``browser``, the dashboard's browser tests, which share one Chromium;
-  ``pytest-plugin``, the fixture tests, which count the fixtures' labs on the
-  whole machine.
+  end, alone: see below); ``browser``, the dashboard's browser tests, which share
+  one Chromium.
 - **Dealing** (``LongestFirst``, through xdist's ``pytest_xdist_make_scheduler``
   hook): an xdist worker starts a test only once it holds the one after it, and
   that one waits for the first to end.  So each worker is first dealt the next
@@ -26,7 +24,8 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   ``load`` deals the first two dozen tests, the longest, to one worker.)
 - **Alone**: a test marked ``alone`` times something that a busy neighbour would
   stretch (a switch of 8,000 links against a flow through it; httperf, which
-  busy-polls a core per process; a download timed from userspace), so it runs when
+  busy-polls a core per process; a download timed from userspace, as in the fixture
+  tests, which also count the fixtures' labs on the whole machine), so it runs when
   nothing else does: it comes last, and it waits for every other running test to
   end while the tests that would start after it wait for it (shared and exclusive
   ``flock``s on one file of the run's).  Every kernel test is alone too: in the
@@ -35,8 +34,8 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   and two runs in three failed a timing assertion in there.
 - **Background**: a test marked ``background`` burns CPU but asserts nothing about
   time (the faults benchmark kills applies over and over), so it runs at nice
-  ``BACKGROUND_NICE``, and so do the processes it starts: the tests that time links,
-  and the VM, get the CPU first.
+  ``BACKGROUND_NICE``, and so do the processes it starts: the tests beside it get
+  the CPU first.
 - **Tiers**: a test measured at ``SLOW_S`` seconds or more is marked ``slow``, and
   so is every kernel test (on a kernel without netem they share one VM session,
   which takes minutes, boot included).  ``python -m pytest -m "not slow" tests``
@@ -67,7 +66,7 @@ DURATIONS = HERE / "durations.json"
 SLOW_S = 5.0
 WORKERS = 6
 WORKERS_ENV = "RATELIMIT_TEST_WORKERS"
-GROUP_OF_MODULE = {"test_webui_browser.py": "browser", "test_pytest_plugin.py": "pytest-plugin"}
+GROUP_OF_MODULE = {"test_webui_browser.py": "browser"}
 KERNEL_GROUP = "kernel-vm"
 BACKGROUND_NICE = 10
 _START = pytest.StashKey[float]()
