@@ -70,8 +70,6 @@ GROUP_OF_MODULE = {"test_webui_browser.py": "browser"}
 KERNEL_GROUP = "kernel-vm"
 BACKGROUND_NICE = 10
 _START = pytest.StashKey[float]()
-_TIMES = pytest.StashKey[dict]()
-_config = None  # pytest_runtest_logreport is given no config
 
 
 def load_durations(path: Path = DURATIONS) -> dict[str, float]:
@@ -124,8 +122,6 @@ def pytest_addoption(parser):
 
 
 def pytest_configure(config):
-    global _config
-    _config = config
     config.addinivalue_line("markers", "alone: its assertions depend on CPU time: runs last, with no other test "
                                        "running (tests/schedule.py)")
     config.addinivalue_line("markers", f"background: CPU-bound, asserts nothing about time: runs at nice "
@@ -133,7 +129,6 @@ def pytest_configure(config):
     config.addinivalue_line("markers", f"slow: measured at {SLOW_S:g} s or more (tests/durations.json), "
                                        "or a kernel test; -m 'not slow' is the quick tier")
     config.stash[_START] = time.monotonic()
-    config.stash[_TIMES] = {}
     if getattr(config.option, "numprocesses", None) and getattr(config.option, "testrunuid", "") is None:
         config.option.testrunuid = uuid.uuid4().hex  # the workers' and the scheduler's shared directory
 
@@ -163,16 +158,16 @@ def pytest_xdist_make_scheduler(config, log):
 @pytest.hookimpl(tryfirst=True)  # before -m/-k deselect: the order and the tiers are the whole suite's
 def pytest_collection_modifyitems(session, config, items):
     durations = load_durations()
+    group = {item.nodeid: group_of(item) for item in items}
     for item in items:
-        if group_of(item) == KERNEL_GROUP:
+        if group[item.nodeid] == KERNEL_GROUP:
             item.add_marker(pytest.mark.alone)
-        if group_of(item) == KERNEL_GROUP or durations.get(item.nodeid, 0.0) >= SLOW_S:
+        if group[item.nodeid] == KERNEL_GROUP or durations.get(item.nodeid, 0.0) >= SLOW_S:
             item.add_marker(pytest.mark.slow)
     alone = frozenset(i.nodeid for i in items if i.get_closest_marker("alone"))
     # a group of alone tests and others runs beside the rest: its alone tests leave it
-    mixed = {group_of(i) for i in items if i.nodeid in alone} & {group_of(i) for i in items if i.nodeid not in alone}
-    groups = {i.nodeid: group_of(i) for i in items
-              if group_of(i) and not (group_of(i) in mixed and i.nodeid in alone)}
+    mixed = {group[n] for n in alone} & {g for n, g in group.items() if n not in alone}
+    groups = {n: g for n, g in group.items() if g and not (g in mixed and n in alone)}
     rank = {n: i for i, n in enumerate(plan_order([i.nodeid for i in items], durations, groups, alone))}
     items.sort(key=lambda item: rank[item.nodeid])
     shared = _shared_dir(config)
@@ -215,19 +210,15 @@ def _locked(item):
             fcntl.flock(gate, fcntl.LOCK_UN)
 
 
-def pytest_runtest_logreport(report):
-    times = _config.stash[_TIMES] if _config else None
-    if times is not None:
-        times[report.nodeid] = times.get(report.nodeid, 0.0) + report.duration
-
-
 def pytest_sessionfinish(session, exitstatus):
     config = session.config
     if hasattr(config, "workerinput"):
         return
     path = config.getoption("record_durations")
-    if path:
-        times = config.stash[_TIMES]
+    if path:  # every phase's report, as the terminal reporter keeps them
+        times: dict[str, float] = {}
+        for rep in _reports(config):
+            times[rep.nodeid] = times.get(rep.nodeid, 0.0) + rep.duration
         Path(path).write_text(json.dumps({k: round(v, 2) for k, v in sorted(times.items())}, indent=1) + "\n")
     shared = _shared_dir(config)
     if shared is not None:
@@ -238,11 +229,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if os.environ.get("RATELIMIT_IN_VM") == "1":
         return  # the host's summary counts the VM's tests
     tiers = {"quick": [0, 0.0], "slow": [0, 0.0]}
-    for reports in terminalreporter.stats.values():
-        for rep in reports:
-            if getattr(rep, "when", None) != "call":
-                continue
-            tier = tiers["slow" if "slow" in getattr(rep, "keywords", {}) else "quick"]
+    for rep in _reports(config):
+        if rep.when == "call":
+            tier = tiers["slow" if "slow" in rep.keywords else "quick"]
             tier[0] += 1
             tier[1] += rep.duration
     if not any(n for n, _ in tiers.values()):
@@ -251,6 +240,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_line(
         "ratelimit: tiers: " + "; ".join(f"{name} {n} test(s), {s:.0f} s of test time" for name, (n, s) in tiers.items())
         + f"; wall {wall:.0f} s")
+
+
+def _reports(config):
+    """The run's test reports (setup, call, teardown), from the terminal reporter."""
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    for reports in (reporter.stats.values() if reporter else ()):
+        yield from (r for r in reports if isinstance(r, pytest.TestReport))
 
 
 # ------------------------------------------------------------------ the scheduler
