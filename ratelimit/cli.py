@@ -39,9 +39,55 @@ ratelimit [options]                      apply limits (needs --hosts and --ports
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # one line, our exit code, no usage dump
+        where = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""  # a subcommand's name
         if message.startswith("unrecognized arguments: "):
-            message = f"{message.split(': ', 1)[1]}: not an option (see ratelimit --help)"
+            extra = message.split(": ", 1)[1]
+            message = (f"{extra}: not an option (see {self.prog} --help)" if extra.startswith("-") else
+                       f"{where}'{extra}' is an argument too many (see {self.prog} --help)")
+        elif where:
+            message = f"{where}{message} (see {self.prog} --help)"
         raise UsageError(message)
+
+
+def _subparser(name: str, description: str) -> _Parser:
+    """A subcommand's parser: ``--help`` (and ``-h``, which only the main command line
+    gives to --hosts) prints its usage and options."""
+    p = _Parser(prog=f"ratelimit {name}", add_help=False, description=description)
+    p.add_argument("--help", "-h", action="store_true", help="show this help")
+    return p
+
+
+def _profiles_parser() -> _Parser:
+    p = _subparser("profiles", "List the link profiles: built-in ones and those in the profile path "
+                               "(docs/profiles.md).")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    return p
+
+
+SAVED = "$RATELIMIT_CONFIG_DIR/links.json, by default /etc/ratelimit/links.json"
+
+
+def _save_parser() -> _Parser:
+    p = _subparser("save", "Save the links applied on every interface, resolved, for restore at boot.")
+    p.add_argument("file", nargs="?", metavar="FILE", help=f"where to write (default {SAVED})")
+    return p
+
+
+def _restore_parser() -> _Parser:
+    p = _subparser("restore", "Apply the saved links again (at boot: README, Surviving a reboot).")
+    p.add_argument("file", nargs="?", metavar="FILE", help=f"what to read (default {SAVED})")
+    p.add_argument("--force", action="store_true",
+                   help="replace root/ingress qdiscs and IFB devices ratelimit did not install")
+    return p
+
+
+def _parse_sub(parser: _Parser, argv, con):
+    """The subcommand's arguments, or None once its help is printed."""
+    args = parser.parse_args(argv)
+    if args.help:
+        con.out(parser.format_help().rstrip("\n"))
+        return None
+    return args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -256,22 +302,12 @@ def _dry_clean(args, con) -> int:
     return 0
 
 
-def _persist_args(name: str, argv, flags=()) -> tuple:
-    """[FILE] and ``flags`` of save/restore; anything else is a one-line error."""
-    files = [a for a in argv if not a.startswith("-")]
-    given = [a for a in argv if a.startswith("-")]
-    for a in given:
-        if a not in flags:
-            allowed = ", ".join(flags) if flags else "none"
-            raise UsageError(f"{name}: '{a}' is not an option (options: {allowed}; a FILE to use another file)")
-    if len(files) > 1:
-        raise UsageError(f"{name}: '{' '.join(files)}' is more than one FILE")
-    return (files[0] if files else None), set(given)
-
-
 def _save(argv, con) -> int:
     from . import persist
-    path, _ = _persist_args("save", argv)
+    args = _parse_sub(_save_parser(), argv, con)
+    if args is None:
+        return 0
+    path = args.file
     if os.geteuid() != 0:
         raise PermissionDenied("save: needs root (it reads what is applied on every interface)")
     written, count = persist.save(path, say=con.out, warn=con.err)
@@ -281,10 +317,12 @@ def _save(argv, con) -> int:
 
 def _restore(argv, con) -> int:
     from . import persist
-    path, flags = _persist_args("restore", argv, ("--force",))
+    args = _parse_sub(_restore_parser(), argv, con)
+    if args is None:
+        return 0
     if os.geteuid() != 0:
         raise PermissionDenied("restore: needs root (it changes traffic control)")
-    return persist.restore(path, force="--force" in flags, say=con.out, warn=con.err)
+    return persist.restore(args.file, force=args.force, say=con.out, warn=con.err)
 
 
 def _vm(argv, con) -> int:
@@ -317,10 +355,11 @@ def _registered(name):
 def _profiles(argv, con) -> int:
     from . import profiles
     from .units import format_percent, format_rate, format_time
-    if argv not in ([], ["--json"]):
-        raise UsageError(f"profiles: '{' '.join(argv)}' is not an option (only --json)")
+    args = _parse_sub(_profiles_parser(), argv, con)
+    if args is None:
+        return 0
     loaded = [profiles.load(str(path)) for path in profiles.available().values()]
-    if argv == ["--json"]:
+    if args.json:
         con.out(json.dumps([p.as_dict() for p in loaded], indent=1))
         return 0
 

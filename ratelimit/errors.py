@@ -41,7 +41,21 @@ class FieldError(UsageError):
     def __init__(self, field: str, value, allowed: str):
         self.field, self.value, self.allowed = field, value, allowed
         super().__init__(f"{field}: {value!r} {allowed}" if isinstance(value, str) and value == ""
-                         else f"{field}: {value} {allowed}")
+                         else f"{field}: {shown(value)} {allowed}")
+
+
+SHOWN_CHARS = 48  # the most of a value a message repeats
+
+
+def shown(value) -> str:
+    """``value`` as a message repeats it: on one line (control and other unprintable
+    characters escaped) and at most SHOWN_CHARS characters, with the length of a longer one."""
+    raw = str(value)
+    text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in raw)
+    if len(text) > SHOWN_CHARS:
+        quoted = len(raw) > 1 and raw[0] == raw[-1] == "'"
+        text = f"{text[:SHOWN_CHARS - 8]}...{text[-3:]} ({len(raw) - 2 * quoted} characters)"
+    return text
 
 
 class NotFoundError(RatelimitError):

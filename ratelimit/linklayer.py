@@ -107,13 +107,15 @@ def min_frame_bytes(link: LinkLayer) -> int:
     return ETHERNET_MIN_FRAME_BYTES if link.name == ETHERNET.name else 0
 
 
-def layer(name: str, overhead_bytes: int | None = None, field: str = "link layer") -> LinkLayer:
-    """The named layer, with its per-packet overhead replaced if given (``atm`` encapsulations)."""
-    found = LAYERS.get(name)
+def layer(name: str, overhead_bytes: int | None = None, field: str = "link layer",
+          overhead_field: str | None = None) -> LinkLayer:
+    """The named layer, with its per-packet overhead replaced if given (``atm`` encapsulations);
+    errors name ``field`` (the layer) or ``overhead_field`` (default: FIELD overhead)."""
+    found = LAYERS.get(name) if isinstance(name, str) else None
     if found is None:
         raise FieldError(field, f"'{name}'", f"is not a link layer ({', '.join(LAYERS)})")
     if overhead_bytes is None:
         return found
     if not -IP_TCP_HEADER_BYTES <= overhead_bytes <= 256:
-        raise FieldError(f"{field} overhead", overhead_bytes, f"is out of range (-{IP_TCP_HEADER_BYTES} to 256 bytes)")
+        raise FieldError(overhead_field or f"{field} overhead", overhead_bytes, f"is out of range (-{IP_TCP_HEADER_BYTES} to 256 bytes)")
     return replace(found, overhead_bytes=overhead_bytes)

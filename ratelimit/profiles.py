@@ -122,7 +122,7 @@ def _link(table, where: str) -> linklayer.LinkLayer:
     overhead = table.get("overhead")
     if overhead is not None and (isinstance(overhead, bool) or not isinstance(overhead, int)):
         raise FieldError(f"{field} overhead", f"'{overhead}'", "is not a whole number of bytes")
-    return linklayer.layer(table.get("layer", "ethernet"), overhead, f"{field} layer")
+    return linklayer.layer(table.get("layer", "ethernet"), overhead, f"{field} layer", f"{field} overhead")
 
 
 def available() -> dict[str, Path]:

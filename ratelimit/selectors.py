@@ -5,6 +5,7 @@ from ipaddress import ip_address
 
 from .errors import FieldError, NotFoundError, UsageError
 from .model import IPAddress
+from .units import whole_number
 
 
 def parse_ports(text: str, field: str = "--ports") -> tuple[tuple[int, int], ...]:
@@ -25,11 +26,10 @@ def parse_port_range(text: str, field: str = "--ports") -> tuple[int, int]:
     """``"1024-2047"`` -> (1024, 2047), ``"3000"`` -> (3000, 3000)."""
     part = str(text).strip()
     lo_text, dash, hi_text = part.partition("-")
-    try:
-        lo = int(lo_text)
-        hi = int(hi_text) if dash else lo
-    except ValueError:
-        raise FieldError(field, f"'{part}'", "is not a port or range (e.g. 1024-2047,3000)") from None
+    lo = whole_number(lo_text)
+    hi = whole_number(hi_text) if dash else lo
+    if lo is None or hi is None:
+        raise FieldError(field, f"'{part}'", "is not a port or range (e.g. 1024-2047,3000)")
     for p in (lo, hi):
         if not 1 <= p <= 65535:
             raise FieldError(field, p, "is not a port (1-65535)")

@@ -8,11 +8,16 @@ as a size is 1024 bytes.  A bare rate is bits per second (as ratelimit v0.3's
 microseconds are a trap.
 """
 
+import math
 import re
 
 from .errors import FieldError
 
-_NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z%]*)\s*$")
+# ASCII digits only (re.ASCII: no other scripts' digits, no full-width ones), no sign, no
+# "_" separators, no hex, no "inf"/"nan" words: what tc reads, as a person types it.
+_NUMBER = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z%]*)\s*", re.ASCII)
+_WHOLE = re.compile(r"\s*([0-9]+)\s*", re.ASCII)
+MAX_TEXT_CHARS = 64  # no number a person types is longer
 
 _RATE_BITS = {
     "": 1, "bit": 1,
@@ -35,51 +40,107 @@ _TIME_US = {
 MAX_RATE_BPS = 2**32 * 8 * 1000  # far above any NIC; keeps numbers sane
 
 
+def decimal(value) -> float | None:
+    """A bare number as a person or a JSON document gives it -- ASCII digits with an
+    optional fraction and exponent, or a JSON int or float -- as a finite float; None for
+    anything else (a unit, a sign, other scripts' digits, NaN, an infinity, a value beyond
+    a float).  ``-0`` from JSON is 0."""
+    try:
+        number, unit = _split("", value, "")
+    except FieldError:
+        return None
+    return number if unit == "" and math.isfinite(number) else None
+
+
+def whole_number(value) -> int | None:
+    """A whole number as a person or a JSON document gives it (ASCII digits, a JSON int, or
+    a JSON float with nothing after the point); None for anything else."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) and value == int(value) else None
+    if isinstance(value, str) and len(value) <= MAX_TEXT_CHARS and _WHOLE.fullmatch(value):
+        return int(value)
+    return None
+
+
+def _given(text):
+    """``text`` as an error message shows it: a string in quotes, a JSON number bare."""
+    return f"'{text}'" if isinstance(text, str) else text
+
+
 def _split(field: str, text, allowed: str):
-    if isinstance(text, bool):
+    """(value, unit) of ``text``, or the field's error naming what it takes (``allowed``).
+    A number no float holds (1e309, an int of 400 digits, a JSON infinity) comes back as
+    an infinity, for the caller's range check to refuse; NaN is no number."""
+    if isinstance(text, bool) or not isinstance(text, (str, int, float)) or text != text:
         raise FieldError(field, text, allowed)
-    if isinstance(text, (int, float)):
-        return float(text), ""
-    m = _NUMBER.match(str(text))
-    if not m:
-        raise FieldError(field, f"'{text}'", allowed)
-    return float(m.group(1)), m.group(2).lower()
+    if isinstance(text, str):
+        m = _NUMBER.fullmatch(text) if len(text) <= MAX_TEXT_CHARS else None
+        if not m:
+            if _NUMBER.fullmatch(text):  # only too long: a number beyond any range
+                return math.inf, _NUMBER.fullmatch(text).group(2).lower()
+            raise FieldError(field, _given(text), allowed)
+        digits, unit = m.group(1), m.group(2).lower()
+    else:
+        digits, unit = text, ""
+    try:
+        return float(digits) + 0.0, unit  # -0 is 0
+    except OverflowError:
+        return (math.inf if digits > 0 else -math.inf), unit  # an int beyond a float
+
+
+def _scaled(field: str, text, value: float, factor: float, lo: int, hi: int, limits: str) -> int:
+    """``value x factor`` rounded to a whole number within lo-hi, else the field's ``limits``."""
+    x = value * factor
+    n = round(x) if abs(x) <= 2 * hi else hi + 1  # an infinity is never rounded
+    if not lo <= n <= hi:
+        raise FieldError(field, _given(text), limits)
+    return n
 
 
 def parse_rate_bps(text, field: str = "rate") -> int:
     """``"28.8kbit"`` -> 28800.  A bare number is bit/s."""
     allowed = "is not a rate (e.g. 28800, 28.8kbit, 1mbit, 125kbps; kbit = 1000 bit/s)"
+    limits = "is out of range (8bit to 34Tbit)"
     value, unit = _split(field, text, allowed)
     if unit not in _RATE_BITS:
-        raise FieldError(field, f"'{text}'", allowed)
-    bps = round(value * _RATE_BITS[unit])
-    if bps < 8 or bps > MAX_RATE_BPS:
-        raise FieldError(field, f"'{text}'", "is out of range (8bit to 34Tbit)")
-    return bps
+        raise FieldError(field, _given(text), allowed)
+    return _scaled(field, text, value, _RATE_BITS[unit], 8, MAX_RATE_BPS, limits)
 
 
 def parse_size_bytes(text, field: str = "size") -> int:
     """``"1514"`` -> 1514, ``"2kb"`` -> 2048."""
     allowed = "is not a size (e.g. 1514, 1514b, 2kb, 1mb)"
+    limits = "is out of range (1 byte to 4gb)"
     value, unit = _split(field, text, allowed)
     if unit not in _SIZE_BYTES:
-        raise FieldError(field, f"'{text}'", allowed)
-    size = round(value * _SIZE_BYTES[unit])
-    if size < 1 or size >= 2**32:
-        raise FieldError(field, f"'{text}'", "is out of range (1 byte to 4gb)")
-    return size
+        raise FieldError(field, _given(text), allowed)
+    return _scaled(field, text, value, _SIZE_BYTES[unit], 1, 2**32 - 1, limits)
 
 
 def parse_time_us(text, field: str = "time") -> int:
     """``"400ms"`` -> 400000.  A unit is required (us, ms, s)."""
     allowed = "is not a time with a unit (e.g. 400ms, 1.5s, 250us)"
+    limits = "is out of range (0 to 1 hour)"
     value, unit = _split(field, text, allowed)
     if unit not in _TIME_US:
-        raise FieldError(field, f"'{text}'", allowed)
-    us = round(value * _TIME_US[unit])
-    if us > 3600 * 10**6:
-        raise FieldError(field, f"'{text}'", "is out of range (0 to 1 hour)")
-    return us
+        raise FieldError(field, _given(text), allowed)
+    return _scaled(field, text, value, _TIME_US[unit], 0, 3600 * 10**6, limits)
+
+
+def parse_seconds(text, field: str, lo: float, hi: float) -> float:
+    """A duration in seconds: a bare number, or with a unit (``1.5``, ``1.5s``, ``200ms``)."""
+    allowed = f"is not a time in seconds (e.g. 1.5, 200ms; {lo:g}-{hi:g} seconds)"
+    value, unit = _split(field, text, allowed)
+    if unit not in ("", *_TIME_US):
+        raise FieldError(field, _given(text), allowed)
+    seconds = value * _TIME_US.get(unit, 1e6) / 1e6
+    if not lo <= seconds <= hi:
+        raise FieldError(field, _given(text), f"is out of range ({lo:g}-{hi:g} seconds)")
+    return seconds
 
 
 def parse_percent(text, field: str = "percent") -> float:
@@ -87,7 +148,7 @@ def parse_percent(text, field: str = "percent") -> float:
     allowed = "is not a percentage from 0% to 100% (e.g. 0.5%)"
     value, unit = _split(field, text, allowed)
     if unit not in ("", "%") or not 0 <= value <= 100:
-        raise FieldError(field, f"'{text}'", allowed)
+        raise FieldError(field, _given(text), allowed)
     return value
 
 
@@ -99,16 +160,17 @@ def parse_burst(text, field: str = "--burst"):
     (``1600b``, ``3kb``), a time is that long at the link's rate (``20ms``)."""
     from .model import Burst
     allowed = "is not a burst (v0.3's N as in 5, bytes as in 1600b or 3kb, or a time at the rate as in 20ms)"
+    v03 = "is out of range (a whole number 1-100000 for v0.3's rate x N / 8)"
     value, unit = _split(field, text, allowed)
     if unit == "":
-        if value != int(value) or not 1 <= value <= 100000:
-            raise FieldError(field, f"'{text}'", "is out of range (a whole number 1-100000 for v0.3's rate x N / 8)")
+        if not 1 <= value <= 100000 or value != int(value):
+            raise FieldError(field, _given(text), v03)
         return Burst(int(value), "v03")
     if unit in _TIME_US:
         return Burst(parse_time_us(text, field) or _nonzero(field, text), "us")
     if unit in _SIZE_BYTES:
         return Burst(parse_size_bytes(text, field), "bytes")
-    raise FieldError(field, f"'{text}'", allowed)
+    raise FieldError(field, _given(text), allowed)
 
 
 def parse_queue(text, field: str = "--queue"):
@@ -116,30 +178,29 @@ def parse_queue(text, field: str = "--queue"):
     the link's rate (``1s``)."""
     from .model import Queue
     allowed = "is not a queue (packets as in 10 or 10p, bytes as in 3250b or 16kb, or a time at the rate as in 1s)"
+    packets = "is out of range (1-1000000 packets)"
     value, unit = _split(field, text, allowed)
     if unit == "" or unit in _PACKETS:
-        if value != int(value) or not 1 <= value <= 1_000_000:
-            raise FieldError(field, f"'{text}'", "is out of range (1-1000000 packets)")
+        if not 1 <= value <= 1_000_000 or value != int(value):
+            raise FieldError(field, _given(text), packets)
         return Queue(int(value), "pkts")
     if unit in _TIME_US:
         return Queue(parse_time_us(text, field) or _nonzero(field, text), "us")
     if unit in _SIZE_BYTES and unit != "":
         return Queue(parse_size_bytes(text, field), "bytes")
-    raise FieldError(field, f"'{text}'", allowed)
+    raise FieldError(field, _given(text), allowed)
 
 
 def _nonzero(field: str, text) -> int:
-    raise FieldError(field, f"'{text}'", "is zero (give a positive time)")
+    raise FieldError(field, _given(text), "is zero (give a positive time)")
 
 
 def parse_count(text, field: str, lo: int, hi: int) -> int:
-    allowed = f"is not a whole number from {lo} to {hi}"
-    try:
-        n = int(str(text).strip())
-    except ValueError:
-        raise FieldError(field, f"'{text}'", allowed) from None
-    if not lo <= n <= hi:
-        raise FieldError(field, n, allowed)
+    """A whole number from ``lo`` to ``hi`` (ASCII digits, or a JSON number)."""
+    n = whole_number(text)
+    if n is None or not lo <= n <= hi:
+        raise FieldError(field, _given(text),
+                         f"is not a whole number from {lo} to {hi}")
     return n
 
 

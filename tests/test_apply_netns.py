@@ -196,10 +196,14 @@ BAD_INPUTS = [
     (["--loss", "120%"], 2, "--loss: '120%' is not a percentage"),
     (["--profile", "modem-1200"], 2, "--profile: 'modem-1200' is not a profile"),
     (["--profile", "tests/cases/profiles/bad-field.toml"], 2, "[down]: 'dealy' is not a field"),
+    (["--burst", "1e309"], 2, "--burst: '1e309' is out of range"),
+    (["--rate", "nan"], 2, "--rate: 'nan' is not a rate"),
+    (["--mpu", "٣"], 2, "--mpu: '٣' is not a whole number"),
+    (["--queue", "9" * 400], 2, "(400 characters) is out of range (1-1000000 packets)"),
 ]
 
 
-@pytest.mark.parametrize("extra,code,message", BAD_INPUTS, ids=[" ".join(b[0]) or "empty" for b in BAD_INPUTS])
+@pytest.mark.parametrize("extra,code,message", BAD_INPUTS, ids=[" ".join(b[0])[:40] or "empty" for b in BAD_INPUTS])
 def test_bad_input_leaves_the_router_unchanged(router, extra, code, message):
     service.apply(request(router, ports="10000-10009"))
     before = tc_dump(router, "rlt0", "rl-rlt0")

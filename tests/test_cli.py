@@ -102,7 +102,7 @@ def test_dry_run_prints_a_runnable_script_without_root_or_netlink():
     (["--mode", "drop"], "ratelimit: argument --mode: invalid choice: 'drop'", 2),
     (["frobnicate"], "ratelimit: 'frobnicate' is not an action", 2),
     (["-h", "198.18.1.2", "-p", "80", "--profile", "nope"], "ratelimit: --profile: 'nope' is not a profile", 2),
-    (["profiles", "--bad"], "ratelimit: profiles: '--bad' is not an option (only --json)\n", 2),
+    (["profiles", "--bad"], "ratelimit: --bad: not an option (see ratelimit profiles --help)\n", 2),
 ])
 def test_bad_input_is_one_line_with_an_exit_code(argv, message, code):
     rc, out, err = run(*argv)
@@ -264,3 +264,22 @@ def test_batch_words_read_back_as_tc_reads_them():
         return words
     for name in ("eth0", "a;b", "$(id)", "`id`", "x'y", 'q"r', "b\\c", "x|y&z", "a>b<c", "{a,b}", "*"):
         assert makeargs(f"qdisc add dev {batch_word(name)} root") == ["qdisc", "add", "dev", name, "root"]
+
+
+SUBCOMMAND_HELP = [["profiles"], ["save"], ["restore"], ["vm"], ["web"], ["lab"], ["lab", "up"], ["lab", "status"],
+                   ["lab", "exec"], ["lab", "apply"], ["lab", "clean"], ["lab", "down"], ["lab", "demo"]]
+
+
+@pytest.mark.parametrize("words", SUBCOMMAND_HELP, ids=" ".join)
+def test_every_subcommand_answers_help_with_its_usage_and_options(words, capsys):
+    code, out, err = run(*words, "--help")
+    printed = out + capsys.readouterr().out  # argparse's own --help (lab, vm) prints to sys.stdout
+    assert code == 0 and err == "", err
+    assert printed.startswith(f"usage: ratelimit {' '.join(words)}"), printed
+    assert "options:" in printed or words == ["lab", "exec"], printed
+
+
+def test_help_is_for_the_main_command_line_and_h_stays_hosts():
+    code, out, _ = run("--help")
+    assert code == 0 and "--hosts HOSTS, -h HOSTS" in out
+    assert build_parser().parse_args(["-h", "198.18.0.2"]).hosts == "198.18.0.2"

@@ -56,9 +56,9 @@ def test_a_bad_file_is_one_line(tmp_path, text, error, fragment):
 
 
 @pytest.mark.parametrize("argv,message", [
-    (["save", "--bogus"], "save: '--bogus' is not an option (options: none; a FILE to use another file)"),
-    (["save", "a", "b"], "save: 'a b' is more than one FILE"),
-    (["restore", "--forse"], "restore: '--forse' is not an option (options: --force; a FILE to use another file)"),
+    (["save", "--bogus"], "--bogus: not an option (see ratelimit save --help)"),
+    (["save", "a", "b"], "save: 'b' is an argument too many (see ratelimit save --help)"),
+    (["restore", "--forse"], "--forse: not an option (see ratelimit restore --help)"),
 ])
 def test_save_and_restore_arguments(argv, message):
     code, out, err = run(*argv)

@@ -9,8 +9,9 @@ import signal
 import sys
 import threading
 
-from ratelimit.errors import EXIT_USAGE, RatelimitError
+from ratelimit.errors import EXIT_USAGE, RatelimitError, shown
 from ratelimit.names import check_target
+from ratelimit.units import parse_seconds, whole_number
 from ratelimit.kernel.netns import parent_only
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
@@ -43,31 +44,36 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--read-only", action="store_true", help="turn apply/clear off")
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="another name the dashboard is reached by (Host header check)")
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+    p.add_argument("--interval", default="1", metavar="SECONDS",
                    help="statistics refresh interval (default 1, 0.2-60)")
-    p.add_argument("--history", type=float, default=300.0, metavar="SECONDS",
+    p.add_argument("--history", default="300", metavar="SECONDS",
                    help="history kept for the charts (default 300, 10-3600)")
     p.add_argument("--debug", action="store_true", help="log tracebacks of internal errors")
     return p
 
 
+def _quoted(text: str) -> str:
+    return shown(f"'{text}'")
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     allowed = "is not HOST:PORT (e.g. 127.0.0.1:8080, [::1]:8080, 0.0.0.0:8080)"
     text = text.strip()
-    if text.isdigit():
+    if whole_number(text) is not None:
         host, port_text = "127.0.0.1", text
     elif text.startswith("["):
         host, _, rest = text[1:].partition("]")
         if not rest.startswith(":"):
-            raise _Usage(f"--listen: '{text}' {allowed}")
+            raise _Usage(f"--listen: {_quoted(text)} {allowed}")
         port_text = rest[1:]
     else:
         host, sep, port_text = text.rpartition(":")
         if not sep or not host or ":" in host:
-            raise _Usage(f"--listen: '{text}' {allowed}")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise _Usage(f"--listen: '{text}' has no valid port (0-65535)")
-    return host, int(port_text)
+            raise _Usage(f"--listen: {_quoted(text)} {allowed}")
+    port = whole_number(port_text)
+    if port is None or not 0 <= port <= 65535:
+        raise _Usage(f"--listen: {_quoted(text)} has no valid port (0-65535)")
+    return host, port
 
 
 def _targets(args) -> list:
@@ -109,8 +115,8 @@ def _allowed_hosts(host: str, extra: list) -> list:
 
 
 def _url(host: str, port: int) -> str:
-    shown = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
-    return f"http://[{shown}]:{port}/" if ":" in shown else f"http://{shown}:{port}/"
+    where = "127.0.0.1" if host in ("0.0.0.0", "") else ("::1" if host == "::" else host)
+    return f"http://[{where}]:{port}/" if ":" in where else f"http://{where}:{port}/"
 
 
 def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
@@ -125,10 +131,8 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
     try:
         args = _parser().parse_args(argv)
         host, port = parse_listen(args.listen)
-        if not 0.2 <= args.interval <= 60:
-            raise _Usage(f"--interval: {args.interval:g} is out of range (0.2-60 seconds)")
-        if not 10 <= args.history <= 3600:
-            raise _Usage(f"--history: {args.history:g} is out of range (10-3600 seconds)")
+        args.interval = parse_seconds(args.interval, "--interval", 0.2, 60)
+        args.history = parse_seconds(args.history, "--history", 10, 3600)
         if not is_loopback(host) and not args.allow_host:
             raise _Usage(f"--listen: {args.listen} serves beyond this machine; add --allow-host NAME for each "
                          "name or address the dashboard is reached by (e.g. --allow-host router.lab)")
@@ -136,7 +140,7 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
         token = args.token or os.environ.get(TOKEN_ENV) or None
         if token is not None and len(token) < 16:
             raise _Usage("--token: too short (at least 16 characters)")
-    except _Usage as e:
+    except (_Usage, RatelimitError) as e:
         print(f"ratelimit web: {e}", file=err)
         return EXIT_USAGE
     except SystemExit as e:  # --help

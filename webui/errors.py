@@ -4,7 +4,7 @@ from flask import current_app
 from werkzeug.exceptions import HTTPException
 
 from ratelimit.errors import (ApplyError, ConflictError, KernelMissing, NotFoundError, PermissionDenied,
-                              RatelimitError, UsageError)
+                              RatelimitError, UsageError, shown)
 
 
 class WebError(Exception):
@@ -18,8 +18,8 @@ class WebError(Exception):
 
 def field_error(field: str, value, allowed: str, status: int = 400) -> WebError:
     """``FIELD: VALUE ALLOWED`` -- the same shape as ratelimit.errors.FieldError."""
-    shown = f"'{value}'" if isinstance(value, str) else value
-    return WebError(status, f"{field}: {shown} {allowed}")
+    value = shown(f"'{value}'" if isinstance(value, str) else value)
+    return WebError(status, f"{field}: {value} {allowed}")
 
 
 # ratelimit's own errors -> HTTP status.  Bad input is 4xx; a server that cannot do

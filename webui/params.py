@@ -2,6 +2,8 @@
 
 from flask import current_app, request
 
+from ratelimit.units import whole_number
+
 from .errors import WebError, field_error
 from .stats import target_name
 
@@ -61,10 +63,9 @@ def boolean(name: str, value, default: bool) -> bool:
 def integer(name: str, value, default: int, lo: int, hi: int) -> int:
     if value is None or value == "":
         return default
-    try:
-        n = int(value)
-    except (TypeError, ValueError):
-        raise field_error(name, value, f"is not a whole number ({lo}-{hi})") from None
+    n = whole_number(value)
+    if n is None:
+        raise field_error(name, value, f"is not a whole number ({lo}-{hi})")
     if not lo <= n <= hi:
         raise field_error(name, n, f"is out of range ({lo}-{hi})")
     return n

@@ -19,6 +19,9 @@ from ipaddress import ip_address
 from itertools import compress, repeat
 from operator import and_, eq, ge, lt
 
+from ratelimit.errors import shown
+from ratelimit.units import decimal
+
 from .digest import COLUMNS, STATES
 
 STATIC_SORTS = ("direction", "host", "port", "dev", "rate_bps")
@@ -120,13 +123,10 @@ def _worst(cols: dict) -> list[float]:
 def parse_share(text: str) -> tuple[float, float]:
     """``0.2-0.3`` (a half-open range of rate shares; ``1-`` for 1 and above) -> (low, high)."""
     low, sep, high = text.partition("-")
-    try:
-        lo = float(low)
-        hi = float(high) if high.strip() else math.inf
-    except ValueError:
-        raise ValueError(f"'{text}' is not a range of rate shares (e.g. 0.2-0.3, 1-)") from None
-    if not sep or not 0 <= lo < hi or lo != lo:
-        raise ValueError(f"'{text}' is not a range of rate shares (e.g. 0.2-0.3, 1-)")
+    lo = decimal(low)
+    hi = decimal(high) if high.strip() else math.inf
+    if not sep or lo is None or hi is None or not 0 <= lo < hi:
+        raise ValueError(f"{shown(repr(text))} is not a range of rate shares (e.g. 0.2-0.3, 1-)")
     return lo, hi
 
 

@@ -43,10 +43,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import EXIT_NOT_FOUND, EXIT_USAGE, RatelimitError
+from ..units import parse_count, parse_seconds
 from .proc import start_and_pump
 
 DEFAULT_MEMORY = "1G"
 DEFAULT_TIMEOUT_S = 900.0
+MAX_TIMEOUT_S = 7 * 86400.0
+MAX_CPUS = 64
 IN_VM_ENV = "RATELIMIT_IN_VM"
 KVM_ENV = "RATELIMIT_VM_KVM"
 KERNEL_ENV = "RATELIMIT_VM_KERNEL"
@@ -321,8 +324,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog=f"KVM is off unless --kvm or {KVM_ENV}=1; exit status is COMMAND's, "
                f"{EXIT_TIMEOUT} on timeout.")
     p.add_argument("--memory", "-m", default=DEFAULT_MEMORY, help="guest memory (default 1G)")
-    p.add_argument("--cpus", type=int, default=None, help="guest CPUs (default: vng's)")
-    p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, metavar="S",
+    p.add_argument("--cpus", default=None, help="guest CPUs (default: vng's)")
+    p.add_argument("--timeout", default=DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"kill the VM after S seconds, boot included (default {DEFAULT_TIMEOUT_S:g}; 0: never)")
     p.add_argument("--kernel", default=None, metavar="PATH",
                    help=f"kernel image (default: ${KERNEL_ENV} or the newest stock /boot/vmlinuz-*)")
@@ -356,8 +359,10 @@ def vm_main(argv: list[str]) -> int:
         parser.print_usage(sys.stderr)
         print("ratelimit vm: error: no COMMAND given (ratelimit vm -- COMMAND ...)", file=sys.stderr)
         return EXIT_USAGE
-    result = run_vm(command, kernel=args.kernel, memory=args.memory, cpus=args.cpus,
-                    timeout_s=args.timeout, kvm=args.kvm, rwdirs=args.rwdir,
+    cpus = None if args.cpus is None else parse_count(args.cpus, "--cpus", 1, MAX_CPUS)
+    timeout_s = parse_seconds(args.timeout, "--timeout", 0, MAX_TIMEOUT_S)
+    result = run_vm(command, kernel=args.kernel, memory=args.memory, cpus=cpus,
+                    timeout_s=timeout_s, kvm=args.kvm, rwdirs=args.rwdir,
                     announce=not args.quiet)
     if not args.quiet:
         print(f"ratelimit vm: exit {result.exit_code}; boot+shutdown {result.boot_s:.1f} s, "

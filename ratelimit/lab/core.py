@@ -39,6 +39,7 @@ from pathlib import Path
 from .. import SOURCE_ROOT, service
 from ..errors import FieldError, NotFoundError, RatelimitError, UsageError
 from ..selectors import parse_ports
+from ..units import whole_number
 from ..kernel import netns as kernel_netns
 from ..kernel.netns import parent_only
 from . import docroot, store, topology
@@ -60,10 +61,10 @@ class LabError(RatelimitError):
 
 
 def check_clients(clients) -> int:
-    try:
-        n = int(clients)
-    except (TypeError, ValueError):
-        raise FieldError("--clients", f"'{clients}'", f"is not a whole number (1-{topology.MAX_CLIENTS})") from None
+    n = whole_number(clients)
+    if n is None:
+        raise FieldError("--clients", f"'{clients}'" if isinstance(clients, str) else clients,
+                         f"is not a whole number (1-{topology.MAX_CLIENTS})")
     if not 1 <= n <= topology.MAX_CLIENTS:
         raise FieldError("--clients", n, f"is more than the address plan holds (1-{topology.MAX_CLIENTS}: "
                          f"clients are {topology.LAN4}.2-{topology.LAN4}.{topology.MAX_CLIENTS + 1})"
