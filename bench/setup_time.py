@@ -40,7 +40,7 @@ import time
 from dataclasses import dataclass
 
 from ratelimit.compile import compile_plan
-from ratelimit.plan import tc_batch
+from ratelimit.script import tc_batch
 
 from .common import BenchError, Clock, DEV, Steps, flows_request, fmt_time, median, ratio, run, say, shape_flows
 from .sandbox import Netns, host_has

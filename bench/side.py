@@ -29,10 +29,13 @@ def _cpu() -> float:
 
 
 def stats(netns: str, interface: str) -> int:
-    from ratelimit import service
+    try:
+        from ratelimit.readout import statistics
+    except ImportError:  # a baseline tree from before service.py was split
+        from ratelimit.service import statistics
     for _line in sys.stdin:
         c0, t0 = _cpu(), time.perf_counter()
-        data = service.statistics(interface, netns)
+        data = statistics(interface, netns)
         wall, cpu = time.perf_counter() - t0, _cpu() - c0
         print(json.dumps({"wall_s": wall, "cpu_s": cpu, "links": len(data["links"])}), flush=True)
     return 0

@@ -12,7 +12,8 @@ keeps.  Then, alternately, best and median of ``repeats`` runs each:
   check, the plan's link table -- compiled once per request and kept -- the dumps, a
   dict per link); ``cold`` is its first call in a process (it compiles the plan);
 * ``service.Poller``: the dashboard's read (columns, readers kept open);
-* ``baseline service.statistics``: the same call of the baseline revision
+* ``baseline service.statistics``: the same call of the baseline revision (the rows keep
+  the names from before ``statistics`` and ``Poller`` moved to ``readout``)
   (``--baseline``, default the commit before the statistics were rebuilt for scale),
   run from a ``git archive`` of it in a process of its own;
 * the ``tc -s`` dumps holding the same counters (shape mode: ``tc -s class show``,
@@ -97,7 +98,7 @@ def _row(common: dict, tool: str, walls: list, cpus: list, **extra) -> dict:
 
 def measure(quick: bool, place: str, *, flows=None, outdir=None, baseline: str | None = BASELINE,
             dashboard_links=None) -> dict:
-    from ratelimit import fingerprint, service
+    from ratelimit import fingerprint, readout
     from ratelimit import state as state_files
     from ratelimit.kernel.executor import Executor
     cfg = config(quick, place, flows, dashboard_links)
@@ -127,7 +128,7 @@ def measure(quick: bool, place: str, *, flows=None, outdir=None, baseline: str |
                     _save_v1(state_files, req, state_dir)
                     common = {"mode": mode, "flows": n, "requested_flows": n_req, "install_s": install_s,
                               "direction": req.direction}
-                    doc["rows"] += _read_side_by_side(cfg, ns, plan, tc_what, common, tree, state_dir, service,
+                    doc["rows"] += _read_side_by_side(cfg, ns, plan, tc_what, common, tree, state_dir, readout,
                                                       Executor, steps)
                     if mode == "shape" and place == "host" and n_req == max(cfg.flows):
                         doc["rows"] += _dashboard_real(cfg, ns, common, tree, state_dir)
@@ -169,18 +170,19 @@ def _v1(state_dir: str) -> str:
     return str(Path(state_dir, "v1"))
 
 
-def _read_side_by_side(cfg, ns, plan, tc_what, common, tree, state_dir, service, Executor, steps) -> list:
+def _read_side_by_side(cfg, ns, plan, tc_what, common, tree, state_dir, readout, Executor, steps) -> list:
+    from ratelimit.compile import compiled
     interface, netns = plan.request.interface, plan.request.netns
-    service.link_table.cache_clear()
-    service.compiled.cache_clear()
-    cold = _timed(lambda: service.statistics(interface, netns))
+    readout.link_table.cache_clear()
+    compiled.cache_clear()
+    cold = _timed(lambda: readout.statistics(interface, netns))
     if len(cold["out"]["links"]) != len(plan.flows):
         raise BenchError(f"service.statistics returned {len(cold['out']['links'])} rows for {len(plan.flows)} links")
-    poller = service.Poller()
+    poller = readout.Poller()
     base = dashboard.BaselineStats(tree, netns, interface, {"RATELIMIT_STATE_DIR": _v1(state_dir)}) if tree else None
     tools = {
         "ratelimit": lambda: _timed(lambda: _executor_stats(Executor, netns, plan)),
-        "service.statistics": lambda: _timed(lambda: service.statistics(interface, netns)),
+        "service.statistics": lambda: _timed(lambda: readout.statistics(interface, netns)),
         "service.Poller": lambda: _timed(lambda: poller(interface, netns)),
         f"tc -s {tc_what} show": lambda: _timed(lambda: _tc(ns, tc_what, plan.devices())),
     }

@@ -19,6 +19,7 @@ import traceback
 from . import __version__
 from .errors import PermissionDenied, RatelimitError, UsageError
 from .getopt import long_options
+from .summary import describe, summary
 
 EXIT_INTERNAL = 70
 SUBCOMMANDS = ("profiles", "save", "restore", "vm", "lab", "web")  # web: registered by the webui package
@@ -223,7 +224,8 @@ def _dispatch(argv, con) -> int:
                 else f"{args.interface}: nothing installed by ratelimit")
         return 0
     if action in ("list", "stats"):
-        data = service.statistics(args.interface, args.netns, notice=notice)
+        from .readout import statistics
+        data = statistics(args.interface, args.netns, notice=notice)
         if args.json:
             if action == "list":
                 for row in data["links"]:
@@ -240,10 +242,10 @@ def _dispatch(argv, con) -> int:
         per=args.per, link=args.link,
         **{name: getattr(args, name) for name in service.IMPAIRMENTS})
     if args.dry_run:
-        from .plan import script
+        from .script import script
         ops, how = service.preview(req)
         text = script(ops, req.netns)  # refuses a name tc -batch cannot carry before anything is printed
-        con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(service.summary(req))}")
+        con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(summary(req))}")
         con.out(f"# {how}")
         con.out(text.rstrip("\n"))
         return 0
@@ -252,17 +254,11 @@ def _dispatch(argv, con) -> int:
                          on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"))
     sent = f"{len(plan.ops)} operations" if plan.changed is None else \
         f"{_HOW[plan.how]} ({len(plan.changed)} operations)"
-    con.out(f"{req.interface}: {describe(service.summary(req))}; {sent} in {time.monotonic() - started:.2f} s")
+    con.out(f"{req.interface}: {describe(summary(req))}; {sent} in {time.monotonic() - started:.2f} s")
     return 0
 
 
 _HOW = {"in place": "changed in place", "make-before-break": "built beside the old plan, then the old removed"}
-
-
-def describe(applied: dict) -> str:
-    """``service.describe``: one line for an applied link."""
-    from .service import describe as one_line
-    return one_line(applied)
 
 
 def render_table(data: dict, counters: bool) -> str:
@@ -292,7 +288,7 @@ def _dry_clean(args, con) -> int:
     from . import state
     from .compile import compile_plan
     from .names import check_target
-    from .plan import script
+    from .script import script
     check_target(args.interface, args.netns)
     record = state.load(args.netns, args.interface)
     if record is None or record.request is None:

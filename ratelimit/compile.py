@@ -32,8 +32,8 @@ from dataclasses import dataclass, replace
 
 from .errors import FieldError, UsageError
 from .model import DIRECTIONS, GRANULARITIES, MODES, LinkParams, Request, min_police_burst
-from .plan import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, AddIfb, FifoQdisc, Flow, HtbClass, HtbQdisc, IngressQdisc, Key, NetemQdisc,
-                   Plan, Police, Stab, U32Filter)
+from .plan import INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, AddIfb, FifoQdisc, Flow, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, Plan, Stab
+from .filters import Key, Police, U32Filter
 from .linklayer import ETHERNET_HEADER_BYTES
 from .names import check_target
 from .u32tree import FIRST, SECOND, Flows, Terminal, TreeIds, build

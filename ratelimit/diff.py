@@ -23,8 +23,8 @@ direction or ingress layout, or two generations that do not fit side by side in 
 from dataclasses import dataclass, replace
 
 from .compile import POOL_CLASS, POOL_NETEM, ROOT
-from .plan import (INGRESS_HANDLE, TC_H_ROOT, U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, FifoQdisc, HtbClass, HtbQdisc,
-                   IngressQdisc, NetemQdisc, Plan, U32Filter, U32Table, netem_groups, u32_handle)
+from .plan import INGRESS_HANDLE, TC_H_ROOT, U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, Plan, netem_groups, u32_handle
+from .filters import U32Filter, U32Table
 
 # What must be equal for an operation to be changed in place, per type; the rest are its
 # numbers.  A type missing here must be equal as a whole.

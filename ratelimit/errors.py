@@ -99,3 +99,16 @@ class Interrupted(RatelimitError):
     def __init__(self, message: str, signum: int = 2):
         super().__init__(message)
         self.exit_code = 128 + signum
+
+
+def command_exit(main, argv) -> int:
+    """The exit status of ``main(argv)`` run as a ``python -m`` entry point: a RatelimitError
+    is its one line on stderr and its exit code, Ctrl-C is 130."""
+    import sys
+    try:
+        return main(argv)
+    except RatelimitError as err:
+        print(f"ratelimit: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        return 130

@@ -38,7 +38,7 @@ class LinkModel:
 
     @classmethod
     def from_summary(cls, summary: dict, *, delay_stage: bool = True) -> "LinkModel":
-        """The model of an applied link, from ``service.summary`` (as the lab and the API keep it)."""
+        """The model of an applied link, from ``summary.summary`` (as the lab and the API keep it)."""
         layer = LinkLayer.from_description(summary["link"])
         sides = {"dest": ("down",), "source": ("up",), "both": ("down", "up")}[summary["direction"]]
         down, up = (summary[s] if s in sides else {} for s in ("down", "up"))

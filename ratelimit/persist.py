@@ -13,7 +13,8 @@ import os
 import time
 from pathlib import Path
 
-from . import service, state
+from . import readout, service, state
+from .summary import describe, summary
 from .errors import NotFoundError, RatelimitError, UsageError
 
 VERSION = 1
@@ -45,14 +46,14 @@ def save(path: Path | None = None, *, say=print, warn=_stderr) -> tuple[Path, in
     for netns, interface in state.targets():
         name = target_name(netns, interface)
         try:
-            req = service.applied(interface, netns, notice=lambda m: warn(f"ratelimit: {m}"))
+            req = readout.applied(interface, netns, notice=lambda m: warn(f"ratelimit: {m}"))
         except RatelimitError as err:
             warn(f"ratelimit: {name}: not saved ({err})")
             continue
         if req is None:
             continue
         links.append(state.to_json(req))
-        say(f"{name}: {service.describe(service.summary(req))}")
+        say(f"{name}: {describe(summary(req))}")
     state.write_atomic(path, json.dumps({"version": VERSION, "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                          "links": links}, indent=1) + "\n")
     return path, len(links)
@@ -94,5 +95,5 @@ def restore(path: Path | None = None, *, force: bool = False, say=print, warn=_s
             warn(f"ratelimit: {name}: not restored ({err})")
             code = code or err.exit_code
             continue
-        say(f"{name}: {service.describe(service.summary(req))}")
+        say(f"{name}: {describe(summary(req))}")
     return code

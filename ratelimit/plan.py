@@ -3,7 +3,8 @@
 A plan is an ordered tuple of small frozen operations.  The compiler makes it
 without touching the system; the executor (``kernel.executor``) carries it
 out, one function per operation type; ``script`` prints it as the
-shell/``tc -batch`` text a person can paste.  Handles are ints inside
+shell/``tc -batch`` text a person can paste.  The classification operations (u32 tables and
+filters, policers) are in ``filters``.  Handles are ints inside
 (``0x520000`` is ``52:``).  Each operation says which kernel parts it needs
 (``features``, names as ``kernel.probe`` knows them) and what removes it
 (``undo``; None when it goes with the qdisc it hangs under).
@@ -12,7 +13,7 @@ shell/``tc -batch`` text a person can paste.  Handles are ints inside
 from dataclasses import dataclass
 
 from .model import IPAddress, LinkParams, Request
-from .names import batch_word, check_batch_name, shell_word
+from .names import batch_word, shell_word
 from .units import format_percent, format_rate, format_time
 
 TC_H_ROOT = 0xFFFFFFFF
@@ -304,114 +305,11 @@ class FifoQdisc(_Tc):
 
 
 @dataclass(frozen=True)
-class U32Table(_Tc):
-    """A u32 hash table (``divisor``) in the filter list ``prio`` of ``parent``."""
-
-    dev: str
-    parent: int
-    prio: int
-    protocol: str
-    ht: int
-    divisor: int
-    features = frozenset({"u32"})
-
-    def tc(self) -> str:
-        return (f"filter add dev {batch_word(self.dev)} parent {tc_handle(self.parent)} prio {self.prio}"
-                f" handle {self.ht:x}: protocol {self.protocol} u32 divisor {self.divisor}")
-
-
-@dataclass(frozen=True)
-class Key:
-    """Match ``(word at off) & mask == value``; off is from the network header."""
-
-    value: int
-    mask: int
-    off: int
-
-    def tc(self) -> str:
-        return f"match u32 0x{self.value:08x} 0x{self.mask:08x} at {self.off}"
-
-
-@dataclass(frozen=True)
-class HashKey:
-    """Pick the bucket of the linked table from ``(word at off) & mask``."""
-
-    mask: int
-    off: int
-
-
-@dataclass(frozen=True)
-class Police:
-    """A token bucket; filters whose policers share an ``index`` share one bucket (a link
-    per host).  ``overhead_bytes`` is added to every packet it meters."""
-
-    rate_bps: int
-    burst_bytes: int
-    mtu_bytes: int
-    mpu_bytes: int = 0
-    overhead_bytes: int = 0
-    index: int = 0  # 0: the kernel picks one, unshared
-
-    def tc(self) -> str:
-        index = f" index {self.index}" if self.index else ""
-        mpu = f" mpu {self.mpu_bytes}" if self.mpu_bytes else ""
-        overhead = f" overhead {self.overhead_bytes}" if self.overhead_bytes else ""
-        return (f"action police{index} rate {format_rate(self.rate_bps)} burst {self.burst_bytes}"
-                f" mtu {self.mtu_bytes}{mpu}{overhead} conform-exceed drop/ok")
-
-
-@dataclass(frozen=True)
-class U32Filter(_Tc):
-    """One u32 node: in table ``ht`` (0 = the root table of ``prio``), bucket, node."""
-
-    dev: str
-    parent: int
-    prio: int
-    protocol: str
-    ht: int
-    bucket: int
-    node: int
-    keys: tuple[Key, ...]
-    hashkey: HashKey | None = None
-    link: int | None = None
-    classid: int | None = None
-    police: Police | None = None
-    redirect: str | None = None
-
-    @property
-    def handle(self) -> int:
-        return u32_handle(self.ht, self.bucket, self.node)
-
-    @property
-    def features(self) -> frozenset:
-        return frozenset({"u32"} | ({"police"} if self.police else set()) | ({"mirred"} if self.redirect else set()))
-
-    def tc(self) -> str:
-        where = f"{self.ht:x}:{self.bucket:x}:{self.node:x}" if self.ht else f"::{self.node:x}"
-        out = [f"filter add dev {batch_word(self.dev)} parent {tc_handle(self.parent)} prio {self.prio}"
-               f" handle {where} protocol {self.protocol} u32"]
-        if self.ht:
-            out.append(f"ht {self.ht:x}:{self.bucket:x}:")
-        out += [k.tc() for k in self.keys]
-        if self.link is not None:
-            if self.hashkey:
-                out.append(f"hashkey mask 0x{self.hashkey.mask:08x} at {self.hashkey.off}")
-            out.append(f"link {self.link:x}:")
-        if self.classid is not None:
-            out.append(f"classid {tc_handle(self.classid)}")
-        if self.police:
-            out.append(self.police.tc())
-        if self.redirect:
-            out.append(f"action mirred egress redirect dev {batch_word(self.redirect)}")
-        return " ".join(out)
-
-
-@dataclass(frozen=True)
 class Change(_Tc):
     """Set an existing class, leaf qdisc or u32 filter to ``op``'s parameters in place
     (``tc ... change``): its queue, its place in the tree and its classification stay."""
 
-    op: HtbClass | NetemQdisc | FifoQdisc | U32Filter
+    op: object  # an HtbClass, NetemQdisc, FifoQdisc or filters.U32Filter
 
     @property
     def features(self) -> frozenset:
@@ -467,43 +365,3 @@ class Plan:
     def has_ingress(self) -> bool:
         """True if the plan puts an ingress qdisc on its interface."""
         return any(type(op) is IngressQdisc for op in self.ops)
-
-
-def script(ops, netns: str | None = None) -> str:
-    """Shell text that performs ``ops`` in order: ``ip`` lines, and ``tc -batch`` blocks
-    for the traffic-control operations between them.  Every name is quoted for where it
-    stands (``names``); a device name no ``tc -batch`` line can carry is refused
-    (UsageError) rather than printed."""
-    ns = shell_word(netns) if netns else None
-    ns_ip = f"ip -n {ns} " if ns else "ip "
-    tc = f"tc -n {ns}" if ns else "tc"
-    lines = ["#!/bin/sh", "set -e"]
-    batch: list[str] = []
-    seen: set[str] = set()
-
-    def flush():
-        if batch:
-            lines.extend([f"{tc} -batch - <<'EOF'", *batch, "EOF"])
-            batch.clear()
-
-    for op in ops:
-        if isinstance(op, _Ip):
-            flush()
-            lines += [ns_ip + s[3:] for s in op.shell()]
-            continue
-        for dev in (getattr(op, "dev", None), getattr(op, "redirect", None)):
-            if dev and dev not in seen:
-                check_batch_name(dev)
-                seen.add(dev)
-        if type(op) is DelFilter and (op.in_root_table or op.is_table):
-            flush()
-            lines += op.shell(tc)
-            continue
-        batch.append(op.tc())
-    flush()
-    return "\n".join(lines) + "\n"
-
-
-def tc_batch(ops) -> str:
-    """Only the ``tc -batch`` lines of ``ops`` (for benchmarks and tests)."""
-    return "".join(op.tc() + "\n" for op in ops if isinstance(op, _Tc))

@@ -25,6 +25,7 @@ from . import fingerprint, signals, state
 from .compile import compile_plan, ifb_name
 from .errors import ApplyError, Interrupted, RatelimitError, StateError
 from .plan import TC_H_INGRESS, TC_H_ROOT, DelLink, DelQdisc
+from .summary import describe, summary
 
 
 def teardown_of(parts: dict) -> tuple:
@@ -61,7 +62,6 @@ def captured_parts(captured: dict | None) -> dict:
 
 
 def describe_request(req) -> str:
-    from .service import describe, summary  # the one line the CLI prints for an applied link
     return describe(summary(req))
 
 

@@ -92,9 +92,13 @@ def _split(field: str, text, allowed: str):
         return (math.inf if digits > 0 else -math.inf), unit  # an int beyond a float
 
 
-def _scaled(field: str, text, value: float, factor: float, lo: int, hi: int, limits: str) -> int:
-    """``value x factor`` rounded to a whole number within lo-hi, else the field's ``limits``."""
-    x = value * factor
+def _scaled(field: str, text, allowed: str, factors: dict, lo: int, hi: int, limits: str) -> int:
+    """``text`` (a number and a unit of ``factors``) as a whole number of the base unit within
+    lo-hi; ``allowed`` when it is no such number, ``limits`` when it is out of range."""
+    value, unit = _split(field, text, allowed)
+    if unit not in factors:
+        raise FieldError(field, _given(text), allowed)
+    x = value * factors[unit]
     n = round(x) if abs(x) <= 2 * hi else hi + 1  # an infinity is never rounded
     if not lo <= n <= hi:
         raise FieldError(field, _given(text), limits)
@@ -103,32 +107,20 @@ def _scaled(field: str, text, value: float, factor: float, lo: int, hi: int, lim
 
 def parse_rate_bps(text, field: str = "rate") -> int:
     """``"28.8kbit"`` -> 28800.  A bare number is bit/s."""
-    allowed = "is not a rate (e.g. 28800, 28.8kbit, 1mbit, 125kbps; kbit = 1000 bit/s)"
-    limits = "is out of range (8bit to 34Tbit)"
-    value, unit = _split(field, text, allowed)
-    if unit not in _RATE_BITS:
-        raise FieldError(field, _given(text), allowed)
-    return _scaled(field, text, value, _RATE_BITS[unit], 8, MAX_RATE_BPS, limits)
+    return _scaled(field, text, "is not a rate (e.g. 28800, 28.8kbit, 1mbit, 125kbps; kbit = 1000 bit/s)",
+                   _RATE_BITS, 8, MAX_RATE_BPS, "is out of range (8bit to 34Tbit)")
 
 
 def parse_size_bytes(text, field: str = "size") -> int:
     """``"1514"`` -> 1514, ``"2kb"`` -> 2048."""
-    allowed = "is not a size (e.g. 1514, 1514b, 2kb, 1mb)"
-    limits = "is out of range (1 byte to 4gb)"
-    value, unit = _split(field, text, allowed)
-    if unit not in _SIZE_BYTES:
-        raise FieldError(field, _given(text), allowed)
-    return _scaled(field, text, value, _SIZE_BYTES[unit], 1, 2**32 - 1, limits)
+    return _scaled(field, text, "is not a size (e.g. 1514, 1514b, 2kb, 1mb)", _SIZE_BYTES, 1, 2**32 - 1,
+                   "is out of range (1 byte to 4gb)")
 
 
 def parse_time_us(text, field: str = "time") -> int:
     """``"400ms"`` -> 400000.  A unit is required (us, ms, s)."""
-    allowed = "is not a time with a unit (e.g. 400ms, 1.5s, 250us)"
-    limits = "is out of range (0 to 1 hour)"
-    value, unit = _split(field, text, allowed)
-    if unit not in _TIME_US:
-        raise FieldError(field, _given(text), allowed)
-    return _scaled(field, text, value, _TIME_US[unit], 0, 3600 * 10**6, limits)
+    return _scaled(field, text, "is not a time with a unit (e.g. 400ms, 1.5s, 250us)", _TIME_US, 0, 3600 * 10**6,
+                   "is out of range (0 to 1 hour)")
 
 
 def parse_seconds(text, field: str, lo: float, hi: float) -> float:

@@ -12,10 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ratelimit import service
+from ratelimit import readout, service
 from ratelimit.errors import ApplyError, ConflictError, KernelMissing, NotFoundError, PermissionDenied
 from ratelimit.kernel.executor import Executor
-from ratelimit.plan import HtbClass, Plan, U32Filter, U32Table
+from ratelimit.plan import HtbClass, Plan
+from ratelimit.filters import U32Filter, U32Table
 
 import tcdump
 
@@ -63,7 +64,7 @@ def test_applied_filters_read_back_as_the_plan(router):
         for dev in plan.devices():
             want = {op for op in plan.ops if isinstance(op, (U32Table, U32Filter)) and op.dev == dev}
             assert set(ex.read_back(dev)) == want
-    assert service.status("rlt0", router)["flows"] == 2 * 40 * 2
+    assert readout.status("rlt0", router)["flows"] == 2 * 40 * 2
 
 
 def test_failure_mid_apply_leaves_the_dumps_identical(router, monkeypatch):
@@ -160,7 +161,7 @@ def test_apply_names_the_devices_that_merge_received_frames(router):
     assert apply("300kbit") == [
         "warning: received frames are merged into bigger packets on rlt1 (rx-gro); the links meter "
         "each as one packet and pass it in a burst; for one packet per frame: ethtool -K rlt1 gro off"]
-    assert service.applied("rlt0", router).down.rate_bps == 300_000
+    assert readout.applied("rlt0", router).down.rate_bps == 300_000
     sh("ip", "netns", "exec", router, "ethtool", "-K", "rlt1", "gro", "off")
     assert apply("400kbit") == []
 
@@ -256,7 +257,7 @@ def test_statistics_count_real_packets(router):
     sh("ip", "netns", "exec", router, sys.executable, "-c", sender)
     deadline = time.monotonic() + 5  # the link queues them: 20 x 142 bytes take 0.11 s at 200 kbit/s
     while True:
-        links = {(row["host"], row["port"]): row for row in service.statistics("rlt0", router)["links"]}
+        links = {(row["host"], row["port"]): row for row in readout.statistics("rlt0", router)["links"]}
         if links["198.18.1.2", 10002]["backlog_pkts"] == 0 or time.monotonic() > deadline:
             break
         time.sleep(0.05)

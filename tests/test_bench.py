@@ -157,7 +157,8 @@ def test_flow_sets():
 
 def test_flat_ops_is_one_linear_list_of_the_same_filters():
     from ratelimit.compile import compile_plan
-    from ratelimit.plan import HtbClass, HtbQdisc, U32Filter, U32Table
+    from ratelimit.plan import HtbClass, HtbQdisc
+    from ratelimit.filters import U32Filter, U32Table
     req, hit = packet.request_for(8192, "198.18.0.2", "rtr", "lan0")
     assert ip_address("198.18.0.2") in req.hosts
     assert req.hosts[len(req.hosts) // 2] == ip_address("198.18.0.2")  # the real client in the middle

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ratelimit import diff, service, state
+from ratelimit import diff, readout, service, state
 from ratelimit.errors import ApplyError
 from ratelimit.plan import Change, HtbClass
 from tcdump import tc_dump
@@ -34,7 +34,7 @@ def sh(*argv):
 
 def link_class(ns, port: int) -> dict:
     """The counters of the class of (198.18.1.2, port), as statistics reads them."""
-    rows = service.statistics("rlh0", ns)["links"]
+    rows = readout.statistics("rlh0", ns)["links"]
     return next(r for r in rows if r["port"] == port)
 
 
@@ -83,10 +83,10 @@ def test_other_ports_switch_over_and_another_link_layer_rebuilds(router):
     service.apply(request(ns))
     plan = service.apply(request(ns, ports="6000-6009"))
     assert plan.how == "make-before-break" and plan.changed
-    assert [r["port"] for r in service.statistics("rlh0", ns)["links"]] == list(range(6000, 6010))
+    assert [r["port"] for r in readout.statistics("rlh0", ns)["links"]] == list(range(6000, 6010))
     plan = service.apply(request(ns, ports="6000-6009", link="atm"))
     assert plan.how == "built" and plan.changed is None
-    assert [r["port"] for r in service.statistics("rlh0", ns)["links"]] == list(range(6000, 6010))
+    assert [r["port"] for r in readout.statistics("rlh0", ns)["links"]] == list(range(6000, 6010))
 
 
 def test_a_refused_change_is_changed_back(router, monkeypatch):

@@ -54,7 +54,8 @@ def test_v03_defaults():
 def test_mpu_is_ethernets_smallest_frame_on_ethernet_only():
     from ratelimit.compile import compile_plan
     from ratelimit.errors import RatelimitError
-    from ratelimit.plan import HtbClass, Police
+    from ratelimit.plan import HtbClass
+    from ratelimit.filters import Police
     from ratelimit.service import make_request
 
     def charged_min(**kw):

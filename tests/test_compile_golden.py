@@ -13,7 +13,7 @@ import pytest
 
 from ratelimit.compile import compile_plan
 from ratelimit.errors import RatelimitError
-from ratelimit.plan import script
+from ratelimit.script import script
 from ratelimit.service import make_request
 
 CASES = Path(__file__).parent / "cases" / "golden"

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ratelimit import service, state
+from ratelimit import installed, readout, service, state
 from ratelimit.errors import ApplyError, StateError
 from ratelimit.plan import HtbClass, Plan
 from tcdump import tc_dump
@@ -59,8 +59,8 @@ def start_big_apply(ns, *extra):
 def with_a_duplicate_class(monkeypatch, only=lambda req: True):
     """compile_plan whose plans (for requests ``only`` picks) hold one class twice: the
     kernel refuses the second, a real failure in the middle of the plan.  The service
-    compiles a new request with ``compile_plan`` and a recorded one with ``compiled``: both
-    are replaced.  ``monkeypatch`` is a MonkeyPatch of its own: its undo() must not undo the
+    compiles a new request with ``compile_plan`` and a recorded one with ``compiled`` (here and
+    in ``installed``): all are replaced.  ``monkeypatch`` is a MonkeyPatch of its own: its undo() must not undo the
     fixtures' state directory."""
     real = service.compile_plan
 
@@ -74,6 +74,7 @@ def with_a_duplicate_class(monkeypatch, only=lambda req: True):
         return Plan(plan.request, tuple(ops), plan.flows)
     monkeypatch.setattr(service, "compile_plan", compile_plan)
     monkeypatch.setattr(service, "compiled", compile_plan)
+    monkeypatch.setattr(installed, "compiled", compile_plan)
 
 
 @pytest.mark.parametrize("signum,code,previous", [(signal.SIGINT, 130, True), (signal.SIGTERM, 143, False)],
@@ -168,7 +169,7 @@ def test_a_failed_rollback_says_where_the_interface_is_and_the_record_keeps_sayi
         result = cli(ns, *argv)
         assert (result.returncode, result.stderr, result.stdout) == (8, f"ratelimit: {message}\n", ""), argv
     with pytest.raises(StateError):
-        service.statistics("rlh0", ns)
+        readout.statistics("rlh0", ns)
     from webui.stats import StatsSource
     dashboard = StatsSource([(ns, "rlh0")])
     dashboard.poll_once()

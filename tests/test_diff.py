@@ -7,7 +7,8 @@ import pytest
 
 from ratelimit import diff, service
 from ratelimit.compile import compile_plan
-from ratelimit.plan import Change, FifoQdisc, HtbClass, NetemQdisc, U32Filter
+from ratelimit.plan import Change, FifoQdisc, HtbClass, NetemQdisc
+from ratelimit.filters import U32Filter
 
 
 def plan(**kw):

@@ -31,8 +31,9 @@ from ratelimit.kernel.executor import Executor, StepFailed, shorten
 from ratelimit.kernel.encode import Encoder
 from ratelimit.kernel.rates import Clock, percent
 from ratelimit import linklayer
-from ratelimit.plan import (AddIfb, Change, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, Key, NetemQdisc, Plan,
-                            Police, U32Filter, U32Table, script, tc_batch)
+from ratelimit.plan import AddIfb, Change, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc, Plan
+from ratelimit.script import script, tc_batch
+from ratelimit.filters import Key, Police, U32Filter, U32Table
 
 from conftest import HOST4, HOST6, ROUTER4, ROUTER6
 

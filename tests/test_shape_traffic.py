@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from ratelimit import service
+from ratelimit import readout, service
+from ratelimit.summary import summary
 from ratelimit.kernel.probe import probe
 from ratelimit.linkmodel import LinkModel
 
@@ -66,7 +67,7 @@ def test_each_selected_link_gets_its_own_rate_and_others_full_speed(lab):
         t.start()
     for t in threads:
         t.join(60)
-    model = LinkModel.from_summary(service.summary(req), delay_stage=probe(["netem"])["netem"])
+    model = LinkModel.from_summary(summary(req), delay_stage=probe(["netem"])["netem"])
     expected = model.connect_seconds() + model.transfer_seconds(SIZE)
     for key in ("c1-limited", "c1-limited-2", "c2-limited"):
         got, seconds = results[key]
@@ -76,7 +77,7 @@ def test_each_selected_link_gets_its_own_rate_and_others_full_speed(lab):
     got, seconds = results["c2-unlimited"]
     print(f"unlimited: {SIZE} bytes in {seconds:.3f} s")
     assert got == SIZE and seconds < 0.25 * SIZE * 8 / RATE_BPS
-    links = {(r["host"], r["port"]): r for r in service.statistics(topo.router_client_if, topo.router)["links"]}
+    links = {(r["host"], r["port"]): r for r in readout.statistics(topo.router_client_if, topo.router)["links"]}
     assert links[topo.client_addrs[0], 10001]["bytes"] >= SIZE
     assert links[topo.client_addrs[1], 10003]["bytes"] >= SIZE
     assert links[topo.client_addrs[1], 10004]["bytes"] == 0

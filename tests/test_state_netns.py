@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from ratelimit import fingerprint, service, state
+from ratelimit import fingerprint, readout, service, state
 from ratelimit.errors import ConflictError
 from tcdump import tc_dump
 
@@ -84,7 +84,7 @@ def test_no_record_and_a_user_htb_52_is_left_alone(rlhd):
     with pytest.raises(ConflictError, match=r"has a root qdisc ratelimit did not install \(htb 52:\); use --force"):
         service.apply(request(ns))
     assert tc_dump(ns, *DEVS) == before
-    assert service.status("rlh0", ns) is None
+    assert readout.status("rlh0", ns) is None
 
 
 def test_a_record_whose_tree_is_gone_is_stale_not_an_error(rlhd):
@@ -94,11 +94,11 @@ def test_a_record_whose_tree_is_gone_is_stale_not_an_error(rlhd):
     tc(ns, "qdisc", "del", "dev", "rlh0", "root")
     tc(ns, "qdisc", "del", "dev", "rlh0", "ingress")
     subprocess.run(["ip", "-n", ns, "link", "del", "rl-rlh0"], check=True)
-    assert service.status("rlh0", ns) is None
+    assert readout.status("rlh0", ns) is None
     assert service.clean("rlh0", ns) is False and state.load(ns, "rlh0") is None
     assert tc_dump(ns, *DEVS) == pristine
     service.apply(request(ns))
-    assert service.status("rlh0", ns)["flows"] == 20
+    assert readout.status("rlh0", ns)["flows"] == 20
 
 
 @pytest.mark.parametrize("text,fragment", [
@@ -132,7 +132,7 @@ def test_a_version_1_record_is_still_ours(rlhd):
     plan = service.apply(request(ns))
     path = state.record_path(ns, "rlh0")
     path.write_text(json.dumps(state.to_json(plan.request)))  # as the release before wrote it
-    assert service.status("rlh0", ns)["flows"] == 20
+    assert readout.status("rlh0", ns)["flows"] == 20
     assert service.clean("rlh0", ns) is True
     assert tc_dump(ns, *DEVS) == pristine
 
@@ -153,7 +153,7 @@ def test_a_foreign_ingress_qdisc_beside_ours_is_left_alone(rlhd):
     ns = rlhd()
     service.apply(request(ns, direction="dest"))
     tc(ns, "qdisc", "add", "dev", "rlh0", "handle", "ffff:", "ingress")
-    assert service.status("rlh0", ns)["flows"] == 10
+    assert readout.status("rlh0", ns)["flows"] == 10
     assert service.clean("rlh0", ns) is True
     out = subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", "rlh0"], capture_output=True, text=True).stdout
     assert "qdisc ingress ffff:" in out and "htb" not in out

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ratelimit.summary import summary
 
 ROOT = Path(__file__).resolve().parent.parent
 VAGRANT_DIR = ROOT / "vagrant"
@@ -285,7 +286,7 @@ def _router_model():
     netem = probe(["netem"])["netem"]
     req = service.make_request("eth1", hosts="198.18.1.11", ports="10000-10199", profile="modem-28k8",
                                rate="400kbit", **({} if netem else {"delay": "0ms"}))
-    return LinkModel.from_summary(service.summary(req), delay_stage=netem)
+    return LinkModel.from_summary(summary(req), delay_stage=netem)
 
 
 @pytest.mark.netns
@@ -433,7 +434,7 @@ def test_linkmodel_gives_the_model_of_an_applied_link():
                                mode="shape", burst=1)
     m = linkmodel.link_model(10_000, req, header=240, request=80)
     from ratelimit.linkmodel import LinkModel
-    model = LinkModel.from_summary(service.summary(req))
+    model = LinkModel.from_summary(summary(req))
     assert m["model_s"] == model.fetch_seconds(10_000, header=240, request=80)
     # 10,000 bytes at 28.8 kbit/s: 2.78 s in theory; PPP frames at 93% of the line, the
     # handshake, the request and the modem's 50 ms each way make it 3.3 s

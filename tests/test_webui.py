@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from ratelimit import service
+from ratelimit import readout, service
 from ratelimit.errors import ApplyError, ConflictError, NotFoundError, PermissionDenied
 from webui import create_app
 from webui.cli import parse_listen, web_main
@@ -811,18 +811,18 @@ def test_real_apply_and_clean_through_the_api(veth_netns):
     body = {"interface": "rlw-a", "netns": ns, "hosts": "198.18.0.2", "ports": "5000-5003", "mode": "shape",
             "direction": "dest", "rate": "1mbit"}
     assert_error(post(c, "/api/apply", body, headers={}), 401)
-    assert service.status("rlw-a", ns) is None  # the refused request changed nothing
+    assert readout.status("rlw-a", ns) is None  # the refused request changed nothing
     assert_error(post(c, "/api/apply", dict(body, rate="0bit")), 400, "--rate")
-    assert service.status("rlw-a", ns) is None
+    assert readout.status("rlw-a", ns) is None
     resp = post(c, "/api/apply", body)
     assert resp.status_code == 200, resp.get_json()
-    now = service.status("rlw-a", ns)
+    now = readout.status("rlw-a", ns)
     assert now["mode"] == "shape" and now["flows"] == 4 and now["down"]["rate_bps"] == 1_000_000
     src.poll_once()
     links = c.get(f"/api/links?interface=rlw-a&netns={ns}&active=0").get_json()
     assert links["total"] == 4 and {r["port"] for r in links["links"]} == {5000, 5001, 5002, 5003}
     assert post(c, "/api/clean", {"interface": "rlw-a", "netns": ns}).get_json()["cleaned"] is True
-    assert service.status("rlw-a", ns) is None
+    assert readout.status("rlw-a", ns) is None
 
 
 @pytest.mark.netns
@@ -841,6 +841,6 @@ def test_a_busy_interface_answers_409_instead_of_blocking(rlhd):
             assert_error(post(c, url, data), 409, f"--interface: {ns}/rlh0 is busy: another ratelimit run is "
                                                   "changing it (waited 0.3 s); try again when it is done")
             assert 0.3 <= time.monotonic() - started < 5
-        assert service.status("rlh0", ns) is None
+        assert readout.status("rlh0", ns) is None
     assert post(c, "/api/apply", body).status_code == 200
-    assert service.status("rlh0", ns)["flows"] == 4
+    assert readout.status("rlh0", ns)["flows"] == 4

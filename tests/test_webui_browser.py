@@ -37,6 +37,7 @@ from array import array
 from pathlib import Path
 
 import pytest
+from ratelimit import readout
 
 from ratelimit.kernel.proc import stop
 
@@ -465,7 +466,7 @@ def test_dashboard_watches_a_lab(browser, artifacts, tmp_path, monkeypatch, lab)
         page.wait_for_function("() => document.getElementById('control-msg').textContent.startsWith('applied')",
                                timeout=30000)
         applied_at = time.time()
-        assert service.status(iface, router)["down"]["rate_bps"] == second_rate
+        assert readout.status(iface, router)["down"]["rate_bps"] == second_rate
         # Measured from 4 s after the change: while the plan is swapped, the flow briefly passes
         # unshaped and TCP's window drains through at once (~1 s of excess on this host).
         page.wait_for_timeout(8000)
@@ -493,7 +494,7 @@ def test_dashboard_watches_a_lab(browser, artifacts, tmp_path, monkeypatch, lab)
         page.click("#apply")
         page.wait_for_function("() => document.getElementById('control-msg').textContent.startsWith('applied')",
                                timeout=30000)
-        assert service.status(iface, router)["per"] == "host"
+        assert readout.status(iface, router)["per"] == "host"
         page.wait_for_function("() => [...document.querySelectorAll('#rows .row')]"
                                ".some(r => r.children[2].textContent === 'all')", timeout=15000)
         assert "per host" in page.inner_text("#overview .card.selected")

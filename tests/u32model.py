@@ -9,7 +9,7 @@ a node without a link is terminal.  Nodes in a bucket are tried in handle order.
 
 from collections import defaultdict
 
-from ratelimit.plan import U32Filter, U32Table
+from ratelimit.filters import U32Filter, U32Table
 
 
 class Tree:

@@ -19,7 +19,7 @@ import json
 import sys
 from ipaddress import ip_address
 
-from ratelimit import service, state
+from ratelimit import readout, state, summary
 from ratelimit.linkmodel import LinkModel
 
 
@@ -29,7 +29,7 @@ def link_model(payload: int, req, *, header: int, request: int) -> dict:
     Returns ``model_s`` (connect to last byte of one fetch), ``source``, and what
     the printout explains (``wire_bytes``: the response's link-layer frames,
     ``burst_bytes``)."""
-    model = LinkModel.from_summary(service.summary(req))
+    model = LinkModel.from_summary(summary.summary(req))
     rate = model.layer.carried_bps(req.down.rate_bps)
     return {"model_s": model.fetch_seconds(payload, header=header, request=request),
             "source": "ratelimit.linkmodel.LinkModel.fetch_seconds", "link_layer": model.layer.name,
@@ -75,7 +75,7 @@ def main(argv=None) -> int:
     if req.down.rate_bps is None:
         print(f"linkmodel.py: the link for {args.host} on {req.interface} has no rate", file=sys.stderr)
         return 3
-    stats = service.statistics(req.interface)
+    stats = readout.statistics(req.interface)
     links = [r for r in stats["links"] if r["host"] == args.host and r["port"] == args.port]
     model = link_model(args.bytes, req, header=args.header_bytes, request=args.request_bytes)
     out = {

@@ -1,7 +1,7 @@
 """The ratelimit web dashboard: live queue statistics, charts and control.
 
 Module map:
-  stats     StatsSource: polls service.statistics, keeps rates and history
+  stats     StatsSource: polls readout.counters, keeps rates and history
   security  access token, Origin/Host checks, response headers
   errors    WebError and the JSON error handlers (no traceback reaches a user)
   params    validation of query strings and JSON bodies (field, value, allowed)

@@ -9,7 +9,8 @@ from flask import Blueprint, current_app, request
 
 from ratelimit import profiles
 from ratelimit.selectors import parse_port_range
-from ratelimit.service import IMPAIRMENTS, summary
+from ratelimit.service import IMPAIRMENTS
+from ratelimit.summary import summary
 
 from .errors import WebError, field_error
 from .params import boolean, check_query, integer, json_body, resolve_target, source

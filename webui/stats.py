@@ -1,8 +1,8 @@
-"""Where the dashboard's numbers come from: a poller over ``service.Poller``.
+"""Where the dashboard's numbers come from: a poller over ``readout.Poller``.
 
 ``StatsSource`` reads the cumulative kernel counters of every watched
-(namespace, interface) once per ``interval`` (``service.counters``' columns,
-through a ``service.Poller`` that keeps its netlink readers open), turns them
+(namespace, interface) once per ``interval`` (``readout.counters``' columns,
+through a ``readout.Poller`` that keeps its netlink readers open), turns them
 into rates, shares of rate, queueing delays and link states (``digest``), and
 keeps the last ``history`` seconds: aggregate samples and distributions for
 every target, and per-link throughput and drop rates for as many samples as
@@ -15,7 +15,7 @@ long as the read, so polling keeps at most about half a core busy.
 
 Readers never lock the hot path: each poll builds a new immutable
 ``Snapshot`` per target and swaps it in.  Tests inject a fake ``reader`` (a
-function with ``service.counters``' signature and result; ``reading()``
+function with ``readout.counters``' signature and result; ``reading()``
 builds one from rows) and call ``poll_once()`` themselves; the app only needs
 the public methods below, so a wholly fake source works too.
 """
@@ -57,7 +57,7 @@ def port_text(port: int) -> str:
 
 
 def reading(interface: str, netns, when: float, applied: dict | None, rows: list) -> dict:
-    """A reader's result (``service.counters``' shape) from one dict per link (tests, benchmarks)."""
+    """A reader's result (``readout.counters``' shape) from one dict per link (tests, benchmarks)."""
     return {"interface": interface, "netns": netns, "time": when, "applied": applied,
             "keys": tuple((r["direction"], str(r["host"]), r["port"], r.get("dev", interface)) for r in rows),
             "rate_bps": tuple(r.get("rate_bps") for r in rows),
@@ -91,7 +91,7 @@ class Snapshot:
     interface: str
     seq: int  # the source's poll round that made it
     time: float | None  # the kernel read's wall-clock time
-    applied: dict | None  # service.summary() of what is installed, or None
+    applied: dict | None  # summary.summary() of what is installed, or None
     error: str | None  # one line when the last read failed
     layout: Layout
     columns: dict  # name -> array, one entry per link (see digest.COLUMNS)
@@ -186,8 +186,8 @@ class StatsSource:
                  link_values: int = 4_000_000, active_seconds: float = 10.0, share_window: float = SHARE_WINDOW_S):
         self._own_reader = None
         if reader is None:
-            from ratelimit import service
-            reader = self._own_reader = service.Poller()
+            from ratelimit import readout
+            reader = self._own_reader = readout.Poller()
         self._targets = [(netns or None, interface) for netns, interface in targets]
         if not self._targets:
             raise ValueError("no targets to watch")

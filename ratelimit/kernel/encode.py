@@ -9,7 +9,9 @@ documented there (HTB's rate tables, netem's wide delays).
 
 import struct
 
-from ..plan import FifoQdisc, HtbClass, NetemQdisc, U32Filter
+from ..plan import FifoQdisc, HtbClass, NetemQdisc
+
+from ..filters import U32Filter
 from .kinds import actions, fifo, htb, ingress, mirred, netem, police, stab, u32
 from .nl import (NLMSGHDR, NLM_F_CREATE, NLM_F_EXCL, RTM_DELQDISC, RTM_DELTCLASS, RTM_DELTFILTER, RTM_NEWQDISC,
                  RTM_NEWTCLASS, RTM_NEWTFILTER, TC_H_INGRESS, TCA_KIND, TCMSG, attr_str, htons, message,

@@ -22,8 +22,8 @@ import errno as errnos
 import time
 
 from ..errors import ApplyError
-from ..plan import (U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass,
-                    HtbQdisc, IngressQdisc, NetemQdisc, U32Filter, U32Table)
+from ..plan import U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc
+from ..filters import U32Filter, U32Table
 from . import replay
 from .encode import Encoder
 from .nl import NLM_F_REQUEST, RTM_GETTFILTER, SEQ_OFFSET, TC_H_INGRESS, TC_H_ROOT, TCMSG

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import EXIT_NOT_FOUND, EXIT_USAGE, RatelimitError
+from ..errors import EXIT_NOT_FOUND, EXIT_USAGE, RatelimitError, command_exit
 from ..units import parse_count, parse_seconds
 from .proc import start_and_pump
 
@@ -370,15 +370,5 @@ def vm_main(argv: list[str]) -> int:
     return result.exit_code
 
 
-def _cli() -> int:
-    try:
-        return vm_main(sys.argv[1:])
-    except RatelimitError as e:
-        print(f"ratelimit: {e}", file=sys.stderr)
-        return e.exit_code
-    except KeyboardInterrupt:
-        return 130
-
-
 if __name__ == "__main__":
-    raise SystemExit(_cli())
+    raise SystemExit(command_exit(vm_main, sys.argv[1:]))

@@ -26,7 +26,6 @@ import subprocess
 import sys
 import time
 
-from .. import SOURCE_ROOT
 from ..errors import RatelimitError, UsageError
 from ..progress import terminal
 from ..units import format_rate, parse_burst, parse_queue
@@ -34,9 +33,7 @@ from . import docroot, store
 from .core import DEFAULT_PORTS, SERVERS, Lab
 from .link import GRANULARITIES, MODES, LinkSpec
 from .store import DEFAULT_NAME
-
-VM_STATE_DIR = "/tmp/ratelimit-vm-state"  # the guest's /tmp is its own
-
+from .vmrun import in_vm_cmd, run_in_vm, say
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
@@ -124,10 +121,6 @@ def build_parser() -> argparse.ArgumentParser:
 # ---------------------------------------------------------------- output helpers
 
 
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 def _progress():
     """Percent of the apply on one terminal line, or None when stderr is not a terminal."""
     return terminal(sys.stderr, "lab: applying", every_s=0.2)
@@ -167,23 +160,6 @@ def _link_spec(args, profile) -> LinkSpec:
                     delay=args.delay, no_delay=args.no_delay, queue=args.queue)
 
 
-def _package_parent() -> str:
-    return str(SOURCE_ROOT)
-
-
-def _in_vm_cmd(argv: list[str]) -> list[str]:
-    return [sys.executable, "-m", "ratelimit.lab", *argv]
-
-
-def _run_in_vm(inner: list[str]) -> int:
-    from ..kernel.vm import run_in_vm
-    _say("lab: starting the full-kernel VM (about 20 s to boot; software emulation is slower "
-         "than this machine, so expect traffic to take longer)")
-    env = {"RATELIMIT_STATE_DIR": VM_STATE_DIR,
-           "PYTHONPATH": os.pathsep.join(p for p in (_package_parent(), os.environ.get("PYTHONPATH")) if p)}
-    return run_in_vm(_in_vm_cmd(inner), cwd=_package_parent(), env=env)
-
-
 # ---------------------------------------------------------------- commands
 
 
@@ -213,24 +189,24 @@ def _up(args, argv, cmd_after) -> int:
     if args.vm and not in_vm():
         inner = [a for a in argv if a != "--vm"]
         if not cmd_after:
-            _say("lab up --vm: the lab lives inside the VM only while a command runs; without -- CMD "
+            say("lab up --vm: the lab lives inside the VM only while a command runs; without -- CMD "
                  "it shows `lab status` and goes down")
-            cmd_after = _in_vm_cmd(["status", "--name", args.name])
-        return _run_in_vm([*inner, "--", *cmd_after])
+            cmd_after = in_vm_cmd(["status", "--name", args.name])
+        return run_in_vm([*inner, "--", *cmd_after])
     link = _link_spec(args, args.profile)
     lab = Lab.up(args.name, clients=args.clients, link=link, server=args.server, ports=args.ports,
-                 say=_say, progress=_progress())
+                 say=say, progress=_progress())
     _print_up(lab)
     if not cmd_after:
         return 0
-    _say(f"lab: running {' '.join(cmd_after)} (lab '{lab.name}' goes down when it exits)")
+    say(f"lab: running {' '.join(cmd_after)} (lab '{lab.name}' goes down when it exits)")
     try:
         return subprocess.run(cmd_after, env={**os.environ, **lab.env()}, check=False).returncode
     except FileNotFoundError as err:
         raise UsageError(f"lab up -- CMD: {err.strerror}: {cmd_after[0]}") from None
     finally:
         lab.down()
-        _say(f"lab '{lab.name}' is down")
+        say(f"lab '{lab.name}' is down")
 
 
 def _print_up(lab: Lab) -> None:
@@ -295,7 +271,7 @@ def _apply(args, argv, cmd_after) -> int:
         raise UsageError("lab apply: no PROFILE given (e.g. ratelimit lab apply modem-28k8; "
                          "see ratelimit profiles), nor --rate/--delay")
     lab = Lab.open(_pick_name(args.name))
-    lab.apply(_link_spec(args, args.profile), say=_say, progress=_progress())
+    lab.apply(_link_spec(args, args.profile), say=say, progress=_progress())
     print(f"lab '{lab.name}': link: {_link_text(lab.info['link'])}")
     return 0
 

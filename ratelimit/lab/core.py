@@ -20,6 +20,10 @@ this module adds what makes it a lab:
 
 ``store.down(NAME)`` needs none of it: it finds a lab by name, so it also
 removes what a killed ``lab up`` left behind.
+
+Why this module is over 400 lines: ``Lab``'s steps (up, provision, apply, exec, measure,
+down) share one object's state and one undo on failure; what stands alone is already out
+(``topology``, ``store``, ``link``, ``measure``, ``docroot``, ``vmrun``).
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import SOURCE_ROOT, service
+from .. import SOURCE_ROOT, readout, service
+from ..summary import summary
 from ..errors import FieldError, NotFoundError, RatelimitError, UsageError
 from ..selectors import parse_ports
 from ..units import whole_number
@@ -304,8 +309,8 @@ class Lab:
         return times[len(times) // 2]
 
     def statistics(self) -> dict:
-        """``service.statistics`` of the router's client-facing interface."""
-        return service.statistics(self.topo.router_client_if, self.topo.router)
+        """``readout.statistics`` of the router's client-facing interface."""
+        return readout.statistics(self.topo.router_client_if, self.topo.router)
 
     def status(self) -> dict:
         """Hosts, addresses, what is applied and counters summed per client and direction."""
@@ -365,7 +370,7 @@ class Lab:
         service.apply(req, progress=progress)
         say(f"lab: applied in {time.monotonic() - t0:.1f} s")
         self._match_clients(req)
-        self.info["link"] = {**asdict(link), "mode": mode, "summary": service.summary(req)}
+        self.info["link"] = {**asdict(link), "mode": mode, "summary": summary(req)}
 
     def _match_clients(self, req) -> None:
         """Make the clients the kind of host the link model assumes: no TCP timestamps

@@ -11,7 +11,7 @@ from .. import profiles
 from ..kernel.probe import probe
 from ..kernel.vm import in_vm
 from . import docroot
-from .cli import _run_in_vm, _say
+from .vmrun import run_in_vm, say
 from .core import Lab, LabError
 from .link import LinkSpec
 from .store import DEFAULT_NAME
@@ -24,7 +24,7 @@ CONTROL_FRAMES_BYTES = 64  # the SYN-ACK's and a few bare ACKs' frames, next to 
 
 def demo(args) -> int:
     if args.vm and not in_vm():
-        return _run_in_vm(["demo", "--name", args.name])
+        return run_in_vm(["demo", "--name", args.name])
     t_start = time.monotonic()
     prof = profiles.load(DEMO_PROFILE)
     rate = prof.down.rate_bps
@@ -39,7 +39,7 @@ def demo(args) -> int:
               f"in full. `ratelimit lab demo --vm` runs the whole profile in a full-kernel VM (a minute or "
               f"more: it boots and runs under software emulation).")
     link = LinkSpec(profile=DEMO_PROFILE, no_delay=not netem)
-    lab = Lab.up(args.name, clients=1, link=link, ports=DEMO_PORTS, say=_say)
+    lab = Lab.up(args.name, clients=1, link=link, ports=DEMO_PORTS, say=say)
     try:
         flag = f" --name {lab.name}" if lab.name != DEFAULT_NAME else ""
         print(f"$ ratelimit lab exec{flag} client1 -- curl -o /dev/null http://server/{docroot.EXPERIMENT_FILE}")

@@ -29,7 +29,8 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import ip_address
 from pathlib import Path
 
-from ..errors import FieldError, NotFoundError, RatelimitError
+from ..errors import FieldError, NotFoundError, RatelimitError, command_exit
+from ..units import parse_count
 
 # file name -> size in bytes; EXPERIMENT_FILE is the one the 2000 benchmark fetched
 SIZES = {"1000.bin": 1_000, "10000.bin": 10_000, "100000.bin": 100_000, "1000000.bin": 1_000_000}
@@ -162,32 +163,31 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="serve DIR over HTTP/1.1 (GET, HEAD)")
     s.add_argument("--root", required=True, metavar="DIR")
     s.add_argument("--bind", default="0.0.0.0", metavar="ADDRESS")
-    s.add_argument("--port", type=int, default=80)
+    s.add_argument("--port", default="80")
     s.add_argument("--pidfile", default=None, metavar="FILE")
     s.add_argument("--access-log", default=None, metavar="FILE")
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(argv)
-    try:
-        if args.command == "write":
-            for path in write(args.directory):
-                print(f"{path} {path.stat().st_size}")
-            return 0
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # finally-blocks remove the pidfile
-        log = open(args.access_log, "a", encoding="utf-8") if args.access_log else None
-        try:
-            serve(args.root, args.bind, args.port, args.pidfile, log)
-        finally:
-            if log:
-                log.close()
+    if args.command == "write":
+        for path in write(args.directory):
+            print(f"{path} {path.stat().st_size}")
         return 0
-    except RatelimitError as err:
-        print(f"ratelimit: {err}", file=sys.stderr)
-        return err.exit_code
-    except KeyboardInterrupt:
-        return 130
+    port = parse_count(args.port, "--port", 0, 65535)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # finally-blocks remove the pidfile
+    log = open(args.access_log, "a", encoding="utf-8") if args.access_log else None
+    try:
+        serve(args.root, args.bind, port, args.pidfile, log)
+    finally:
+        if log:
+            log.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return command_exit(_main, argv)
 
 
 if __name__ == "__main__":

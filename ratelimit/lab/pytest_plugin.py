@@ -110,7 +110,7 @@ class EmulatedLink:
 
     @property
     def applied(self) -> dict | None:
-        """What the router applies (``service.summary``: profile, mode, down/up parameters)."""
+        """What the router applies (``summary.summary``: profile, mode, down/up parameters)."""
         link = self.lab.info.get("link")
         return link["summary"] if link else None
 
@@ -173,7 +173,7 @@ class EmulatedLink:
         return times[len(times) // 2]
 
     def stats(self) -> dict:
-        """``service.statistics`` of the router's client-facing interface: per
+        """``readout.statistics`` of the router's client-facing interface: per
         (direction, host, port) bytes, packets, drops, overlimits, backlog."""
         return self.lab.statistics()
 

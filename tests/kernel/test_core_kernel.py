@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from ratelimit import service
+from ratelimit import readout, service
+from ratelimit.summary import summary
 from ratelimit.linkmodel import LinkModel
 
 PORTS = "10000-10099"
@@ -67,7 +68,7 @@ def _police_bounds(req, size: int, *, down: bool = True):
     """(fastest, slowest) seconds a policed transfer of ``size`` bytes may take: the rate for
     all frames beyond the burst, and 95% of the rate for all of them."""
     params = req.down if down else req.up
-    model = LinkModel.from_summary(service.summary(req))
+    model = LinkModel.from_summary(summary(req))
     rate = model.layer.carried_bps(params.rate_bps)
     frames = sum(model.layer.frame_bytes(n) for n in model.segments(size))
     return (frames - req.burst_bytes(params, rate)) * 8 / rate, frames * 8 / rate / 0.95
@@ -86,7 +87,7 @@ def test_policed_28k8_link_passes_its_rate_to_tcp(lab):
     port, thread, _ = _serve(topo, b"x" * size)
     elapsed = _download_time(topo, port, size)
     thread.join(5)
-    stats = service.statistics(topo.router_client_if, topo.router)
+    stats = readout.statistics(topo.router_client_if, topo.router)
     mine = [row for row in stats["links"] if row["packets"]]
     fastest, slowest = _police_bounds(req, size)
     print(f"{size:,} bytes policed at 28.8 kbit/s: {elapsed:.2f} s (between {fastest:.2f} and {slowest:.2f} s); "
@@ -114,7 +115,7 @@ def test_source_policing_on_ingress_limits_the_upload(lab):
     thread.join(60)
     elapsed = box["done"] - t0
     fastest, slowest = _police_bounds(req, size, down=False)
-    rows = [r for r in service.statistics(topo.router_client_if, topo.router)["links"] if r["packets"]]
+    rows = [r for r in readout.statistics(topo.router_client_if, topo.router)["links"] if r["packets"]]
     print(f"upload {size} bytes at {rate} bit/s: {elapsed:.2f} s (between {fastest:.2f} and {slowest:.2f} s); {rows}")
     assert box["bytes"] == size
     assert fastest <= elapsed <= slowest
@@ -168,9 +169,9 @@ def test_shape_mode_with_delay_queues_and_delays_each_link(lab):
     port, thread, _ = _serve(topo, b"z" * size)
     elapsed = _download_time(topo, port, size)
     thread.join(5)
-    model = LinkModel.from_summary(service.summary(req))  # the up side has no delay: direction dest
+    model = LinkModel.from_summary(summary(req))  # the up side has no delay: direction dest
     expected = model.connect_seconds() + model.transfer_seconds(size)
-    rows = [r for r in service.statistics(topo.router_client_if, topo.router)["links"] if r["packets"]]
+    rows = [r for r in readout.statistics(topo.router_client_if, topo.router)["links"] if r["packets"]]
     print(f"shape 256 kbit/s + 100 ms: {size} bytes in {elapsed:.3f} s (the model {expected:.3f} s); {rows}")
     assert 0.95 <= elapsed / expected <= 1.05
     assert rows[0]["drops"] == 0  # a shaper queues instead of dropping

@@ -20,7 +20,9 @@ from ratelimit import diff
 from ratelimit.compile import compile_plan
 from ratelimit.model import LinkParams, Request
 from ratelimit.kernel.executor import Executor
-from ratelimit.plan import NetemQdisc, U32Filter, U32Table, netem_args, script
+from ratelimit.plan import NetemQdisc, netem_args
+from ratelimit.script import script
+from ratelimit.filters import U32Filter, U32Table
 
 pytestmark = pytest.mark.kernel("htb", "u32", "ingress", "netem", "police", "mirred", "ifb")
 

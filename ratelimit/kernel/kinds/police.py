@@ -11,7 +11,7 @@ POLICE = struct.Struct("=IiIII12s12siiI")  # index action limit burst mtu rate p
 
 
 def options(p, clk: Clock) -> bytes:
-    """The TCA_ACT_OPTIONS payload for police parameters ``p`` (plan.Police).  Police keeps
+    """The TCA_ACT_OPTIONS payload for police parameters ``p`` (filters.Police).  Police keeps
     its rate table: the kernel requires it."""
     rate = rate_bytes(p.rate_bps)
     tbf = POLICE.pack(p.index, TC_ACT_SHOT, 0, clk.xmittime(rate, p.burst_bytes), p.mtu_bytes,
@@ -35,8 +35,9 @@ def decode(buf, s, e, names) -> tuple:
 
 
 def parse(buf, amap: dict, clk: Clock, link_name):
-    """The plan.Police these options describe, or None."""
-    from ...plan import SHARED_POLICE_INDEX_BASE, Police
+    """The filters.Police these options describe, or None."""
+    from ...plan import SHARED_POLICE_INDEX_BASE
+    from ...filters import Police
     if TCA_POLICE_TBF not in amap:
         return None
     fields = POLICE.unpack_from(buf, amap[TCA_POLICE_TBF][0])

@@ -1,0 +1,146 @@
+"""Reading what ratelimit installed: the request (``applied``, ``status``) and every
+link's counters (``counters`` as columns, ``statistics`` as rows, ``Poller`` for a reader
+that asks again and again).  A run killed mid-change is repaired first.
+"""
+
+import copy
+import functools
+import os
+import time
+from dataclasses import dataclass
+
+from . import recovery, state
+from .compile import compiled
+from .errors import NotFoundError, StateError
+from .installed import check_interface, executor, find_installed
+from .model import Request
+from .names import check_target
+from .summary import summary
+
+
+def _readable(ex, netns, interface, notice):
+    """Our plan for --list and --stats: a killed run's marker is repaired first (which needs
+    root and the lock: a run in progress makes this busy); a half-configured interface or an
+    unreadable record is reported, never read as "nothing installed"."""
+    if state.read_marker(netns, interface) is not None:
+        if os.geteuid() != 0:
+            raise StateError(f"--interface: a ratelimit run on {interface} was killed mid-change; run this as "
+                             "root to put it back")
+        with state.lock(netns, interface, timeout=0):
+            recovery.repair(ex, netns, interface, notice)
+    return find_installed(ex, netns, interface, force=False, classes=False).plan
+
+
+def applied(interface: str, netns: str | None = None, notice=None) -> Request | None:
+    """The request ratelimit has applied on ``interface``, checked against the kernel; None
+    when there is none."""
+    interface, netns = check_target(interface, netns)
+    with executor(netns) as ex:
+        check_interface(ex, interface, netns)
+        plan = _readable(ex, netns, interface, notice)
+        return plan.request if plan else None
+
+
+def status(interface: str, netns: str | None = None, notice=None) -> dict | None:
+    """The summary of what ratelimit has on ``interface``, or None."""
+    req = applied(interface, netns, notice)
+    return summary(req) if req else None
+
+
+# ---------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True)
+class LinkTable:
+    """What reading statistics needs of an applied request, compiled once per request:
+    each link's (direction, host, port or None, device) and configured rate, in the order
+    of the plan's flows, and where the kernel keeps its counters."""
+
+    summary: dict
+    keys: tuple
+    rate_bps: tuple
+    flows: object  # kernel.counters.FlowTable
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+@functools.lru_cache(maxsize=4)
+def link_table(req: Request) -> LinkTable:
+    """The request's LinkTable, built once per request."""
+    from .kernel.counters import FlowTable
+    plan = compiled(req)
+    keys = tuple((f.direction, str(f.host), f.port, f.dev) for f in plan.flows)
+    rates = {"dest": req.down.rate_bps, "source": req.up.rate_bps}
+    return LinkTable(summary(req), keys, tuple(rates[f.direction] for f in plan.flows), FlowTable.of(plan))
+
+
+def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
+    check_interface(ex, interface, netns)
+    plan = _readable(ex, netns, interface, notice)
+    table = None if plan is None else link_table(plan.request)
+    if table is None:
+        return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "keys": (),
+                "rate_bps": (), "counters": {}}
+    cols = ex.counters(table.flows)
+    return {"interface": interface, "netns": netns, "time": time.time(), "applied": copy.deepcopy(table.summary),
+            "keys": table.keys, "rate_bps": table.rate_bps, "counters": cols}
+
+
+def counters(interface: str, netns: str | None = None, notice=None) -> dict:
+    """Counters of every link as columns, read in one dump per device::
+
+        {"interface", "netns", "time", "applied": summary() or None,
+         "keys": ((direction, host, port or None, dev), ...), "rate_bps": (configured rate, ...),
+         "counters": {"bytes": array, "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"}}
+
+    ``keys`` and ``rate_bps`` are the same objects while the configuration stays.  The
+    record is checked against the kernel first (root and ingress qdiscs), and a run killed
+    mid-change is repaired first (``notice`` hears of it)."""
+    interface, netns = check_target(interface, netns)
+    with executor(netns) as ex:
+        return _read_counters(ex, interface, netns, notice)
+
+
+class Poller:
+    """``counters`` for a reader that asks again and again (the dashboard): it keeps one
+    open netlink reader per namespace, so a read costs the dumps and nothing else.  A read
+    that fails on a kept reader (the namespace or device was remade) is tried once more on
+    a fresh one.  ``close()`` when done."""
+
+    def __init__(self):
+        self._readers: dict = {}
+
+    def __call__(self, interface: str, netns: str | None = None) -> dict:
+        for attempt in (0, 1):
+            ex = self._readers.get(netns)
+            if ex is None:
+                ex = self._readers[netns] = executor(netns)
+            try:
+                return _read_counters(ex, interface, netns)
+            except (NotFoundError, OSError):
+                self._drop(netns)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _drop(self, netns) -> None:
+        ex = self._readers.pop(netns, None)
+        if ex is not None:
+            ex.close()
+
+    def close(self) -> None:
+        for netns in list(self._readers):
+            self._drop(netns)
+
+
+def statistics(interface: str, netns: str | None = None, notice=None) -> dict:
+    """Counters per (host, port, direction), as one dict per link (``--stats``, ``--json``,
+    the lab); see ``counters``."""
+    data = counters(interface, netns, notice)
+    cols = data.pop("counters")
+    keys, rates = data.pop("keys"), data.pop("rate_bps")
+    names = tuple(cols)
+    data["links"] = [{"direction": d, "host": h, "port": p, "dev": dev, **dict(zip(names, values)), "rate_bps": r}
+                     for (d, h, p, dev), r, *values in zip(keys, rates, *cols.values())]
+    return data
