@@ -23,7 +23,7 @@ setup(
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6", "playwright>=1.40"],
         "vm": ["virtme-ng==1.42"],
-        "bench": ["matplotlib>=3.6"],
+        "bench": ["matplotlib>=3.6", "prometheus_client>=0.20"],  # prometheus_client: bench metrics
     },
     entry_points={
         "console_scripts": ["ratelimit=ratelimit.cli:run"],

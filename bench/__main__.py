@@ -4,6 +4,7 @@
     python -m bench setup [--quick]      setup time vs flows
     python -m bench packet [--quick]     per-packet cost vs flows (hashed vs flat)
     python -m bench stats [--quick]      time to read every link's counters; dashboard CPU
+    python -m bench metrics [--quick]    a /metrics scrape: hand-written writer vs prometheus_client
     python -m bench fidelity [--quick]   goodput / configured, RTT / configured
     python -m bench dialup [--quick]     the 2000 dial-up table with httperf
     python -m bench faults [--quick]     refusals at every step, SIGKILL mid-apply
@@ -25,11 +26,11 @@ import traceback
 
 from . import common, results, sandbox
 
-PARTS = ("setup", "packet", "stats", "fidelity", "dialup", "faults", "switch")
+PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "faults", "switch")
 
 
-_MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "fidelity": "fidelity",
-            "dialup": "dialup", "faults": "faults", "switch": "switch"}
+_MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "metrics": "metrics_cost",
+            "fidelity": "fidelity", "dialup": "dialup", "faults": "faults", "switch": "switch"}
 
 
 def _module(part: str):
@@ -49,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="DIR",
                    help=f"results directory (default {results.RESULTS_DIR})")
     p.add_argument("--flows", type=int, nargs="+", metavar="N",
-                   help="flow counts (setup, packet, stats) instead of the defaults")
+                   help="flow counts (setup, packet, stats) or link counts (metrics) instead of the defaults")
     p.add_argument("--clients", type=int, nargs="+", metavar="X",
                    help="simultaneous connections (dialup) or downloads (fidelity) instead of the defaults")
     p.add_argument("--dashboard-links", type=int, nargs="+", metavar="N",

@@ -410,6 +410,21 @@ def test_quick_setup_benchmark_runs(tmp_path):
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{sandbox.NS_PREFIX}{os.getpid()}-")]
 
 
+def test_quick_metrics_benchmark_serves_the_same_series_both_ways(tmp_path):
+    """The /metrics writers side by side: the run stops on any series that differs, and
+    every configuration has a row per writer with its samples and CPU."""
+    rc = bench_main(["metrics", "--quick", "--flows", "64", "2000", "--out", str(tmp_path)])
+    assert rc == 0
+    rows = json.loads((tmp_path / "metrics-host-quick.json").read_text())["rows"]
+    configs = {(r["links"], r["links_param"]) for r in rows}
+    assert {64, 2000} == {n for n, _ in configs}
+    for config in configs:
+        writers = {r["writer"]: r for r in rows if (r["links"], r["links_param"]) == config}
+        assert "hand-written" in writers and len(writers) == 3, writers.keys()
+        assert len({r["series"] for r in writers.values()}) == 1  # the same samples from every writer
+        assert all(r["median_s"] > 0 and r["cpu_s"] > 0 for r in writers.values())
+
+
 @pytest.mark.netns
 def test_quick_stats_benchmark_runs(tmp_path):
     rc = bench_main(["stats", "--quick", "--no-vm", "--out", str(tmp_path), "--flows", "256", "--dashboard-links", "256"])
