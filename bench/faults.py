@@ -227,9 +227,12 @@ def _cli(ns, *argv, **kw):
 
 def kills(ns: str, n: int, seed: int = 1) -> list[dict]:
     """SIGKILL a 24,000-link apply (over a small plan, or on a clean interface) at ``n``
-    random moments within the time it takes, then run a random next command: after it
-    the dump must be the old plan's or the new plan's (--list, --stats), nothing (--clean)
-    or the next apply's plan."""
+    random moments within the time such an apply took, then run a random next command:
+    after it the dump must be the old plan's or the new plan's (--list, --stats), nothing
+    (--clean) or the next apply's plan.  The new plan over a small one is built beside it,
+    in the other generation of handles: its dump is its own, taken from a run to the end.
+    A run that ended before its kill (the load changed) counts too (``finished_first``); the
+    last row is one on purpose, over a plan, judged by ``--list``."""
     from ratelimit import service
     rng = random.Random(seed)
     small = ["-h", "198.18.1.9", "-p", "6000-6009", "--mode", "shape", "-d", "dest", "-r", "1mbit"]
@@ -246,24 +249,29 @@ def kills(ns: str, n: int, seed: int = 1) -> list[dict]:
     dumps = {"small": dump(ns)}
     run(*NEXT[2])
     dumps["next apply"] = dump(ns)
-    service.clean(DEV, ns)
-    started = time.monotonic()
-    run(*BIG)
-    full_s = time.monotonic() - started
-    dumps["new"] = dump(ns)
-    rows = []
-    for _ in range(n):
+    took_s = {}
+    for over in (False, True):  # the new plan on a clean interface, and built beside the small one
+        service.clean(DEV, ns)
+        if over:
+            run(*small)
+        started = time.monotonic()
+        run(*BIG)
+        took_s[over] = time.monotonic() - started
+        dumps[over] = dump(ns)  # over a plan, the new plan is whole in the other generation of handles
+    def attempt(over: bool, at: float | None, nxt: list) -> dict:
+        """One run killed ``at`` seconds in (None: once it has ended), then ``nxt``, judged."""
         service.clean(DEV, ns, force=True)
-        over = rng.random() < 0.5
         if over:
             run(*small)
         old = dumps["small"] if over else pristine
-        at = rng.uniform(0.05, full_s)
         proc = _cli(ns, *BIG)
-        time.sleep(at)
+        if at is None:
+            proc.wait()
+        else:
+            time.sleep(at)
+        finished_first = proc.poll() is not None  # under a changing load a run may end before its kill
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        nxt = rng.choice(NEXT)
         res = _cli(ns, *nxt)
         _, err = res.communicate()
         after = dump(ns)
@@ -274,11 +282,18 @@ def kills(ns: str, n: int, seed: int = 1) -> list[dict]:
             holds = "the next apply's plan" if after == dumps["next apply"] else "something else"
             ok = res.returncode == 0 and after == dumps["next apply"]
         else:
-            holds = "the old plan" if after == old else "the new plan" if after == dumps["new"] else "a mix"
+            holds = "the old plan" if after == old else "the new plan" if after == dumps[over] else "a mix"
             ok = holds != "a mix"
-        rows.append({"kill_after_s": round(at, 3), "of_s": round(full_s, 3), "over_a_plan": over,
-                     "next": " ".join(nxt), "next_exit": res.returncode, "holds": holds, "ok": ok,
-                     "said": err.strip()[-300:]})
+        return {"kill_after_s": None if at is None else round(at, 3), "of_s": round(took_s[over], 3),
+                "over_a_plan": over, "finished_first": finished_first, "next": " ".join(nxt),
+                "next_exit": res.returncode, "holds": holds, "ok": ok, "said": err.strip()[-300:]}
+
+    rows = []
+    for _ in range(n):
+        over = rng.random() < 0.5
+        at = rng.uniform(0.05, took_s[over])
+        rows.append(attempt(over, at, rng.choice(NEXT)))
+    rows.append(attempt(True, None, NEXT[0]))  # a kill after the run ended: --list keeps the new plan
     service.clean(DEV, ns, force=True)
     return rows
 
@@ -298,7 +313,7 @@ def measure(quick: bool, outdir=None) -> dict:
                 steps(f"{case.name}: {row['operations']} operations, a refusal before each; "
                       f"{len(row['bad'])} left the interface otherwise than before")
             doc["kills"] = kills(box.name, 6 if quick else 24)
-            steps(f"SIGKILL at {len(doc['kills'])} random points: "
+            steps(f"SIGKILL at {len(doc['kills']) - 1} random points and once after the run ended: "
                   f"{sum(1 for r in doc['kills'] if r['ok'])} left one whole plan (or none)")
     finally:
         if private:

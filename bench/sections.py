@@ -594,14 +594,15 @@ def section_faults(doc: dict | None) -> list[str]:
     if kills:
         ok = sum(1 for r in kills if r["ok"])
         out += [f"SIGKILL: a 24,000-link apply (`ratelimit ... -h 3 hosts -p 10000-17999 --mode shape`), over a "
-                f"small plan or on a clean interface, killed at a random moment within the "
-                f"{kills[0]['of_s']:.1f} s it takes, then a random next command. {ok} of {len(kills)} left one "
-                f"whole plan: the old or the new (`--list`, `--stats`), nothing (`--clean`) or the next apply's "
-                f"plan.", ""]
-        body = [[f"{r['kill_after_s']:.2f} s", "yes" if r["over_a_plan"] else "no", f"`{r['next']}`",
-                 str(r["next_exit"]), r["holds"], "ok" if r["ok"] else "**NOT OK**"] for r in kills]
-        out += table(["killed after", "over a plan", "next command", "its exit", "the interface holds", ""],
-                     body) + [""]
+                f"small plan or on a clean interface, killed at a random moment within the time such an apply "
+                f"took (\"of\"), then a random next command; the last row is a kill after the run ended. {ok} of "
+                f"{len(kills)} left one whole plan: the old or the new (`--list`, `--stats`; over a plan the new "
+                f"one is in the other generation of handles), nothing (`--clean`) or the next apply's plan.", ""]
+        body = [["after it ended" if r["kill_after_s"] is None else f"{r['kill_after_s']:.2f} s",
+                 f"{r['of_s']:.2f} s", "yes" if r["over_a_plan"] else "no", "yes" if r.get("finished_first") else "no",
+                 f"`{r['next']}`", str(r["next_exit"]), r["holds"], "ok" if r["ok"] else "**NOT OK**"] for r in kills]
+        out += table(["killed after", "of", "over a plan", "had ended", "next command", "its exit",
+                      "the interface holds", ""], body) + [""]
     return out
 
 

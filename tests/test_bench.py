@@ -482,7 +482,7 @@ def test_quick_faults_benchmark_finds_every_refusal_and_kill_leaves_one_plan(tmp
     assert [r["case"] for r in doc["sweeps"]] == [c.name for c in faults.CASES]
     for r in doc["sweeps"]:
         assert r["operations"] > 0 and r["bad"] == [], r
-    assert len(doc["kills"]) == 6
+    assert len(doc["kills"]) == 6 + 1 and doc["kills"][-1]["finished_first"]  # the last: after the run ended
     assert [r for r in doc["kills"] if not r["ok"]] == []
     assert rc == 0
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{sandbox.NS_PREFIX}{os.getpid()}-")]
