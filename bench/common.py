@@ -5,7 +5,6 @@ Namespaces and the VM hand-off are ``sandbox``'s; results files are ``results``'
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shutil
@@ -17,6 +16,8 @@ from ipaddress import IPv4Address, ip_address
 from pathlib import Path
 
 from ratelimit.compile import MAX_SHAPE_LINKS
+from ratelimit.errors import RatelimitError
+from ratelimit.lab import servertcp
 from ratelimit.model import LinkParams, Request
 
 REPO = Path(__file__).resolve().parent.parent
@@ -232,50 +233,44 @@ class Clock:
 
 
 # ---------------------------------------------------------------- TCP of the lab's server
+# the facts and the kernel steps are ratelimit.lab.servertcp's (``ratelimit lab up --server-tcp``)
 
-SERVER_CC = "cubic"  # Linux's default congestion control (this machine's default is bbr)
+SERVER_CC = servertcp.STOCK_CONGESTION_CONTROL  # Linux's default congestion control (this machine's default is bbr)
+LINUX_RTO_MIN_MS = servertcp.LINUX_RTO_MIN_MS  # TCP_RTO_MIN
+RFC_RTO_MIN_MS = servertcp.RFC_RTO_MIN_MS  # RFC 6298 (2.4): the timeout is rounded up to 1 s
+SERVER_2000 = servertcp.STARTS["2000"]  # how a 2000 server's TCP started: Reno, an initial window of 2
 
 
 def server_congestion_control(lab, cc: str = SERVER_CC) -> str | None:
     """Set ``cc`` as the lab server's congestion control where the host allows it in a
     namespace (``net.ipv4.tcp_allowed_congestion_control``); return the one in effect
-    (results record it: retransmissions and call times depend on it)."""
-    lab.server.run(["sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={cc}"], check=False)
-    got = congestion_control(lab.server.netns)
-    if got != cc:
-        say("bench", f"the server runs {got}: {cc} is not allowed in namespaces here "
-                     f"(sysctl -w net.ipv4.tcp_allowed_congestion_control=\"reno bbr {cc}\")")
-    return got
-
-
-LINUX_RTO_MIN_MS = 200  # TCP_RTO_MIN
-RFC_RTO_MIN_MS = 1000  # RFC 6298 (2.4): the timeout is rounded up to 1 s
+    (results record it: retransmissions and call times depend on it).  Where it is not
+    allowed the benchmark says so and runs on with the one in effect."""
+    try:
+        servertcp.set_congestion_control(lab.server.netns, cc)
+    except RatelimitError as err:
+        say("bench", f"the server runs {congestion_control(lab.server.netns)}: {err}")
+    return congestion_control(lab.server.netns)
 
 
 def server_route(lab, rto_min_ms: int | None, *, initcwnd: int | None = None) -> int:
     """Give the lab server's default routes (IPv4 and IPv6) a minimum retransmission timeout
     of ``rto_min_ms`` (``ip route change ... rto_min``), or Linux's own for None, and an
     initial congestion window of ``initcwnd`` segments (None: Linux's 10); return the
-    floor in effect (results record it).  Behind a 28.8k modem a 1,460-byte segment takes
-    0.44 s to arrive, while the handshake's small packets measure a round trip of tens of
-    ms: with Linux's 200 ms floor the timer fires before the first segment is acknowledged.
-    RFC 6298 (2.4), like RFC 2988 of November 2000, rounds the timeout up to 1 s."""
-    for family in ("-4", "-6"):
-        routes = json.loads(run(["ip", "-n", lab.server.netns, "-j", family, "route", "show", "default"]).stdout or "[]")
-        for r in routes:
-            argv = ["ip", "-n", lab.server.netns, family, "route", "change", "default", "via", r["gateway"],
-                    "dev", r["dev"]]
-            if rto_min_ms:
-                argv += ["rto_min", f"{rto_min_ms}ms"]
-            if initcwnd:
-                argv += ["initcwnd", str(initcwnd)]
-            run(argv)
-    return rto_min_ms or LINUX_RTO_MIN_MS
+    floor in effect (results record it).  Why it matters behind a modem: ``servertcp``."""
+    rto_min_ms = rto_min_ms or LINUX_RTO_MIN_MS
+    try:
+        servertcp.set_routes(lab.server.netns, rto_min_ms, initcwnd or servertcp.LINUX_INITCWND_SEGMENTS)
+    except RatelimitError as err:
+        raise BenchError(str(err)) from None
+    return rto_min_ms
 
 
 def congestion_control(netns: str) -> str | None:
-    r = run(["ip", "netns", "exec", netns, "sysctl", "-n", "net.ipv4.tcp_congestion_control"], check=False)
-    return r.stdout.strip() or None
+    try:
+        return servertcp.congestion_control(netns) or None
+    except RatelimitError:
+        return None
 
 
 TCP_COUNTERS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes")

@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf
-from .common import (LINUX_RTO_MIN_MS, RFC_RTO_MIN_MS, SERVER_CC, BenchError, MODEM_BPS, Steps, ratio,
+from .common import (LINUX_RTO_MIN_MS, RFC_RTO_MIN_MS, SERVER_2000, SERVER_CC, BenchError, MODEM_BPS, Steps, ratio,
                      say, server_congestion_control, server_route, summarize, tcp_change, tcp_counters)
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
@@ -342,7 +342,7 @@ def _header_bytes(lab) -> int:
 
 
 V03_X = (200,)  # the VM emulates its CPUs in software: the smallest row of the 2000 table
-V03_SERVER = {"cc": "reno", "initcwnd": 2}  # how a 2000 server's TCP started (RFC 2581's initial window)
+V03_SERVER = {"cc": SERVER_2000.congestion_control, "initcwnd": SERVER_2000.initcwnd_segments}  # RFC 2581's IW
 # (RTO floor, server stack): today's server, and one whose TCP starts as 2000's did with Linux's floor
 V03_STACKS = ((RFC_RTO_MIN_MS, None), (None, V03_SERVER))
 

@@ -279,6 +279,84 @@ def test_up_with_command_runs_it_and_goes_down(names):
     assert leftovers(name) == []
 
 
+def server_tcp_in_kernel(netns):
+    """(rto_min ms or None, initcwnd or None) of the namespace's IPv4 and IPv6 default routes, as
+    ``ip -j`` shows them, and its congestion control (``sysctl -n``)."""
+    metrics = []
+    for family in ("-4", "-6"):
+        routes = json.loads(subprocess.run(["ip", "-n", netns, family, "-j", "route", "show", "default"],
+                                           capture_output=True, text=True, check=True).stdout)
+        assert len(routes) == 1, routes
+        shown = {k: v for m in routes[0].get("metrics", []) for k, v in m.items()}
+        metrics.append((shown.get("rto_min"), shown.get("initcwnd")))
+    cc = subprocess.run(["ip", "netns", "exec", netns, "sysctl", "-n", "net.ipv4.tcp_congestion_control"],
+                        capture_output=True, text=True, check=True).stdout.strip()
+    return metrics, cc
+
+
+HOST_CC = Path("/proc/sys/net/ipv4/tcp_congestion_control")
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("start,rto_min_ms,initcwnd,cc,text", [
+    # Linux's own: the routes carry no metric, the namespace keeps the host's congestion control
+    ("linux", None, None, None, "linux (RTO floor 200 ms, initial window 10, "),
+    ("rfc6298", 1000, None, None, "rfc6298 (RTO floor 1 s, initial window 10, "),
+    ("2000", 1000, 2, "reno", "2000 (RTO floor 1 s, initial window 2, reno)"),
+])
+def test_server_tcp_start(names, start, rto_min_ms, initcwnd, cc, text):
+    """--server-tcp: what the kernel shows in the server namespace, and what the lab reports."""
+    name = names(f"tcp{start}")
+    cc = cc or HOST_CC.read_text().strip()
+    r = ok("up", "--name", name, "--server", "none", "--server-tcp", start)
+    assert f"server TCP: {text}" in r.stdout and f", {cc})" in r.stdout, r.stdout
+    server = f"{topology.lab_prefix(name)}server"
+    assert server_tcp_in_kernel(server) == ([(rto_min_ms, initcwnd)] * 2, cc)
+    data = json.loads(ok("status", "--name", name, "--json").stdout)
+    assert data["server"]["tcp"] == {"name": start, "rto_min_ms": rto_min_ms or 200,
+                                     "initcwnd_segments": initcwnd or 10, "congestion_control": cc}
+    assert f"server TCP: {text}" in ok("status", "--name", name).stdout
+    ok("down", "--name", name)
+    assert leftovers(name) == []
+
+
+@pytest.mark.netns
+def test_bad_server_tcp_is_one_line_and_leaves_nothing(names):
+    name = names("tcpbad")
+    for argv in (["up", "--name", name, "--server", "none"], ["demo", "--name", name]):
+        one_line_error(run_lab(*argv, "--server-tcp", "1999"), 2,
+                       "--server-tcp: '1999' is not one of linux, rfc6298, 2000")
+        assert leftovers(name) == []
+
+
+def _forbidden_congestion_control():
+    """A congestion control this kernel has that namespaces may not use, or None."""
+    sysctl = Path("/proc/sys/net/ipv4")
+    allowed = (sysctl / "tcp_allowed_congestion_control").read_text().split()
+    available = (sysctl / "tcp_available_congestion_control").read_text().split()
+    return next((cc for cc in available if cc not in allowed), None)
+
+
+@pytest.mark.netns
+def test_server_tcp_fails_loudly_on_a_forbidden_congestion_control(names, monkeypatch):
+    """A start whose congestion control namespaces may not use: lab up fails with how to allow
+    it, and removes the lab, instead of running the namespace's own."""
+    from ratelimit.errors import KernelMissing
+    from ratelimit.lab import servertcp
+    from ratelimit.lab.core import Lab
+    cc = _forbidden_congestion_control()
+    if cc is None:
+        pytest.skip("every congestion control of this kernel is allowed in namespaces")
+    monkeypatch.setitem(servertcp.STARTS, "rfc6298", servertcp.Start("rfc6298", 1000, 10, cc))
+    name = names("tcpforbidden")
+    with pytest.raises(KernelMissing) as err:
+        Lab.up(name, server="none", server_tcp="rfc6298")
+    assert str(err.value).startswith(f"--server-tcp rfc6298: congestion control {cc} is not allowed")
+    assert "sysctl -w net.ipv4.tcp_allowed_congestion_control=" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert leftovers(name) == []
+
+
 def assert_demo_output(out, *, delay_stage):
     """The demo's numbers: measured within 5% of the link model; the model within 5% of
     what the cited real modems moved for the same bytes; on a full kernel, a handshake

@@ -106,3 +106,29 @@ def test_labs_are_removed_after_failures_and_errors(tmp_path):
     # the http.server the failing test started is gone with its namespace
     ps = subprocess.run(["pgrep", "-f", "http.server 8080"], capture_output=True, text=True)
     assert ps.stdout.strip() == ""
+
+
+@pytest.mark.netns
+def test_marker_sets_the_servers_tcp_start(tmp_path):
+    """server_tcp in the marker: the server namespace's routes and congestion control; a bad
+    value fails the test in one line naming the allowed ones."""
+    (tmp_path / "test_tcp.py").write_text(textwrap.dedent("""
+        import json, pytest
+
+        @pytest.mark.emulated_link(server_tcp="2000")
+        def test_start_of_2000(emulated_link):
+            assert emulated_link.server_tcp == {"name": "2000", "rto_min_ms": 1000, "initcwnd_segments": 2,
+                                                "congestion_control": "reno"}
+            r = emulated_link.server.run(["ip", "-j", "route", "show", "default"], check=True)
+            assert json.loads(r.stdout)[0]["metrics"] == [{"initcwnd": 2, "rto_min": 1000}]
+
+        @pytest.mark.emulated_link(server_tcp="fast")
+        def test_unknown_start(emulated_link):
+            pass
+    """))
+    before = fixture_labs()
+    r = run_pytest(tmp_path, "test_tcp.py")
+    out = r.stdout
+    assert "PASSED test_tcp.py::test_start_of_2000" in out, out + r.stderr
+    assert "--server-tcp: 'fast' is not one of linux, rfc6298, 2000" in out, out
+    assert fixture_labs() == before

@@ -3,7 +3,8 @@
     ratelimit lab demo                        the first command to run (about 10 s)
     ratelimit lab up [--clients N] [--profile P] [--mode shape|police] [--per host|port]
                      [--burst B] [--queue Q] [--rate R] [--delay T] [--no-delay]
-                     [--server auto|nginx|builtin|none] [--ports LOW-HIGH] [--vm] [-- CMD]
+                     [--server auto|nginx|builtin|none] [--server-tcp linux|rfc6298|2000]
+                     [--ports LOW-HIGH] [--vm] [-- CMD]
     ratelimit lab status [--json]             hosts, addresses, the link, live counters
     ratelimit lab exec HOST -- CMD            HOST: client1..N, router, server
     ratelimit lab apply PROFILE               change the link, live
@@ -29,7 +30,7 @@ import time
 from ..errors import RatelimitError, UsageError
 from ..progress import terminal
 from ..units import format_rate, parse_burst, parse_queue
-from . import docroot, store
+from . import docroot, servertcp, store
 from .core import DEFAULT_PORTS, SERVERS, Lab
 from .link import GRANULARITIES, MODES, LinkSpec
 from .store import DEFAULT_NAME
@@ -45,6 +46,12 @@ class _Parser(argparse.ArgumentParser):
 def _name_opt(p, default=None):
     p.add_argument("--name", default=default, metavar="NAME",
                    help=f"lab name: a-z, 0-9, _ (default {DEFAULT_NAME}, or the only lab that is up)")
+
+
+def _server_tcp_opt(p) -> None:
+    p.add_argument("--server-tcp", default=servertcp.DEFAULT, metavar="|".join(servertcp.STARTS),
+                   help=f"how the server's TCP starts (default {servertcp.DEFAULT}): {servertcp.choices_text()} "
+                        "(docs/lab.md)")
 
 
 def _link_opts(p, *, up: bool):
@@ -80,6 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="link profile to apply (see `ratelimit profiles`); default: none, links unimpaired")
     up.add_argument("--server", default="auto", choices=SERVERS,
                     help="web server: nginx, builtin (Python), auto: nginx if installed (default)")
+    _server_tcp_opt(up)
     up.add_argument("--ports", default=DEFAULT_PORTS, metavar="LOW-HIGH",
                     help=f"the clients' ephemeral ports, all limited by the router (default {DEFAULT_PORTS})")
     _link_opts(up, up=True)
@@ -113,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     de.add_argument("--name", default=DEMO_NAME, metavar="NAME", help=f"lab name (default {DEMO_NAME})")
     de.add_argument("--vm", action="store_true",
                     help="run in the full-kernel VM, with the modem's delay (a minute or more)")
+    _server_tcp_opt(de)
     for sp in (up, st, ap, cl, dn, de):
         _debug_opt(sp)
     return p
@@ -139,6 +148,11 @@ def _link_text(link: dict | None) -> str:
     if link.get("no_delay"):
         parts.append("delay/loss left out")
     return ", ".join(parts)
+
+
+def _tcp_text(server: dict) -> str:
+    tcp = server.get("tcp")
+    return servertcp.describe(tcp) if tcp and "rto_min_ms" in tcp else "not recorded"
 
 
 def _pick_name(name: str | None) -> str:
@@ -186,6 +200,7 @@ def _debug_opt(parser) -> None:
 
 def _up(args, argv, cmd_after) -> int:
     from ..kernel.vm import in_vm
+    servertcp.check(args.server_tcp)  # a bad value is one line, also before the VM boots
     if args.vm and not in_vm():
         inner = [a for a in argv if a != "--vm"]
         if not cmd_after:
@@ -195,7 +210,7 @@ def _up(args, argv, cmd_after) -> int:
         return run_in_vm([*inner, "--", *cmd_after])
     link = _link_spec(args, args.profile)
     lab = Lab.up(args.name, clients=args.clients, link=link, server=args.server, ports=args.ports,
-                 say=say, progress=_progress())
+                 server_tcp=args.server_tcp, say=say, progress=_progress())
     _print_up(lab)
     if not cmd_after:
         return 0
@@ -212,7 +227,7 @@ def _up(args, argv, cmd_after) -> int:
 def _print_up(lab: Lab) -> None:
     info = lab.info
     print(f"lab '{lab.name}' is up: {len(lab.clients)} client(s), ports {info['ports']}, "
-          f"link: {_link_text(info.get('link'))}")
+          f"server TCP: {_tcp_text(info['server'])}, link: {_link_text(info.get('link'))}")
     for h in lab.hosts.values():
         extra = ""
         if h is lab.server and info["server"]["kind"] == "none":
@@ -241,6 +256,7 @@ def _status(args, argv, cmd_after) -> int:
     print(f"lab '{name}': up {_duration(age)}, {len(lab.clients)} client(s), ports {data['ports']}, "
           f"{server['kind']} server (pid {server.get('pid') or '?'}) at {data['url'].rsplit('/', 1)[0]}/")
     print(f"link: {_link_text(data['link'])}")
+    print(f"server TCP: {_tcp_text(server)}")
     print(f"  {'HOST':<9} {'ADDRESS':<13} {'IPV6':<18} NAMESPACE")
     for h in data["hosts"]:
         print(f"  {h['name']:<9} {h['address']:<13} {h['address6']:<18} {h['netns']}")

@@ -14,6 +14,7 @@ this module adds what makes it a lab:
   configuration, pid and logs in the lab directory) or the built-in server;
 - the profile on the router's client-facing interface (``lan0``), through
   ``service.apply`` with hosts = the clients' addresses, ports = ``PORTS``;
+- the server's TCP start (``servertcp``): its RTO floor, initial window and congestion control;
 - lab names in ``/etc/netns/NS/hosts`` (``ip netns exec`` shows that file as
   ``/etc/hosts``), so ``curl http://server/10000.bin`` works on a client;
 - a state file (``store``), next to the server's files.
@@ -47,7 +48,7 @@ from ..selectors import parse_ports
 from ..units import whole_number
 from ..kernel import netns as kernel_netns
 from ..kernel.netns import parent_only
-from . import docroot, store, topology
+from . import docroot, servertcp, store, topology
 from .link import LinkSpec, Say, check_choice, in_vm, resolve_link
 from .measure import Download, one_way_delays
 from .store import DEFAULT_NAME, HOSTS_DIR, down, lab_path, list_labs, provision_dir, read_state
@@ -151,14 +152,16 @@ class Lab:
     # -- making and finding ------------------------------------------------
     @classmethod
     def up(cls, name: str = DEFAULT_NAME, *, clients: int = 1, link: LinkSpec = LinkSpec(),
-           server: str = "auto", ports: str = DEFAULT_PORTS, say: Say | None = None,
-           progress: Callable[[int, int], None] | None = None) -> "Lab":
-        """Build the lab and apply ``link``; on any failure remove everything again."""
+           server: str = "auto", ports: str = DEFAULT_PORTS, server_tcp: str = servertcp.DEFAULT,
+           say: Say | None = None, progress: Callable[[int, int], None] | None = None) -> "Lab":
+        """Build the lab, start the server's TCP as ``server_tcp`` says (``servertcp.STARTS``) and
+        apply ``link``; on any failure remove everything again."""
         say = say or (lambda _msg: None)
         topology.check_name(name)
         n = check_clients(clients)
         lo, hi = check_ports(ports)
         kind = _server_kind(server)
+        tcp = servertcp.check(server_tcp)
         layout = topology.Topology.layout(name, n)
         store.require_root("up")
         store.check_not_up(name)  # early, so it is the only line; again under the lock below
@@ -171,7 +174,8 @@ class Lab:
             store.check_not_up(name)
             info = {"name": name, "clients": n, "ports": f"{lo}-{hi}", "phase": "starting",
                     "pid": os.getpid(), "created": time.time(), "dir": str(lab_path(name)),
-                    "server": {"kind": kind, "port": SERVER_PORT, "address": layout.server_addr},
+                    "server": {"kind": kind, "port": SERVER_PORT, "address": layout.server_addr,
+                               "tcp": {"name": tcp.name}},
                     "link": None}
             with _terminate_as_exception():
                 try:
@@ -185,14 +189,7 @@ class Lab:
                         f"tools, via {scripts / 'client.sh'}")
                     for c in lab.clients:
                         lab._provision(c, scripts / "client.sh", RL_INSTALL="0", RL_PORTS=f"{lo}-{hi}")
-                    if kind != "none":
-                        say(f"lab up: {kind} server on http://{lab.server.address}/ via {scripts / 'server.sh'}")
-                        lab._provision(lab.server, scripts / "server.sh", RL_INSTALL="0", RL_SERVER=kind,
-                                       RL_SRC=str(SOURCE_ROOT),
-                                       RL_PYTHON=sys.executable, RL_LAB_DIR=info["dir"],
-                                       RL_PORT=str(SERVER_PORT), RL_NGINX_USER="root",
-                                       RL_WORKERS=str(min(os.cpu_count() or 1, 4)))
-                        info["server"]["pid"] = lab._server_pid()
+                    lab._provision_server(scripts, say)
                     if req is not None:
                         lab._apply(req, mode, link, say, progress)
                     info["phase"] = "up"
@@ -398,6 +395,20 @@ class Lab:
         if r.returncode != 0:
             last = (r.stderr.strip().splitlines() or [f"exited {r.returncode}"])[-1]
             raise LabError(f"lab up: {script.name} on {host.name} failed: {last}")
+
+    def _provision_server(self, scripts: Path, say: Say) -> None:
+        """The web server (unless ``--server none``), then the server's TCP start (``servertcp``)
+        over whatever server.sh set: provisioning the server again starts its TCP the same way."""
+        server, kind = self.info["server"], self.info["server"]["kind"]
+        if kind != "none":
+            say(f"lab up: {kind} server on http://{self.server.address}/ via {scripts / 'server.sh'}")
+            self._provision(self.server, scripts / "server.sh", RL_INSTALL="0", RL_SERVER=kind,
+                            RL_SRC=str(SOURCE_ROOT), RL_PYTHON=sys.executable, RL_LAB_DIR=self.info["dir"],
+                            RL_PORT=str(SERVER_PORT), RL_NGINX_USER="root",
+                            RL_WORKERS=str(min(os.cpu_count() or 1, 4)))
+            server["pid"] = self._server_pid()
+        server["tcp"] = servertcp.apply(self.server.netns, server["tcp"]["name"])
+        say(f"lab up: server TCP: {servertcp.describe(server['tcp'])}")
 
     def _server_pid(self) -> int | None:
         kind = self.info["server"]["kind"]

@@ -10,7 +10,7 @@ from dataclasses import replace
 from .. import profiles
 from ..kernel.probe import probe
 from ..kernel.vm import in_vm
-from . import docroot
+from . import docroot, servertcp
 from .vmrun import run_in_vm, say
 from .core import Lab, LabError
 from .link import LinkSpec
@@ -23,8 +23,9 @@ CONTROL_FRAMES_BYTES = 64  # the SYN-ACK's and a few bare ACKs' frames, next to 
 
 
 def demo(args) -> int:
+    servertcp.check(args.server_tcp)  # a bad value is one line before anything is printed or booted
     if args.vm and not in_vm():
-        return run_in_vm(["demo", "--name", args.name])
+        return run_in_vm(["demo", "--name", args.name, "--server-tcp", args.server_tcp])
     t_start = time.monotonic()
     prof = profiles.load(DEMO_PROFILE)
     rate = prof.down.rate_bps
@@ -39,8 +40,10 @@ def demo(args) -> int:
               f"in full. `ratelimit lab demo --vm` runs the whole profile in a full-kernel VM (a minute or "
               f"more: it boots and runs under software emulation).")
     link = LinkSpec(profile=DEMO_PROFILE, no_delay=not netem)
-    lab = Lab.up(args.name, clients=1, link=link, ports=DEMO_PORTS, say=say)
+    lab = Lab.up(args.name, clients=1, link=link, ports=DEMO_PORTS, server_tcp=args.server_tcp, say=say)
+    tcp = lab.info["server"]["tcp"]
     try:
+        print(f"server TCP: {servertcp.describe(tcp)}; choose with --server-tcp {'|'.join(servertcp.STARTS)}")
         flag = f" --name {lab.name}" if lab.name != DEFAULT_NAME else ""
         print(f"$ ratelimit lab exec{flag} client1 -- curl -o /dev/null http://server/{docroot.EXPERIMENT_FILE}")
         d = lab.download("/" + docroot.EXPERIMENT_FILE, 1)
@@ -64,10 +67,14 @@ def demo(args) -> int:
           f"request and {frames:,} bytes of {model.layer.name} frames ({d.bytes:,} + a {d.header_bytes}-byte header "
           f"in {segments} TCP segments) at {rate_f:,} bit/s"
           + ("" if netem else "; no delay stage, so the last packet of each burst leaves at once"))
+    packet_s = model.layer.frame_bytes(model.mss_bytes + 40) * 8 / rate_f
     if resent:
         print(f"              TCP also sent {resent:,} bytes again: its retransmission timeout, set from the "
-              f"handshake's round trip, is shorter than the {model.layer.frame_bytes(model.mss_bytes + 40) * 8 / rate_f:.2f} s "
-              f"a full packet takes on this line (as behind a real modem); the copies queue behind the data")
+              f"handshake's round trip, is shorter than the {packet_s:.2f} s a full packet takes on this line "
+              f"(as behind a real modem); the copies queue behind the data"
+              + (f" (the server's RTO floor is {servertcp.ms_text(tcp['rto_min_ms'])}; --server-tcp rfc6298 "
+                 f"raises it to {servertcp.ms_text(servertcp.STARTS['rfc6298'].rto_min_ms)})"
+                 if tcp["rto_min_ms"] < packet_s * 1000 else ""))
     if not netem:
         print(f"  whole link  {d.model_seconds(full):5.2f} s   with the modem's {prof.down.delay_us // 1000} ms "
               f"each way (ratelimit lab demo --vm)")

@@ -18,8 +18,10 @@ Fixtures:
     after it, whatever happens.  Configure it with the marker
     ``@pytest.mark.emulated_link(profile=None, clients=1, mode="shape", per="host",
     rate=None, delay=None, no_delay=False, burst=None, queue=None, ports="10000-10099",
-    server="none")``: a client is one person behind one link (``per="host"``);
-    ``per="port"`` makes every connection its own link, as v0.3's benchmark clients.
+    server="none", server_tcp="linux")``: a client is one person behind one link (``per="host"``);
+    ``per="port"`` makes every connection its own link, as v0.3's benchmark clients;
+    ``server_tcp`` is how the server namespace's TCP starts: "linux", "rfc6298" or "2000"
+    (``ratelimit.lab.servertcp``; ``link.server_tcp`` says what is in effect).
 ``make_emulated_link``
     The factory behind it: ``make_emulated_link(profile=..., clients=...)``, as
     many labs as a test needs, all removed afterwards.
@@ -43,9 +45,11 @@ from collections.abc import Sequence
 import pytest
 
 from ..kernel.proc import stop
+from .servertcp import DEFAULT as DEFAULT_SERVER_TCP
 
 MARKER = "emulated_link"
-_OPTIONS = ("profile", "clients", "mode", "per", "rate", "delay", "no_delay", "burst", "queue", "ports", "server")
+_OPTIONS = ("profile", "clients", "mode", "per", "rate", "delay", "no_delay", "burst", "queue", "ports", "server",
+            "server_tcp")
 _counter = itertools.count(1)
 DEFAULT_PORTS = "10000-10099"  # 100 links per client: quick to build even in shape mode
 
@@ -70,7 +74,8 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         f"{MARKER}(profile=None, clients=1, mode='shape', per='host', rate=None, delay=None, no_delay=False, "
-        f"burst=None, queue=None, ports='{DEFAULT_PORTS}', server='none'): the link the emulated_link fixture emulates "
+        f"burst=None, queue=None, ports='{DEFAULT_PORTS}', server='none', server_tcp='{DEFAULT_SERVER_TCP}'): "
+        "the link the emulated_link fixture emulates and how its server's TCP starts "
         "(ratelimit; see docs/fixtures.md)")
 
 
@@ -107,6 +112,12 @@ class EmulatedLink:
     def ports(self) -> tuple[int, int]:
         lo, hi = self.lab.info["ports"].split("-")
         return int(lo), int(hi)
+
+    @property
+    def server_tcp(self) -> dict:
+        """How the server's TCP starts, read back from the kernel: ``name``, ``rto_min_ms``,
+        ``initcwnd_segments``, ``congestion_control`` (``ratelimit.lab.servertcp``)."""
+        return self.lab.info["server"]["tcp"]
 
     @property
     def applied(self) -> dict | None:
@@ -213,13 +224,13 @@ def _resolve_no_delay(no_delay, profile, delay) -> tuple[bool, bool]:
 
 
 def _make(name: str, *, profile=None, clients=1, mode="shape", per="host", rate=None, delay=None, no_delay=False,
-          burst=None, queue=None, ports=None, server="none") -> EmulatedLink:
+          burst=None, queue=None, ports=None, server="none", server_tcp=DEFAULT_SERVER_TCP) -> EmulatedLink:
     from ..errors import RatelimitError
     from .core import Lab
     from .link import LinkSpec
     no_delay, left_out = _resolve_no_delay(no_delay, profile, delay)
     try:
-        lab = Lab.up(name, clients=clients, server=server, ports=ports or DEFAULT_PORTS,
+        lab = Lab.up(name, clients=clients, server=server, ports=ports or DEFAULT_PORTS, server_tcp=server_tcp,
                      link=LinkSpec(profile=profile, mode=mode, per=per, burst=burst, rate=rate, delay=delay,
                                    no_delay=no_delay, queue=queue))
     except RatelimitError as err:
