@@ -9,6 +9,7 @@
     python -m bench dialup [--quick]     the 2000 dial-up table with httperf
     python -m bench faults [--quick]     refusals at every step, SIGKILL mid-apply
     python -m bench switch [--quick]     a download across a profile switch: in place vs rebuild
+    python -m bench soak [--minutes N]   the dashboard's memory over an hour under load (not in all)
     python -m bench report               docs/benchmarks.md from bench/results/
 
 Parts that need netem or act_police (police mode, latency classes) run that
@@ -27,10 +28,12 @@ import traceback
 from . import common, results, sandbox
 
 PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "faults", "switch")
+SOLO = ("soak",)  # run on their own only: not part of ``all`` (an hour)
 
 
 _MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "metrics": "metrics_cost",
-            "fidelity": "fidelity", "dialup": "dialup", "faults": "faults", "switch": "switch"}
+            "fidelity": "fidelity", "dialup": "dialup", "faults": "faults", "switch": "switch",
+            "soak": "soak"}
 
 
 def _module(part: str):
@@ -42,7 +45,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="Results: bench/results/*.json; report: docs/benchmarks.md")
-    p.add_argument("part", choices=("all", *PARTS, "report"), help="what to run")
+    p.add_argument("part", choices=("all", *PARTS, *SOLO, "report"), help="what to run")
     p.add_argument("--quick", action="store_true",
                    help="small sizes, a minute or two in all (what CI runs)")
     p.add_argument("--no-vm", dest="vm", action="store_false",
@@ -58,6 +61,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--baseline", default=None, metavar="REV",
                    help="stats: the git revision measured beside this checkout (default: the commit before "
                         "statistics were rebuilt for scale; 'none' for no baseline)")
+    p.add_argument("--minutes", type=float, default=None, metavar="N",
+                   help="soak: how long to run (default 60, 3 with --quick)")
     p.add_argument("--report-from", choices=("any", "full", "quick"), default="any",
                    help="report: which results to use (default: full where present, else quick)")
     p.add_argument("--in-vm", action="store_true", help=argparse.SUPPRESS)
