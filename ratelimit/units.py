@@ -15,9 +15,10 @@ from .errors import FieldError
 
 # ASCII digits only (re.ASCII: no other scripts' digits, no full-width ones), no sign, no
 # "_" separators, no hex, no "inf"/"nan" words: what tc reads, as a person types it.
-_NUMBER = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z%]*)\s*", re.ASCII)
+_NUMBER = re.compile(r"\s*((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z%]*)\s*", re.ASCII)
 _WHOLE = re.compile(r"\s*([0-9]+)\s*", re.ASCII)
 MAX_TEXT_CHARS = 64  # no number a person types is longer
+MATCHED_CHARS = 1024  # longer text is not matched at all: a regular expression's time grows with it
 
 _RATE_BITS = {
     "": 1, "bit": 1,
@@ -78,10 +79,13 @@ def _split(field: str, text, allowed: str):
     if isinstance(text, bool) or not isinstance(text, (str, int, float)) or text != text:
         raise FieldError(field, text, allowed)
     if isinstance(text, str):
-        m = _NUMBER.fullmatch(text) if len(text) <= MAX_TEXT_CHARS else None
+        m = _NUMBER.fullmatch(text) if len(text) <= MATCHED_CHARS else None
+        if len(text) > MAX_TEXT_CHARS:  # a number this long is beyond any range; anything else is no number
+            bare = text.strip()
+            if m or (bare.isascii() and bare.isdigit()):
+                return math.inf, m.group(2).lower() if m else ""
+            m = None
         if not m:
-            if _NUMBER.fullmatch(text):  # only too long: a number beyond any range
-                return math.inf, _NUMBER.fullmatch(text).group(2).lower()
             raise FieldError(field, _given(text), allowed)
         digits, unit = m.group(1), m.group(2).lower()
     else:

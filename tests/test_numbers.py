@@ -196,6 +196,15 @@ def test_long_and_unprintable_values_are_shortened_to_one_line():
     assert "\n" not in text and "(503 characters)" in text and len(text) < 200, text
 
 
+@pytest.mark.parametrize("text,expected", [
+    ("9" * 60000, "is out of range"), ("9" * 60000 + "x!", "is not a rate"), (" " * 60000 + "5x!", "is not a rate"),
+    ("1" + " " * 30000 + "kbit", "is not a rate"),
+])
+def test_a_value_as_long_as_a_request_body_is_refused_like_a_short_one(text, expected):
+    with pytest.raises(FieldError, match=f"^--rate: .*\\({len(text)} characters\\) {expected}"):
+        units.parse_rate_bps(text, "--rate")
+
+
 # ---------------------------------------------------------------- hostile numbers as a user gives them
 
 HOSTILE = ["1e309", "-1e309", "inf", "nan", "NaN", "٣", "１２", "1_000", "0x1f", "-0", "9" * 400, "1e99999"]
