@@ -844,3 +844,32 @@ def test_a_busy_interface_answers_409_instead_of_blocking(rlhd):
         assert readout.status("rlh0", ns) is None
     assert post(c, "/api/apply", body).status_code == 200
     assert readout.status("rlh0", ns)["flows"] == 4
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_the_server_stops_cleanly_with_a_dashboard_open(signum):
+    """A real ``ratelimit web`` stopped by a signal while an /api/stream response is open:
+    exit 0 and nothing on stderr (waitress used to wait 5 s for the stream's thread, log it
+    as still running, and sometimes a write to a closed socket as a traceback)."""
+    import os
+    import signal
+    import socket
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    proc = subprocess.Popen([sys.executable, "-m", "ratelimit", "web", "--if", "lo", "--listen", "127.0.0.1:0",
+                             "--read-only", "--interval", "0.2"], cwd=root, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        port = int(re.search(r"http://127\.0\.0\.1:(\d+)/", line).group(1))
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+            s.sendall(b"GET /api/stream HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            got = b""
+            while b"event: tick" not in got:
+                got += s.recv(4096)
+            proc.send_signal(getattr(signal, signum))
+            _, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert (proc.returncode, err) == (0, "")

@@ -199,15 +199,19 @@ def _serve_waitress(app, host: str, port: int, ready) -> None:
 
     @parent_only
     def stop(_signum, _frame):
+        # the statistics source first: that ends every /api/stream response, so the threads
+        # serving them are done when waitress waits for its threads (else it logs them as
+        # still running, and a late write to a closed socket as a traceback)
+        app.extensions["ratelimit_stats"].stop()
         raise KeyboardInterrupt
 
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, stop) if main_thread else None
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)} if main_thread else {}
     try:
         server.run()
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         server.close()
 
 
