@@ -1,5 +1,5 @@
 """What is on an interface, as far as ratelimit is concerned: the record, checked against
-the kernel before anything trusts it (``installed``), and the parts that are not ratelimit's
+the kernel before anything trusts it (``find_installed``), and the parts that are not ratelimit's
 (``Installed.foreign``).  ``service`` (apply, clean) and ``readout`` (--list, --stats, the
 dashboard) both start here.
 """
