@@ -231,7 +231,7 @@ def _dispatch(argv, con) -> int:
                 for row in data["links"]:
                     for key in ("bytes", "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"):
                         row.pop(key, None)
-            con.out(json.dumps(data, indent=1))
+            con.out(json.dumps(data, separators=(",", ":")))  # compact: the C encoder (indent is Python's)
         else:
             con.out(render_table(data, counters=action == "stats"))
         return 0

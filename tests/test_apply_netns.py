@@ -3,6 +3,7 @@
 Each test gets its own namespace holding a veth pair; nothing outside it is touched.
 """
 
+import json
 import os
 import subprocess
 import sys
@@ -264,3 +265,17 @@ def test_statistics_count_real_packets(router):
     assert links["198.18.1.2", 10002]["packets"] == 20
     assert links["198.18.1.2", 10002]["bytes"] >= 20 * 128
     assert all(links["198.18.1.2", p]["packets"] == 0 for p in (10000, 10001, 10003))
+
+
+def test_list_and_stats_as_json_are_the_statistics_on_one_line(router):
+    service.apply(request(router, ports="10000-10003"))
+    expected = readout.statistics("rlt0", router)
+    for action in ("--stats", "--list"):
+        result = subprocess.run([sys.executable, "-m", "ratelimit", "--if", "rlt0", "--netns", router, action, "--json"],
+                                capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+        assert result.returncode == 0 and result.stdout.count("\n") == 1, result.stderr  # compact: one line
+        got = json.loads(result.stdout)
+        assert got["applied"] == json.loads(json.dumps(expected["applied"]))
+        assert [(r["direction"], r["host"], r["port"]) for r in got["links"]] == \
+            [(r["direction"], r["host"], r["port"]) for r in expected["links"]]
+        assert ("bytes" in got["links"][0]) == (action == "--stats")  # --list leaves the counters out
