@@ -220,7 +220,7 @@ def _packet_reading(doc: dict) -> list[str]:
 
 STATS_TOOLS = (("ratelimit", "Executor.stats"), ("service.statistics", "service.statistics"),
                ("service.statistics cold", "cold"), ("service.Poller", "Poller (dashboard)"),
-               ("baseline service.statistics", "baseline"))
+               ("baseline service.statistics", "baseline"), ("ratelimit --stats --json", "CLI --stats --json"))
 
 
 def _tool(rows: list[dict], name: str):
@@ -241,6 +241,7 @@ def section_stats(docs: list[dict], img: str | None) -> list[str]:
             "`service.statistics` (what `--stats` calls: state, ownership check, the link table compiled once per "
             "request, the dumps, a dict per link; *cold* is its first call in a process); the dashboard's "
             "`service.Poller` (columns, readers kept open); the same `service.statistics` of the baseline revision; "
+            "`ratelimit --stats --json` as a whole process, what a script polling it waits for; "
             "and the `tc -s` dump holding the same counters, as text (mapping it to links would cost more).  "
             "Best of several alternating runs.", ""]
     for doc in docs:

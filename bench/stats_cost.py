@@ -12,6 +12,7 @@ keeps.  Then, alternately, best and median of ``repeats`` runs each:
   check, the plan's link table -- compiled once per request and kept -- the dumps, a
   dict per link); ``cold`` is its first call in a process (it compiles the plan);
 * ``service.Poller``: the dashboard's read (columns, readers kept open);
+* ``ratelimit --stats --json``: the command a script polls, as a whole process;
 * ``baseline service.statistics``: the same call of the baseline revision (the rows keep
   the names from before ``statistics`` and ``Poller`` moved to ``readout``)
   (``--baseline``, default the commit before the statistics were rebuilt for scale),
@@ -33,7 +34,10 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -42,7 +46,7 @@ from pathlib import Path
 from ratelimit.compile import MAX_SHAPE_LINKS, compile_plan
 
 from . import dashboard
-from .common import BenchError, Clock, DEV, Steps, flows_request, fmt_time, median, ratio, run, say, shape_flows
+from .common import REPO, BenchError, Clock, DEV, Steps, flows_request, fmt_time, median, ratio, run, say, shape_flows
 from .sandbox import Netns, host_has, in_vm
 from .results import new_result, save
 
@@ -185,6 +189,7 @@ def _read_side_by_side(cfg, ns, plan, tc_what, common, tree, state_dir, readout,
         "service.statistics": lambda: _timed(lambda: readout.statistics(interface, netns)),
         "service.Poller": lambda: _timed(lambda: poller(interface, netns)),
         f"tc -s {tc_what} show": lambda: _timed(lambda: _tc(ns, tc_what, plan.devices())),
+        CLI_STATS: lambda: _cli_stats(interface, netns),
     }
     if base is not None:
         tools["baseline service.statistics"] = base
@@ -198,6 +203,8 @@ def _read_side_by_side(cfg, ns, plan, tc_what, common, tree, state_dir, readout,
                 got[name][1].append(m["cpu_s"])
                 if name == "ratelimit" and m["out"] != len(plan.flows):
                     raise BenchError(f"Executor.stats returned {m['out']} rows for {len(plan.flows)} flows")
+                if name == CLI_STATS and m["out"] != len(plan.flows):
+                    raise BenchError(f"{CLI_STATS} printed {m['out']} links of {len(plan.flows)}")
                 if name == "baseline service.statistics" and m["links"] != len(plan.flows):
                     raise BenchError(f"the baseline read {m['links']} links of {len(plan.flows)}")
     finally:
@@ -218,8 +225,27 @@ def _read_side_by_side(cfg, ns, plan, tc_what, common, tree, state_dir, readout,
     if "baseline service.statistics" in by:
         text += (f", baseline {fmt_time(by['baseline service.statistics'])} (baseline / ours = "
                  f"{ratio(by['baseline service.statistics'], by['service.statistics']):.1f})")
+    text += f", {CLI_STATS} {fmt_time(by[CLI_STATS])} (a whole process)"
     steps(text + f"; best of {cfg.repeats}")
     return rows
+
+
+CLI_STATS = "ratelimit --stats --json"
+
+
+def _cli_stats(interface: str, netns: str) -> dict:
+    """``ratelimit --stats --json`` as a user or a script polling it runs it: a whole process
+    (start, the record, the link table, the dumps, the JSON), its wall and CPU time."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    res = subprocess.run([sys.executable, "-m", "ratelimit", "--netns", netns, "--if", interface, "--stats", "--json"],
+                         capture_output=True, text=True, cwd=REPO)
+    wall_s = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if res.returncode:
+        raise BenchError(f"{CLI_STATS}: exit {res.returncode}: {res.stderr.strip()}")
+    cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return {"wall_s": wall_s, "cpu_s": cpu_s, "out": len(json.loads(res.stdout)["links"])}
 
 
 def _executor_stats(Executor, netns, plan) -> int:
