@@ -16,6 +16,9 @@ namespace by
   run them (``sh -e``), measured up to ``per_rule_max`` flows and extrapolated
   beyond: tc -batch's time at N plus the per-operation process overhead
   measured at the largest N run;
+- ``ratelimit CLI`` (shape mode): the same request as ``ratelimit --netns NS --if DEV
+  -h HOSTS -p PORTS --mode shape ...``, a whole process as a user waits for it (start,
+  compile, the lock and record, the kernel, the fingerprint read back);
 - ``tcconfig`` (``tcset``, the peer tool): one ``tcset --add`` process per flow.
   tcset always adds a netem leaf, so it cannot run on a kernel without netem,
   and in the software-emulated VM importing it alone takes about 40 s.  So its
@@ -49,7 +52,7 @@ from .results import new_result, save
 NAME = "setup"
 MIN_CPU_S = 0.02  # CPU times below this are too coarse to compare
 VM_WORK = True  # police mode runs in the VM
-TOOLS = ("ratelimit", "ratelimit-1qdisc", "tc-batch", "tc-per-rule", "tcconfig")
+TOOLS = ("ratelimit", "ratelimit-1qdisc", "ratelimit CLI", "tc-batch", "tc-per-rule", "tcconfig")
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,30 @@ def _ours(ns: Netns, plan) -> Clock:
         with Executor(ns.name) as ex:
             ex.apply(plan.ops)
     return c
+
+
+def _cli_apply(ns: Netns, req) -> tuple[float, float]:
+    """(wall, CPU) seconds of ``ratelimit`` applying ``req`` on ``ns`` as a user runs it, with a
+    state directory of its own (removed after)."""
+    import resource
+    import subprocess
+    import tempfile
+    from .common import REPO
+    argv = [sys.executable, "-m", "ratelimit", "--netns", ns.name, "--if", req.interface,
+            "-h", ",".join(str(h) for h in req.hosts), "-p", ",".join(f"{lo}-{hi}" for lo, hi in req.ports),
+            "--mode", req.mode, "-d", req.direction, "-r", str(req.down.rate_bps), "--bw", str(req.bandwidth_bps)]
+    state = tempfile.mkdtemp(prefix="rlbench-cli-state-")
+    try:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        with Clock() as c:
+            res = subprocess.run(argv, capture_output=True, text=True, cwd=REPO,
+                                 env={**os.environ, "RATELIMIT_STATE_DIR": state})
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+    if res.returncode:
+        raise BenchError(f"ratelimit CLI apply: exit {res.returncode}: {res.stderr.strip()}")
+    return c.wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
 
 
 def _slab_bytes() -> int:
@@ -190,6 +217,12 @@ def measure(quick: bool, place: str, *, flows: tuple[int, ...] | None = None, ou
                 with Netns("setup-1qdisc") as ns:
                     single = _ours(ns, one)
                 steps(f"{mode} {n:,} flows ratelimit, one qdisc: {fmt_time(single.wall)}")
+            cli = []
+            if mode == "shape":
+                for _ in range(repeats):
+                    with Netns("setup-cli") as ns:
+                        cli.append(_cli_apply(ns, req))
+                steps(f"{mode} {n:,} flows ratelimit CLI (a whole process): {fmt_time(min(w for w, _ in cli))}")
             if n <= cfg.per_rule_max:
                 with Netns("setup-rule") as ns:
                     c = _per_rule(ns, text)
@@ -207,6 +240,10 @@ def measure(quick: bool, place: str, *, flows: tuple[int, ...] | None = None, ou
                              "cpu_s": min(cpu[tool]), "cpu_samples": cpu[tool], "extrapolated": False})
             rows[-2]["teardown_s"] = min(teardown)
             rows[-2]["kernel_memory_bytes"] = int(median(memory))
+            if cli:
+                walls = [w for w, _ in cli]
+                rows.append({**common, "tool": "ratelimit CLI", "seconds": min(walls), "median_s": median(walls),
+                             "samples": walls, "cpu_s": min(c for _, c in cli), "extrapolated": False})
             if single is not None:
                 rows.append({**common, "tool": "ratelimit-1qdisc", "seconds": single.wall, "samples": [single.wall],
                              "cpu_s": single.cpu, "extrapolated": False})

@@ -404,7 +404,7 @@ def test_quick_setup_benchmark_runs(tmp_path):
     tools = {(r["mode"], r["flows"], r["tool"]) for r in doc["rows"]}
     for n in (64, 256):
         assert ("shape", n, "ratelimit") in tools and ("shape", n, "tc-batch") in tools
-        assert ("shape", n, "tc-per-rule") in tools
+        assert ("shape", n, "tc-per-rule") in tools and ("shape", n, "ratelimit CLI") in tools
     for r in doc["rows"]:
         assert r["seconds"] > 0 and math.isfinite(r["seconds"])
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{sandbox.NS_PREFIX}{os.getpid()}-")]
