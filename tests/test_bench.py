@@ -349,7 +349,7 @@ def test_report_from_small_results(tmp_path):
                     "## 5. The dial-up table"):
         assert heading in text
     # setup: ratios computed side by side, extrapolations marked, lower bounds marked
-    assert "| 256 | 517 | 5.0 ms | 15.0 ms | 3.00 | 2.5 ms | 1.0 MiB | 10.0 ms | 2.00 s | *>= 128 s* | **2.00** |" in text
+    assert "| 256 | 517 | 5.0 ms | - | 15.0 ms | 3.00 | 2.5 ms | 1.0 MiB | 10.0 ms | 2.00 s | *>= 128 s* | **2.00** |" in text
     assert "*8.00 s*" in text and "test basis" in text
     assert "| 25.0 ms / 40.0 ms | 1.60 |" in text  # CPU ratio shown when both are >= 20 ms
     assert "| 2.5 ms / 10.0 ms | - |" in text
@@ -359,7 +359,7 @@ def test_report_from_small_results(tmp_path):
     assert "190,000 (0.95)" in text and "1,000 (0.00)" in text
     assert "180x faster than the flat list" in text
     # stats, fidelity, latency, dial-up
-    assert "| 1,024 | 4.0 ms | 5.0 ms | 50.0 ms | 3.0 ms | 100.0 ms | 8.0 ms | 20.0 | 1.60 |" in text
+    assert "| 1,024 | 4.0 ms | 5.0 ms | 50.0 ms | 3.0 ms | 100.0 ms | - | 8.0 ms | 20.0 | 1.60 |" in text
     assert "| synthetic, every link moving | 16,384 | 2.0% | 8.0% | 4.0 |" in text
     assert "| shape | host | 100 | 1990s | 1 | 0.997 | 0.991 | 0.980 | 0.971 | 0.980 | 0.989 | 0 | 2.00 s | 4.50 s | 4.88 s | 1ms (200 B) | 1.0% | 50% |" in text
     assert "| national-100ms | 200.0 ms | 204.0 ms | 1.020 | +4.0 ms |" in text
