@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -236,16 +235,12 @@ CLI_STATS = "ratelimit --stats --json"
 def _cli_stats(interface: str, netns: str) -> dict:
     """``ratelimit --stats --json`` as a user or a script polling it runs it: a whole process
     (start, the record, the link table, the dumps, the JSON), its wall and CPU time."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    res = subprocess.run([sys.executable, "-m", "ratelimit", "--netns", netns, "--if", interface, "--stats", "--json"],
-                         capture_output=True, text=True, cwd=REPO)
-    wall_s = time.perf_counter() - started
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if res.returncode:
-        raise BenchError(f"{CLI_STATS}: exit {res.returncode}: {res.stderr.strip()}")
-    cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return {"wall_s": wall_s, "cpu_s": cpu_s, "out": len(json.loads(res.stdout)["links"])}
+    res = _timed(lambda: subprocess.run([sys.executable, "-m", "ratelimit", "--netns", netns, "--if", interface,
+                                         "--stats", "--json"], capture_output=True, text=True, cwd=REPO))
+    done = res.pop("out")
+    if done.returncode:
+        raise BenchError(f"{CLI_STATS}: exit {done.returncode}: {done.stderr.strip()}")
+    return {**res, "out": len(json.loads(done.stdout)["links"])}
 
 
 def _executor_stats(Executor, netns, plan) -> int:

@@ -89,24 +89,19 @@ def test_percentages_are_within_bounds_or_refused(value):
     assert got is None or (0 <= got <= 100 and math.copysign(1, got) == 1)  # never -0%
 
 
-@settings(max_examples=400, deadline=None)
-@given(ANY_VALUE)
-def test_bursts_are_within_bounds_or_refused(value):
-    got = _field_error_or(units.parse_burst, "--burst", value)
-    assert got is None or isinstance(got, Burst)
-    if got is not None:
-        assert {"v03": 1 <= got.amount <= 100000, "us": 0 < got.amount <= 3600 * 10**6,
-                "bytes": 1 <= got.amount < 2**32}[got.unit], got
+AMOUNTS = {"v03": (1, 100000), "pkts": (1, 1_000_000), "us": (1, 3600 * 10**6), "bytes": (1, 2**32 - 1)}
 
 
+@pytest.mark.parametrize("parse,field,kind,units_taken", [(units.parse_burst, "--burst", Burst, {"v03", "us", "bytes"}),
+                                                          (units.parse_queue, "--queue", Queue, {"pkts", "us", "bytes"})])
 @settings(max_examples=400, deadline=None)
-@given(ANY_VALUE)
-def test_queues_are_within_bounds_or_refused(value):
-    got = _field_error_or(units.parse_queue, "--queue", value)
-    assert got is None or isinstance(got, Queue)
+@given(value=ANY_VALUE)
+def test_bursts_and_queues_are_within_bounds_or_refused(parse, field, kind, units_taken, value):
+    got = _field_error_or(parse, field, value)
+    assert got is None or isinstance(got, kind)
     if got is not None:
-        assert {"pkts": 1 <= got.amount <= 1_000_000, "us": 0 < got.amount <= 3600 * 10**6,
-                "bytes": 1 <= got.amount < 2**32}[got.unit], got
+        lo, hi = AMOUNTS[got.unit]
+        assert got.unit in units_taken and lo <= got.amount <= hi, got
 
 
 @settings(max_examples=400, deadline=None)
