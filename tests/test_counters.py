@@ -106,3 +106,32 @@ def test_action_counters_per_flow_from_one_filter_dump_per_device_and_parent(rou
         assert len(dumps) == 2  # root 52: and ingress ffff: on r0
         ex.remove(plan.teardown())
     subprocess.run(["ip", "-n", router, "link", "del", "rs0"], capture_output=True)
+
+
+def test_device_lookups_answer_as_ip_link_does_and_keep_nothing_behind(router_pair):
+    """Names, indexes and states come from the reader's own rtnetlink channel (pyroute2's
+    lookups each left a message in its socket's queue: the dashboard's poller grew)."""
+    import gc
+    import json
+    import subprocess
+    from pyroute2.netlink.core import CoreMessageQueue
+    from ratelimit.kernel.readback import Reader
+    router, _ = router_pair
+    shown = {d["ifname"]: d for d in json.loads(subprocess.run(["ip", "-j", "-d", "-n", router, "link", "show"],
+                                                              check=True, capture_output=True, text=True).stdout)}
+    with Reader(router) as reader:
+        for name, dev in shown.items():
+            assert reader.links.index(name) == dev["ifindex"]
+            assert reader.links.name(dev["ifindex"]) == name
+            kind = dev.get("linkinfo", {}).get("info_kind", "")
+            assert reader.links.state(name) == {"kind": kind, "up": "UP" in dev["flags"]}
+        assert reader.links.index("rl-nothing") is None and reader.links.state("rl-nothing") is None
+        assert reader.links.name(max(d["ifindex"] for d in shown.values()) + 1000) is None
+        def kept() -> int:
+            return sum(q.qsize() for o in gc.get_objects() if isinstance(o, CoreMessageQueue) for q in o.queues.values())
+        before = kept()
+        for _ in range(50):
+            reader.links.forget()
+            reader.links.index("r0")
+            reader.links.state("r0")
+        assert kept() == before

@@ -60,11 +60,11 @@ class Reader:
 
     def __init__(self, netns: str | None = None):
         self.netns = netns
-        self.links = Links(netns)
+        self.chan = Channel(netns)
         try:
-            self.chan = Channel(netns)
+            self.links = Links(netns, self.chan)
         except BaseException:
-            self.links.close()
+            self.chan.close()
             raise
         self.clock = clock()
         self._layouts = ({}, {})  # what counters learnt of class and filter messages, per length
