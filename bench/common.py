@@ -170,9 +170,8 @@ def flows_request(n: int, mode: str, *, interface: str = DEV, netns: str | None 
     if first_port + nports - 1 > 65535:
         raise BenchError(f"ports: {first_port}+{nports} runs past 65535")
     link = LinkParams(rate_bps=rate_bps)
-    return Request(interface=interface, hosts=tuple(hosts), ports=((first_port, first_port + nports - 1),),
-                   down=link, up=link, mode=mode, direction=direction, netns=netns,
-                   bandwidth_bps=bandwidth_bps, burst=burst)
+    return Request.single(interface, tuple(hosts), ((first_port, first_port + nports - 1),), link, link,
+                          mode=mode, direction=direction, netns=netns, bandwidth_bps=bandwidth_bps, burst=burst)
 
 
 # ---------------------------------------------------------------- commands

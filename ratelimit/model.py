@@ -146,61 +146,118 @@ def min_police_burst(rate_bps: int, mtu_bytes: int) -> int:
 
 
 @dataclass(frozen=True)
-class Request:
-    """Everything the compiler needs; hosts are already resolved to addresses."""
+class Cohort:
+    """A set of flows that share a link kind: who (client hosts, and their ports or every
+    packet of theirs), how (one direction's parameters each way, the link layer, the burst)
+    and how fine (a link per (host, port), or per host).  Its ``name`` is its identity in
+    the plan, the record, the statistics and a re-apply's diff ("cohort" is not "group":
+    groups are the 256-link HTB qdiscs a cohort's links are spread over)."""
 
-    interface: str
+    name: str
     hosts: tuple[IPAddress, ...]
-    ports: tuple[tuple[int, int], ...]
+    ports: tuple[tuple[int, int], ...] | None  # None: every packet of each host (per host only)
     down: LinkParams
     up: LinkParams
-    mode: str = "police"
-    direction: str = "both"
-    netns: str | None = None
-    bandwidth_bps: int = 100_000_000
-    burst: Burst | None = None  # overrides the sides' bursts (the command line's --burst)
-    mtu_bytes: int = 1514
-    avpkt_bytes: int = 1200
-    mpu_bytes: int = 64
-    profile: str | None = None
-    link: LinkLayer = ETHERNET
     per: str = "port"  # "port": a link per (host, port); "host": one per host, all its ports
-    # which of two sets of kernel handles the plan uses (0 or 1): a re-apply with other
-    # selectors builds its plan in the set the installed plan leaves free (``diff``)
-    generation: int = 0
-
-    def burst_of(self, params: LinkParams) -> Burst:
-        """The burst one side's links get: --burst, else the side's, else the mode's default."""
-        return self.burst or params.burst or DEFAULT_BURST[self.mode]
-
-    def burst_bytes(self, params: LinkParams, rate_bps: int) -> int:
-        return self.burst_of(params).bytes_at(rate_bps, self.mtu_bytes)
-
-    def line_mtu_bytes(self) -> int:
-        """The largest packet in line bytes (the MTU frame through this link layer)."""
-        return self.link.frame_bytes(self.mtu_bytes - ETHERNET_HEADER_BYTES)
-
-    def queue_bytes(self, params: LinkParams, rate_bps: int) -> int:
-        """One side's queue per link, in line bytes: the side's own, else the larger of
-        ``DEFAULT_QUEUE`` at the rate and ``DEFAULT_QUEUE_PKTS`` full packets."""
-        mtu = self.line_mtu_bytes()
-        if params.queue is not None:
-            return params.queue.bytes_at(rate_bps, mtu)
-        return max(DEFAULT_QUEUE.bytes_at(rate_bps, mtu), DEFAULT_QUEUE_PKTS * mtu)
-
-    def queue_packets(self, params: LinkParams, rate_bps: int) -> int:
-        """The same queue in packets (netem counts packets): full-size ones for bytes and times."""
-        if params.queue is not None and params.queue.unit == "pkts":
-            return params.queue.amount
-        return math.ceil(self.queue_bytes(params, rate_bps) / self.line_mtu_bytes())
+    link: LinkLayer = ETHERNET
+    profile: str | None = None
+    burst: Burst | None = None  # overrides the sides' bursts (the command line's --burst)
+    mpu_bytes: int = 64
 
     def flow_count(self) -> int:
-        """Selected (host, port) pairs: the filters a tree holds per direction."""
+        """Selected (host, port) pairs (a whole host counts one): the filters a tree holds per direction."""
+        if self.ports is None:
+            return len(self.hosts)
         return len(self.hosts) * sum(hi - lo + 1 for lo, hi in self.ports)
 
     def link_count(self) -> int:
         """Emulated links per direction: a (host, port) each, or a host each."""
         return len(self.hosts) if self.per == "host" else self.flow_count()
+
+
+MAIN_COHORT = "main"  # the one cohort of a request made from the command line's link options
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything the compiler needs: the device's settings and its cohorts, in order
+    (their links take handles in that order); hosts are already resolved to addresses.
+    The cohort fields read through the request (``hosts``, ``down``, ``burst_bytes()``,
+    ...) are those of a request with one cohort, the command line's."""
+
+    interface: str
+    cohorts: tuple[Cohort, ...]
+    mode: str = "police"
+    direction: str = "both"
+    netns: str | None = None
+    bandwidth_bps: int = 100_000_000
+    mtu_bytes: int = 1514
+    avpkt_bytes: int = 1200
+    # which of two sets of kernel handles the plan uses (0 or 1): a re-apply with other
+    # selectors builds its plan in the set the installed plan leaves free (``diff``)
+    generation: int = 0
+
+    @classmethod
+    def single(cls, interface: str, hosts, ports, down: LinkParams, up: LinkParams, *, per: str = "port",
+               link: LinkLayer = ETHERNET, profile: str | None = None, burst: "Burst | None" = None,
+               mpu_bytes: int = 64, name: str = MAIN_COHORT, **device) -> "Request":
+        """A request of one cohort (the command line's link options)."""
+        return cls(interface, (Cohort(name, tuple(hosts), ports if ports is None else tuple(ports), down, up, per,
+                                      link, profile, burst, mpu_bytes),), **device)
+
+    @property
+    def only(self) -> Cohort:
+        """The request's one cohort; ValueError for a request of several."""
+        if len(self.cohorts) != 1:
+            raise ValueError(f"a request of {len(self.cohorts)} cohorts has no single cohort")
+        return self.cohorts[0]
+
+    # the one cohort's fields, for code that handles a single cohort
+    hosts = property(lambda self: self.only.hosts)
+    ports = property(lambda self: self.only.ports)
+    down = property(lambda self: self.only.down)
+    up = property(lambda self: self.only.up)
+    per = property(lambda self: self.only.per)
+    link = property(lambda self: self.only.link)
+    profile = property(lambda self: self.only.profile)
+    burst = property(lambda self: self.only.burst)
+    mpu_bytes = property(lambda self: self.only.mpu_bytes)
+
+    def burst_of(self, params: LinkParams, cohort: Cohort | None = None) -> Burst:
+        """The burst one side's links get: --burst, else the side's, else the mode's default."""
+        return (cohort or self.only).burst or params.burst or DEFAULT_BURST[self.mode]
+
+    def burst_bytes(self, params: LinkParams, rate_bps: int, cohort: Cohort | None = None) -> int:
+        return self.burst_of(params, cohort).bytes_at(rate_bps, self.mtu_bytes)
+
+    def line_mtu_bytes(self, cohort: Cohort | None = None) -> int:
+        """The largest packet in line bytes (the MTU frame through the cohort's link layer)."""
+        return (cohort or self.only).link.frame_bytes(self.mtu_bytes - ETHERNET_HEADER_BYTES)
+
+    def queue_bytes(self, params: LinkParams, rate_bps: int, cohort: Cohort | None = None) -> int:
+        """One side's queue per link, in line bytes: the side's own, else the larger of
+        ``DEFAULT_QUEUE`` at the rate and ``DEFAULT_QUEUE_PKTS`` full packets."""
+        mtu = self.line_mtu_bytes(cohort)
+        if params.queue is not None:
+            return params.queue.bytes_at(rate_bps, mtu)
+        return max(DEFAULT_QUEUE.bytes_at(rate_bps, mtu), DEFAULT_QUEUE_PKTS * mtu)
+
+    def queue_packets(self, params: LinkParams, rate_bps: int, cohort: Cohort | None = None) -> int:
+        """The same queue in packets (netem counts packets): full-size ones for bytes and times."""
+        if params.queue is not None and params.queue.unit == "pkts":
+            return params.queue.amount
+        return math.ceil(self.queue_bytes(params, rate_bps, cohort) / self.line_mtu_bytes(cohort))
+
+    def flow_count(self) -> int:
+        """Selected (host, port) pairs over every cohort."""
+        return sum(c.flow_count() for c in self.cohorts)
+
+    def link_count(self) -> int:
+        """Emulated links per direction over every cohort."""
+        return sum(c.link_count() for c in self.cohorts)
+
+    def cohort(self, name: str) -> Cohort | None:
+        return next((c for c in self.cohorts if c.name == name), None)
 
 
 # Defaults chosen by measurement (docs/profiles.md, "Burst" and "Queue").

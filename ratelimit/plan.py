@@ -222,14 +222,19 @@ class HtbClass(_Tc):
     burst_bytes: int
     quantum_bytes: int
     mpu_bytes: int = 0
+    # added to the length the device's size table gave a packet (a cohort whose link layer
+    # is not the device's), and ATM cells: 48 bytes of it per 53 on the line
+    overhead_bytes: int = 0
+    atm: bool = False
     features = frozenset({"htb"})
 
     def tc(self) -> str:
         mpu = f" mpu {self.mpu_bytes}" if self.mpu_bytes else ""
+        layer = (f" overhead {self.overhead_bytes}" if self.overhead_bytes else "") + (" linklayer atm" if self.atm else "")
         return (f"class add dev {batch_word(self.dev)} parent {tc_handle(self.parent)}"
                 f" classid {tc_handle(self.classid)}"
                 f" htb rate {format_rate(self.rate_bps)} ceil {format_rate(self.ceil_bps)}"
-                f" burst {self.burst_bytes}b cburst {self.burst_bytes}b quantum {self.quantum_bytes}{mpu}")
+                f" burst {self.burst_bytes}b cburst {self.burst_bytes}b quantum {self.quantum_bytes}{mpu}{layer}")
 
 
 def netem_args(p: LinkParams, limit_pkts: int) -> str:
@@ -276,10 +281,17 @@ class NetemQdisc(_Tc):
     params: LinkParams
     limit_pkts: int = 1000
     rate_bps: int = 0
+    # its rate's packet overhead (signed: a cohort whose link layer is not the device's),
+    # and cells (ATM: 48 bytes a cell, 5 more on the line)
+    overhead_bytes: int = 0
+    cell_bytes: int = 0
+    cell_overhead_bytes: int = 0
     features = frozenset({"netem"})
 
     def tc(self) -> str:
         rate = f" rate {format_rate(self.rate_bps)}" if self.rate_bps else ""
+        if self.rate_bps and (self.overhead_bytes or self.cell_bytes):
+            rate += f" {self.overhead_bytes}" + (f" {self.cell_bytes} {self.cell_overhead_bytes}" if self.cell_bytes else "")
         return (f"qdisc add dev {batch_word(self.dev)} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
                 f" netem {netem_args(self.params, self.limit_pkts)}{rate}")
 
@@ -335,6 +347,7 @@ class Flow:
     prio: int
     handle: int  # of its u32 filter (per host: of one of them; they share the policer)
     classid: int | None = None  # shape mode: its own HTB class
+    cohort: str = ""  # the name of its cohort
 
 
 @dataclass(frozen=True)

@@ -62,10 +62,9 @@ def make_request(interface: str, *, hosts, ports, profile: str | None = None, ne
         burst = V03_BURST
     port_ranges = parse_ports(ports)  # pure checks before any name lookup
     layer = linklayer.layer(link, field="--link") if link else (prof.link if prof else linklayer.ETHERNET)
-    req = Request(
-        interface=interface, netns=netns or None,
-        hosts=parse_hosts(hosts), ports=port_ranges,
-        down=down.merged(**overrides), up=up.merged(**overrides),
+    req = Request.single(
+        interface, parse_hosts(hosts), port_ranges, down.merged(**overrides), up.merged(**overrides),
+        netns=netns or None,
         mode=mode, direction=_DIRECTION_WORDS[direction],
         bandwidth_bps=parse_rate_bps(bandwidth, "--bandwidth"),
         burst=None if burst is None else parse_burst(burst, "--burst"),

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from . import linklayer
 from .errors import ConflictError, StateError
-from .model import Burst, LinkParams, Request
+from .model import MAIN_COHORT, Burst, Cohort, LinkParams, Request
 
 VERSION = 2  # 1: the bare request (ratelimit 0.4 before the record had a version)
 LOCK_POLL_S = 0.05
@@ -41,23 +41,41 @@ def _path(netns: str | None, interface: str, suffix: str) -> Path:
 
 
 def to_json(req: Request) -> dict:
-    data = asdict(req)
-    data["hosts"] = [str(h) for h in req.hosts]
-    data["ports"] = [list(p) for p in req.ports]
-    data["link"] = req.link.describe()
+    data = {f.name: getattr(req, f.name) for f in fields(Request) if f.name != "cohorts"}
+    data["cohorts"] = [_cohort_json(c) for c in req.cohorts]
     return data
 
 
+def _cohort_json(c: Cohort) -> dict:
+    data = asdict(c)
+    data["hosts"] = [str(h) for h in c.hosts]
+    data["ports"] = None if c.ports is None else [list(p) for p in c.ports]
+    data["link"] = c.link.describe()
+    return data
+
+
+def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:
+    return Cohort(
+        name=data.get("name", name),
+        hosts=tuple(ip_address(h) for h in data["hosts"]),
+        ports=None if data["ports"] is None else tuple(tuple(p) for p in data["ports"]),
+        down=LinkParams.from_dict(data["down"]), up=LinkParams.from_dict(data["up"]),
+        per=data.get("per", "port"),
+        link=linklayer.LinkLayer.from_description(data["link"]) if data.get("link") else linklayer.ETHERNET,
+        profile=data.get("profile"),
+        burst=Burst(**data["burst"]) if data.get("burst") else None,
+        mpu_bytes=data.get("mpu_bytes", 64))
+
+
 def from_json(data: dict) -> Request:
-    names = {f.name for f in fields(Request)}
+    """The request of a record; one written before cohorts (its link options beside the
+    device's) reads as one cohort, the command line's."""
+    names = {f.name for f in fields(Request)} - {"cohorts"}
     values = {k: v for k, v in data.items() if k in names}
-    values["hosts"] = tuple(ip_address(h) for h in data["hosts"])
-    values["ports"] = tuple(tuple(p) for p in data["ports"])
-    values["down"] = LinkParams.from_dict(data["down"])
-    values["up"] = LinkParams.from_dict(data["up"])
-    values["burst"] = Burst(**data["burst"]) if data.get("burst") else None
-    values["link"] = linklayer.LinkLayer.from_description(data["link"]) if data.get("link") else linklayer.ETHERNET
-    return Request(**values)
+    cohorts = data["cohorts"] if "cohorts" in data else [data]
+    if not isinstance(cohorts, list):
+        raise TypeError("cohorts is not a list")
+    return Request(cohorts=tuple(_cohort(c) for c in cohorts), **values)
 
 
 def request_from_json(data, where: str) -> Request:

@@ -9,6 +9,11 @@ one that leaves the smallest largest bucket -- until every bucket holds at most
 ``LEAF_MAX`` exact (host, port) filters.  Ports are read at the fixed offset of a
 20-byte IPv4 (40-byte IPv6) header, which is why the root filter requires it:
 u32 reads a ``hashkey`` before its own ``offset`` applies.
+
+A whole host (a link per host without ports) is one exact filter on its address in
+a tree of its own (prio 3 IPv4, prio 4 IPv6), hashed on address octets only, whose
+root filter takes every packet of the family: TCP, UDP, ICMP, fragments, IP options.
+Those lists come after the (host, port) ones, so a packet tries its port first.
 """
 
 from collections import Counter, defaultdict
@@ -23,6 +28,7 @@ from .filters import HashKey, Key, Police, U32Filter, U32Table
 LEAF_MAX = 16  # most exact filters left in one bucket
 PROTOCOLS = (6, 17)  # TCP, UDP
 FAMILY = {4: (1, "ip"), 6: (2, "ipv6")}  # prio, tc protocol
+WHOLE_FAMILY = {4: (3, "ip"), 6: (4, "ipv6")}  # the lists of whole hosts, tried after the (host, port) ones
 
 
 @dataclass(frozen=True)
@@ -52,59 +58,61 @@ class Terminal:
     police: Police | None = None
     reports: bool = True  # False: another filter of the same link (per host) already does
     per_host: bool = False  # the link is the host's, all its ports: it reports no port
+    cohort: str = ""  # the cohort of its link
 
 
-@dataclass(frozen=True)
-class Flows:
-    """The (host, port) pairs a tree selects, in a fixed order (host-major): flow i is
-    ``hosts[i // len(ports)]`` and ``ports[i % len(ports)]``."""
-
-    hosts: tuple
-    ports: tuple[int, ...]
-
-    @classmethod
-    def of(cls, hosts, port_ranges) -> "Flows":
-        return cls(tuple(hosts), tuple(p for lo, hi in port_ranges for p in range(lo, hi + 1)))
-
-    def __len__(self) -> int:
-        return len(self.hosts) * len(self.ports)
-
-
-def build(flows: Flows, dev: str, parent: int, direction: str, terminal: Callable[[int], Terminal],
+def build(pairs: Sequence, dev: str, parent: int, direction: str, terminal: Callable[[int], Terminal],
           ops: list, links: list, *, link_classid: bool, indices: range | None = None,
-          tree_ids: TreeIds = FIRST) -> None:
-    """Append the tree's tables and filters for ``flows`` (those numbered in ``indices``,
-    default all) on ``dev`` under ``parent`` to ``ops``, and a ``Flow`` per reporting
-    filter to ``links`` (with its class when ``link_classid``: shape mode's counters
-    are the class's)."""
-    ids = _TableIds(tree_ids.lo, tree_ids.hi)
-    n_ports = len(flows.ports)
-    indices = indices if indices is not None else range(len(flows))
-    first_host, last_host = indices.start // n_ports, (indices.stop - 1) // n_ports
-    host_index = {h: i for i, h in enumerate(flows.hosts) if first_host <= i <= last_host}
+          tree_ids: TreeIds = FIRST, ids: "_TableIds | None" = None, whole_hosts: bool = False) -> None:
+    """Append the tree's tables and filters for the flows ``pairs`` ((host, port) each;
+    those numbered in ``indices``, default all) on ``dev`` under ``parent`` to ``ops``, and
+    a ``Flow`` per reporting filter to ``links`` (with its class when ``link_classid``:
+    shape mode's counters are the class's).  ``whole_hosts``: the flows are hosts (port
+    None) and their filters take every IP packet of the host (``WHOLE_FAMILY``'s lists).
+    Trees built into one qdisc's filter lists share ``ids`` (u32's table ids are per qdisc)."""
+    ids = ids or table_ids(tree_ids)
+    indices = indices if indices is not None else range(len(pairs))
+    flows_of: dict = {}  # host -> [(flow index, port)], in flow order
+    for i in indices:
+        host, port = pairs[i]
+        flows_of.setdefault(host, []).append((i, port))
     for family in (4, 6):
-        hosts = sorted(h for h in host_index if h.version == family)
+        hosts = sorted((h for h in flows_of if h.version == family), key=int)
         if not hosts:
             continue
-        (prio, proto_name), l1 = FAMILY[family], tree_ids.first[family]
+        prio, proto_name = (WHOLE_FAMILY if whole_hosts else FAMILY)[family]
+        l1 = ids.take(len(hosts)) if whole_hosts else tree_ids.first[family]
         where = _FilterList(dev, parent, prio, proto_name)
         levels = _levels(family, direction)
+        excluded = _PORT_LEVELS if whole_hosts else frozenset()
         entries = []  # (flow index, host, port, bucket value per level, exact keys)
         for host in hosts:
             host_keys = _host_keys(family, direction, host)
             b0, b1, b2, b3 = (int(host) & 0xFFFFFFFF).to_bytes(4, "big")
-            base = host_index[host] * n_ports
-            for k in range(max(0, indices.start - base), min(n_ports, indices.stop - base)):
-                port = flows.ports[k]
-                entries.append((base + k, host, port, (b3, port >> 8, port & 0xFF, b2, b1, b0),
-                                host_keys + (_port_key(family, direction, port),)))
-        first = _choose_level(entries, levels, set()) or 0
+            for i, port in flows_of[host]:
+                if port is None:
+                    entries.append((i, host, None, (b3, 0, 0, b2, b1, b0), host_keys))
+                else:
+                    entries.append((i, host, port, (b3, port >> 8, port & 0xFF, b2, b1, b0),
+                                    host_keys + (_port_key(family, direction, port),)))
+        first = _choose_level(entries, levels, excluded) or 0
         ops.append(where.table(l1))
         place = _Placer(where, direction, levels, terminal, link_classid, ids, ops, links)
-        place.split(l1, entries, first, {first})
+        place.split(l1, entries, first, excluded | {first})
         _, off, mask = levels[first]
+        if whole_hosts:
+            ops.append(where.node(0, 0, tree_ids.root_node, (Key(0, 0, 0),), hashkey=HashKey(mask, off), link=l1))
+            continue
         for node, proto in enumerate(PROTOCOLS, start=tree_ids.root_node):
             ops.append(where.node(0, 0, node, _root_keys(family, proto), hashkey=HashKey(mask, off), link=l1))
+
+
+def table_ids(tree_ids: TreeIds) -> "_TableIds":
+    """The allocator of further table ids for the trees of one qdisc."""
+    return _TableIds(tree_ids.lo, tree_ids.hi)
+
+
+_PORT_LEVELS = frozenset({1, 2})  # the port levels of ``_levels``: a whole host's tree hashes on its address only
 
 
 def _levels(family: int, direction: str):
@@ -202,7 +210,8 @@ class _Placer:
             self.ops.append(w.node(ht, bucket, node, keys, classid=t.classid, police=t.police))
             if t.reports:
                 self.links.append(Flow(self.direction, host, None if t.per_host else port, w.dev, w.prio,
-                                       (ht << 20) | (bucket << 12) | node, t.classid if self.link_classid else None))
+                                       (ht << 20) | (bucket << 12) | node, t.classid if self.link_classid else None,
+                                       t.cohort))
 
 
 def _choose_level(group, levels, used):

@@ -45,7 +45,7 @@ def sh(*argv, check=True, **kw):
 def plan_for(dev="r0", mode="shape", direction="both", ports=(1024, 1031), down=None, up=None, **kw):
     down = down or LinkParams(2_000_000)
     up = up or LinkParams(1_000_000)
-    req = Request(dev, (ip_address(HOST4), ip_address(HOST6)), (ports,), down, up, mode=mode,
+    req = Request.single(dev, (ip_address(HOST4), ip_address(HOST6)), (ports,), down, up, mode=mode,
                   direction=direction, **kw)
     return compile_plan(req)
 

@@ -33,7 +33,7 @@ def _request(hosts, ranges, mode, direction, delay, per="port"):
         else:
             merged.append((lo, hi))
     params = LinkParams(28800, delay_us=delay)
-    return Request("eth0", tuple(dict.fromkeys(hosts)), tuple(merged), params, params,
+    return Request.single("eth0", tuple(dict.fromkeys(hosts)), tuple(merged), params, params,
                    mode=mode, direction=direction, per=per)
 
 
@@ -160,9 +160,9 @@ def _bucket_sizes(plan):
 
 def test_large_plans_keep_every_bucket_small():
     hosts = tuple(IPv4Address(f"198.18.{i}.2") for i in range(16))
-    req = Request("eth0", hosts, ((1024, 5119),), LinkParams(28800), LinkParams(28800), mode="police", direction="dest")
+    req = Request.single("eth0", hosts, ((1024, 5119),), LinkParams(28800), LinkParams(28800), mode="police", direction="dest")
     plan = compile_plan(req)
     assert len(plan.flows) == 16 * 4096
     assert max(_bucket_sizes(plan).values()) <= LEAF_MAX
-    one_host = Request("eth0", hosts[:1], ((1, 65535),), LinkParams(28800), LinkParams(28800), direction="dest")
+    one_host = Request.single("eth0", hosts[:1], ((1, 65535),), LinkParams(28800), LinkParams(28800), direction="dest")
     assert max(_bucket_sizes(compile_plan(one_host)).values()) <= LEAF_MAX

@@ -60,7 +60,8 @@ class Encoder:
 
     def netem_qdisc(self, op, seq: int, flags: int) -> bytes:
         body = (tcmsg(self.ifindex(op.dev), op.handle, op.parent)
-                + netem.options(op.params, op.limit_pkts, self.clock, op.rate_bps))
+                + netem.options(op.params, op.limit_pkts, self.clock, op.rate_bps,
+                                (op.overhead_bytes, op.cell_bytes, op.cell_overhead_bytes)))
         return message(RTM_NEWQDISC, flags | _ADD, seq, body)
 
     def fifo_qdisc(self, op, seq: int, flags: int) -> bytes:
@@ -70,7 +71,7 @@ class Encoder:
     # -- classes
 
     def htb_class(self, op, seq: int, flags: int) -> bytes:
-        key = (op.rate_bps, op.ceil_bps, op.burst_bytes, op.quantum_bytes, op.mpu_bytes)
+        key = (op.rate_bps, op.ceil_bps, op.burst_bytes, op.quantum_bytes, op.mpu_bytes, op.overhead_bytes, op.atm)
         opts = self._htb.get(key)
         if opts is None:
             opts = self._htb[key] = htb.class_options(*key, self.clock, self.htb_tables)

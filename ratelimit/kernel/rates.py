@@ -8,7 +8,7 @@ import struct
 from .nl import U32_MAX
 
 TIME_UNITS_PER_SEC = 1000000
-LINKLAYER_ETHERNET = 1
+LINKLAYER_ETHERNET, LINKLAYER_ATM = 1, 2
 RATESPEC = struct.Struct("=BBHhHI")  # cell_log, linklayer, overhead, cell_align, mpu, rate
 
 
@@ -67,14 +67,19 @@ def cell_log_for(mtu: int) -> int:
     return cell_log
 
 
-def ratespec(rate_b: int, mtu: int, mpu: int, overhead: int = 0) -> bytes:
-    return RATESPEC.pack(cell_log_for(mtu), LINKLAYER_ETHERNET, overhead, -1, mpu, min(rate_b, U32_MAX))
+def ratespec(rate_b: int, mtu: int, mpu: int, overhead: int = 0, linklayer: int = LINKLAYER_ETHERNET) -> bytes:
+    return RATESPEC.pack(cell_log_for(mtu), linklayer, overhead, -1, mpu, min(rate_b, U32_MAX))
 
 
-def rate_table(rate_b: int, mtu: int, mpu: int, clk: Clock) -> bytes:
-    """tc_calc_rtable: 256 transmit times, for sizes (i + 1) << cell_log (at least mpu)."""
+def rate_table(rate_b: int, mtu: int, mpu: int, clk: Clock, atm: bool = False) -> bytes:
+    """tc_calc_rtable: 256 transmit times, for sizes (i + 1) << cell_log (at least mpu;
+    ``atm``: in whole 53-byte cells of 48)."""
     cell_log = cell_log_for(mtu)
-    return struct.pack("=256I", *(clk.xmittime(rate_b, max((i + 1) << cell_log, mpu)) for i in range(256)))
+
+    def size(i: int) -> int:
+        sz = max((i + 1) << cell_log, mpu)
+        return -(-sz // 48) * 53 if atm else sz
+    return struct.pack("=256I", *(clk.xmittime(rate_b, size(i)) for i in range(256)))
 
 
 def percent(pct: float) -> int:

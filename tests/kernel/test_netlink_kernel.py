@@ -34,7 +34,7 @@ def sh(*argv, check=True):
 
 
 def plan_for(mode, direction="both", ports=(1024, 1031), down=None, up=None, per="port", generation=0):
-    req = Request("r0", (ip_address(HOST4), ip_address(HOST6)), (ports,), down or LinkParams(28800),
+    req = Request.single("r0", (ip_address(HOST4), ip_address(HOST6)), (ports,), down or LinkParams(28800),
                   up or LinkParams(56000), mode=mode, direction=direction, per=per, generation=generation)
     return compile_plan(req)
 

@@ -3,7 +3,7 @@
 import struct
 
 from ..nl import NLA_TYPE_MASK, U32_MAX, U64, attr, attr_str, attrs, hexof, nest, rebuild, TCA_KIND, TCA_OPTIONS
-from ..rates import Clock, decode_ratespec, rate_bytes, rate_table, ratespec
+from ..rates import LINKLAYER_ATM, LINKLAYER_ETHERNET, Clock, decode_ratespec, rate_bytes, rate_table, ratespec
 
 TCA_HTB_PARMS, TCA_HTB_INIT, TCA_HTB_CTAB, TCA_HTB_RTAB = 1, 2, 3, 4
 TCA_HTB_RATE64, TCA_HTB_CEIL64 = 6, 7
@@ -19,13 +19,16 @@ def qdisc_options(default_minor: int) -> bytes:
     return KIND + nest(TCA_OPTIONS, attr(TCA_HTB_INIT, HTB_GLOB.pack(3, 10, default_minor, 0, 0)))
 
 
-def class_options(rate_bps: int, ceil_bps: int, burst: int, quantum: int, mpu: int, clk: Clock,
-                  tables: bool = False) -> bytes:
+def class_options(rate_bps: int, ceil_bps: int, burst: int, quantum: int, mpu: int, overhead: int, atm: bool,
+                  clk: Clock, tables: bool = False) -> bytes:
     """TCA_KIND + TCA_OPTIONS of an HTB class.  The two 1 KiB rate tables are left
     out unless ``tables``: a kernel reads them only when the rate spec's link layer
-    is unknown, and ours names Ethernet, as tc's does."""
+    is unknown, and ours names it (Ethernet, or ATM), as tc's does.  ``overhead`` is
+    added to every packet's length (tc's ``overhead``), ``atm`` counts it in cells."""
     rate, ceil = rate_bytes(rate_bps), rate_bytes(ceil_bps)
-    parms = HTB_OPT.pack(ratespec(rate, HTB_DEFAULT_MTU, mpu), ratespec(ceil, HTB_DEFAULT_MTU, mpu),
+    layer = LINKLAYER_ATM if atm else LINKLAYER_ETHERNET
+    parms = HTB_OPT.pack(ratespec(rate, HTB_DEFAULT_MTU, mpu, overhead, layer),
+                         ratespec(ceil, HTB_DEFAULT_MTU, mpu, overhead, layer),
                          clk.xmittime(rate, burst), clk.xmittime(ceil, burst), quantum, 0, 0)
     parts = []
     if rate > U32_MAX:
@@ -34,8 +37,8 @@ def class_options(rate_bps: int, ceil_bps: int, burst: int, quantum: int, mpu: i
         parts.append(attr(TCA_HTB_CEIL64, U64.pack(ceil)))
     parts.append(attr(TCA_HTB_PARMS, parms))
     if tables:
-        parts.append(attr(TCA_HTB_RTAB, rate_table(min(rate, U32_MAX), HTB_DEFAULT_MTU, mpu, clk)))
-        parts.append(attr(TCA_HTB_CTAB, rate_table(min(ceil, U32_MAX), HTB_DEFAULT_MTU, mpu, clk)))
+        parts.append(attr(TCA_HTB_RTAB, rate_table(min(rate, U32_MAX), HTB_DEFAULT_MTU, mpu, clk, atm)))
+        parts.append(attr(TCA_HTB_CTAB, rate_table(min(ceil, U32_MAX), HTB_DEFAULT_MTU, mpu, clk, atm)))
     return KIND + nest(TCA_OPTIONS, *parts)
 
 

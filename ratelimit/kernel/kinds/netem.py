@@ -14,12 +14,14 @@ NETEM_QOPT = struct.Struct("=IIIIII")  # latency limit loss gap duplicate jitter
 KIND = attr_str(TCA_KIND, "netem")
 
 
-def options(n, limit_pkts: int, clk: Clock, rate_bps: int = 0) -> bytes:
+def options(n, limit_pkts: int, clk: Clock, rate_bps: int = 0, cells: tuple = (0, 0, 0)) -> bytes:
     """TCA_KIND + TCA_OPTIONS of netem for link parameters ``n``: struct
     tc_netem_qopt, then attributes (not a nest).  Where tc 6.1 cannot say what
     is asked, we say it: a duplicate correlation is sent even when it is the only
     correlation, and delays beyond tc's 32-bit tick range (about 274 s) go in
-    TCA_NETEM_LATENCY64/JITTER64.  ``rate_bps`` serializes packets at that rate."""
+    TCA_NETEM_LATENCY64/JITTER64.  ``rate_bps`` serializes packets at that rate, each
+    counted with ``cells``: (packet overhead, cell size, cell overhead) as tc's
+    ``rate RATE OVERHEAD CELLSIZE CELLOVERHEAD``."""
     delayed = bool(n.delay_us or n.jitter_us)
     latency_us = n.delay_us if delayed else 0
     jitter_us = n.jitter_us if delayed else 0
@@ -45,7 +47,7 @@ def options(n, limit_pkts: int, clk: Clock, rate_bps: int = 0) -> bytes:
         rate = rate_bps // 8  # tc's get_rate64
         if rate >= 1 << 32:
             extra.append(attr(TCA_NETEM_RATE64, struct.pack("=Q", rate)))
-        extra.append(attr(TCA_NETEM_RATE, NETEM_RATE.pack(min(rate, U32_MAX), 0, 0, 0)))
+        extra.append(attr(TCA_NETEM_RATE, NETEM_RATE.pack(min(rate, U32_MAX), *cells)))
     if wide:
         extra.append(attr(TCA_NETEM_LATENCY64, struct.pack("=q", latency_us * 1000)))
         extra.append(attr(TCA_NETEM_JITTER64, struct.pack("=q", jitter_us * 1000)))
