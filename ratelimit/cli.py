@@ -17,6 +17,7 @@ import time
 import traceback
 
 from . import __version__
+from . import scenario as scenarios
 from .errors import PermissionDenied, RatelimitError, UsageError
 from .getopt import long_options
 from .summary import describe, summary
@@ -108,7 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--interface", "--if", default="eth0", help="interface to rate-limit (default eth0)")
     g.add_argument("--bandwidth", "--bw", default="100mbit", help="bandwidth of the device (default 100mbit)")
     g.add_argument("--hosts", "-h", help="hosts to limit, comma-separated names or addresses")
-    g.add_argument("--ports", "-p", help="port ranges, e.g. 1024-2048,3000,5000-6000")
+    g.add_argument("--ports", "-p", help="port ranges, e.g. 1024-2048,3000,5000-6000; with --per host, all (the "
+                   "default there): every packet of each host, one match on its address")
     g.add_argument("--rate", "-r", help="bits per second per (host, port) (default 28800, or the profile's)")
     g.add_argument("--burst", "-b", help="burst: a bare number N is v0.3's rate x N / 8 bytes; or bytes (1600b, "
                    "3kb), or a time at the rate (20ms). Default: the profile's, else the mode's (police "
@@ -133,9 +135,14 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument(f"--{name}", help=what)
     g.add_argument("--queue", help="each link's queue (shape mode): packets (10, 10p), bytes (3250b) or a time "
                    "at the rate (1s); default: the profile's, else the larger of 10 packets and 200 ms")
-    g.add_argument("--per", default="port", choices=("port", "host"),
+    g.add_argument("--per", default=None, choices=("port", "host"),
                    help="link granularity: a link per (host, port) as in v0.3, or one per host shared by "
-                        "all its connections (default port)")
+                        "all its connections (default port; host with --mix)")
+    g.add_argument("--scenario", metavar="FILE", help="an audience: several cohorts of links from a TOML file "
+                   "(see README, Scenarios); device options (--mode, --bandwidth, ...) and link options apply "
+                   "to every cohort")
+    g.add_argument("--mix", metavar="PROFILE:SHARE,...", help="split --hosts between profiles by share, a link "
+                   "per host, e.g. modem-28k8:60%%,modem-56k:30%%,isdn-64k:10%%")
     g.add_argument("--link", help="link layer over the profile's: ethernet, ppp-vj (modem), ppp-sync-vj (ISDN) "
                                    "or atm (DSL)")
     g.add_argument("--netns", help="network namespace the interface is in")
@@ -235,11 +242,13 @@ def _dispatch(argv, con) -> int:
         else:
             con.out(render_table(data, counters=action == "stats"))
         return 0
+    per = args.per or ("host" if args.mix else "port")
     req = service.make_request(
         args.interface, hosts=args.hosts, ports=args.ports, profile=args.profile, netns=args.netns,
         mode=args.mode, direction=args.direction, rate=args.rate, burst=args.burst,
         bandwidth=args.bandwidth, mtu=args.mtu, avpkt=args.avpkt, mpu=args.mpu, queue=args.queue,
-        per=args.per, link=args.link,
+        per=per, link=args.link, mix=args.mix,
+        scenario=None if args.scenario is None else scenarios.load(args.scenario),
         **{name: getattr(args, name) for name in service.IMPAIRMENTS})
     if args.dry_run:
         from .script import script

@@ -59,6 +59,7 @@ class LinkTable:
     summary: dict
     keys: tuple
     rate_bps: tuple
+    cohorts: tuple  # each link's (cohort, profile)
     flows: object  # kernel.counters.FlowTable
 
     def __len__(self) -> int:
@@ -71,8 +72,11 @@ def link_table(req: Request) -> LinkTable:
     from .kernel.counters import FlowTable
     plan = compiled(req)
     keys = tuple((f.direction, str(f.host), f.port, f.dev) for f in plan.flows)
-    rates = {"dest": req.down.rate_bps, "source": req.up.rate_bps}
-    return LinkTable(summary(req), keys, tuple(rates[f.direction] for f in plan.flows), FlowTable.of(plan))
+    cohort = {c.name: c for c in req.cohorts}
+    rates = {(c.name, "dest"): c.down.rate_bps for c in req.cohorts} | \
+        {(c.name, "source"): c.up.rate_bps for c in req.cohorts}
+    return LinkTable(summary(req), keys, tuple(rates[f.cohort, f.direction] for f in plan.flows),
+                     tuple((f.cohort, cohort[f.cohort].profile) for f in plan.flows), FlowTable.of(plan))
 
 
 def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
@@ -81,10 +85,10 @@ def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
     table = None if plan is None else link_table(plan.request)
     if table is None:
         return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "keys": (),
-                "rate_bps": (), "counters": {}}
+                "rate_bps": (), "cohorts": (), "counters": {}}
     cols = ex.counters(table.flows)
     return {"interface": interface, "netns": netns, "time": time.time(), "applied": copy.deepcopy(table.summary),
-            "keys": table.keys, "rate_bps": table.rate_bps, "counters": cols}
+            "keys": table.keys, "rate_bps": table.rate_bps, "cohorts": table.cohorts, "counters": cols}
 
 
 def counters(interface: str, netns: str | None = None, notice=None) -> dict:
@@ -92,6 +96,7 @@ def counters(interface: str, netns: str | None = None, notice=None) -> dict:
 
         {"interface", "netns", "time", "applied": summary() or None,
          "keys": ((direction, host, port or None, dev), ...), "rate_bps": (configured rate, ...),
+         "cohorts": ((cohort, profile), ...),
          "counters": {"bytes": array, "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"}}
 
     ``keys`` and ``rate_bps`` are the same objects while the configuration stays.  The
@@ -139,8 +144,9 @@ def statistics(interface: str, netns: str | None = None, notice=None) -> dict:
     the lab); see ``counters``."""
     data = counters(interface, netns, notice)
     cols = data.pop("counters")
-    keys, rates = data.pop("keys"), data.pop("rate_bps")
+    keys, rates, cohorts = data.pop("keys"), data.pop("rate_bps"), data.pop("cohorts")
     names = tuple(cols)
-    data["links"] = [{"direction": d, "host": h, "port": p, "dev": dev, **dict(zip(names, values)), "rate_bps": r}
-                     for (d, h, p, dev), r, *values in zip(keys, rates, *cols.values())]
+    data["links"] = [{"direction": d, "host": h, "port": p, "dev": dev, **dict(zip(names, values)), "rate_bps": r,
+                      "cohort": cohort, "profile": profile}
+                     for (d, h, p, dev), r, (cohort, profile), *values in zip(keys, rates, cohorts, *cols.values())]
     return data

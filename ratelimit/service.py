@@ -14,10 +14,11 @@ import dataclasses
 import os
 
 from . import diff, linklayer, profiles, recovery, state
+from . import scenario as scenarios
 from .compile import compile_plan, compiled, ifb_name
-from .errors import ConflictError, FieldError, KernelMissing, PermissionDenied, StateError
+from .errors import ConflictError, FieldError, KernelMissing, PermissionDenied, StateError, UsageError
 from .installed import Installed, check_interface, executor, find_installed
-from .model import LinkParams, Request
+from .model import MAIN_COHORT, Cohort, LinkParams, Request
 from .names import check_target
 from .selectors import parse_hosts, parse_ports
 from .units import parse_burst, parse_count, parse_queue, parse_rate_bps, parse_size_bytes
@@ -31,51 +32,101 @@ IMPAIRMENTS = {name: spec for name, spec in profiles.SIDE_FIELDS.items() if name
 V03_BURST = "5"  # the bare command line's police burst, as in v0.3: rate x 5 / 8 bytes
 
 
-def make_request(interface: str, *, hosts, ports, profile: str | None = None, netns: str | None = None,
+def make_request(interface: str, *, hosts=None, ports=None, profile: str | None = None, netns: str | None = None,
                  mode: str | None = None, direction: str = "both", rate=None, burst=None,
                  bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=None, queue=None, per: str = "port",
-                 link: str | None = None, **impairments) -> Request:
+                 link: str | None = None, scenario=None, mix=None, **impairments) -> Request:
     """Validate what a person typed and return the request (resolves host names).
 
     ``mode`` None: shape with a profile (the links it describes queue), police without
     (v0.3).  ``mpu`` None: the link layer's (``linklayer.min_frame_bytes``).  ``burst`` None:
     the profile's, else the mode's default; without a profile,
     police mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
-    over the profile's."""
+    over the profile's.  ``ports`` None or "all" with ``per`` "host": every packet of each
+    host.  ``scenario`` (a list of ``scenario.Ask``) or ``mix`` (``--mix`` text, over
+    ``hosts``) make a request of several cohorts; the link options given here then apply
+    to every cohort, over its own."""
     interface, netns = check_target(interface, netns)
     if direction not in _DIRECTION_WORDS:
         raise FieldError("--direction", direction, "is not a direction (source, dest[ination], both)")
     unknown = set(impairments) - set(IMPAIRMENTS)
     if unknown:
         raise FieldError("option", sorted(unknown)[0], f"is not an impairment ({', '.join(IMPAIRMENTS)})")
-    prof = profiles.load(profile) if profile else None
-    mode = mode or ("shape" if prof else "police")
-    down = prof.down if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
-    up = prof.up if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
     overrides = {attr: parser(impairments[name], f"--{name.replace('_', '-')}")
                  for name, (attr, parser) in IMPAIRMENTS.items() if impairments.get(name) is not None}
     if rate is not None:
         overrides["rate_bps"] = parse_rate_bps(rate, "--rate")
     if queue is not None:
         overrides["queue"] = parse_queue(queue, "--queue")
-    if burst is None and prof is None and mode == "police":
-        burst = V03_BURST
-    port_ranges = parse_ports(ports)  # pure checks before any name lookup
-    layer = linklayer.layer(link, field="--link") if link else (prof.link if prof else linklayer.ETHERNET)
-    req = Request.single(
-        interface, parse_hosts(hosts), port_ranges, down.merged(**overrides), up.merged(**overrides),
-        netns=netns or None,
-        mode=mode, direction=_DIRECTION_WORDS[direction],
-        bandwidth_bps=parse_rate_bps(bandwidth, "--bandwidth"),
-        burst=None if burst is None else parse_burst(burst, "--burst"),
-        mtu_bytes=parse_size_bytes(mtu, "--mtu"), avpkt_bytes=parse_size_bytes(avpkt, "--avpkt"),
-        mpu_bytes=linklayer.min_frame_bytes(layer) if mpu is None else parse_count(mpu, "--mpu", 0, 65535),
-        profile=prof.name if prof else None,
-        link=layer,
-        per=per,
-    )
+    device = dict(netns=netns or None, direction=_DIRECTION_WORDS[direction],
+                  bandwidth_bps=parse_rate_bps(bandwidth, "--bandwidth"),
+                  mtu_bytes=parse_size_bytes(mtu, "--mtu"), avpkt_bytes=parse_size_bytes(avpkt, "--avpkt"))
+    if scenario is not None and mix is not None:
+        raise UsageError("--scenario and --mix: give one of them")
+    if scenario is not None or mix is not None:
+        if profile is not None:
+            raise UsageError("--profile: a scenario or a mix names each cohort's profile")
+        if scenario is not None and (hosts is not None or ports is not None):
+            raise UsageError("--hosts/--ports: a scenario names each cohort's hosts and ports")
+        asks = scenario if scenario is not None else \
+            scenarios.mix(mix, parse_hosts(hosts), None if _all_ports(ports) else parse_ports(ports), per)
+        mode = mode or "shape"
+        cohorts = tuple(_cohort(a, mode, overrides, burst, link, mpu) for a in asks)
+        req = Request(interface, cohorts, mode=mode, **device)
+    else:
+        if per != "host" and ports is not None and _all_ports(ports):
+            raise UsageError("--ports: all (every packet of a host) needs --per host")
+        ask = scenarios.Ask(MAIN_COHORT, "", hosts, None if _all_ports(ports) and per == "host" else ports, per,
+                            profile)
+        mode = mode or ("shape" if profile else "police")
+        req = Request(interface, (_cohort(ask, mode, overrides, burst, link, mpu),), mode=mode, **device)
     compile_plan(req)  # every remaining check, before anything touches the router
     return req
+
+
+def _all_ports(ports) -> bool:
+    return ports is None or str(ports).strip().lower() == "all"
+
+
+def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
+    """One cohort: its profile, its own options over it, then the command line's over both."""
+    at = f"{ask.where} " if ask.where else ""
+
+    def named(key: str) -> str:  # the field's name in errors: --key on the command line
+        return f"{at}{key}" if at else f"--{key}"
+    prof = profiles.load(ask.profile) if ask.profile else None
+    down = prof.down if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
+    up = prof.up if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
+    own = {}
+    for key, value in ask.options.items():
+        attr, parser = profiles.SIDE_FIELDS[key]
+        own[attr] = parser(value, named(key))
+    if "burst" in own and burst is None:
+        burst = own.pop("burst")
+    else:
+        own.pop("burst", None)
+    if isinstance(burst, str) or (burst is not None and not hasattr(burst, "bytes_at")):
+        burst = parse_burst(burst, "--burst")
+    if burst is None and prof is None and mode == "police":
+        burst = parse_burst(V03_BURST, "--burst")
+    name = link or ask.link
+    layer = linklayer.layer(name, field="--link" if link else named("link")) if name else \
+        (prof.link if prof else linklayer.ETHERNET)
+    if mpu is not None:
+        mpu_bytes = parse_count(mpu, "--mpu", 0, 65535)
+    elif ask.mpu is not None:
+        mpu_bytes = parse_count(ask.mpu, named("mpu"), 0, 65535)
+    else:
+        mpu_bytes = linklayer.min_frame_bytes(layer)
+    if ask.ports is None and ask.per == "port":
+        parse_ports(None, named("ports"))  # "none given"
+    ports = ask.ports if ask.ports is None or isinstance(ask.ports, tuple) else \
+        parse_ports(ask.ports, named("ports"))  # pure checks before any name lookup
+    hosts = ask.hosts if isinstance(ask.hosts, tuple) else parse_hosts(ask.hosts, named("hosts"))
+    if ask.per not in ("port", "host"):
+        raise FieldError(named("per"), ask.per, "is not a link granularity (port, host)")
+    return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
+                  ask.per, layer, prof.name if prof else None, burst, mpu_bytes)
 
 
 def _require_root() -> None:

@@ -2,39 +2,56 @@
 the dashboard, /metrics, the lab and the record of a repair) and ``describe``.
 """
 
-from .model import LinkParams, Request
+from .model import Cohort, LinkParams, Request
 from .selectors import format_ports
 from .units import format_rate, format_time
 
 
 def summary(req: Request) -> dict:
-    """What is applied, as data (for --list, --json, the dashboard and /metrics): per side
-    the link's numbers, its burst and queue (as given and in line bytes), and the link
-    layer and granularity the links share."""
+    """What is applied, as data (for --list, --json, the dashboard and /metrics): per
+    cohort (``cohorts``) its selectors, granularity and link layer, and per side the
+    link's numbers, its burst and queue (as given and in line bytes).  A request of one
+    cohort also has that cohort's fields at the top, as before cohorts; one of several
+    has its hosts there and no profile, sides or link of its own."""
+    directions = 2 if req.direction == "both" else 1
+    cohorts = [_cohort(req, c, directions) for c in req.cohorts]
+    out = {"interface": req.interface, "netns": req.netns, "mode": req.mode, "direction": req.direction,
+           "flows": req.flow_count() * directions, "links": req.link_count() * directions}
+    if len(cohorts) == 1:
+        out.update({k: v for k, v in cohorts[0].items() if k not in ("name", "flows", "links")})
+    else:
+        out.update(profile=None, hosts=[h for c in cohorts for h in c["hosts"]], ports=None, per=None, link=None,
+                   down={}, up={})
+    out["cohorts"] = cohorts
+    return out
+
+
+def _cohort(req: Request, c: Cohort, directions: int) -> dict:
     def side(p: LinkParams) -> dict:
         out = {k: v for k, v in p.__dict__.items() if v and k not in ("queue", "burst")}
         if p.rate_bps:
-            rate = req.link.carried_bps(p.rate_bps)
+            rate = c.link.carried_bps(p.rate_bps)
             out["frame_rate_bps"] = rate
-            out["burst"] = req.burst_of(p).text()
-            out["burst_bytes"] = req.burst_bytes(p, rate)
+            out["burst"] = req.burst_of(p, c).text()
+            out["burst_bytes"] = req.burst_bytes(p, rate, c)
             if req.mode == "shape":
-                out["queue_bytes"] = req.queue_bytes(p, rate)
+                out["queue_bytes"] = req.queue_bytes(p, rate, c)
                 out["queue"] = p.queue.text() if p.queue else f"{out['queue_bytes']}b (default)"
         return out
-    directions = 2 if req.direction == "both" else 1
-    return {
-        "interface": req.interface, "netns": req.netns, "profile": req.profile, "mode": req.mode,
-        "direction": req.direction, "hosts": [str(h) for h in req.hosts], "ports": format_ports(req.ports),
-        "per": req.per, "link": req.link.describe(),
-        "flows": req.flow_count() * directions, "links": req.link_count() * directions,
-        "down": side(req.down), "up": side(req.up),
-    }
+    return {"name": c.name, "profile": c.profile, "hosts": [str(h) for h in c.hosts],
+            "ports": "all" if c.ports is None else format_ports(c.ports), "per": c.per, "link": c.link.describe(),
+            "flows": c.flow_count() * directions, "links": c.link_count() * directions,
+            "down": side(c.down), "up": side(c.up)}
 
 
 def describe(applied: dict) -> str:
     """One line for an applied link (``summary``): what, how, per what, each side's
-    rate, delay, burst and queue, the link layer, the selectors and how many links."""
+    rate, delay, burst and queue, the link layer, the selectors and how many links; for
+    several cohorts, each one's name, profile and links."""
+    if len(applied.get("cohorts", ())) > 1:
+        parts = [f"{c['name']} ({c['profile'] or 'custom link'}, per {c['per']}, {c['link']['layer']}): "
+                 f"{c['links']} links" for c in applied["cohorts"]]
+        return f"{len(parts)} cohorts ({applied['mode']}; {'; '.join(parts)}): {applied['links']} links"
     sides = []
     for name, used in (("down", ("dest", "both")), ("up", ("source", "both"))):
         p = applied[name]

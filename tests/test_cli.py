@@ -39,7 +39,7 @@ def test_v03_defaults():
     args = build_parser().parse_args([])
     assert (args.interface, args.bandwidth, args.rate, args.direction, args.mtu, args.avpkt, args.mpu) == \
         ("eth0", "100mbit", None, "both", "1514", "1200", None)
-    assert args.verbose is False and args.mode is None and args.per == "port"
+    assert args.verbose is False and args.mode is None and args.per is None  # port, or host with --mix (cli.main)
     # the bare command line polices, as v0.3 did, with its --burst 5: rate x 5 / 8 bytes
     from ratelimit.service import make_request
     req = make_request(args.interface, hosts="198.18.0.2", ports="1024")

@@ -1,0 +1,168 @@
+"""Audiences: several cohorts on one interface, as a person says them (the edge).
+
+Two ways, both ending in a list of ``Ask`` (one cohort each, its fields as typed) that
+``service.make_request`` turns into a request:
+
+* a scenario file (TOML, strict like a profile), one table per cohort, in the order its
+  links take handles::
+
+      description = "Mostly modems, a few ISDN lines"
+      source = "where the shares come from"
+
+      [cohort.dialup]
+      description = "28.8k modems"
+      hosts = "198.18.0.2-198.18.0.61"    # addresses, ranges, prefixes; or a list
+      ports = "all"                       # the default: every packet of each host (per host)
+      per = "host"                        # or "port": a link per (host, port)
+      profile = "modem-28k8"              # and/or link options: rate, delay, queue, burst, ...
+
+  ``parse`` reads the text (the API gives text, never a path); ``load`` reads the one
+  file the user named.  Profiles come from the profile search path by name only.
+* ``--mix modem-28k8:60%,modem-56k:30%,isdn-64k:10%``: the selected hosts, sorted
+  (IPv4 before IPv6, then by address), split between profiles by weight, by largest
+  remainder, so each count is within one of its share; cohorts are named after their
+  profiles and keep the mix's order.  Adding a host moves the boundaries after it:
+  the hosts from its place on may change cohort (the counts move by at most one each).
+"""
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import FieldError, UsageError
+from .profiles import SIDE_FIELDS, check_name
+from .units import decimal
+
+COHORT_KEYS = {"description", "source", "hosts", "ports", "per", "profile", "link", "mpu"} | set(SIDE_FIELDS)
+TOP_KEYS = {"description", "source", "cohort"}
+MAX_BYTES = 1 << 20  # a scenario file or API text larger than this is refused unread
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One cohort as given: ``where`` names it in errors ("scenario F: [cohort.NAME]")."""
+
+    name: str
+    where: str
+    hosts: object  # text or list of texts, or a tuple of addresses (--mix)
+    ports: object = None  # text, or None: every port ("all")
+    per: str = "host"
+    profile: str | None = None
+    link: str | None = None
+    mpu: object = None
+    options: dict = field(default_factory=dict)  # SIDE_FIELDS keys -> values, over the profile's (both sides)
+
+
+def load(path: str) -> list[Ask]:
+    """The cohorts of the scenario file ``path`` (only that file is read)."""
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            raw = f.read(MAX_BYTES + 1)
+    except OSError as e:
+        raise FieldError("--scenario", f"'{path}'", f"cannot be read ({e.strerror or e})") from None
+    if len(raw) > MAX_BYTES:
+        raise FieldError("--scenario", f"'{path}'", f"is larger than {MAX_BYTES} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise FieldError("--scenario", f"'{path}'", "is not UTF-8 text") from None
+    return parse(text, f"scenario {path}")
+
+
+def parse(text, where: str = "scenario") -> list[Ask]:
+    """The cohorts of a scenario's TOML ``text``; ``where`` starts every error."""
+    if not isinstance(text, str):
+        raise FieldError(where, type(text).__name__, "is not text (a scenario is TOML text)")
+    if len(text.encode("utf-8", "replace")) > MAX_BYTES:
+        raise FieldError(where, f"{len(text)} characters", f"are more than a scenario holds ({MAX_BYTES} bytes)")
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(f"{where}: is not TOML ({' '.join(str(e).split())})") from None
+    for key in data:
+        if key not in TOP_KEYS:
+            raise FieldError(where, f"'{key}'", f"is not a field (allowed: {', '.join(sorted(TOP_KEYS))})")
+    for key in ("description", "source"):
+        if not isinstance(data.get(key, ""), str):
+            raise FieldError(f"{where}: {key}", data[key], "is not text")
+    tables = data.get("cohort")
+    if not isinstance(tables, dict) or not tables:
+        raise UsageError(f"{where}: no cohorts (each is a table [cohort.NAME] with hosts and a profile)")
+    return [_ask(name, body, f"{where}: [cohort.{name}]") for name, body in tables.items()]
+
+
+def _ask(name: str, body, where: str) -> Ask:
+    if not isinstance(body, dict):
+        raise FieldError(where, type(body).__name__, "is not a table (hosts = ..., profile = ...)")
+    for key in body:
+        if key not in COHORT_KEYS:
+            raise FieldError(where, f"'{key}'", f"is not a field (allowed: {', '.join(sorted(COHORT_KEYS))})")
+    for key in ("description", "source", "per", "profile", "link"):
+        if key in body and not isinstance(body[key], str):
+            raise FieldError(f"{where} {key}", body[key], "is not text")
+    if not (body.get("description") or body.get("source")):
+        raise UsageError(f"{where}: needs a description or its source (who these links stand for)")
+    if "hosts" not in body:
+        raise UsageError(f"{where}: hosts: none given (addresses, ranges like 198.18.0.2-198.18.0.9, prefixes)")
+    hosts = body["hosts"]
+    if not isinstance(hosts, str) and not (isinstance(hosts, list) and all(isinstance(h, str) for h in hosts)):
+        raise FieldError(f"{where} hosts", hosts, "is not text or a list of texts")
+    ports = body.get("ports", "all")
+    if not isinstance(ports, (str, int)) or isinstance(ports, bool):
+        raise FieldError(f"{where} ports", ports, "is not text (ranges like 1024-2047, or all)")
+    if "profile" not in body and "rate" not in body:
+        raise UsageError(f"{where}: needs a profile or a rate")
+    profile = check_name(body["profile"], f"{where} profile") if "profile" in body else None
+    options = {k: v for k, v in body.items() if k in SIDE_FIELDS}
+    return Ask(name, where, hosts, _ports(ports), body.get("per", "host"), profile, body.get("link"),
+               body.get("mpu"), options)
+
+
+def _ports(value):
+    text = str(value).strip()
+    return None if text.lower() == "all" else text
+
+
+def mix(text, hosts: tuple, ports, per: str) -> list[Ask]:
+    """``--mix NAME:WEIGHT,...``: ``hosts`` (addresses) split between the profiles by weight."""
+    if per != "host":
+        raise UsageError("--mix: splits hosts between profiles, a link per host; use --per host "
+                         "(a split of one host's ports is not supported yet)")
+    parts = [p.strip() for p in str(text or "").split(",")]
+    if not parts or not all(parts):
+        raise FieldError("--mix", f"'{text}'", "is not a mix (PROFILE:WEIGHT,... e.g. modem-28k8:60%,isdn-64k:40%)")
+    names, weights = [], []
+    for part in parts:
+        name, colon, weight = part.rpartition(":")
+        if not colon or not name:
+            raise FieldError("--mix", f"'{part}'", "is not PROFILE:WEIGHT (e.g. modem-28k8:60%)")
+        check_name(name, "--mix")
+        if name in names:
+            raise FieldError("--mix", f"'{name}'", "is named twice")
+        value = decimal(weight[:-1] if weight.endswith("%") else weight)
+        if value is None or not math.isfinite(value) or not 0 < value <= 1e6:
+            raise FieldError(f"--mix {name}", f"'{weight}'", "is not a weight (a number or percentage above 0)")
+        names.append(name)
+        weights.append(value)
+    ordered = sorted(hosts, key=lambda h: (h.version, int(h)))
+    counts = largest_remainder(len(ordered), weights)
+    asks, start = [], 0
+    for name, count in zip(names, counts):
+        if count:
+            asks.append(Ask(name, f"--mix {name}", tuple(ordered[start:start + count]), ports, per, name))
+        start += count
+    return asks
+
+
+def largest_remainder(n: int, weights: list[float]) -> list[int]:
+    """``n`` split by ``weights``: each its floor, then one more to the largest remainders
+    (earlier first on a tie), so each count is within one of its exact share."""
+    total = sum(weights)
+    exact = [n * w / total for w in weights]
+    counts = [math.floor(x) for x in exact]
+    order = sorted(range(len(weights)), key=lambda i: (-(exact[i] - counts[i]), i))
+    for i in order[:n - sum(counts)]:
+        counts[i] += 1
+    return counts
