@@ -242,7 +242,7 @@ def _dispatch(argv, con) -> int:
         else:
             con.out(render_table(data, counters=action == "stats"))
         return 0
-    per = args.per or ("host" if args.mix else "port")
+    per = args.per or ("host" if args.mix is not None else "port")
     req = service.make_request(
         args.interface, hosts=args.hosts, ports=args.ports, profile=args.profile, netns=args.netns,
         mode=args.mode, direction=args.direction, rate=args.rate, burst=args.burst,

@@ -37,11 +37,13 @@ class LinkModel:
     delay_stage: bool = True  # False: a kernel without netem (see the module docstring)
 
     @classmethod
-    def from_summary(cls, summary: dict, *, delay_stage: bool = True) -> "LinkModel":
-        """The model of an applied link, from ``summary.summary`` (as the lab and the API keep it)."""
-        layer = LinkLayer.from_description(summary["link"])
+    def from_summary(cls, summary: dict, *, cohort: str | None = None, delay_stage: bool = True) -> "LinkModel":
+        """The model of an applied link, from ``summary.summary`` (as the lab and the API keep
+        it): of its one cohort, or of the cohort named ``cohort``."""
+        link = summary if cohort is None else next(c for c in summary["cohorts"] if c["name"] == cohort)
+        layer = LinkLayer.from_description(link["link"])
         sides = {"dest": ("down",), "source": ("up",), "both": ("down", "up")}[summary["direction"]]
-        down, up = (summary[s] if s in sides else {} for s in ("down", "up"))
+        down, up = (link[s] if s in sides else {} for s in ("down", "up"))
         return cls(layer, down.get("rate_bps"), up.get("rate_bps"), down.get("delay_us", 0), up.get("delay_us", 0),
                    delay_stage)
 

@@ -57,7 +57,7 @@ def search_path() -> list[Path]:
     return dirs
 
 
-def find(name: str) -> Path:
+def find(name: str, field: str = "--profile") -> Path:
     if "/" in name or name.endswith(".toml"):
         path = Path(name)
         if not path.is_file():
@@ -68,11 +68,11 @@ def find(name: str) -> Path:
         if path.is_file():
             return path
     known = ", ".join(sorted(available()))
-    raise UsageError(f"--profile: '{name}' is not a profile (known: {known}; see 'ratelimit profiles')")
+    raise UsageError(f"{field}: '{name}' is not a profile (known: {known}; see 'ratelimit profiles')")
 
 
-def load(name: str) -> Profile:
-    return parse_file(find(name))
+def load(name: str, field: str = "--profile") -> Profile:
+    return parse_file(find(name, field))
 
 
 def parse_file(path: Path) -> Profile:

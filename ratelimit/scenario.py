@@ -115,8 +115,13 @@ def _ask(name: str, body, where: str) -> Ask:
     if "profile" not in body and "rate" not in body:
         raise UsageError(f"{where}: needs a profile or a rate")
     profile = check_name(body["profile"], f"{where} profile") if "profile" in body else None
+    per = body.get("per", "host")
+    if per not in ("port", "host"):
+        raise FieldError(f"{where} per", per, "is not a link granularity (port, host)")
+    if _ports(ports) is None and per != "host":
+        raise UsageError(f'{where} ports: all (every packet of a host) needs per = "host"')
     options = {k: v for k, v in body.items() if k in SIDE_FIELDS}
-    return Ask(name, where, hosts, _ports(ports), body.get("per", "host"), profile, body.get("link"),
+    return Ask(name, where, hosts, _ports(ports), per, profile, body.get("link"),
                body.get("mpu"), options)
 
 

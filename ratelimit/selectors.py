@@ -1,7 +1,7 @@
 """Parsing the selectors a user types: hosts and port ranges (the edge)."""
 
 import socket
-from ipaddress import ip_address
+from ipaddress import ip_address, ip_network
 
 from .errors import FieldError, NotFoundError, UsageError
 from .model import IPAddress
@@ -42,8 +42,13 @@ def format_ports(ports) -> str:
     return ",".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ports)
 
 
+MAX_EXPANDED = 1 << 16  # addresses one range or prefix may stand for
+
+
 def parse_hosts(text, field: str = "--hosts", resolve=socket.getaddrinfo) -> tuple[IPAddress, ...]:
-    """Comma-separated names or addresses -> addresses (names resolved, all families)."""
+    """Comma-separated names, addresses, ranges (``198.18.0.2-198.18.0.9``) or prefixes
+    (``198.18.0.0/28``, every address in it) -> addresses (names resolved, all families),
+    each once, in the order given."""
     items = text if isinstance(text, (list, tuple)) else str(text or "").split(",")
     items = [str(h).strip() for h in items if str(h).strip()]
     if not items:
@@ -51,14 +56,33 @@ def parse_hosts(text, field: str = "--hosts", resolve=socket.getaddrinfo) -> tup
     found: list[IPAddress] = []
     for item in items:
         try:
-            addrs = [ip_address(item.strip("[]"))]
+            addrs = _expanded(item, field) if ("/" in item or "-" in item.strip("[]")[1:]) else \
+                [ip_address(item.strip("[]"))]
         except ValueError:
             try:
                 infos = resolve(item, None, 0, socket.SOCK_STREAM)
             except (socket.gaierror, UnicodeError):
                 raise NotFoundError(f"{field}: '{item}' is not an address and does not resolve to one") from None
             addrs = [ip_address(info[4][0].split("%")[0]) for info in infos]
-        for addr in addrs:
-            if addr not in found:
-                found.append(addr)
-    return tuple(found)
+        found.extend(addrs)
+    return tuple(dict.fromkeys(found))
+
+
+def _expanded(item: str, field: str) -> list:
+    """The addresses of a prefix or an inclusive range; ValueError when ``item`` is neither
+    (a host name with a dash is then looked up), FieldError when it is one but too wide."""
+    if "/" in item:
+        try:
+            net = ip_network(item, strict=False)
+        except ValueError:
+            raise FieldError(field, f"'{item}'", "is not an address prefix (e.g. 198.18.0.0/28)") from None
+        if net.num_addresses > MAX_EXPANDED:
+            raise FieldError(field, f"'{item}'", f"holds {net.num_addresses} addresses (at most {MAX_EXPANDED} per prefix)")
+        return list(net)
+    lo_text, _, hi_text = item.partition("-")
+    lo, hi = ip_address(lo_text.strip().strip("[]")), ip_address(hi_text.strip().strip("[]"))
+    if lo.version != hi.version or hi < lo:
+        raise FieldError(field, f"'{item}'", "is not a range (low-high, one address family)")
+    if int(hi) - int(lo) + 1 > MAX_EXPANDED:
+        raise FieldError(field, f"'{item}'", f"holds {int(hi) - int(lo) + 1} addresses (at most {MAX_EXPANDED} per range)")
+    return [ip_address(n) for n in range(int(lo), int(hi) + 1)]

@@ -94,7 +94,7 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
 
     def named(key: str) -> str:  # the field's name in errors: --key on the command line
         return f"{at}{key}" if at else f"--{key}"
-    prof = profiles.load(ask.profile) if ask.profile else None
+    prof = profiles.load(ask.profile, named("profile")) if ask.profile else None
     down = prof.down if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
     up = prof.up if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
     own = {}

@@ -1,0 +1,243 @@
+"""Audiences: scenario files, --mix, and plans of several cohorts (pure: no kernel).
+
+What a plan of several cohorts must be: each cohort's links in groups of their own, its
+link layer metered on its own classes, a whole host found by one filter on its address,
+a flow in one cohort only; what a bad scenario or mix must get: one line naming where
+(file, cohort, field), never a traceback.
+"""
+
+import dataclasses
+import json
+import random
+from collections import Counter
+from ipaddress import ip_address
+
+import pytest
+
+from ratelimit import scenario, service, state
+from ratelimit.compile import GROUP_LINKS, compile_plan
+from ratelimit.errors import RatelimitError
+from ratelimit.filters import U32Filter
+from ratelimit.linklayer import PPP_VJ
+from ratelimit.plan import HtbClass, HtbQdisc
+from ratelimit.summary import describe, summary
+
+TWO = """
+description = "two kinds of link"
+[cohort.dialup]
+description = "modems, a link per person"
+hosts = "198.18.0.2-198.18.0.3"
+profile = "modem-28k8"
+[cohort.office]
+source = "an office's cable line, a link per connection"
+hosts = "198.18.0.10"
+ports = "8000-8003"
+per = "port"
+profile = "cable"
+"""
+
+
+def request(text=TWO, **kw):
+    return service.make_request("eth0", scenario=scenario.parse(text, "scenario t.toml"), **kw)
+
+
+def test_a_scenario_is_a_plan_of_its_cohorts_in_its_order():
+    req = request()
+    assert [c.name for c in req.cohorts] == ["dialup", "office"]
+    assert [(c.per, c.ports, c.profile, len(c.hosts)) for c in req.cohorts] == \
+        [("host", None, "modem-28k8", 2), ("port", ((8000, 8003),), "cable", 1)]
+    plan = compile_plan(req)
+    by_cohort = Counter((f.cohort, f.direction) for f in plan.flows)
+    assert by_cohort == {("dialup", "dest"): 2, ("dialup", "source"): 2, ("office", "dest"): 4, ("office", "source"): 4}
+    s = summary(req)
+    assert [c["name"] for c in s["cohorts"]] == ["dialup", "office"] and s["links"] == 12
+    assert describe(s).startswith("2 cohorts (shape; dialup (modem-28k8, per host, ppp-vj): 4 links; office ")
+
+
+def test_each_cohort_has_groups_of_its_own_and_its_link_layer_on_its_classes():
+    plan = compile_plan(request(direction="dest"))
+    root = next(op for op in plan.ops if type(op) is HtbQdisc and op.handle == 0x520000)
+    assert root.stab.overhead_bytes == PPP_VJ.stab_overhead  # the device meters as the modems' frames
+    groups = [op for op in plan.ops if type(op) is HtbClass and op.parent == 0x520001]
+    assert [g.classid for g in groups] == [0x520010, 0x520011]  # one group each
+    modem, cable = (next(c for c in plan.request.cohorts if c.name == n) for n in ("dialup", "office"))
+    link_classes = [op for op in plan.ops if type(op) is HtbClass and op.classid & 0xFFFF >= 0x100]
+    modem_classes = [c for c in link_classes if c.parent >> 16 == 0xFFFE]
+    cable_classes = [c for c in link_classes if c.parent >> 16 == 0xFFFD]
+    assert len(modem_classes) == 2 and len(cable_classes) == 4
+    assert {c.overhead_bytes for c in modem_classes} == {0}
+    # a cable frame is its IP packet plus the cable layer's header; the size table gives the
+    # modem's (IP packet - 32): the class adds the difference
+    assert {c.overhead_bytes for c in cable_classes} == {cable.link.overhead_bytes - modem.link.overhead_bytes}
+    assert {c.mpu_bytes for c in cable_classes} == {64} and {c.mpu_bytes for c in modem_classes} == {0}
+
+
+def test_a_whole_host_is_one_filter_on_its_address_that_takes_every_packet():
+    req = service.make_request("eth0", hosts="198.18.0.2,2001:db8::2", per="host", rate="64kbit", mode="shape",
+                               direction="dest")
+    assert req.ports is None
+    plan = compile_plan(req)
+    exact = [op for op in plan.ops if type(op) is U32Filter and op.classid and op.classid & 0xFFFF >= 0x100]
+    assert len(exact) == 2 and {op.prio for op in exact} == {3, 4}
+    assert all(len(op.keys) == (1 if op.protocol == "ip" else 4) for op in exact)  # the address, nothing else
+    roots = [op for op in plan.ops if type(op) is U32Filter and op.ht == 0 and op.prio in (3, 4)]
+    assert roots and all(k.mask == 0 for op in roots for k in op.keys)  # any protocol, fragment, options
+    assert [(f.host, f.port) for f in plan.flows] == [(ip_address("198.18.0.2"), None), (ip_address("2001:db8::2"), None)]
+
+
+def test_ten_thousand_whole_hosts_are_ten_thousand_exact_filters_a_direction():
+    req = service.make_request("eth0", hosts="198.18.0.0/18", per="host", ports="all", rate="28800", mode="shape",
+                               direction="dest")
+    plan = compile_plan(req)
+    exact = [op for op in plan.ops if type(op) is U32Filter and op.prio == 3 and op.classid
+             and op.classid & 0xFFFF >= 0x100]
+    assert len(exact) == 16384 and len(plan.flows) == 16384
+
+
+def test_a_record_of_cohorts_reads_back_as_the_same_request():
+    req = request()
+    again = state.from_json(json.loads(json.dumps(state.to_json(req))))
+    assert again == req
+
+
+def test_a_record_from_before_cohorts_reads_as_one_cohort():
+    old = {"interface": "eth0", "hosts": ["198.18.0.2"], "ports": [[1024, 1031]], "down": {"rate_bps": 28800},
+           "up": {"rate_bps": 28800}, "mode": "police", "direction": "both", "netns": None, "bandwidth_bps": 100000000,
+           "burst": {"amount": 5, "unit": "v03"}, "mtu_bytes": 1514, "avpkt_bytes": 1200, "mpu_bytes": 64,
+           "profile": None, "link": None, "per": "port", "generation": 0}
+    req = state.from_json(old)
+    assert [c.name for c in req.cohorts] == ["main"] and req.ports == ((1024, 1031),) and req.mpu_bytes == 64
+    assert req == service.make_request("eth0", hosts="198.18.0.2", ports="1024-1031")
+
+
+def test_one_cohort_compiles_as_the_command_line_always_did():
+    one = service.make_request("eth0", hosts="198.18.0.2", ports="1024-1031", profile="modem-28k8")
+    same = request("""
+[cohort.main]
+description = "the command line's link"
+hosts = "198.18.0.2"
+ports = "1024-1031"
+per = "port"
+profile = "modem-28k8"
+""")
+    assert compile_plan(one).ops == compile_plan(same).ops
+
+
+@pytest.mark.parametrize("hosts", [[f"198.18.{i // 250}.{i % 250 + 2}" for i in range(n)] for n in (1, 7, 10, 99, 1000)])
+def test_a_mix_splits_within_one_of_each_share_and_always_the_same_way(hosts):
+    weights = {"modem-28k8": 60, "modem-56k": 30, "isdn-64k": 10}
+    mix = ",".join(f"{k}:{v}%" for k, v in weights.items())
+    shuffled = hosts[:]
+    random.Random(len(hosts)).shuffle(shuffled)
+    a = service.make_request("eth0", hosts=",".join(hosts), mix=mix, per="host")
+    b = service.make_request("eth0", hosts=",".join(shuffled), mix=mix, per="host")
+    assert a == b  # the split is over the sorted selection: the order given does not matter
+    counts = {c.name: len(c.hosts) for c in a.cohorts}
+    assert sum(counts.values()) == len(hosts)
+    for name, w in weights.items():
+        assert abs(counts.get(name, 0) - len(hosts) * w / 100) < 1
+    assert all(c.per == "host" and c.ports is None and c.profile == c.name for c in a.cohorts)
+
+
+def test_largest_remainder():
+    assert scenario.largest_remainder(10, [1, 1, 1]) == [4, 3, 3]
+    assert scenario.largest_remainder(7, [60, 30, 10]) == [4, 2, 1]
+    assert scenario.largest_remainder(0, [1, 2]) == [0, 0]
+
+
+def test_overlapping_cohorts_are_refused_naming_both_and_a_flow():
+    text = TWO.replace('hosts = "198.18.0.10"', 'hosts = "198.18.0.3"')
+    with pytest.raises(RatelimitError, match=r"cohorts 'dialup' and 'office' both select 198\.18\.0\.3 port 8000"):
+        request(text)
+
+
+def test_police_mode_refuses_cohorts_of_several_link_layers():
+    with pytest.raises(RatelimitError, match="police mode meters every link of a device with one link layer"):
+        request(mode="police", delay="0ms")
+
+
+BAD_SCENARIOS = [
+    ("", "no cohorts"),
+    ("[cohort", "is not TOML"),
+    ("cohorts = 1", "'cohorts' is not a field"),
+    ("[cohort.a]\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'", "[cohort.a]: needs a description or its source"),
+    ("[cohort.a]\ndescription = 'x'\nprofile = 'modem-28k8'", "[cohort.a]: hosts: none given"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'", "[cohort.a]: needs a profile or a rate"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = '../etc/passwd'", "[cohort.a] profile: '../etc/passwd' is not a profile name"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = '/etc/passwd'", "[cohort.a] profile"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'nope'", "nope"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'\nspeed = 3", "[cohort.a]: 'speed' is not a field"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = 5\nprofile = 'modem-28k8'", "[cohort.a] hosts: 5 is not text"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.0/8'\nprofile = 'modem-28k8'", "[cohort.a] hosts: '198.18.0.0/8' holds 16777216"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nports = '70000'\nper = 'port'\nprofile = 'modem-28k8'", "[cohort.a] ports: 70000 is not a port"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nper = 'street'\nprofile = 'modem-28k8'", "[cohort.a] per: street is not a link granularity"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'\nrate = '1e309kbit'", "[cohort.a] rate"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'\nrate = nan", "[cohort.a] rate"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'\ndelay = '-5ms'", "[cohort.a] delay"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'\nqueue = '١٠p'", "[cohort.a] queue"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'\nmpu = 1e309", "[cohort.a] mpu"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'\nlink = 'carrier-pigeon'", "[cohort.a] link: 'carrier-pigeon' is not a link layer"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nper = 'port'\nports = 'all'\nprofile = 'modem-28k8'", 'needs per = "host"'),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'\n[cohort.b]\ndescription = 'y'\nhosts = '198.18.0.2'\nprofile = 'cable'",
+     "cohorts 'a' and 'b' both select 198.18.0.2"),
+    ("[cohort.'a b']\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'", "cohort name: 'a b' is not a name"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'\nburst = '1e400b'", "[cohort.a] burst"),
+    ("description = 7\n[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'", "description: 7 is not text"),
+]
+
+
+@pytest.mark.parametrize("text,says", BAD_SCENARIOS)
+def test_a_bad_scenario_is_one_line_naming_where(text, says):
+    with pytest.raises(RatelimitError) as err:
+        request(text)
+    message = str(err.value)
+    assert "\n" not in message and says in message
+    assert message.startswith("scenario t.toml") or "cohort" in message
+
+
+BAD_MIXES = [
+    ("", "--mix: '' is not a mix"),
+    ("modem-28k8", "--mix: 'modem-28k8' is not PROFILE:WEIGHT"),
+    ("modem-28k8:", "--mix modem-28k8: '' is not a weight"),
+    ("modem-28k8:-5%", "is not a weight"),
+    ("modem-28k8:nan", "is not a weight"),
+    ("modem-28k8:1e309", "is not a weight"),
+    ("modem-28k8:0", "is not a weight"),
+    ("modem-28k8:50%,modem-28k8:50%", "'modem-28k8' is named twice"),
+    ("../x:50%", "--mix: '../x' is not a profile name"),
+    ("nope:100%", "nope"),
+    ("modem-28k8:10%,,cable:90%", "is not a mix"),
+]
+
+
+@pytest.mark.parametrize("text,says", BAD_MIXES)
+def test_a_bad_mix_is_one_line_naming_it(text, says):
+    with pytest.raises(RatelimitError) as err:
+        service.make_request("eth0", hosts="198.18.0.2,198.18.0.3", mix=text, per="host")
+    assert "\n" not in str(err.value) and says in str(err.value)
+
+
+def test_a_mix_per_port_is_refused_for_now():
+    with pytest.raises(RatelimitError, match="--mix: splits hosts between profiles, a link per host"):
+        service.make_request("eth0", hosts="198.18.0.2", ports="1024-1031", mix="modem-28k8:1", per="port")
+
+
+def test_a_scenario_file_is_read_and_only_it(tmp_path):
+    f = tmp_path / "a.toml"
+    f.write_text(TWO)
+    asks = scenario.load(str(f))
+    assert [a.name for a in asks] == ["dialup", "office"] and asks[0].where == f"scenario {f}: [cohort.dialup]"
+    with pytest.raises(RatelimitError, match="--scenario: .* cannot be read"):
+        scenario.load(str(tmp_path / "missing.toml"))
+    big = tmp_path / "big.toml"
+    big.write_text("#" * (scenario.MAX_BYTES + 1))
+    with pytest.raises(RatelimitError, match="is larger than"):
+        scenario.load(str(big))
+
+
+def test_cohorts_of_whole_groups_must_fit_the_handles():
+    req = request()
+    many = dataclasses.replace(req, cohorts=tuple(
+        dataclasses.replace(req.cohorts[0], name=f"c{i}", hosts=(ip_address(f"198.18.{i}.1"),)) for i in range(255)))
+    compile_plan(many)  # 255 groups of one link: fits
+    assert GROUP_LINKS == 256
