@@ -17,7 +17,8 @@ Two ways, both ending in a list of ``Ask`` (one cohort each, its fields as typed
       profile = "modem-28k8"              # and/or link options: rate, delay, queue, burst, ...
 
   ``parse`` reads the text (the API gives text, never a path); ``load`` reads the one
-  file the user named.  Profiles come from the profile search path by name only.
+  file the user named (a bare name: a shipped example, ``profiles/scenarios/``).
+  Profiles come from the profile search path by name only.
 * ``--mix modem-28k8:60%,modem-56k:30%,isdn-64k:10%``: the selected hosts, sorted
   (IPv4 before IPv6, then by address), split between profiles by weight, by largest
   remainder, so each count is within one of its share; cohorts are named after their
@@ -31,12 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import FieldError, UsageError
+from .profiles import SHIPPED as SHIPPED_PROFILES
 from .profiles import SIDE_FIELDS, check_name
 from .units import decimal
 
 COHORT_KEYS = {"description", "source", "hosts", "ports", "per", "profile", "link", "mpu"} | set(SIDE_FIELDS)
 TOP_KEYS = {"description", "source", "cohort"}
 MAX_BYTES = 1 << 20  # a scenario file or API text larger than this is refused unread
+SHIPPED = SHIPPED_PROFILES / "scenarios"  # the example audiences (``--scenario NAME``)
 
 
 @dataclass(frozen=True)
@@ -54,9 +57,25 @@ class Ask:
     options: dict = field(default_factory=dict)  # SIDE_FIELDS keys -> values, over the profile's (both sides)
 
 
+def find(value: str) -> Path:
+    """A path as given, or a bare name (no ``/``, no ``.toml``): a shipped example."""
+    if "/" in value or value.endswith(".toml"):
+        return Path(value)
+    check_name(value, "--scenario")
+    return SHIPPED / f"{value}.toml"
+
+
+def shipped() -> list[str]:
+    """The names of the shipped example scenarios."""
+    return sorted(p.stem for p in SHIPPED.glob("*.toml"))
+
+
 def load(path: str) -> list[Ask]:
-    """The cohorts of the scenario file ``path`` (only that file is read)."""
-    p = Path(path)
+    """The cohorts of the scenario file ``path``, or of the shipped example so named (only
+    that file is read)."""
+    p = find(str(path))
+    if not p.is_file() and p.parent == SHIPPED:
+        raise FieldError("--scenario", f"'{path}'", f"is not a file or a shipped scenario ({', '.join(shipped())})")
     try:
         with p.open("rb") as f:
             raw = f.read(MAX_BYTES + 1)

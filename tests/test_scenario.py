@@ -241,3 +241,25 @@ def test_cohorts_of_whole_groups_must_fit_the_handles():
         dataclasses.replace(req.cohorts[0], name=f"c{i}", hosts=(ip_address(f"198.18.{i}.1"),)) for i in range(255)))
     compile_plan(many)  # 255 groups of one link: fits
     assert GROUP_LINKS == 256
+
+
+@pytest.mark.parametrize("name", scenario.shipped())
+def test_a_shipped_scenario_applies_and_keeps_its_cited_shares(name):
+    """Each shipped audience compiles, has its sources, and gives each cohort the share its
+    description cites (within one host of it)."""
+    import re
+    assert len(scenario.shipped()) >= 2
+    req = service.make_request("eth0", scenario=scenario.load(name))
+    compile_plan(req)
+    text = scenario.find(name).read_text()
+    assert "source = " in text and "http" in text
+    total = sum(len(c.hosts) for c in req.cohorts)
+    for ask, c in zip(scenario.load(name), req.cohorts):
+        share = re.search(r"\((\d+(?:\.\d+)?)%\)", ask_description(text, c.name))
+        assert share, c.name
+        assert abs(len(c.hosts) - total * float(share.group(1)) / 100) <= 1, (c.name, len(c.hosts), share.group(1))
+
+
+def ask_description(text: str, cohort: str) -> str:
+    import tomllib
+    return tomllib.loads(text)["cohort"][cohort]["description"]
