@@ -165,12 +165,20 @@ class Layout:
                 range(bisect_left(self.whole_link, first_link), bisect_left(self.whole_link, end_link)))
 
 
-def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
-    """Turn a request into the ordered operations that build it (``group_links``: shape
-    mode's links per HTB qdisc; the benchmarks set it to compare layouts)."""
+def check(req: Request, *, group_links: int = GROUP_LINKS) -> Layout:
+    """Every check ``compile_plan`` makes of a request, without building its operations;
+    its layout (a record read back is checked this way: compiling 65,536 links takes a
+    second, its layout a tenth of that)."""
     _validate(req)
     lay = Layout.of(req, group_links)
     _validate_layout(req, lay)
+    return lay
+
+
+def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
+    """Turn a request into the ordered operations that build it (``group_links``: shape
+    mode's links per HTB qdisc; the benchmarks set it to compare layouts)."""
+    lay = check(req, group_links=group_links)
     ops: list = []
     links: list[Flow] = []
     if req.direction in ("dest", "both"):
@@ -188,6 +196,31 @@ def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
                                  (Key(0, 0, 0),), redirect=ifb))
             _egress(req, lay, ifb, "source", ops, links, group_links)
     return Plan(req, tuple(ops), tuple(links))
+
+
+def link_flows(req: Request) -> tuple[Flow, ...]:
+    """Shape mode: every link's ``Flow`` (its class, for statistics) from the layout alone, in
+    link order per device: what ``compile_plan(req).flows`` holds, without the filters (the
+    order differs: that is the trees')."""
+    if req.mode != "shape":
+        raise ValueError("link_flows: shape mode only (a policed link's counters are its filter's)")
+    lay = check(req)
+    h = GENERATIONS[req.generation]
+    out = []
+    for direction, dev in (("dest", req.interface), ("source", ifb_name(req.interface))):
+        if req.direction not in (direction, "both"):
+            continue
+        for span in lay.spans:
+            c = span.cohort
+            if c.per == "host":
+                pairs = [(host, None) for host in c.hosts]
+            else:
+                ports = [p for lo, hi in c.ports for p in range(lo, hi + 1)]
+                pairs = [(host, p) for host in c.hosts for p in ports]
+            for j, (host, port) in enumerate(pairs):
+                qdisc = (h.group_top - span.first_group - j // GROUP_LINKS) << 16
+                out.append(Flow(direction, host, port, dev, 0, 0, qdisc | (LINK_MINOR_BASE + j % GROUP_LINKS), c.name))
+    return tuple(out)
 
 
 @functools.lru_cache(maxsize=4)

@@ -27,10 +27,15 @@ def check_interface(ex, req_or_name, netns) -> None:
 class Installed:
     """What is on an interface, as far as ratelimit is concerned."""
 
-    plan: object  # ratelimit's plan, checked against the kernel; None if there is none
+    request: object  # ratelimit's request, checked against the kernel; None if there is none
     owned: dict  # its fingerprint ({} without a plan)
     picture: dict  # the kernel's picture of the interface and its IFB device
     stale: bool = False  # a record whose parts are all gone from the kernel (nothing to delete)
+
+    @property
+    def plan(self):
+        """The request's plan, compiled when first asked for (reading statistics needs none)."""
+        return None if self.request is None else compiled(self.request)
 
     def foreign(self, interface: str) -> dict:
         """The parts on the interface and its IFB device that are not ratelimit's."""
@@ -53,8 +58,8 @@ def find_installed(ex, netns, interface, *, force: bool, classes: bool = True) -
     error unless ``force`` (then it is ignored: everything there is replaced).  A record
     whose parts the kernel does not show as recorded (another tool's root qdisc with our
     handle, a class tree not ours) is refused unless ``force``; one whose parts are all
-    gone is stale (nothing to delete).  The record's plan comes from ``compiled``: reading
-    the record compiled it already (``state.load`` checks the request that way)."""
+    gone is stale (nothing to delete).  A record of version 1 has no fingerprint: its plan
+    is compiled to say what it owns; otherwise ``Installed.plan`` compiles when asked."""
     devs = [interface, ifb_name(interface)]
     try:
         record = state.load(netns, interface)
@@ -68,12 +73,11 @@ def find_installed(ex, netns, interface, *, force: bool, classes: bool = True) -
         record = None
     if record is None:
         return Installed(None, {}, ex.picture(devs, classes))
-    plan = compiled(record.request)
-    owned = record.fingerprint or fingerprint.of_plan(plan)  # version 1: what the plan should own
+    owned = record.fingerprint or fingerprint.of_plan(compiled(record.request))  # version 1: what it should own
     picture = ex.picture(list(dict.fromkeys(devs + list(owned))), classes)
     differences = fingerprint.differences(owned, picture)
     if not differences:
-        return Installed(plan, owned, picture)
+        return Installed(record.request, owned, picture)
     if fingerprint.absent(owned, picture):
         return Installed(None, {}, picture, stale=True)
     if force:

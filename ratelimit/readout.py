@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from . import recovery, state
-from .compile import compiled
+from .compile import compiled, link_flows
 from .errors import NotFoundError, StateError
 from .installed import check_interface, executor, find_installed
 from .model import Request
@@ -19,7 +19,7 @@ from .summary import summary
 
 
 def _readable(ex, netns, interface, notice):
-    """Our plan for --list and --stats: a killed run's marker is repaired first (which needs
+    """Our request for --list and --stats: a killed run's marker is repaired first (which needs
     root and the lock: a run in progress makes this busy); a half-configured interface or an
     unreadable record is reported, never read as "nothing installed"."""
     if state.read_marker(netns, interface) is not None:
@@ -28,7 +28,7 @@ def _readable(ex, netns, interface, notice):
                              "root to put it back")
         with state.lock(netns, interface, timeout=0):
             recovery.repair(ex, netns, interface, notice)
-    return find_installed(ex, netns, interface, force=False, classes=False).plan
+    return find_installed(ex, netns, interface, force=False, classes=False).request
 
 
 def applied(interface: str, netns: str | None = None, notice=None) -> Request | None:
@@ -37,8 +37,7 @@ def applied(interface: str, netns: str | None = None, notice=None) -> Request | 
     interface, netns = check_target(interface, netns)
     with executor(netns) as ex:
         check_interface(ex, interface, netns)
-        plan = _readable(ex, netns, interface, notice)
-        return plan.request if plan else None
+        return _readable(ex, netns, interface, notice)
 
 
 def status(interface: str, netns: str | None = None, notice=None) -> dict | None:
@@ -68,9 +67,11 @@ class LinkTable:
 
 @functools.lru_cache(maxsize=4)
 def link_table(req: Request) -> LinkTable:
-    """The request's LinkTable, built once per request."""
+    """The request's LinkTable, built once per request: in shape mode from its layout (each
+    link's class, without building the plan's filters), in police mode from its plan (a
+    link's counters are its filter's)."""
     from .kernel.counters import FlowTable
-    plan = compiled(req)
+    plan = compiled(req) if req.mode == "police" else _Flows(link_flows(req))
     keys = tuple((f.direction, str(f.host), f.port, f.dev) for f in plan.flows)
     cohort = {c.name: c for c in req.cohorts}
     rates = {(c.name, "dest"): c.down.rate_bps for c in req.cohorts} | \
@@ -79,10 +80,15 @@ def link_table(req: Request) -> LinkTable:
                      tuple((f.cohort, cohort[f.cohort].profile) for f in plan.flows), FlowTable.of(plan))
 
 
+@dataclass(frozen=True)
+class _Flows:
+    flows: tuple
+
+
 def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
     check_interface(ex, interface, netns)
-    plan = _readable(ex, netns, interface, notice)
-    table = None if plan is None else link_table(plan.request)
+    req = _readable(ex, netns, interface, notice)
+    table = None if req is None else link_table(req)
     if table is None:
         return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "keys": (),
                 "rate_bps": (), "cohorts": (), "counters": {}}

@@ -263,3 +263,22 @@ def test_a_shipped_scenario_applies_and_keeps_its_cited_shares(name):
 def ask_description(text: str, cohort: str) -> str:
     import tomllib
     return tomllib.loads(text)["cohort"][cohort]["description"]
+
+
+@pytest.mark.parametrize("args", [
+    dict(hosts="198.18.0.2,2001:db8::2", ports="1000-1299", mode="shape", rate="1mbit"),
+    dict(hosts="198.18.0.0/24", ports="1000-1003", per="host", mode="shape", rate="1mbit"),
+    dict(hosts="198.18.0.0/25", per="host", ports="all", mode="shape", rate="1mbit", direction="source"),
+    dict(scenario="dialup-1999"),
+], ids=["per port, v4 and v6", "per host with ports", "whole hosts, source", "a scenario"])
+def test_statistics_find_each_links_class_without_compiling_its_filters(args):
+    """``link_flows`` (what --stats reads in shape mode) names the same classes for the same
+    links as the compiled plan's flows."""
+    from ratelimit.compile import link_flows
+    if "scenario" in args:
+        args = {"scenario": scenario.load(args["scenario"])}
+    req = service.make_request("eth0", **args)
+
+    def seen(flows):
+        return sorted((f.direction, f.dev, f.classid, str(f.host), f.port or 0, f.cohort) for f in flows)
+    assert seen(link_flows(req)) == seen(compile_plan(req).flows)
