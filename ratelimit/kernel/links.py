@@ -14,9 +14,6 @@ grows without end (3.3 KB a read at 16,384 links, mostly heap the kept messages 
 
 import errno as errnos
 
-from pyroute2 import IPRoute
-from pyroute2.netlink.exceptions import NetlinkError
-
 from ..errors import NotFoundError, PermissionDenied
 from .netns import off_loop
 from .nl import IFINFOMSG, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, NLM_F_REQUEST, RTM_GETLINK, attr_str, cstr, find, message
@@ -33,17 +30,30 @@ class Links:
         self.chan = chan  # a transport.Channel in the same namespace: name lookups go through it
         if netns is not None:
             check_netns(netns)
-        try:
-            self.ipr = off_loop(lambda: IPRoute(netns=netns, flags=0) if netns else IPRoute())
-        except FileNotFoundError:
-            raise NotFoundError(f"--netns: '{netns}' does not exist (see: ip netns list)") from None
-        except PermissionError:
-            raise PermissionDenied(f"--netns: entering '{netns}' needs root") from None
+        self.netns = netns
+        self._ipr = None
         self._index: dict[str, int] = {}
         self._names: dict[int, str] = {}
 
+    @property
+    def ipr(self):
+        """pyroute2's IPRoute in the namespace, made when a device is listed, made or
+        removed (importing pyroute2 takes 65 ms, which reading statistics does without)."""
+        if self._ipr is None:
+            from pyroute2 import IPRoute
+            netns = self.netns
+            try:
+                self._ipr = off_loop(lambda: IPRoute(netns=netns, flags=0) if netns else IPRoute())
+            except FileNotFoundError:
+                raise NotFoundError(f"--netns: '{netns}' does not exist (see: ip netns list)") from None
+            except PermissionError:
+                raise PermissionDenied(f"--netns: entering '{netns}' needs root") from None
+        return self._ipr
+
     def close(self) -> None:
-        off_loop(self.ipr.close)
+        if self._ipr is not None:
+            off_loop(self._ipr.close)
+            self._ipr = None
 
     def forget(self) -> None:
         """Drop cached indexes (devices may have been made or removed)."""
@@ -140,6 +150,7 @@ class _kernel_errors:
         return self
 
     def __exit__(self, kind, err, tb):
+        from pyroute2.netlink.exceptions import NetlinkError
         if isinstance(err, NetlinkError):
             if err.code == errnos.EPERM:
                 raise PermissionDenied("changing network devices needs root (run with sudo)") from None

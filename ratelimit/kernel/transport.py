@@ -11,9 +11,9 @@ import os
 import socket
 import struct
 
-from pyroute2 import netns as pyroute2_netns
 
 from ..errors import ApplyError, NotFoundError, PermissionDenied
+from .netns import in_netns
 from .nl import (ERRNO, SEQ_OFFSET, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP_INTR, NLM_F_ECHO, NLMSG_DONE,
                  NLMSG_ERROR, NLMSG_OVERRUN, NLMSGERR_ATTR_MSG, NLMSGHDR, attrs, cstr)
 
@@ -72,10 +72,10 @@ def open_socket(netns: str | None) -> socket.socket:
         return _configure(socket.socket(*args))
     check_netns(netns)
     try:
-        sock = pyroute2_netns.create_socket(netns, *args, flags=0)
-    except FileNotFoundError:
+        sock = in_netns(netns, socket.socket, *args)
+    except NotFoundError:
         raise NotFoundError(f"--netns: '{netns}' does not exist (see: ip netns list)") from None
-    except PermissionError:
+    except PermissionDenied:
         raise PermissionDenied(f"--netns: entering '{netns}' needs root") from None
     return _configure(sock)
 
