@@ -14,6 +14,14 @@ Layout on each limited device (``52:`` is ratelimit's mark on a root qdisc)::
                                   loss; it also serializes at the link's rate) or,
                                   without impairments, a fifo
 
+Cohorts (``Request.cohorts``, in order) take whole groups each: a cohort's links are
+numbered from the end of the one before, its groups likewise (``Layout``).  The size
+table is that of the cohort whose link layer is smallest per packet (a modem's
+compressed headers, the *base*); every other cohort's classes add the difference
+(``HtbClass.overhead_bytes``, and ATM cells), its netem stage counts it in its rate, and
+its byte fifo's limit is scaled to the base's lengths.  A whole host (a cohort without
+ports) is one filter on its address in trees of their own (``u32tree``, prio 3 and 4).
+
 The handles under the pool class are those of generation 0; a plan in generation 1
 (``Request.generation``: a re-apply built beside the installed plan, ``diff``) puts its
 groups at 52:8010.., 7fff: down and 8000: up (``GENERATIONS``).
