@@ -873,3 +873,49 @@ def test_the_server_stops_cleanly_with_a_dashboard_open(signum):
         if proc.poll() is None:
             proc.kill()
     assert (proc.returncode, err) == (0, "")
+
+
+SCENARIO_TEXT = """
+description = "two kinds of link"
+[cohort.dialup]
+description = "modems"
+hosts = "198.18.0.2-198.18.0.3"
+profile = "modem-28k8"
+[cohort.office]
+source = "an office on cable"
+hosts = "198.18.0.10"
+ports = "8000-8003"
+per = "port"
+profile = "cable"
+"""
+
+
+def test_apply_a_scenario_and_a_mix(client, control):
+    resp = post(client, "/api/apply", {"interface": "eth0", "scenario": SCENARIO_TEXT})
+    assert resp.status_code == 200, resp.get_json()
+    applied = resp.get_json()["applied"]
+    assert [c["name"] for c in applied["cohorts"]] == ["dialup", "office"] and applied["links"] == 12
+    resp = post(client, "/api/apply", {"interface": "eth0", "hosts": "198.18.0.2-198.18.0.11",
+                                       "mix": "modem-28k8:70%,isdn-64k:30%"})
+    assert resp.status_code == 200, resp.get_json()
+    assert [(c["name"], len(c["hosts"])) for c in resp.get_json()["applied"]["cohorts"]] == \
+        [("modem-28k8", 7), ("isdn-64k", 3)]
+
+
+@pytest.mark.parametrize("body,fragment", [
+    ({"scenario": 5}, "scenario: int is not text"),
+    ({"scenario": "[cohort"}, "scenario: is not TOML"),
+    ({"scenario": SCENARIO_TEXT.replace('profile = "cable"', 'profile = "/etc/shadow"')},
+     "scenario: [cohort.office] profile: '/etc/shadow' is not a profile name"),
+    ({"scenario": SCENARIO_TEXT.replace('profile = "cable"', 'profile = "../../etc/passwd"')},
+     "is not a profile name"),
+    ({"scenario": SCENARIO_TEXT, "hosts": "198.18.0.2"}, "--hosts/--ports: a scenario names each cohort's hosts"),
+    ({"scenario": SCENARIO_TEXT, "profile": "cable"}, "--profile: a scenario or a mix names each cohort's profile"),
+    ({"scenario": SCENARIO_TEXT.replace('hosts = "198.18.0.10"', 'hosts = "198.18.0.3"')},
+     "cohorts 'dialup' and 'office' both select 198.18.0.3"),
+    ({"hosts": "198.18.0.2", "mix": "modem-28k8:1e309"}, "--mix modem-28k8: '1e309' is not a weight"),
+    ({"hosts": "198.18.0.2", "mix": ["a"]}, "mix: ['a'] is not a string or number"),
+])
+def test_apply_a_bad_scenario_or_mix(client, control, body, fragment):
+    assert_error(post(client, "/api/apply", {"interface": "eth0", **body}), 400, fragment)
+    assert control.calls == []

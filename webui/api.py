@@ -7,7 +7,7 @@ documented in docs/webui.md.
 
 from flask import Blueprint, current_app, request
 
-from ratelimit import profiles
+from ratelimit import profiles, scenario
 from ratelimit.selectors import parse_port_range
 from ratelimit.service import IMPAIRMENTS
 from ratelimit.summary import summary
@@ -21,7 +21,7 @@ bp = Blueprint("api", __name__, url_prefix="/api")
 
 TARGET_QUERY = ("interface", "netns")
 APPLY_FIELDS = ("interface", "netns", "profile", "hosts", "ports", "mode", "direction", "rate", "burst",
-                "bandwidth", "mtu", "avpkt", "mpu", "queue", "per", "link", *IMPAIRMENTS, "force")
+                "bandwidth", "mtu", "avpkt", "mpu", "queue", "per", "link", "mix", "scenario", *IMPAIRMENTS, "force")
 CLEAN_FIELDS = ("interface", "netns", "force")
 
 
@@ -168,7 +168,7 @@ def apply():
     force = boolean("force", data.get("force"), False)
     kwargs = {}
     for name in APPLY_FIELDS:
-        if name in ("interface", "netns", "force"):
+        if name in ("interface", "netns", "force", "scenario"):
             continue
         value = _value(name, data.get(name))
         if value is not None:
@@ -177,6 +177,10 @@ def apply():
     kwargs.setdefault("ports", None)
     if "profile" in kwargs:
         profiles.check_name(kwargs["profile"], "profile")  # a name, never a file on the router
+    if data.get("scenario") is not None:  # a scenario's text: its profiles by name, never a path on the router
+        kwargs["scenario"] = scenario.parse(data["scenario"], "scenario")
+    if "mix" in kwargs and "per" not in kwargs:
+        kwargs["per"] = "host"
     control = current_app.config["CONTROL"]
     req = control.make_request(interface, netns=netns, **kwargs)
     plan = control.apply(req, force=force, lock_timeout=current_app.config["LOCK_TIMEOUT"])
