@@ -37,7 +37,8 @@ class FakeReader:
     @staticmethod
     def link(direction, host, port, dev, **counters):
         row = {"direction": direction, "host": host, "port": port, "dev": dev, "bytes": 0, "packets": 0,
-               "drops": 0, "overlimits": 0, "backlog_bytes": 0, "backlog_pkts": 0, "rate_bps": 28800}
+               "drops": 0, "overlimits": 0, "backlog_bytes": 0, "backlog_pkts": 0, "rate_bps": 28800,
+               "cohort": "main", "profile": "modem-28k8"}
         row.update(counters)
         return row
 
@@ -290,7 +291,8 @@ def test_links_filters_sort_and_pages(client, src, reader):
     assert data["total"] == 6 and data["matched"] == 4  # active only by default
     assert [r["throughput_bps"] for r in data["links"]] == [4800.0, 4000.0, 3200.0, 2400.0]
     row = data["links"][0]
-    assert set(row) == {"direction", "host", "port", "dev", "rate_bps", "bytes", "packets", "drops", "overlimits",
+    assert row["cohort"] == "main" and row["profile"] == "modem-28k8"
+    assert set(row) == {"direction", "host", "port", "dev", "rate_bps", "cohort", "profile", "bytes", "packets", "drops", "overlimits",
                         "backlog_bytes", "backlog_pkts", "throughput_bps", "drops_per_s", "rate_share",
                         "queue_delay_ms", "active", "state"}
     assert client.get("/api/links?active=false").get_json()["matched"] == 6
@@ -477,11 +479,14 @@ def test_metrics(client, src, reader):
     text = resp.get_data(as_text=True)
     for line in text.splitlines():
         assert line.startswith("# HELP ") or line.startswith("# TYPE ") or METRIC_LINE.match(line), line
+    cohort = 'cohort="main",profile="modem-28k8"'
     assert ('ratelimit_link_bytes_total{interface="eth0",netns="",host="198.18.0.2",port="5000",'
-            'direction="dest"} 200') in text
-    assert 'ratelimit_link_drops_total{interface="eth0",netns="",host="198.18.0.2",port="5000",direction="source"} 2' in text
+            f'direction="dest",{cohort}}} 200') in text
+    assert ('ratelimit_link_drops_total{interface="eth0",netns="",host="198.18.0.2",port="5000",direction="source",'
+            f'{cohort}}} 2') in text
     assert 'ratelimit_bytes_total{interface="eth0",netns="",direction="source"} 400' in text
-    assert 'ratelimit_link_rate_bps{interface="eth0",netns="",host="198.18.0.2",port="5000",direction="dest"} 28800' in text
+    assert ('ratelimit_link_rate_bps{interface="eth0",netns="",host="198.18.0.2",port="5000",direction="dest",'
+            f'{cohort}}} 28800') in text
     assert 'ratelimit_stats_up{interface="eth0",netns=""} 1' in text
     assert "# TYPE ratelimit_link_bytes_total counter" in text
     assert ('ratelimit_applied{interface="eth0",netns="",profile="modem-28k8",mode="shape",direction="both",'
@@ -522,7 +527,8 @@ def test_per_host_links_show_port_all(reader, control):
     links = client.get("/api/links?active=false").get_json()["links"]
     assert [(r["direction"], r["port"]) for r in links] == [("dest", None), ("source", None)]
     text = client.get("/metrics").get_data(as_text=True)
-    assert 'ratelimit_link_rate_bps{interface="eth0",netns="",host="198.18.0.2",port="all",direction="dest"} 28800' in text
+    assert ('ratelimit_link_rate_bps{interface="eth0",netns="",host="198.18.0.2",port="all",direction="dest",'
+            'cohort="main",profile="modem-28k8"} 28800') in text
     hist = client.get("/api/links/history?host=198.18.0.2&port=all&direction=dest")
     assert hist.status_code == 200 and hist.get_json()["port"] is None
     assert_error(client.get("/api/links/history?host=198.18.0.2&port=5000&direction=dest"), 404,

@@ -8,8 +8,8 @@ it took, what is applied (profile, mode, granularity, link layer) and each
 direction's link numbers (frame rate, burst, queue).  ``netns=""`` is the
 host's own namespace.
 
-Per link (labels interface, netns, host, port, direction; ``port="all"`` for a
-per-host link): the cumulative counters as ``*_total`` counters, the backlog
+Per link (labels interface, netns, host, port, direction, cohort, profile; ``port="all"``
+for a per-host link): the cumulative counters as ``*_total`` counters, the backlog
 as gauges and the configured rate -- 7 series a link, a cardinality problem
 for Prometheus at tens of thousands of links.  ``?links=auto`` (the default)
 sends them for an interface with at most ``AUTO_LINK_LIMIT`` links,
@@ -152,18 +152,21 @@ def render(snaps, links: str = "auto") -> str:
         _header(out, "ratelimit_link_rate_bps", "gauge", "Configured rate of one emulated link, bit/s.")
         for s in detailed:
             base = {"interface": s.interface, "netns": s.netns}
-            for (direction, host, port, _dev), rate in zip(s.layout.keys, s.layout.rate_bps):
+            for i, ((direction, host, port, _dev), rate) in enumerate(zip(s.layout.keys, s.layout.rate_bps)):
                 if rate:
-                    out.append(f"ratelimit_link_rate_bps{_labels(**base, host=host, port=port_text(port), direction=direction)}"
+                    cohort, profile = s.layout.cohort(i)
+                    out.append(f"ratelimit_link_rate_bps{_labels(**base, host=host, port=port_text(port), direction=direction, cohort=cohort, profile=profile)}"
                                f" {rate}\n")
         for name, column, kind, text in LINK_METRICS:
             _header(out, name, kind, text)
             for s in detailed:
                 ns, ifc = _escape(s.netns or ""), _escape(s.interface)
                 col = s.columns[column]
-                for (direction, host, port, _dev), value in zip(s.layout.keys, col):
+                cohorts = s.layout.cohorts or (("", ""),) * len(col)
+                for (direction, host, port, _dev), (cohort, profile), value in zip(s.layout.keys, cohorts, col):
                     out.append(f'{name}{{interface="{ifc}",netns="{ns}",host="{host}",port="{port_text(port)}",'
-                               f'direction="{direction}"}} {value}\n')
+                               f'direction="{direction}",cohort="{_escape(cohort)}",profile="{_escape(profile)}"}} '
+                               f'{value}\n')
     return "".join(out)
 
 

@@ -61,6 +61,7 @@ def reading(interface: str, netns, when: float, applied: dict | None, rows: list
     return {"interface": interface, "netns": netns, "time": when, "applied": applied,
             "keys": tuple((r["direction"], str(r["host"]), r["port"], r.get("dev", interface)) for r in rows),
             "rate_bps": tuple(r.get("rate_bps") for r in rows),
+            "cohorts": tuple((r.get("cohort"), r.get("profile")) for r in rows),
             "counters": {name: array("q", [int(r.get(name) or 0) for r in rows]) for name in COUNTERS + GAUGES}}
 
 
@@ -75,6 +76,11 @@ class Layout:
     rates: LinkRates | None = field(default=None, compare=False, repr=False)
     source_keys: tuple = field(default=(), compare=False, repr=False)  # the reader's keys object
     orders: dict = field(default_factory=dict, compare=False, repr=False)  # sorts by key, for queries
+    cohorts: tuple = field(default=(), compare=False, repr=False)  # (cohort, profile) per link, or ()
+
+    def cohort(self, i: int) -> tuple:
+        """Link ``i``'s (cohort, profile); ("", "") where the reader gave none."""
+        return self.cohorts[i] if self.cohorts else ("", "")
 
     def __len__(self):
         return len(self.keys)
@@ -107,8 +113,9 @@ class Snapshot:
 
     def row(self, i: int) -> dict:
         direction, host, port, dev = self.layout.keys[i]
+        cohort, profile = self.layout.cohort(i)
         out = {"direction": direction, "host": host, "port": None if port == ALL_PORTS else port, "dev": dev,
-               "rate_bps": self.layout.rate_bps[i]}
+               "rate_bps": self.layout.rate_bps[i], "cohort": cohort or None, "profile": profile or None}
         for name in COLUMNS:
             value = self.columns[name][i]
             if name == "active":
@@ -325,7 +332,8 @@ class StatsSource:
         self._layout_ids += 1
         shown = tuple((d, str(h), ALL_PORTS if p is None else int(p), dev) for d, h, p, dev in keys)
         layout = Layout(self._layout_ids, shown, tuple(stats.get("rate_bps") or (None,) * len(keys)),
-                        {k[:3]: i for i, k in enumerate(shown)}, LinkRates(shown, applied), keys)
+                        {k[:3]: i for i, k in enumerate(shown)}, LinkRates(shown, applied), keys,
+                        cohorts=tuple((c or "", p or "") for c, p in stats.get("cohorts") or ()))
         self._last_change[target] = [float("-inf")] * len(keys)
         self._bytes_seen[target].clear()
         return layout, False
