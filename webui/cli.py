@@ -8,6 +8,7 @@ import secrets
 import signal
 import sys
 import threading
+import time
 
 from ratelimit.errors import EXIT_USAGE, RatelimitError, shown
 from ratelimit.names import check_target
@@ -194,6 +195,12 @@ def _serve_waitress(app, host: str, port: int, ready) -> None:
     streams = app.config["STREAM_LIMIT"]
     server = create_server(app, host=host, port=port, threads=streams + 8, ident="ratelimit-web",
                            channel_timeout=60, clear_untrusted_proxy_headers=True)
+    # waitress counts a thread that has not yet reached its wait for work as busy: a request
+    # that came before they all had (a busy machine, right after "serving") was logged as a
+    # "task queue depth" warning.  Say we serve once they wait (a few ms; at most 2 s).
+    dispatcher, deadline = getattr(server, "task_dispatcher", None), time.monotonic() + 2
+    while getattr(dispatcher, "active_count", 0) > 0 and time.monotonic() < deadline:
+        time.sleep(0.005)
     bound = server.effective_host if hasattr(server, "effective_host") else host
     ready(host if bound in ("0.0.0.0", "::") else bound, server.effective_port)
 
