@@ -307,21 +307,23 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
 
 
 def _generator_totals(generator: str, outputs: list[str], x: int) -> dict:
-    """What the load generators say: errors and sessions lost (httperf), errors (wrk)."""
+    """What the load generators say: errors and sessions lost (httperf), errors and the whole run's rate (wrk)."""
     if generator == "httperf":
         rep = httperf.combine([httperf.parse(o) for o in outputs])
         errors = rep.get("errors", {}).get("total")
         return {"errors": errors, "sessions_total": rep.get("sessions_total"),
                 "sessions_ok": rep.get("sessions_ok"), "generator_report": rep}
-    errors = 0
+    errors, whole = 0, 0.0
     for o in outputs:
+        m = re.search(r"Requests/sec:\s+([\d.]+)", o)  # over wrk's whole run, its ramp included
+        whole = whole + float(m.group(1)) if m and whole is not None else None
         m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", o)
         if m:
             errors += sum(int(v) for v in m.groups())
         m = re.search(r"Non-2xx or 3xx responses: (\d+)", o)
         if m:
             errors += int(m.group(1))
-    return {"errors": errors, "generator_report": {"tail": [o[-400:] for o in outputs]}}
+    return {"errors": errors, "whole_run_per_s": whole, "generator_report": {"tail": [o[-400:] for o in outputs]}}
 
 
 def _server_pids(lab) -> list[int]:
@@ -417,10 +419,14 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
     link = LinkSpec(profile=PROFILE, mode="shape", per="port", no_delay=not netem, bandwidth=bandwidth)
     with _lab(link, doc) as (lab, model, header):
         log = Path(lab.info["dir"]) / "nginx" / "access.log"
+        burst_bytes = lab.info["link"]["summary"]["down"]["burst_bytes"]
         steps = Steps(NAME, len(cfg.points))
         for generator, x, floor in cfg.points:
             rto_min_ms = server_route(lab, floor)
             row = run_point(lab, model, generator, x, rto_min_ms, cfg, log, header)
+            if generator == "httperf":  # the 2000 reading beside the window: sessions run whole, httperf's totals
+                time.sleep(2 if quick else 5)
+                row["totals"] = _second_reading(run_totals(lab, model, x, rto_min_ms, header, burst_bytes))
             doc["rows"].append(row)
             steps(f"{generator} x={x:,} (RTO floor {rto_min_ms} ms): "
                   f"{row['completed_per_s']:.1f} replies/s = {100 * row['ratio_to_model']:.1f}% "
@@ -429,11 +435,30 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
                   f"segments ({row['server_tcp']['TcpExtTCPTimeouts']} timeouts); "
                   f"machine {100 * row['cpu']['machine_busy']:.0f}% busy; probes: first byte after "
                   f"{1000 * row['probe']['first_byte_s'].get('p50', math.nan):.0f} ms (p50), the rest "
-                  f"{row['probe']['rest_s'].get('p50', math.nan):.3f} s (model {row['probe']['rest_model_s']:.3f} s)")
+                  f"{row['probe']['rest_s'].get('p50', math.nan):.3f} s (model {row['probe']['rest_model_s']:.3f} s)"
+                  + _second_text(row))
             if outdir:
                 save(doc, outdir)
             time.sleep(2 if quick else 5)  # let the connections close
     return doc
+
+
+def _second_reading(totals: dict) -> dict:
+    """What a dial-up row keeps of its httperf-totals run (``run_totals``)."""
+    keep = ("completed_per_s", "model_ceiling", "ratio_to_model", "ratio_to_theoretical", "session_s",
+            "model_session_s", "errors", "sessions_total", "sessions_ok", "retransmitted", "server_tcp")
+    return {k: totals.get(k) for k in keep}
+
+
+def _second_text(row: dict) -> str:
+    t = row.get("totals")
+    if t:
+        return (f"; read as in 2000 (httperf's totals, sessions whole): {t['completed_per_s']:.1f} replies/s = "
+                f"{100 * t['ratio_to_model']:.1f}% of the model's {t['model_ceiling']:.1f}, sessions "
+                f"{t['session_s']:.2f} s (model {t['model_session_s']:.2f} s), errors {t['errors']}")
+    if row.get("whole_run_per_s") is not None:
+        return f"; wrk's whole run: {row['whole_run_per_s']:.1f} replies/s"
+    return ""
 
 
 def _published_share(x: int) -> str:

@@ -96,10 +96,19 @@ def summary(setup: list[dict], packet: dict | None, stats: list[dict], fid: list
         for generator in ("httperf", "wrk"):
             rs = table_rows(dialup, generator)
             if rs:
-                out.append(f"**Dial-up table, {generator}**: " + ", ".join(
+                out.append(f"**Dial-up table, {generator}** (steady-state window): " + ", ".join(
                     f"x={r['x']:,}: {r['completed_per_s']:.0f}/s ({100 * r['ratio_to_model']:.1f}% of the link "
                     f"model, {100 * r['ratio_to_theoretical']:.1f}% of 0.36 x)" for r in rs)
                     + f"; errors {sum(r.get('errors') or 0 for r in rs)}.")
+                whole = [r for r in rs if r.get("totals") or r.get("whole_run_per_s") is not None]
+                if whole and generator == "httperf":
+                    out.append("**Dial-up table, httperf read as in 2000** (totals over whole sessions): " + ", ".join(
+                        f"x={r['x']:,}: {r['totals']['completed_per_s']:.0f}/s "
+                        f"({100 * r['totals']['ratio_to_model']:.1f}% of that run's model, "
+                        f"{100 * r['totals']['completed_per_s'] / r['theoretical']:.1f}% of 0.36 x)" for r in whole) + ".")
+                elif whole:
+                    out.append("**Dial-up table, wrk over its whole run**: " + ", ".join(
+                        f"x={r['x']:,}: {r['whole_run_per_s']:.0f}/s" for r in whole) + ".")
     return [f"- {b}" for b in out]
 
 

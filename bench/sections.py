@@ -483,7 +483,8 @@ def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None) -
         lost = r.get("sessions_total", 0) - r.get("sessions_ok", 0) if "sessions_total" in r else None
         floor = r.get("server_rto_min_ms")
         body.append([r["generator"], f"{r['x']:,}", "?" if floor is None else f"{floor:,} ms", f"{r['completed_per_s']:.1f}",
-                     f"{100 * r['ratio_to_model']:.1f}%", f"{r['model_ceiling']:.1f} ({r['model_call_s']:.3f} s/call)",
+                     f"{100 * r['ratio_to_model']:.1f}%", *_second_cells(r),
+                     f"{r['model_ceiling']:.1f} ({r['model_call_s']:.3f} s/call)",
                      f"{100 * r['ratio_to_theoretical']:.1f}%", fmt_int(r.get("published")),
                      fmt_int(r.get("errors")), "-" if lost is None else f"{lost:,}",
                      "-" if r.get("retransmitted") is None else
@@ -491,12 +492,23 @@ def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None) -
                      f"{100 * cpu.get('load_generators', 0):.0f}%", f"{100 * cpu.get('server', 0):.0f}%",
                      f"{100 * cpu.get('softirq', 0):.0f}%", f"{100 * cpu.get('machine_busy', 0):.0f}%",
                      *_probe_cells(r)])
-    out += table(["load", "x", "server RTO floor", "replies/s", "of the model's ceiling", "model ceiling", "of 0.36 x",
+    out += table(["load", "x", "server RTO floor", "window: replies/s", "window: of the model's ceiling",
+                  "whole run: replies/s", "whole run: of its model", "model ceiling", "of 0.36 x",
                   "2000 (event-driven)", "errors", "sessions lost", "retransmitted (timeouts)", "CPU: load",
                   "CPU: server",
                   "CPU: softirq", "machine busy", "probe: to first byte, p50 / p95",
                   "probe: first to last byte, p50 (model)"], body) + [""]
-    out += ["Retransmitted: the server's retransmitted segments as a share of the segments it sent in the "
+    out += ["Two readings of each row. *Window*: the rate in the window above, what the link sustains "
+            "once every connection runs. *Whole run*: for httperf, the 2000 way, as the 2000 figures were "
+            "read: a second run whose sessions all start within the first second and run to their 20th "
+            "reply, httperf's replies over its test duration summed over the clients, against that run's "
+            "model (the sessions' calls on the link, their start spread included, as in the v0.3 section "
+            "below); for wrk, its own requests per second over its whole run, the ramp included (no model: "
+            "wrk's waves of connections start together, so the rate over a run that is not a whole number "
+            "of calls long depends on where it ends). A row's whole-run reading counts each connection's "
+            "first calls, whose retransmission timer a handshake sets, so it is the one a slow start "
+            "shows in.", "",
+            "Retransmitted: the server's retransmitted segments as a share of the segments it sent in the "
             "window, and its retransmission timeouts (`nstat`); the probes' connections are among them. A "
             "modem's first 1,460-byte segment takes 0.44 s, while the handshake's small packets measure a "
             "round trip of tens of ms, so a 200 ms floor can fire before that segment is acknowledged. RFC "
@@ -522,6 +534,16 @@ def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None) -
     if img:
         out += [f"![dial-up table]({img})", ""]
     return out
+
+
+def _second_cells(row: dict) -> list[str]:
+    """The row's whole-run reading: httperf's totals (and that run's model), or wrk's own rate."""
+    t = row.get("totals")
+    if t:
+        return [f"{t['completed_per_s']:.1f}", f"{100 * t['ratio_to_model']:.1f}% ({t['model_ceiling']:.1f})"]
+    if row.get("whole_run_per_s") is not None:
+        return [f"{row['whole_run_per_s']:.1f}", "-"]
+    return ["-", "-"]
 
 
 def _probe(row: dict, part: str) -> dict | None:
