@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from ipaddress import IPv4Address, ip_address
 from pathlib import Path
 
-from ratelimit.compile import MAX_SHAPE_LINKS
+from ratelimit.layout import MAX_SHAPE_LINKS
 from ratelimit.errors import RatelimitError
 from ratelimit.lab import servertcp
 from ratelimit.model import LinkParams, Request

@@ -42,7 +42,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ratelimit.compile import MAX_SHAPE_LINKS, compile_plan
+from ratelimit.compile import compile_plan
+from ratelimit.layout import MAX_SHAPE_LINKS
 
 from . import dashboard
 from .common import REPO, BenchError, Clock, DEV, Steps, flows_request, fmt_time, median, ratio, run, say, shape_flows

@@ -11,7 +11,7 @@ not a change in place.
 
 Other hosts or ports, another granularity or mode: ``make_before_break`` builds the new
 plan beside the installed one, in the other generation of handles (``Request.generation``,
-``compile.GENERATIONS``), under the same root qdisc and pool class.  Its tree's root
+``layout.GENERATIONS``), under the same root qdisc and pool class.  Its tree's root
 filters go in last; u32 tries a list's root filters in node order, so the tree whose
 filters come first answers, and removing the old tree's root filters (or adding the
 new ones ahead of them) switches every flow of a protocol in one kernel step.  Then the
@@ -22,7 +22,7 @@ direction or ingress layout, or two generations that do not fit side by side in 
 
 from dataclasses import dataclass, replace
 
-from .compile import POOL_CLASS, POOL_NETEM, ROOT
+from .layout import POOL_CLASS, POOL_NETEM, ROOT
 from .plan import INGRESS_HANDLE, TC_H_ROOT, U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, Plan, netem_groups, u32_handle
 from .filters import U32Filter, U32Table
 

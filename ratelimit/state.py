@@ -80,7 +80,7 @@ def from_json(data: dict) -> Request:
 
 def request_from_json(data, where: str) -> Request:
     """``from_json`` for data read from a file: anything malformed is a StateError naming ``where``."""
-    from .compile import check
+    from .validate import check
     try:
         req = from_json(data)
         check(req)  # every check a request passes

@@ -15,7 +15,8 @@ from ipaddress import ip_address
 import pytest
 
 from ratelimit import scenario, service, state
-from ratelimit.compile import GROUP_LINKS, compile_plan
+from ratelimit.compile import compile_plan
+from ratelimit.layout import GROUP_LINKS
 from ratelimit.errors import RatelimitError
 from ratelimit.filters import U32Filter
 from ratelimit.linklayer import PPP_VJ

@@ -9,7 +9,8 @@ from ipaddress import IPv4Address, IPv6Address
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from ratelimit.compile import INGRESS_HANDLE, ROOT, compile_plan, ifb_name
+from ratelimit.compile import INGRESS_HANDLE, compile_plan, ifb_name
+from ratelimit.layout import ROOT
 from ratelimit.model import LinkParams, Request
 from ratelimit.plan import TC_H_ROOT, HtbQdisc
 from ratelimit.u32tree import LEAF_MAX
