@@ -63,7 +63,7 @@ def config(quick: bool, links=None) -> Config:
 # ---------------------------------------------------------------- the prometheus_client collector
 
 TARGET_LABELS = ("interface", "netns")
-LINK_LABELS = TARGET_LABELS + ("host", "port", "direction")
+LINK_LABELS = TARGET_LABELS + ("host", "port", "direction", "cohort", "profile")
 APPLIED_NUMBERS = (
     # (name, field of applied["down"/"up"], help)
     ("ratelimit_frame_rate_bps", "frame_rate_bps",
@@ -184,8 +184,8 @@ def _share_histogram(snaps):
 
 
 def _per_link(detailed, link_metrics, port_text):
-    labels = {id(s): [(s.interface, s.netns or "", host, port_text(port), direction)
-                      for direction, host, port, _dev in s.layout.keys] for s in detailed}
+    labels = {id(s): [(s.interface, s.netns or "", host, port_text(port), direction, *s.layout.cohort(i))
+                      for i, (direction, host, port, _dev) in enumerate(s.layout.keys)] for s in detailed}
     rates = GaugeMetricFamily("ratelimit_link_rate_bps", "Configured rate of one emulated link, bit/s.",
                               labels=LINK_LABELS)
     for s in detailed:

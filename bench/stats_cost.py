@@ -167,7 +167,9 @@ def _save_v1(state_files, req, state_dir: str) -> None:
     directory of its own (``_v1``); this checkout reads its own version-2 record."""
     path = Path(state_dir, "v1", state_files.record_path(req.netns, req.interface).relative_to(state_dir))
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(state_files.to_json(req)))
+    data = state_files.to_json(req)
+    data.update({k: v for k, v in data.pop("cohorts")[0].items() if k != "name"})  # the request before cohorts
+    path.write_text(json.dumps(data))
 
 
 def _v1(state_dir: str) -> str:
