@@ -16,6 +16,7 @@ import os
 from . import diff, linklayer, profiles, recovery, state
 from . import scenario as scenarios
 from .compile import compile_plan, compiled, ifb_name
+from .validate import check
 from .errors import ConflictError, FieldError, KernelMissing, PermissionDenied, StateError, UsageError
 from .installed import Installed, check_interface, executor, find_installed
 from .model import MAIN_COHORT, Cohort, LinkParams, Request
@@ -80,7 +81,7 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
                             profile)
         mode = mode or ("shape" if profile else "police")
         req = Request(interface, (_cohort(ask, mode, overrides, burst, link, mpu),), mode=mode, **device)
-    compile_plan(req)  # every remaining check, before anything touches the router
+    check(req)  # every remaining check, before anything touches the router (apply compiles it)
     return req
 
 
