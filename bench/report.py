@@ -162,7 +162,8 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
     lines += section_stats(stats, img(plot_stats, stats) if stats else None)
     lines += section_fidelity(fid, img(plot_fidelity, fid) if fid else None)
     v03 = results.get(("dialup-v03", "vm")) or results.get(("dialup-v03", "host"))
-    lines += section_dialup(dialup, img(plot_dialup, dialup) if dialup else None, v03)
+    lines += section_dialup(dialup, img(plot_dialup, dialup) if dialup else None, v03,
+                            results.get(("transient", "vm")))
     lines += section_faults(results.get(("faults", "host")))
     lines += section_switch(results.get(("switch", "host")))
     if failed:

@@ -448,7 +448,8 @@ def _dialup_v03(doc: dict | None) -> list[str]:
     return out + [reading, ""]
 
 
-def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None) -> list[str]:
+def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None,
+                   transient: dict | None = None) -> list[str]:
     out = ["## 5. The dial-up table", ""]
     if not doc:
         return out + ["Not run.", ""]
@@ -531,9 +532,33 @@ def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None) -
     out += _dialup_reading(doc) + [""]
     out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
     out += _dialup_v03(v03)
+    out += _transient(transient)
     if img:
         out += [f"![dial-up table]({img})", ""]
     return out
+
+
+def _transient(doc: dict | None) -> list[str]:
+    """The start-up transient of one connection, with and without the delay stage (docs/lab.md)."""
+    if not doc or not doc.get("rows"):
+        return []
+    out = ["### The start-up transient", "",
+           f"One modem-28k8 link, one keep-alive connection fetching the 10,000-byte file {len(doc['rows'][0]['calls'])} "
+           f"times, each call against the link model (`{doc.get('command', '')}`, in the full-kernel VM; commit "
+           f"{str(doc.get('commit', '?'))[:7]}). With Linux's floor a whole-run reading includes one such call per "
+           f"connection (the wrk row marked 200 ms above); with RFC 6298's there is none.", ""]
+    body = []
+    for r in doc["rows"]:
+        calls = r["calls"]
+        rest = calls[2:]
+        body.append(["netem, 50 ms each way" if r["delay_stage"] else "none",
+                     "Linux's 200 ms" if r["server_tcp"] == "linux" else "RFC 6298's 1 s",
+                     f"{calls[0]['seconds']:.2f} s ({calls[0]['model_s']:.2f} s)",
+                     f"{calls[1]['seconds']:.2f} s ({calls[1]['model_s']:.2f} s)",
+                     f"{min(c['seconds'] for c in rest):.2f}-{max(c['seconds'] for c in rest):.2f} s "
+                     f"({rest[0]['model_s']:.2f} s)"])
+    return out + table(["delay stage", "server's RTO floor", "call 1 (model)", "call 2 (model)",
+                        f"calls 3-{len(doc['rows'][0]['calls'])} (model)"], body) + [""]
 
 
 def _second_cells(row: dict) -> list[str]:
