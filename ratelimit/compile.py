@@ -72,7 +72,7 @@ def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
     ops: list = []
     links: list[Flow] = []
     if req.direction in ("dest", "both"):
-        _egress(req, lay, req.interface, "dest", ops, links, group_links)
+        _egress(req, lay, req.interface, "dest", ops, links)
     if req.direction in ("source", "both"):
         if ingress_policing(req):
             ops.append(IngressQdisc(req.interface))
@@ -84,7 +84,7 @@ def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
             ops.append(IngressQdisc(req.interface))
             ops.append(U32Filter(req.interface, INGRESS_HANDLE, 1, "all", 0, 0, 1,
                                  (Key(0, 0, 0),), redirect=ifb))
-            _egress(req, lay, ifb, "source", ops, links, group_links)
+            _egress(req, lay, ifb, "source", ops, links)
     return Plan(req, tuple(ops), tuple(links))
 
 
@@ -96,20 +96,19 @@ def link_flows(req: Request) -> tuple[Flow, ...]:
         raise ValueError("link_flows: shape mode only (a policed link's counters are its filter's)")
     lay = check(req)
     h = GENERATIONS[req.generation]
+    first: dict = {}  # link -> its first flow's (host, port)
+    for pairs, owner in ((lay.port_flows, lay.port_link), (lay.whole_flows, lay.whole_link)):
+        for pair, link in zip(pairs, owner):
+            first.setdefault(link, pair)
     out = []
     for direction, dev in (("dest", req.interface), ("source", ifb_name(req.interface))):
         if req.direction not in (direction, "both"):
             continue
-        for span in lay.spans:
-            c = span.cohort
-            if c.per == "host":
-                pairs = [(host, None) for host in c.hosts]
-            else:
-                ports = [p for lo, hi in c.ports for p in range(lo, hi + 1)]
-                pairs = [(host, p) for host in c.hosts for p in ports]
-            for j, (host, port) in enumerate(pairs):
-                qdisc = (h.group_top - span.first_group - j // GROUP_LINKS) << 16
-                out.append(Flow(direction, host, port, dev, 0, 0, qdisc | (LINK_MINOR_BASE + j % GROUP_LINKS), c.name))
+        for link in range(lay.links):
+            c = lay.spans[lay.link_cohort[link]].cohort
+            host, port = first[link]
+            out.append(Flow(direction, host, None if c.per == "host" else port, dev, 0, 0, lay.link_class(h, link),
+                            c.name))
     return tuple(out)
 
 
@@ -132,7 +131,7 @@ def _side(c: Cohort, direction: str) -> LinkParams:
     return c.down if direction == "dest" else c.up
 
 
-def _egress(req, lay, dev, direction, ops, links, group_links):
+def _egress(req, lay, dev, direction, ops, links):
     """An HTB root on ``dev`` with the pool class, the tree, and per-link classes."""
     ops.append(HtbQdisc(dev, ROOT, stab=_stab(lay.base)))
     bw = req.bandwidth_bps
@@ -147,24 +146,21 @@ def _egress(req, lay, dev, direction, ops, links, group_links):
         _police_trees(req, lay, dev, ROOT, direction, ops, links)
         return
     h = GENERATIONS[req.generation]
-    if LINK_MINOR_BASE + group_links - 1 > 0xFFFF:
-        raise FieldError("group links", group_links, f"is more than a qdisc's class minors hold "
+    if LINK_MINOR_BASE + lay.group_links - 1 > 0xFFFF:
+        raise FieldError("group links", lay.group_links, f"is more than a qdisc's class minors hold "
                                                      f"(at most {0xFFFF - LINK_MINOR_BASE + 1})")
     ids = table_ids(h.tree)
     for span in lay.spans:
-        _cohort_groups(req, lay, span, dev, direction, ops, links, group_links, pool_burst)
+        _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst)
     # the root's trees: a flow's group
     for pairs, owner, whole in ((lay.port_flows, lay.port_link, False), (lay.whole_flows, lay.whole_link, True)):
         def terminal(i, owner=owner):
-            link = owner[i]
-            span = lay.spans[lay.link_cohort[link]]
-            return Terminal(ROOT | (h.group_minor + span.first_group + (link - span.first_link) // group_links),
-                            reports=False)
+            return Terminal(ROOT | (h.group_minor + lay.group(owner[i])), reports=False)
         build(pairs, dev, ROOT, direction, terminal, ops, links, link_classid=True, tree_ids=h.tree, ids=ids,
               whole_hosts=whole)
 
 
-def _cohort_groups(req, lay, span, dev, direction, ops, links, group_links, pool_burst):
+def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
     """A cohort's groups: each its class under the pool, its HTB qdisc with a root class,
     a class and queue per link, and the tree that finds a flow's link class."""
     c, bw, h = span.cohort, req.bandwidth_bps, GENERATIONS[req.generation]
@@ -181,8 +177,8 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, group_links, pool
     burst = req.burst_bytes(params, rate, c)
     mtu, mpu = req.line_mtu_bytes(c), c.mpu_bytes
     over, atm = lay.overhead(c)
-    for g, first in enumerate(range(0, n, group_links)):
-        members = range(first, min(first + group_links, n))
+    for g, first in enumerate(range(0, n, lay.group_links)):
+        members = range(first, min(first + lay.group_links, n))
         number = span.first_group + g
         group, qdisc = ROOT | (h.group_minor + number), (h.group_top - number) << 16
         ops.append(HtbClass(dev, POOL_CLASS, group, min(bw, guaranteed * len(members)), bw, pool_burst, mtu, mpu,

@@ -77,6 +77,7 @@ class Layout:
     base: Cohort
     links: int
     groups: int
+    group_links: int = GROUP_LINKS
 
     @classmethod
     def of(cls, req: Request, group_links: int = GROUP_LINKS) -> "Layout":
@@ -101,14 +102,22 @@ class Layout:
         plain = [c for c in req.cohorts if not c.link.cells] or list(req.cohorts)
         base = min(plain, key=lambda c: c.link.overhead_bytes)
         return cls(tuple(spans), tuple(port_flows), tuple(port_link), tuple(whole_flows), tuple(whole_link),
-                   tuple(link_cohort), base, link, group)
+                   tuple(link_cohort), base, link, group, group_links)
 
     def overhead(self, c: Cohort) -> tuple[int, bool]:
         """What ``c``'s classes add to the length the device's size table gives a packet, and
         whether they count it in ATM cells (0, False on the device's own layer)."""
-        if c.link.overhead_bytes == self.base.link.overhead_bytes and c.link.cells == self.base.link.cells:
-            return 0, False
         return c.link.overhead_bytes - self.base.link.overhead_bytes, c.link.cells and not self.base.link.cells
+
+    def group(self, link: int) -> int:
+        """The number of link ``link``'s group (a cohort's groups follow the one before's)."""
+        span = self.spans[self.link_cohort[link]]
+        return span.first_group + (link - span.first_link) // self.group_links
+
+    def link_class(self, h: "Handles", link: int) -> int:
+        """Link ``link``'s HTB class in generation ``h``: in its group's qdisc, from LINK_MINOR_BASE."""
+        span = self.spans[self.link_cohort[link]]
+        return (h.group_top - self.group(link)) << 16 | (LINK_MINOR_BASE + (link - span.first_link) % self.group_links)
 
     def group_flows(self, first_link: int, end_link: int) -> tuple[range, range]:
         """The (host, port) and whole-host flows of the links ``first_link``..``end_link - 1``."""

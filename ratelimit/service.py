@@ -59,6 +59,8 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
         overrides["rate_bps"] = parse_rate_bps(rate, "--rate")
     if queue is not None:
         overrides["queue"] = parse_queue(queue, "--queue")
+    if burst is not None:
+        burst = parse_burst(burst, "--burst")
     device = dict(netns=netns or None, direction=_DIRECTION_WORDS[direction],
                   bandwidth_bps=parse_rate_bps(bandwidth, "--bandwidth"),
                   mtu_bytes=parse_size_bytes(mtu, "--mtu"), avpkt_bytes=parse_size_bytes(avpkt, "--avpkt"))
@@ -102,12 +104,8 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
     for key, value in ask.options.items():
         attr, parser = profiles.SIDE_FIELDS[key]
         own[attr] = parser(value, named(key))
-    if "burst" in own and burst is None:
-        burst = own.pop("burst")
-    else:
-        own.pop("burst", None)
-    if isinstance(burst, str) or (burst is not None and not hasattr(burst, "bytes_at")):
-        burst = parse_burst(burst, "--burst")
+    own_burst = own.pop("burst", None)
+    burst = own_burst if burst is None else burst  # the command line's, else the cohort's, over both sides
     if burst is None and prof is None and mode == "police":
         burst = parse_burst(V03_BURST, "--burst")
     name = link or ask.link
@@ -119,13 +117,13 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
         mpu_bytes = parse_count(ask.mpu, named("mpu"), 0, 65535)
     else:
         mpu_bytes = linklayer.min_frame_bytes(layer)
+    if ask.per not in ("port", "host"):
+        raise FieldError(named("per"), ask.per, "is not a link granularity (port, host)")
     if ask.ports is None and ask.per == "port":
         parse_ports(None, named("ports"))  # "none given"
     ports = ask.ports if ask.ports is None or isinstance(ask.ports, tuple) else \
         parse_ports(ask.ports, named("ports"))  # pure checks before any name lookup
     hosts = ask.hosts if isinstance(ask.hosts, tuple) else parse_hosts(ask.hosts, named("hosts"))
-    if ask.per not in ("port", "host"):
-        raise FieldError(named("per"), ask.per, "is not a link granularity (port, host)")
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
                   ask.per, layer, prof.name if prof else None, burst, mpu_bytes)
 

@@ -5,6 +5,7 @@ Pure except for reading ``/proc/net/psched`` once for the tick length.
 
 import struct
 
+from ..linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES
 from .nl import U32_MAX
 
 TIME_UNITS_PER_SEC = 1000000
@@ -78,7 +79,7 @@ def rate_table(rate_b: int, mtu: int, mpu: int, clk: Clock, atm: bool = False) -
 
     def size(i: int) -> int:
         sz = max((i + 1) << cell_log, mpu)
-        return -(-sz // 48) * 53 if atm else sz
+        return -(-sz // ATM_CELL_PAYLOAD_BYTES) * ATM_CELL_BYTES if atm else sz
     return struct.pack("=256I", *(clk.xmittime(rate_b, size(i)) for i in range(256)))
 
 

@@ -11,7 +11,6 @@ import os
 import socket
 import struct
 
-
 from ..errors import ApplyError, NotFoundError, PermissionDenied
 from .netns import in_netns
 from .nl import (ERRNO, SEQ_OFFSET, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP_INTR, NLM_F_ECHO, NLMSG_DONE,
