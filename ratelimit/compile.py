@@ -24,7 +24,10 @@ ports) is one filter on its address in trees of their own (``u32tree``, prio 3 a
 
 The handles under the pool class are those of generation 0; a plan in generation 1
 (``Request.generation``: a re-apply built beside the installed plan, ``diff``) puts its
-groups at 52:8010.., 7fff: down and 8000: up (``GENERATIONS``).
+groups at 52:8010.., 7fff: down and 8000: up (``GENERATIONS``), and its root trees in
+the other tables.  A re-apply that changes some cohorts keeps the others' groups where
+they stand and puts the changed ones in free handles (``Request.places``,
+``layout.replaced``).
 
 The u32 tree (``u32tree``) classifies: policers ride on its exact filters in
 police mode; in shape mode the root's tree names the link's group and each
@@ -95,7 +98,6 @@ def link_flows(req: Request) -> tuple[Flow, ...]:
     if req.mode != "shape":
         raise ValueError("link_flows: shape mode only (a policed link's counters are its filter's)")
     lay = check(req)
-    h = GENERATIONS[req.generation]
     first: dict = {}  # link -> its first flow's (host, port)
     for pairs, owner in ((lay.port_flows, lay.port_link), (lay.whole_flows, lay.whole_link)):
         for pair, link in zip(pairs, owner):
@@ -107,7 +109,7 @@ def link_flows(req: Request) -> tuple[Flow, ...]:
         for link in range(lay.links):
             c = lay.spans[lay.link_cohort[link]].cohort
             host, port = first[link]
-            out.append(Flow(direction, host, None if c.per == "host" else port, dev, 0, 0, lay.link_class(h, link),
+            out.append(Flow(direction, host, None if c.per == "host" else port, dev, 0, 0, lay.link_class(link),
                             c.name))
     return tuple(out)
 
@@ -155,7 +157,7 @@ def _egress(req, lay, dev, direction, ops, links):
     # the root's trees: a flow's group
     for pairs, owner, whole in ((lay.port_flows, lay.port_link, False), (lay.whole_flows, lay.whole_link, True)):
         def terminal(i, owner=owner):
-            return Terminal(ROOT | (h.group_minor + lay.group(owner[i])), reports=False)
+            return Terminal(lay.group_class(owner[i]), reports=False)
         build(pairs, dev, ROOT, direction, terminal, ops, links, link_classid=True, tree_ids=h.tree, ids=ids,
               whole_hosts=whole)
 
@@ -163,7 +165,7 @@ def _egress(req, lay, dev, direction, ops, links):
 def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
     """A cohort's groups: each its class under the pool, its HTB qdisc with a root class,
     a class and queue per link, and the tree that finds a flow's link class."""
-    c, bw, h = span.cohort, req.bandwidth_bps, GENERATIONS[req.generation]
+    c, bw, at = span.cohort, req.bandwidth_bps, span.place
     params = _side(c, direction)
     rate = carried(req, c, params)
     n = c.link_count()
@@ -179,8 +181,7 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
     over, atm = lay.overhead(c)
     for g, first in enumerate(range(0, n, lay.group_links)):
         members = range(first, min(first + lay.group_links, n))
-        number = span.first_group + g
-        group, qdisc = ROOT | (h.group_minor + number), (h.group_top - number) << 16
+        group, qdisc = ROOT | (at.group_minor + g), (at.group_top - g) << 16
         ops.append(HtbClass(dev, POOL_CLASS, group, min(bw, guaranteed * len(members)), bw, pool_burst, mtu, mpu,
                             over, atm))
         ops.append(HtbQdisc(dev, qdisc, parent=group))
@@ -190,7 +191,7 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
         for link in members:
             classid = qdisc | (LINK_MINOR_BASE + link - first)
             ops.append(HtbClass(dev, qdisc | 1, classid, guaranteed, ceil, burst, mtu, mpu, over, atm))
-            ops.append(_leaf(req, lay, c, params, rate, dev, classid, (h.leaf_base + span.first_link + link) << 16))
+            ops.append(_leaf(req, lay, c, params, rate, dev, classid, (at.leaf_base + link) << 16))
         # the group's own trees: a flow's link class, which reports for it
         ports, wholes = lay.group_flows(span.first_link + first, span.first_link + members.stop)
         ids = table_ids(FIRST)  # a group's trees have its qdisc to themselves

@@ -135,64 +135,110 @@ def _filter_lists(plan: Plan) -> dict:
 FROZEN_BPS = 8  # an old group's rate from just before the switch until it is removed
 
 
-def _groups(plan: Plan) -> list:
-    return [op for op in plan.ops if type(op) is HtbClass and _on_shared(op)]
+def _units(plan: Plan) -> tuple[list, dict]:
+    """``plan``'s generation parts: its trees on the shared qdiscs, and its groups -- each
+    group's class under the pool with everything after it up to the next group (its qdisc,
+    links, queues and own trees) -- by (device, class)."""
+    trees, groups, unit = [], {}, None
+    for op in plan.ops:
+        if _shared(op):
+            unit = None
+        elif type(op) is HtbClass and op.parent == POOL_CLASS:
+            unit = groups.setdefault((op.dev, op.classid), [])
+            unit.append(op)
+        elif type(op) in (U32Table, U32Filter) and _on_shared(op):
+            trees.append(op)
+        else:
+            unit.append(op)
+    return trees, groups
 
 
-def _held(plan: Plan) -> list:
-    """``plan``'s groups' rates set to ``FROZEN_BPS``: from then on their links send nothing,
-    so no flow gets an old link's rate beside its new link's while the new tree takes over
+def _held(groups: list) -> list:
+    """The groups' rates set to ``FROZEN_BPS``: from then on their links send nothing, so
+    no flow gets an old link's rate beside its new link's while the new tree takes over
     (until it does, a flow's packets wait in its old link)."""
     return [Change(replace(op, rate_bps=FROZEN_BPS, ceil_bps=FROZEN_BPS, burst_bytes=op.quantum_bytes))
-            for op in _groups(plan)]
+            for op in groups]
 
 
-def _removal(plan: Plan, keep: Plan) -> tuple:
-    """What removes ``plan``'s generation while ``keep``'s stays:
+def _removal(plan: Plan, keep: Plan, groups: list) -> tuple:
+    """What removes ``plan``'s trees and its ``groups`` while ``keep``'s stay:
 
     1. its root filters: from the next packet on, the other tree answers;
     2. its tables (u32 frees a table only after an RCU grace period once nothing links
        to it, so the groups cannot go at once; a filter list ``keep`` does not use goes
        whole once they are gone);
-    3. its groups: each class with its qdisc, links, queues and filters."""
+    3. the groups: each class with its qdisc, links, queues and filters."""
     kept = _filter_lists(keep)
     roots = [DelFilter(op.dev, op.parent, op.prio, op.protocol, u32_handle(U32_ROOT_TABLE, 0, op.node))
              for op in plan.ops if _root_filter(op)]
     tables = [DelFilter(op.dev, op.parent, op.prio, op.protocol, u32_handle(op.ht)) for op in plan.ops
               if type(op) is U32Table and _on_shared(op)]
     whole = [DelFilter(*head) for head in _filter_lists(plan) if head not in kept]
-    return tuple(roots + tables + whole + [DelClass(op.dev, op.classid) for op in _groups(plan)])
+    return tuple(roots + tables + whole + [DelClass(op.dev, op.classid) for op in groups])
 
 
-def make_before_break(old: Plan, new: Plan) -> Switch | None:
-    """The switch from the installed plan ``old`` to ``new``, built in the other generation
-    (``Request.generation``); None when the two cannot stand side by side: other shared
-    parts (devices, ingress layout, link layer, a police-mode netem stage where shape mode
-    hangs its groups), or handles that clash (together they need more than the handle
-    space)."""
-    if old.request.generation == new.request.generation:
-        return None
-    old_shared = [op for op in old.ops if _shared(op)]
-    new_shared = [op for op in new.ops if _shared(op)]
-    if len(old_shared) != len(new_shared):
+def _paired(old: list, new: list) -> tuple[list, list] | None:
+    """The changes that turn ``old`` parts into ``new`` ones where they stand, and back; None
+    when they are not the same parts with other numbers."""
+    if len(old) != len(new):
         return None
     changes, backs = [], []
-    for a, b in zip(old_shared, new_shared):
+    for a, b in zip(old, new):
         if a == b:
             continue
         if not _changeable(a, b):
             return None
         changes.append(Change(b))
         backs.append(Change(a))
-    old_gen = [op for op in old.ops if not _shared(op)]
-    new_gen = [op for op in new.ops if not _shared(op)]
+    return changes, backs
+
+
+def rebuilt_groups(old: Plan, new: Plan) -> set:
+    """The groups (device, class) both plans have under the same handles but that a change
+    in place cannot turn into each other (another queue kind, other flows, ...): a re-apply
+    must give them other handles (``layout.replaced``'s ``move``) to build them beside."""
+    _, before = _units(old)
+    _, after = _units(new)
+    return {key for key in before.keys() & after.keys() if _paired(before[key], after[key]) is None}
+
+
+def make_before_break(old: Plan, new: Plan) -> Switch | None:
+    """The switch from the installed plan ``old`` to ``new``, its trees in the other
+    generation (``Request.generation``): the groups both have under the same handles
+    (cohorts kept where they stand, ``Request.places``) change in place and keep their
+    queues; the others are built beside and the old ones removed.  None when the two
+    cannot stand side by side: other shared parts (devices, ingress layout, link layer, a
+    police-mode netem stage where shape mode hangs its groups), a kept group that cannot
+    change in place, or handles that clash (together they need more than the handle
+    space)."""
+    if old.request.generation == new.request.generation:
+        return None
+    shared = _paired([op for op in old.ops if _shared(op)], [op for op in new.ops if _shared(op)])
+    if shared is None:
+        return None
+    changes, backs = shared
+    old_trees, old_groups = _units(old)
+    new_trees, new_groups = _units(new)
+    for key in old_groups.keys() & new_groups.keys():
+        kept = _paired(old_groups[key], new_groups[key])
+        if kept is None:
+            return None
+        changes += kept[0]
+        backs += kept[1]
+    gone = [ops for key, ops in old_groups.items() if key not in new_groups]
+    built = [ops for key, ops in new_groups.items() if key not in old_groups]
+    old_gen = old_trees + [op for ops in gone for op in ops]
+    fresh = {id(op) for op in new_trees} | {id(op) for ops in built for op in ops}
+    new_gen = [op for op in new.ops if id(op) in fresh]  # in plan order
     if _keys(old_gen) & _keys(new_gen):
         return None
     # the root filters last, on every device: where the new tree takes over on adding them,
     # everything they lead to is there.  Just before them the old groups are held still:
     # a new tree whose root filters come first in node order takes over as they are added,
     # one whose filters come after as the old ones go
-    adds = tuple(changes) + tuple(op for op in new_gen if not _root_filter(op)) + tuple(_held(old)) + \
+    held = [ops[0] for ops in gone]
+    adds = tuple(changes) + tuple(op for op in new_gen if not _root_filter(op)) + tuple(_held(held)) + \
         tuple(op for op in new_gen if _root_filter(op))
-    undo = tuple(backs) + tuple(Change(op) for op in _groups(old))  # the old groups' own rates back
-    return Switch(adds, _removal(old, new), _removal(new, old), undo)
+    undo = tuple(backs) + tuple(Change(op) for op in held)  # the old groups' own rates back
+    return Switch(adds, _removal(old, new, held), _removal(new, old, [ops[0] for ops in built]), undo)

@@ -4,7 +4,7 @@ cohort's span of links and groups, the flows the trees select, and the device's 
 """
 
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .model import Cohort, LinkParams, Request
 from .u32tree import FIRST, SECOND, TreeIds
@@ -51,14 +51,40 @@ MAX_POLICED_HOSTS = 1 << 17
 
 
 @dataclass(frozen=True)
+class Place:
+    """Where a cohort's handles are (shape mode): its groups' classes are
+    ``52:(group_minor + g)``, their qdiscs ``(group_top - g):`` counting down, and its
+    links' queues ``(leaf_base + i):`` counting up."""
+
+    group_minor: int
+    group_top: int
+    leaf_base: int
+
+    def ranges(self, links: int, groups: int) -> tuple[tuple[str, int, int], ...]:
+        """The handles it takes, as (space, first, end): class minors under ``52:``, and
+        qdisc majors (its groups' and its queues')."""
+        return (("minor", self.group_minor, self.group_minor + groups),
+                ("major", self.group_top - groups + 1, self.group_top + 1),
+                ("major", self.leaf_base, self.leaf_base + links))
+
+
+MINORS = (0x10, 0x10000)  # group class minors under 52: (52:1 is the pool)
+MAJORS = (0x100, 0xFFFF)  # qdisc majors for groups and queues (52: and 53: are below)
+
+
+@dataclass(frozen=True)
 class Span:
-    """Where a cohort's links are: the first of them in the device's link numbering (their
-    queues' handles follow it) and its first group (each cohort has whole groups)."""
+    """Where a cohort's links are: the first of them in the device's link numbering, its
+    number of groups (each cohort has whole groups), and the handles its groups and queues
+    take (``place``)."""
 
     cohort: Cohort
     first_link: int
-    first_group: int
     groups: int
+    place: Place
+
+    def ranges(self) -> tuple:
+        return self.place.ranges(self.cohort.link_count(), self.groups)
 
 
 @dataclass(frozen=True)
@@ -83,10 +109,13 @@ class Layout:
     def of(cls, req: Request, group_links: int = GROUP_LINKS) -> "Layout":
         spans, port_flows, port_link, whole_flows, whole_link, link_cohort = [], [], [], [], [], []
         link = group = 0
+        gen = GENERATIONS[req.generation]
         for k, c in enumerate(req.cohorts):
             n = c.link_count()
             groups = -(-n // group_links)
-            spans.append(Span(c, link, group, groups))
+            place = req.places[k] if req.places else Place(gen.group_minor + group, gen.group_top - group,
+                                                           gen.leaf_base + link)
+            spans.append(Span(c, link, groups, place))
             if c.ports is None:
                 whole_flows += [(h, None) for h in c.hosts]
                 whole_link += range(link, link + n)
@@ -109,15 +138,31 @@ class Layout:
         whether they count it in ATM cells (0, False on the device's own layer)."""
         return c.link.overhead_bytes - self.base.link.overhead_bytes, c.link.cells and not self.base.link.cells
 
-    def group(self, link: int) -> int:
-        """The number of link ``link``'s group (a cohort's groups follow the one before's)."""
+    def group_class(self, link: int) -> int:
+        """Link ``link``'s group's class under the pool."""
         span = self.spans[self.link_cohort[link]]
-        return span.first_group + (link - span.first_link) // self.group_links
+        return ROOT | (span.place.group_minor + (link - span.first_link) // self.group_links)
 
-    def link_class(self, h: "Handles", link: int) -> int:
-        """Link ``link``'s HTB class in generation ``h``: in its group's qdisc, from LINK_MINOR_BASE."""
+    def link_class(self, link: int) -> int:
+        """Link ``link``'s HTB class: in its group's qdisc, from LINK_MINOR_BASE."""
         span = self.spans[self.link_cohort[link]]
-        return (h.group_top - self.group(link)) << 16 | (LINK_MINOR_BASE + (link - span.first_link) % self.group_links)
+        i = link - span.first_link
+        return (span.place.group_top - i // self.group_links) << 16 | (LINK_MINOR_BASE + i % self.group_links)
+
+    def clash(self) -> tuple | None:
+        """Two spans whose handles overlap, or one outside the handle space, as (span,
+        other span or None); None when every cohort's handles are its own."""
+        seen = []
+        for span in self.spans:
+            for space, lo, hi in span.ranges():
+                bounds = MINORS if space == "minor" else MAJORS
+                if lo < hi and not bounds[0] <= lo <= hi <= bounds[1]:
+                    return span, None
+                for other, space2, lo2, hi2 in seen:
+                    if space2 == space and max(lo, lo2) < min(hi, hi2):
+                        return span, other
+            seen += [(span, *r) for r in span.ranges()]
+        return None
 
     def group_flows(self, first_link: int, end_link: int) -> tuple[range, range]:
         """The (host, port) and whole-host flows of the links ``first_link``..``end_link - 1``."""
@@ -128,3 +173,56 @@ class Layout:
 def carried(req: Request, c: Cohort, params: LinkParams) -> int:
     """The rate the link's frames get (its line rate less the line's own coding)."""
     return c.link.carried_bps(params.rate_bps or req.bandwidth_bps)
+
+
+def replaced(req: Request, old: Request, move=frozenset(), group_links: int = GROUP_LINKS) -> tuple | None:
+    """Places for ``req``'s cohorts over the installed ``old`` (shape mode, a pure function
+    of the two): a cohort of the same name and number of links as one of ``old``'s stays
+    where it is, unless named in ``move``; every other takes free handles, clear of all of
+    ``old``'s (they stand until a switch has ended) and of each other's -- first fit, its
+    groups from the top of the majors, its queues from the bottom.  None when they do not
+    fit: the caller rebuilds in the other generation or from scratch."""
+    before = {s.cohort.name: s for s in Layout.of(old, group_links).spans}
+    places: list = []
+    for c in req.cohorts:
+        s = before.get(c.name)
+        places.append(s.place if s and c.name not in move and s.cohort.link_count() == c.link_count() else None)
+    taken = [r for s in before.values() for r in s.ranges()]
+    for k, c in enumerate(req.cohorts):
+        if places[k] is not None:
+            continue
+        n = c.link_count()
+        groups = -(-n // group_links)
+        minor = _first_fit(taken, "minor", groups, MINORS, top=False)
+        groups_at = _first_fit(taken, "major", groups, MAJORS, top=True)
+        if minor is None or groups_at is None:
+            return None
+        taken += [("minor", minor, minor + groups), ("major", groups_at, groups_at + groups)]
+        leaf = _first_fit(taken, "major", n, MAJORS, top=False)
+        if leaf is None:
+            return None
+        taken.append(("major", leaf, leaf + n))
+        places[k] = Place(minor, groups_at + groups - 1, leaf)
+    return tuple(places)
+
+
+def _first_fit(taken: list, space: str, size: int, bounds: tuple[int, int], *, top: bool) -> int | None:
+    """The first handle of ``size`` free ones in ``space`` within ``bounds``: the lowest such
+    run, or with ``top`` the highest."""
+    used = sorted((lo, hi) for s, lo, hi in taken if s == space and lo < hi)
+    gaps, at = [], bounds[0]
+    for lo, hi in used:
+        if lo > at:
+            gaps.append((at, min(lo, bounds[1])))
+        at = max(at, hi)
+    if at < bounds[1]:
+        gaps.append((at, bounds[1]))
+    fits = [(lo, hi) for lo, hi in gaps if hi - lo >= size]
+    if not fits:
+        return None
+    return fits[-1][1] - size if top else fits[0][0]
+
+
+def packed(req: Request, group_links: int = GROUP_LINKS) -> tuple:
+    """The places of ``req``'s cohorts packed in its generation's handles (``places`` None)."""
+    return tuple(s.place for s in Layout.of(replace(req, places=None), group_links).spans)

@@ -196,6 +196,10 @@ class Request:
     # which of two sets of kernel handles the plan uses (0 or 1): a re-apply with other
     # selectors builds its plan in the set the installed plan leaves free (``diff``)
     generation: int = 0
+    # shape mode: where each cohort's groups and queues are (``layout.Place``, one per
+    # cohort, in order); None packs them in the generation's handles.  A re-apply that
+    # changes some cohorts keeps the others where they stand (``layout.replace``)
+    places: tuple | None = None
 
     @classmethod
     def single(cls, interface: str, hosts, ports, down: LinkParams, up: LinkParams, *, per: str = "port",

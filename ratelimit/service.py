@@ -13,7 +13,7 @@ recorded (``fingerprint``).
 import dataclasses
 import os
 
-from . import diff, linklayer, profiles, recovery, state
+from . import diff, layout, linklayer, profiles, recovery, state
 from . import scenario as scenarios
 from .compile import compile_plan, compiled, ifb_name
 from .validate import check
@@ -208,26 +208,57 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
 
 def _over(old, plan):
     """How ``plan`` goes over the installed plan ``old``: (the plan to install, changes in
-    place or None, a make-before-break switch or None).  The same selectors and layout
-    change in place (in the installed plan's generation); other ones are built beside the
-    old in the other generation when both fit; otherwise (None, None) the old is removed and
-    ``plan`` built."""
-    def in_generation(g):
-        if plan.request.generation == g:
-            return plan
-        return compile_plan(dataclasses.replace(plan.request, generation=g))
+    place or None, a make-before-break switch or None).
 
-    gen = old.request.generation
-    same = in_generation(gen)
-    changes = diff.in_place(old, same)
+    1. Every cohort where it stands (the same selectors and layout, other numbers): changes
+       in place, in the installed plan's handles.
+    2. Shape mode, some cohorts kept where they stand: those change in place and keep their
+       queues; the others (grown, other flows or queue kind, new) are built in free handles
+       and switched to with new root trees in the other generation (``layout.replaced``).
+    3. Otherwise the whole plan is built beside the old in the other generation, when both
+       fit (packed there, or failing that in free handles);
+    4. else (None, None): the old is removed and ``plan`` built."""
+    req, gen = plan.request, old.request.generation
+
+    def as_(generation, places):
+        if places is not None and places == layout.packed(dataclasses.replace(req, generation=generation)):
+            places = None  # the packed layout: the record says so by leaving places out
+        moved = dataclasses.replace(req, generation=generation, places=places)
+        return plan if moved == req else compile_plan(moved)
+
+    by_cohort = req.mode == old.request.mode == "shape"
+    places = layout.replaced(req, old.request) if by_cohort else None
+    try:
+        same = as_(gen, places)
+    except FieldError:  # too many links for the installed plan's generation
+        same = None
+    changes = None if same is None else diff.in_place(old, same)
     if changes is not None:
         return same, changes, None
-    try:
-        other = in_generation(1 - gen)
-    except FieldError:  # too many links for the other generation: rebuilt
-        return plan, None, None
-    switch = diff.make_before_break(old, other)
-    return (other, None, switch) if switch is not None else (plan, None, None)
+    tries = []
+    if places is not None and set(places) & set(layout.packed(old.request) if old.request.places is None
+                                                  else old.request.places):
+        move = _cohorts_of(same, diff.rebuilt_groups(old, same))  # kept where they stand, but not the same parts
+        tries.append(layout.replaced(req, old.request, move) if move else places)
+    tries.append(None)  # packed in the other generation
+    if by_cohort:
+        tries.append(layout.replaced(req, old.request, {c.name for c in req.cohorts}))
+    for places in tries:
+        try:
+            other = as_(1 - gen, places)
+        except FieldError:  # too many links for the other generation
+            continue
+        switch = diff.make_before_break(old, other)
+        if switch is not None:
+            return other, None, switch
+    return plan, None, None
+
+
+def _cohorts_of(plan, groups: set) -> set:
+    """The names of the cohorts whose groups are among ``groups`` ((device, class) pairs)."""
+    lay = layout.Layout.of(plan.request)
+    return {s.cohort.name for s in lay.spans for g in range(s.groups) for dev, classid in groups
+            if classid == layout.ROOT | (s.place.group_minor + g)}
 
 
 def preview(req: Request) -> tuple[tuple, str]:

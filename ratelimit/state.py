@@ -20,12 +20,13 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, astuple, dataclass, fields
 from ipaddress import ip_address
 from pathlib import Path
 
 from . import linklayer
 from .errors import ConflictError, StateError
+from .layout import Place
 from .model import MAIN_COHORT, Burst, Cohort, LinkParams, Request
 
 VERSION = 2  # 1: the bare request (ratelimit 0.4 before the record had a version)
@@ -43,6 +44,7 @@ def _path(netns: str | None, interface: str, suffix: str) -> Path:
 def to_json(req: Request) -> dict:
     data = {f.name: getattr(req, f.name) for f in fields(Request) if f.name != "cohorts"}
     data["cohorts"] = [_cohort_json(c) for c in req.cohorts]
+    data["places"] = None if req.places is None else [list(astuple(p)) for p in req.places]
     return data
 
 
@@ -75,6 +77,8 @@ def from_json(data: dict) -> Request:
     cohorts = data["cohorts"] if "cohorts" in data else [data]
     if not isinstance(cohorts, list):
         raise TypeError("cohorts is not a list")
+    if values.get("places") is not None:
+        values["places"] = tuple(Place(*p) for p in values["places"])
     return Request(cohorts=tuple(_cohort(c) for c in cohorts), **values)
 
 

@@ -5,9 +5,10 @@ compiler runs it first, and a record read back is checked with it (no operations
 """
 
 import re
+from dataclasses import astuple
 
 from .errors import FieldError, UsageError
-from .layout import GENERATIONS, GROUP_LINKS, MAX_FLOWS, MAX_POLICED_HOSTS, Handles, Layout, carried, max_shape_links
+from .layout import GENERATIONS, GROUP_LINKS, MAX_FLOWS, MAX_POLICED_HOSTS, Handles, Layout, Place, carried, max_shape_links
 from .model import DIRECTIONS, GRANULARITIES, MODES, Cohort, Request, min_police_burst
 from .names import check_target
 
@@ -48,6 +49,10 @@ def _validate(req: Request) -> None:
         raise FieldError("--hosts/--ports", f"{n} flows", f"are too many (at most {MAX_FLOWS})")
     if req.generation not in range(len(GENERATIONS)):
         raise FieldError("generation", req.generation, f"is not a generation (0-{len(GENERATIONS) - 1})")
+    if req.places is not None and (req.mode != "shape" or len(req.places) != len(req.cohorts) or not all(
+            isinstance(p, Place) and all(type(v) is int for v in astuple(p)) for p in req.places)):
+        raise FieldError("places", f"{len(req.places)} places", f"do not place the {len(req.cohorts)} cohorts "
+                         "of a shape-mode plan (one handle place each)")
     hosts = sum(len(c.hosts) for c in req.cohorts if c.per == "host")
     if req.mode == "police" and hosts > MAX_POLICED_HOSTS:
         raise FieldError("--hosts", f"{hosts} hosts", f"are too many for per-host policers (at most {MAX_POLICED_HOSTS})")
@@ -136,7 +141,9 @@ def _shared_port(a, b):
 
 def _validate_layout(req: Request, lay: "Layout") -> None:
     h = GENERATIONS[req.generation]
-    if req.mode == "shape" and not _fits(h, lay.links, lay.groups):
+    if req.places is not None:
+        _validate_places(req, lay)
+    elif req.mode == "shape" and not _fits(h, lay.links, lay.groups):
         most = max_shape_links(h)
         extra = f" in {len(req.cohorts)} cohorts of whole groups" if len(req.cohorts) > 1 else ""
         raise FieldError("--hosts/--ports", f"{lay.links} links{extra}",
@@ -147,6 +154,16 @@ def _validate_layout(req: Request, lay: "Layout") -> None:
             raise UsageError(f"cohort '{c.name}': its link layer {c.link.name} (overhead {c.link.overhead_bytes}) "
                              f"cannot be metered beside {lay.base.link.name} (overhead {lay.base.link.overhead_bytes}) "
                              "on one device: a class adds to a packet's length, never takes from it")
+
+
+def _validate_places(req: Request, lay: "Layout") -> None:
+    """Given places (a re-apply's, or a record's), none is outside the handle space or
+    another cohort's."""
+    clash = lay.clash()
+    if clash:
+        span, other = clash
+        where = f"overlap cohort '{other.cohort.name}'s" if other else "are outside the handle space"
+        raise FieldError("places", f"cohort '{span.cohort.name}' at {astuple(span.place)}", f"{where}")
 
 
 def _fits(h: "Handles", links: int, groups: int) -> bool:

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from ratelimit import diff, readout, service, state
+from ratelimit import diff, readout, scenario, service, state
 from ratelimit.errors import ApplyError
 from ratelimit.plan import Change, HtbClass
 from tcdump import tc_dump
@@ -133,3 +133,42 @@ def test_dry_run_shows_the_changes(router):
     out = subprocess.run(cli + ["-p", "6000", "--link", "atm", "--dry-run"], capture_output=True, text=True,
                          check=True).stdout
     assert "# the installed plan removed, then the new plan" in out and "qdisc del dev rlh0 root" in out
+
+
+def two_cohorts(ns, other_ports="6000-6009", other_rate="200kbit"):
+    """Cohort 'busy' (64 links of 100 kbit/s to 198.18.1.2) and cohort 'other' beside it."""
+    text = (f"[cohort.busy]\ndescription = 'the links under load'\nhosts = '198.18.1.2'\nports = '{PORT}-{PORT + 63}'\n"
+            "per = 'port'\nrate = '100kbit'\nqueue = '30kb'\n"
+            f"[cohort.other]\ndescription = 'the cohort that changes'\nhosts = '198.18.1.3'\nports = '{other_ports}'\n"
+            f"per = 'port'\nrate = '{other_rate}'\n")
+    return service.make_request("rlh0", netns=ns, scenario=scenario.parse(text), mode="shape", direction="dest")
+
+
+@pytest.mark.parametrize("change, how", [
+    (dict(other_ports="6000-6039"), "make-before-break"),  # the other cohort grows: built beside
+    (dict(other_rate="300kbit"), "in place"),
+])
+def test_changing_one_cohort_leaves_another_cohorts_busy_links_alone(router, change, how):
+    ns = router
+    service.apply(two_cohorts(ns))
+    blast(ns, PORT, 40)  # the busy cohort's link: a full queue for seconds
+    before = link_class(ns, PORT)
+    assert before["backlog_bytes"] > 20_000 and before["cohort"] == "busy"
+
+    plan = service.apply(two_cohorts(ns, **change))
+
+    assert plan.how == how
+    after = link_class(ns, PORT)
+    # the same class and queue: its packets still queued, its counters counting on (a rebuilt
+    # link would start from an empty queue and zero counters)
+    assert after["backlog_bytes"] > 0 and after["packets"] >= before["packets"] > 0
+    assert after["drops"] >= before["drops"] > 0
+    rows = readout.statistics("rlh0", ns)["links"]
+    assert sum(r["cohort"] == "other" for r in rows) == (40 if "other_ports" in change else 10)
+    # the record names where each cohort stands; a fresh apply of it makes the same kernel state
+    record = state.load(ns, "rlh0").request
+    assert record == plan.request
+    changed = tc_dump(ns, *DEVS)
+    service.clean("rlh0", ns)
+    service.apply(record)
+    assert tc_dump(ns, *DEVS) == changed

@@ -2,12 +2,15 @@
 rebuilds."""
 
 import dataclasses
+import json
+import re
 
 import pytest
 
-from ratelimit import diff, service
+from ratelimit import diff, layout, scenario, service, state
+from ratelimit.errors import FieldError
 from ratelimit.compile import compile_plan
-from ratelimit.plan import Change, FifoQdisc, HtbClass, NetemQdisc
+from ratelimit.plan import Change, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc
 from ratelimit.filters import U32Filter
 
 
@@ -161,5 +164,116 @@ def test_how_an_apply_goes_over_an_installed_plan():
     same, changes, switch = service._over(new, plan(ports="6000-6003", rate="56000"))
     assert changes and same.request.generation == 1  # in place, where it stands
     big = plan(hosts="198.18.1.2,198.18.1.3", ports="10000-29999", direction="dest")  # 40,000 links
-    new, changes, switch = service._over(old, big)
-    assert (changes, switch, new.request.generation) == (None, None, 0)  # no room beside: rebuilt
+    new, changes, switch = service._over(plan(direction="dest"), big)  # more than the second generation holds:
+    assert switch is not None and new.request.places  # built beside in the handles the old leaves free
+    again, changes, switch = service._over(new, plan(hosts="198.18.1.4,198.18.1.5", ports="10000-29999",
+                                                     direction="dest"))
+    assert (changes, switch, again.request.generation) == (None, None, 0)  # no room beside: rebuilt
+
+
+# ---------------------------------------------------------------- cohorts
+
+
+def audience(**cohorts):
+    """A plan of the given cohorts (name -> scenario table text), in shape mode on eth0."""
+    text = "\n".join(f"[cohort.{name}]\ndescription = 'x'\n{body}" for name, body in cohorts.items())
+    return compile_plan(service.make_request("eth0", scenario=scenario.parse(text), direction="dest"))
+
+
+MODEMS = 'hosts = "198.18.1.2-198.18.1.11"\nprofile = "modem-28k8"\n'
+PHONES = 'hosts = "198.18.2.2-198.18.2.6"\nprofile = "3g"\n'
+NO_NETEM = 'delay = "0ms"\njitter = "0ms"\nloss = "0%"\n'  # a fifo for each link instead of a netem stage
+
+
+def handles(plan, ops=None):
+    """Every class and qdisc handle ``ops`` (default: the plan's) create."""
+    return {op.classid if type(op) is HtbClass else op.handle for op in (plan.ops if ops is None else ops)
+            if type(op) in (HtbClass, HtbQdisc, NetemQdisc, FifoQdisc)}
+
+
+def cohort_ops(plan, name):
+    """The operations of ``name``'s groups: from each of its group classes to the next group."""
+    trees, groups = diff._units(plan)
+    lay = layout.Layout.of(plan.request)
+    span = next(s for s in lay.spans if s.cohort.name == name)
+    mine = {layout.ROOT | (span.place.group_minor + g) for g in range(span.groups)}
+    return [op for (dev, classid), ops in groups.items() if classid in mine for op in ops]
+
+
+def test_a_cohort_that_grows_is_built_beside_and_the_others_stay_where_they_stand():
+    old = audience(modems=MODEMS, phones=PHONES)
+    grown = audience(modems=MODEMS, phones=PHONES.replace("198.18.2.6", "198.18.2.9"))
+    new, changes, switch = service._over(old, grown)
+    assert changes is None and switch is not None and new.request.generation == 1
+    # the modems' groups: the same handles, and nothing in the switch adds or removes them
+    assert handles(new, cohort_ops(new, "modems")) == handles(old, cohort_ops(old, "modems"))
+    modem_handles = handles(old, cohort_ops(old, "modems"))
+    made = [op for op in switch.ops() if type(op) is not Change]  # what is added or removed
+    assert not [op for op in made if handles(new, [op]) & modem_handles]
+    assert not [op for op in made if getattr(op, "parent", None) in modem_handles]  # nothing under them either
+    # only numbers change there (each link's guaranteed share of the bandwidth, which the total sets)
+    assert {type(c.op) for c in switch.adds if type(c) is Change and handles(new, [c.op]) & modem_handles} <= {HtbClass}
+    # the phones' grown groups take handles neither plan uses elsewhere, then the old go
+    phone_old, phone_new = handles(old, cohort_ops(old, "phones")), handles(new, cohort_ops(new, "phones"))
+    assert not phone_old & phone_new and not phone_new & handles(old)
+    assert {op.classid for op in switch.removal if type(op).__name__ == "DelClass"} == \
+        {op.classid for op in cohort_ops(old, "phones") if type(op) is HtbClass and op.parent == layout.POOL_CLASS}
+    # the record keeps where each cohort stands, and a plan compiled from it is the same
+    assert new.request.places is not None
+    assert state.from_json(json.loads(json.dumps(state.to_json(new.request)))) == new.request
+    assert compile_plan(new.request) == new
+    # the next change of numbers only goes in place where they stand now
+    again, changes, switch = service._over(new, audience(modems=MODEMS.replace("modem-28k8", "modem-56k"),
+                                                         phones=PHONES.replace("198.18.2.6", "198.18.2.9")))
+    assert changes and switch is None and again.request.places == new.request.places
+
+
+def test_a_cohort_whose_queues_change_kind_moves_and_the_others_stay():
+    old = audience(modems=MODEMS, phones=PHONES)
+    # the phones keep their hosts but lose their delay stage: a fifo replaces each netem queue
+    new, changes, switch = service._over(old, audience(modems=MODEMS, phones=PHONES + NO_NETEM))
+    assert switch is not None
+    assert handles(new, cohort_ops(new, "modems")) == handles(old, cohort_ops(old, "modems"))
+    assert not handles(new, cohort_ops(new, "phones")) & handles(old)
+
+
+def test_cohorts_added_and_removed():
+    old = audience(modems=MODEMS)
+    both, changes, switch = service._over(old, audience(modems=MODEMS, phones=PHONES))
+    assert switch is not None
+    assert handles(both, cohort_ops(both, "modems")) == handles(old, cohort_ops(old, "modems"))
+    alone, changes, switch = service._over(both, audience(modems=MODEMS))
+    assert switch is not None
+    assert handles(alone, cohort_ops(alone, "modems")) == handles(both, cohort_ops(both, "modems"))
+    assert {op.classid for op in switch.removal if type(op).__name__ == "DelClass"} == \
+        {op.classid for op in cohort_ops(both, "phones") if type(op) is HtbClass and op.parent == layout.POOL_CLASS}
+    # without the modems the device's link layer is another (no size table): rebuilt
+    assert service._over(both, audience(phones=PHONES))[1:] == (None, None)
+
+
+def test_free_handles_are_first_fit_and_never_taken_twice():
+    old = service.make_request("eth0", scenario=scenario.parse(f"[cohort.modems]\ndescription = 'x'\n{MODEMS}[cohort.phones]\ndescription = 'x'\n{PHONES}"),
+                               direction="dest")
+    places = layout.replaced(dataclasses.replace(old, cohorts=old.cohorts[::-1]), old, {"modems"})
+    phones, modems = places
+    assert phones == layout.packed(old)[1]  # kept
+    before = layout.packed(old)
+    assert modems.group_minor == before[1].group_minor + 1  # the first free class minor
+    assert modems.leaf_base == before[1].leaf_base + 5  # queues: the first free majors from the bottom
+    assert modems.group_top == before[1].group_top - 1  # groups: from the top
+    lay = layout.Layout.of(dataclasses.replace(old, cohorts=old.cohorts[::-1], places=places))
+    assert lay.clash() is None
+
+
+@pytest.mark.parametrize("places, says", [
+    (((0x10, 0xFFFE, 0x100), (0x10, 0xFFFD, 0x200)), "places: cohort 'phones' at (16, 65533, 512) overlap "
+                                                     "cohort 'modems's"),
+    (((0x10, 0xFFFE, 0x100), (0x11, 0xFFFD, 0x105)), "overlap cohort 'modems's"),  # queues 105..109 vs 100..109
+    (((0x10, 0xFFFE, 0x100), (0x11, 0x10005, 0x200)), "are outside the handle space"),
+    (((0x10, 0xFFFE, 0x100),), "do not place the 2 cohorts"),
+])
+def test_places_that_clash_are_refused(places, says):
+    req = service.make_request("eth0", scenario=scenario.parse(f"[cohort.modems]\ndescription = 'x'\n{MODEMS}[cohort.phones]\ndescription = 'x'\n{PHONES}"),
+                               direction="dest")
+    with pytest.raises(FieldError, match=re.escape(says)):
+        compile_plan(dataclasses.replace(req, places=tuple(layout.Place(*p) for p in places)))
