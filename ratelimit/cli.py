@@ -19,6 +19,7 @@ import traceback
 from . import __version__
 from . import scenario as scenarios
 from .errors import PermissionDenied, RatelimitError, UsageError
+from .model import GRANULARITIES
 from .getopt import long_options
 from .summary import describe, summary
 
@@ -135,9 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument(f"--{name}", help=what)
     g.add_argument("--queue", help="each link's queue (shape mode): packets (10, 10p), bytes (3250b) or a time "
                    "at the rate (1s); default: the profile's, else the larger of 10 packets and 200 ms")
-    g.add_argument("--per", default=None, choices=("port", "host"),
-                   help="link granularity: a link per (host, port) as in v0.3, or one per host shared by "
-                        "all its connections (default port; host with --mix)")
+    g.add_argument("--per", default=None, choices=GRANULARITIES,
+                   help="link granularity: a link per (host, port) as in v0.3, one per host shared by "
+                        "all its connections, or one shared by every selected host (an office behind one "
+                        "line) (default port; host with --mix)")
     g.add_argument("--scenario", metavar="FILE", help="an audience: several cohorts of links from a TOML file "
                    "(see README, Scenarios); device options (--mode, --bandwidth, ...) and link options apply "
                    "to every cohort")

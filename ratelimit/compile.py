@@ -109,7 +109,7 @@ def link_flows(req: Request) -> tuple[Flow, ...]:
         for link in range(lay.links):
             c = lay.spans[lay.link_cohort[link]].cohort
             host, port = first[link]
-            out.append(Flow(direction, host, None if c.per == "host" else port, dev, 0, 0, lay.link_class(link),
+            out.append(Flow(direction, host, None if c.per != "port" else port, dev, 0, 0, lay.link_class(link),
                             c.name))
     return tuple(out)
 
@@ -203,7 +203,7 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
                 first_seen = link not in reported
                 reported.add(link)
                 return Terminal(qdisc | (LINK_MINOR_BASE + link - span.first_link - first), reports=first_seen,
-                                per_host=c.per == "host", cohort=c.name)
+                                per_host=c.per != "port", cohort=c.name)
             if len(indices):
                 build(pairs, dev, qdisc, direction, terminal, ops, links, link_classid=True, indices=indices,
                       ids=ids, whole_hosts=whole)
@@ -253,7 +253,7 @@ def _police_trees(req, lay, dev, parent, direction, ops, links, *, overhead_byte
             link = owner[i]
             k = lay.link_cohort[link]
             c, p = req.cohorts[k], police[k]
-            per_host = c.per == "host"
+            per_host = c.per != "port"  # one policer for the link's filters
             shared = p and per_host and replace(p, index=h.police_index | SHARED_POLICE_INDEX_BASE | tag | link)
             first_seen = link not in reported
             reported.add(link)

@@ -118,11 +118,13 @@ class Layout:
             spans.append(Span(c, link, groups, place))
             if c.ports is None:
                 whole_flows += [(h, None) for h in c.hosts]
-                whole_link += range(link, link + n)
+                whole_link += [link] * len(c.hosts) if c.per == "shared" else range(link, link + n)
             else:
                 ports = [p for lo, hi in c.ports for p in range(lo, hi + 1)]
                 port_flows += [(h, p) for h in c.hosts for p in ports]
-                if c.per == "host":
+                if c.per == "shared":
+                    port_link += [link] * (len(c.hosts) * len(ports))
+                elif c.per == "host":
                     port_link += [link + i for i in range(len(c.hosts)) for _ in ports]
                 else:
                     port_link += range(link, link + n)

@@ -15,7 +15,7 @@ from .linklayer import ETHERNET, ETHERNET_HEADER_BYTES, LinkLayer
 
 MODES = ("police", "shape")
 DIRECTIONS = ("source", "dest", "both")
-GRANULARITIES = ("port", "host")  # one link per (host, port), as v0.3, or one per host
+GRANULARITIES = ("port", "host", "shared")  # a link per (host, port), as v0.3; per host; one for the whole cohort
 
 IPAddress = IPv4Address | IPv6Address
 
@@ -149,7 +149,8 @@ def min_police_burst(rate_bps: int, mtu_bytes: int) -> int:
 class Cohort:
     """A set of flows that share a link kind: who (client hosts, and their ports or every
     packet of theirs), how (one direction's parameters each way, the link layer, the burst)
-    and how fine (a link per (host, port), or per host).  Its ``name`` is its identity in
+    and how fine (a link per (host, port), per host, or one shared by all its flows: an
+    office behind one line).  Its ``name`` is its identity in
     the plan, the record, the statistics and a re-apply's diff ("cohort" is not "group":
     groups are the 256-link HTB qdiscs a cohort's links are spread over)."""
 
@@ -158,7 +159,7 @@ class Cohort:
     ports: tuple[tuple[int, int], ...] | None  # None: every packet of each host (per host only)
     down: LinkParams
     up: LinkParams
-    per: str = "port"  # "port": a link per (host, port); "host": one per host, all its ports
+    per: str = "port"  # "port": a link per (host, port); "host": one per host, all its ports; "shared": one in all
     link: LinkLayer = ETHERNET
     profile: str | None = None
     burst: Burst | None = None  # overrides the sides' bursts (the command line's --burst)
@@ -172,7 +173,7 @@ class Cohort:
 
     def link_count(self) -> int:
         """Emulated links per direction: a (host, port) each, or a host each."""
-        return len(self.hosts) if self.per == "host" else self.flow_count()
+        return {"host": len(self.hosts), "shared": 1}.get(self.per) or self.flow_count()
 
 
 MAIN_COHORT = "main"  # the one cohort of a request made from the command line's link options

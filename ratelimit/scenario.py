@@ -13,7 +13,7 @@ Two ways, both ending in a list of ``Ask`` (one cohort each, its fields as typed
       description = "28.8k modems"
       hosts = "198.18.0.2-198.18.0.61"    # addresses, ranges, prefixes; or a list
       ports = "all"                       # the default: every packet of each host (per host)
-      per = "host"                        # or "port": a link per (host, port)
+      per = "host"                        # "port": a link per (host, port); "shared": one for all
       profile = "modem-28k8"              # and/or link options: rate, delay, queue, burst, ...
 
   ``parse`` reads the text (the API gives text, never a path); ``load`` reads the one
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import FieldError, UsageError
+from .model import GRANULARITIES
 from .profiles import SHIPPED as SHIPPED_PROFILES
 from .profiles import SIDE_FIELDS, check_name
 from .units import decimal
@@ -135,10 +136,10 @@ def _ask(name: str, body, where: str) -> Ask:
         raise UsageError(f"{where}: needs a profile or a rate")
     profile = check_name(body["profile"], f"{where} profile") if "profile" in body else None
     per = body.get("per", "host")
-    if per not in ("port", "host"):
-        raise FieldError(f"{where} per", per, "is not a link granularity (port, host)")
-    if _ports(ports) is None and per != "host":
-        raise UsageError(f'{where} ports: all (every packet of a host) needs per = "host"')
+    if per not in GRANULARITIES:
+        raise FieldError(f"{where} per", per, f"is not a link granularity ({', '.join(GRANULARITIES)})")
+    if _ports(ports) is None and per == "port":
+        raise UsageError(f'{where} ports: all (every packet of a host) needs per = "host" or "shared"')
     options = {k: v for k, v in body.items() if k in SIDE_FIELDS}
     return Ask(name, where, hosts, _ports(ports), per, profile, body.get("link"),
                body.get("mpu"), options)

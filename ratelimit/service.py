@@ -19,7 +19,7 @@ from .compile import compile_plan, compiled, ifb_name
 from .validate import check
 from .errors import ConflictError, FieldError, KernelMissing, PermissionDenied, StateError, UsageError
 from .installed import Installed, check_interface, executor, find_installed
-from .model import MAIN_COHORT, Cohort, LinkParams, Request
+from .model import GRANULARITIES, MAIN_COHORT, Cohort, LinkParams, Request
 from .names import check_target
 from .selectors import parse_hosts, parse_ports
 from .units import parse_burst, parse_count, parse_queue, parse_rate_bps, parse_size_bytes
@@ -77,9 +77,9 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
         cohorts = tuple(_cohort(a, mode, overrides, burst, link, mpu) for a in asks)
         req = Request(interface, cohorts, mode=mode, **device)
     else:
-        if per != "host" and ports is not None and _all_ports(ports):
-            raise UsageError("--ports: all (every packet of a host) needs --per host")
-        ask = scenarios.Ask(MAIN_COHORT, "", hosts, None if _all_ports(ports) and per == "host" else ports, per,
+        if per == "port" and ports is not None and _all_ports(ports):
+            raise UsageError("--ports: all (every packet of a host) needs --per host or shared")
+        ask = scenarios.Ask(MAIN_COHORT, "", hosts, None if _all_ports(ports) and per != "port" else ports, per,
                             profile)
         mode = mode or ("shape" if profile else "police")
         req = Request(interface, (_cohort(ask, mode, overrides, burst, link, mpu),), mode=mode, **device)
@@ -117,8 +117,8 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
         mpu_bytes = parse_count(ask.mpu, named("mpu"), 0, 65535)
     else:
         mpu_bytes = linklayer.min_frame_bytes(layer)
-    if ask.per not in ("port", "host"):
-        raise FieldError(named("per"), ask.per, "is not a link granularity (port, host)")
+    if ask.per not in GRANULARITIES:
+        raise FieldError(named("per"), ask.per, f"is not a link granularity ({', '.join(GRANULARITIES)})")
     if ask.ports is None and ask.per == "port":
         parse_ports(None, named("ports"))  # "none given"
     ports = ask.ports if ask.ports is None or isinstance(ask.ports, tuple) else \

@@ -49,7 +49,7 @@ def describe(applied: dict) -> str:
     rate, delay, burst and queue, the link layer, the selectors and how many links; for
     several cohorts, each one's name, profile and links."""
     if len(applied.get("cohorts", ())) > 1:
-        parts = [f"{c['name']} ({c['profile'] or 'custom link'}, per {c['per']}, {c['link']['layer']}): "
+        parts = [f"{c['name']} ({c['profile'] or 'custom link'}, {_grain(c['per'])}, {c['link']['layer']}): "
                  f"{c['links']} links" for c in applied["cohorts"]]
         return f"{len(parts)} cohorts ({applied['mode']}; {'; '.join(parts)}): {applied['links']} links"
     sides = []
@@ -65,6 +65,10 @@ def describe(applied: dict) -> str:
         if p.get("queue"):
             text += f" queue {p['queue']}"
         sides.append(text)
-    return (f"{applied['profile'] or 'custom link'} ({applied['mode']}, per {applied['per']}, "
+    return (f"{applied['profile'] or 'custom link'} ({applied['mode']}, {_grain(applied['per'])}, "
             f"{applied['link']['layer']} framing; {', '.join(sides)}) for hosts {','.join(applied['hosts'])} "
             f"ports {applied['ports']}: {applied['links']} links")
+
+
+def _grain(per: str) -> str:
+    return "one shared link" if per == "shared" else f"per {per}"

@@ -81,8 +81,9 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
     if not c.hosts:
         raise UsageError(f"{where}--hosts: none given (comma-separated names or addresses)")
     if c.ports is None:
-        if c.per != "host":
-            raise UsageError(f"{where}--ports: every port (all) needs --per host: a link per host")
+        if c.per == "port":
+            raise UsageError(f"{where}--ports: every port (all) needs --per host or shared: a link per host, or one "
+                             "for the cohort")
     elif not c.ports:
         raise UsageError(f"{where}--ports: none given (ranges like 1024-2047,3000, or all)")
     for lo, hi in c.ports or ():

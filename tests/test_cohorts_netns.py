@@ -212,3 +212,36 @@ def test_a_whole_host_link_carries_every_connection_and_a_ping(lab3):
     assert ping.returncode == 0, ping.stdout + ping.stderr
     after = packets()
     assert after["dest"] - before["dest"] >= 3 and after["source"] - before["source"] >= 3
+
+
+OFFICE = """
+description = "an office of two people behind one line"
+[cohort.office]
+description = "one 28.8k modem shared by everyone in the office"
+hosts = ["{c1}", "{c2}"]
+per = "shared"
+profile = "modem-28k8"
+queue = "64kb"
+"""
+
+
+@pytest.mark.alone  # downloads timed from userspace against the link model, within 5%
+def test_a_shared_link_carries_every_host_of_its_cohort(lab3):
+    """One link for a whole cohort: two clients fetching at once take the time one modem
+    needs for both their frames (within 5%), and the statistics show one link each way."""
+    lab = lab3("office", clients=2)
+    req = _apply(lab, OFFICE)
+    model = LinkModel.from_summary(summary(req), delay_stage=probe(["netem"])["netem"])
+    assert [(r["cohort"], r["port"]) for r in lab.statistics()["links"]] == [("office", None)] * 2  # dest, source
+    size = 10_000
+    for i in (1, 2):
+        lab.download(f"/{size}.bin", client=i)  # once before (see above)
+    procs = [lab.client(i).popen(["curl", "-sS", "-o", "/dev/null", "-w", "%{size_header} %{time_total}",
+                                  lab.url(f"/{size}.bin")], stdout=subprocess.PIPE, text=True) for i in (1, 2)]
+    rows = [p.communicate(timeout=120)[0].split() for p in procs]
+    frames = sum(model.response_frame_bytes(size, header=int(h)) for h, _ in rows)
+    expected = model.connect_seconds() + frames * 8 / model.layer.carried_bps(model.down_bps)
+    seconds = max(float(t) for _, t in rows)
+    print(f"2 x {size:,} bytes from two hosts through one shared modem: {seconds:.2f} s, the model {expected:.2f} s")
+    assert expected >= 2.0
+    assert 0.95 < seconds / expected < 1.05

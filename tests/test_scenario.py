@@ -86,6 +86,23 @@ def test_a_whole_host_is_one_filter_on_its_address_that_takes_every_packet():
     assert [(f.host, f.port) for f in plan.flows] == [(ip_address("198.18.0.2"), None), (ip_address("2001:db8::2"), None)]
 
 
+@pytest.mark.parametrize("ports, filters", [("all", 3), ("8000-8001", 6)])
+def test_a_shared_cohort_is_one_link_every_filter_of_it_leads_to(ports, filters):
+    req = service.make_request("eth0", hosts="198.18.0.2-198.18.0.4", ports=ports, per="shared", rate="1mbit",
+                               mode="shape", direction="dest")
+    assert req.link_count() == 1 and req.flow_count() == filters
+    plan = compile_plan(req)
+    links = [op for op in plan.ops if type(op) is HtbClass and op.classid & 0xFFFF >= 0x100]
+    exact = [op for op in plan.ops if type(op) is U32Filter and op.classid and op.classid & 0xFFFF >= 0x100]
+    assert len(links) == 1 and len(exact) == filters and {op.classid for op in exact} == {links[0].classid}
+    assert [(str(f.host), f.port) for f in plan.flows] == [("198.18.0.2", None)]  # one link, named by its first host
+    assert "one shared link" in describe(summary(req))
+    police = compile_plan(service.make_request("eth0", hosts="198.18.0.2-198.18.0.4", ports=ports, per="shared",
+                                               rate="1mbit", mode="police", direction="dest"))
+    policers = {op.police.index for op in police.ops if type(op) is U32Filter and op.police}
+    assert len(policers) == 1  # one policer for every filter of the link
+
+
 def test_ten_thousand_whole_hosts_are_ten_thousand_exact_filters_a_direction():
     req = service.make_request("eth0", hosts="198.18.0.0/18", per="host", ports="all", rate="28800", mode="shape",
                                direction="dest")
