@@ -621,7 +621,7 @@ def test_read_only_refuses_changes(reader, control):
     ({"loss": "150%"}, 400, "--loss: '150%' is not a percentage"),
     ({"burst": 0}, 400, "--burst: 0 is out of range (a whole number 1-100000"),
     ({"force": "maybe"}, 400, "force: 'maybe' is not a boolean"),
-    ({"per": "street"}, 400, "--per: street is not a link granularity (port, host)"),
+    ({"per": "street"}, 400, "--per: street is not a link granularity (port, host, shared)"),
     ({"link": "carrier-pigeon"}, 400, "--link: 'carrier-pigeon' is not a link layer"),
     ({"queue": "deep"}, 400, "--queue: 'deep' is not a queue"),
 ])
