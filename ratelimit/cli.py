@@ -140,6 +140,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="link granularity: a link per (host, port) as in v0.3, one per host shared by "
                         "all its connections, or one shared by every selected host (an office behind one "
                         "line) (default port; host with --mix)")
+    g.add_argument("--servers", metavar="PREFIXES", help="only the flows to and from these servers: addresses, "
+                   "prefixes or ranges, comma-separated (default: any server)")
     g.add_argument("--scenario", metavar="FILE", help="an audience: several cohorts of links from a TOML file "
                    "(see README, Scenarios); device options (--mode, --bandwidth, ...) and link options apply "
                    "to every cohort")
@@ -249,7 +251,7 @@ def _dispatch(argv, con) -> int:
         args.interface, hosts=args.hosts, ports=args.ports, profile=args.profile, netns=args.netns,
         mode=args.mode, direction=args.direction, rate=args.rate, burst=args.burst,
         bandwidth=args.bandwidth, mtu=args.mtu, avpkt=args.avpkt, mpu=args.mpu, queue=args.queue,
-        per=per, link=args.link, mix=args.mix,
+        per=per, link=args.link, mix=args.mix, servers=args.servers,
         scenario=None if args.scenario is None else scenarios.load(args.scenario),
         **{name: getattr(args, name) for name in service.IMPAIRMENTS})
     if args.dry_run:

@@ -108,7 +108,7 @@ def link_flows(req: Request) -> tuple[Flow, ...]:
             continue
         for link in range(lay.links):
             c = lay.spans[lay.link_cohort[link]].cohort
-            host, port = first[link]
+            host, port, _ = first[link]
             out.append(Flow(direction, host, None if c.per != "port" else port, dev, 0, 0, lay.link_class(link),
                             c.name))
     return tuple(out)

@@ -90,9 +90,9 @@ class Span:
 @dataclass(frozen=True)
 class Layout:
     """A request's links on a device, pure: each cohort's span, in the request's order; the
-    flows the u32 trees select, with each one's link (``port_*``: (host, port) flows;
-    ``whole_*``: whole hosts); and the device's link layer (``base``: its size table) with
-    what each other cohort's classes add to it."""
+    flows the u32 trees select, with each one's link (``port_*``: (host, port, server
+    prefix or None) flows; ``whole_*``: whole hosts, port None); and the device's link
+    layer (``base``: its size table) with what each other cohort's classes add to it."""
 
     spans: tuple
     port_flows: tuple
@@ -116,18 +116,23 @@ class Layout:
             place = req.places[k] if req.places else Place(gen.group_minor + group, gen.group_top - group,
                                                            gen.leaf_base + link)
             spans.append(Span(c, link, groups, place))
-            if c.ports is None:
-                whole_flows += [(h, None) for h in c.hosts]
-                whole_link += [link] * len(c.hosts) if c.per == "shared" else range(link, link + n)
-            else:
-                ports = [p for lo, hi in c.ports for p in range(lo, hi + 1)]
-                port_flows += [(h, p) for h in c.hosts for p in ports]
+            ports = [None] if c.ports is None else [p for lo, hi in c.ports for p in range(lo, hi + 1)]
+            flows, owner = (whole_flows, whole_link) if c.ports is None else (port_flows, port_link)
+            if c.servers is None:  # the common case, kept quick: a flow per (host, port)
+                flows += [(h, p, None) for h in c.hosts for p in ports]
                 if c.per == "shared":
-                    port_link += [link] * (len(c.hosts) * len(ports))
+                    owner += [link] * (len(c.hosts) * len(ports))
                 elif c.per == "host":
-                    port_link += [link + i for i in range(len(c.hosts)) for _ in ports]
+                    owner += [link + i for i in range(len(c.hosts)) for _ in ports]
                 else:
-                    port_link += range(link, link + n)
+                    owner += range(link, link + n)
+            else:  # a flow per (host, port, server prefix of the host's family)
+                for i, h in enumerate(c.hosts):
+                    servers = c.servers_for(h.version)
+                    for j, p in enumerate(ports):
+                        at = link if c.per == "shared" else link + i if c.per == "host" else link + i * len(ports) + j
+                        flows += [(h, p, srv) for srv in servers]
+                        owner += [at] * len(servers)
             link_cohort += [k] * n
             link, group = link + n, group + groups
         plain = [c for c in req.cohorts if not c.link.cells] or list(req.cohorts)

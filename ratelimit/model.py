@@ -164,16 +164,24 @@ class Cohort:
     profile: str | None = None
     burst: Burst | None = None  # overrides the sides' bursts (the command line's --burst)
     mpu_bytes: int = 64
+    servers: tuple | None = None  # the far side's address prefixes (None: every server)
+
+    def servers_for(self, family: int) -> tuple:
+        """The server prefixes a host of ``family`` (4 or 6) talks to: (None,) for any."""
+        if self.servers is None:
+            return (None,)
+        return tuple(s for s in self.servers if s.version == family)
 
     def flow_count(self) -> int:
-        """Selected (host, port) pairs (a whole host counts one): the filters a tree holds per direction."""
-        if self.ports is None:
-            return len(self.hosts)
-        return len(self.hosts) * sum(hi - lo + 1 for lo, hi in self.ports)
+        """Selected (host, port) pairs (a whole host counts one), each once per server prefix of
+        its family: the filters a tree holds per direction."""
+        ports = 1 if self.ports is None else sum(hi - lo + 1 for lo, hi in self.ports)
+        return sum(len(self.servers_for(h.version)) for h in self.hosts) * ports
 
     def link_count(self) -> int:
         """Emulated links per direction: a (host, port) each, or a host each."""
-        return {"host": len(self.hosts), "shared": 1}.get(self.per) or self.flow_count()
+        ports = 1 if self.ports is None else sum(hi - lo + 1 for lo, hi in self.ports)
+        return {"host": len(self.hosts), "shared": 1}.get(self.per) or len(self.hosts) * ports
 
 
 MAIN_COHORT = "main"  # the one cohort of a request made from the command line's link options

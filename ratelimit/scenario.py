@@ -13,6 +13,7 @@ Two ways, both ending in a list of ``Ask`` (one cohort each, its fields as typed
       description = "28.8k modems"
       hosts = "198.18.0.2-198.18.0.61"    # addresses, ranges, prefixes; or a list
       ports = "all"                       # the default: every packet of each host (per host)
+      servers = "198.18.1.0/24"           # optional: only flows to/from these servers (any by default)
       per = "host"                        # "port": a link per (host, port); "shared": one for all
       profile = "modem-28k8"              # and/or link options: rate, delay, queue, burst, ...
 
@@ -37,7 +38,7 @@ from .profiles import SHIPPED as SHIPPED_PROFILES
 from .profiles import SIDE_FIELDS, check_name
 from .units import decimal
 
-COHORT_KEYS = {"description", "source", "hosts", "ports", "per", "profile", "link", "mpu"} | set(SIDE_FIELDS)
+COHORT_KEYS = {"description", "source", "hosts", "ports", "servers", "per", "profile", "link", "mpu"} | set(SIDE_FIELDS)
 TOP_KEYS = {"description", "source", "cohort"}
 MAX_BYTES = 1 << 20  # a scenario file or API text larger than this is refused unread
 SHIPPED = SHIPPED_PROFILES / "scenarios"  # the example audiences (``--scenario NAME``)
@@ -56,6 +57,7 @@ class Ask:
     link: str | None = None
     mpu: object = None
     options: dict = field(default_factory=dict)  # SIDE_FIELDS keys -> values, over the profile's (both sides)
+    servers: object = None  # text or list of texts: the far side's addresses or prefixes (None: any)
 
 
 def find(value: str) -> Path:
@@ -141,8 +143,12 @@ def _ask(name: str, body, where: str) -> Ask:
     if _ports(ports) is None and per == "port":
         raise UsageError(f'{where} ports: all (every packet of a host) needs per = "host" or "shared"')
     options = {k: v for k, v in body.items() if k in SIDE_FIELDS}
+    servers = body.get("servers")
+    if servers is not None and not isinstance(servers, str) and \
+            not (isinstance(servers, list) and all(isinstance(s, str) for s in servers)):
+        raise FieldError(f"{where} servers", servers, "is not text or a list of texts")
     return Ask(name, where, hosts, _ports(ports), per, profile, body.get("link"),
-               body.get("mpu"), options)
+               body.get("mpu"), options, servers)
 
 
 def _ports(value):

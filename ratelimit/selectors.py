@@ -1,7 +1,7 @@
 """Parsing the selectors a user types: hosts and port ranges (the edge)."""
 
 import socket
-from ipaddress import ip_address, ip_network
+from ipaddress import ip_address, ip_network, summarize_address_range
 
 from .errors import FieldError, NotFoundError, UsageError
 from .model import IPAddress
@@ -66,6 +66,32 @@ def parse_hosts(text, field: str = "--hosts", resolve=socket.getaddrinfo) -> tup
             addrs = [ip_address(info[4][0].split("%")[0]) for info in infos]
         found.extend(addrs)
     return tuple(dict.fromkeys(found))
+
+
+def parse_servers(text, field: str = "--servers") -> tuple:
+    """The far side of a cohort's flows: comma-separated addresses, prefixes or ranges
+    (a list of texts too) -> address prefixes, the fewest that cover them, each once; no
+    names (a server's name may stand for addresses that change)."""
+    items = text if isinstance(text, (list, tuple)) else str(text or "").split(",")
+    items = [str(s).strip() for s in items if str(s).strip()]
+    if not items:
+        raise UsageError(f"{field}: none given (addresses, prefixes like 198.18.1.0/24, or ranges)")
+    nets: list = []
+    for item in items:
+        try:
+            if "/" in item:
+                nets.append(ip_network(item.strip("[]"), strict=False))
+                continue
+            lo_text, dash, hi_text = item.strip("[]").partition("-") if "-" in item.strip("[]")[1:] else \
+                (item.strip("[]"), "", "")
+            lo = ip_address(lo_text.strip().strip("[]"))
+            hi = ip_address(hi_text.strip().strip("[]")) if dash else lo
+        except ValueError:
+            raise FieldError(field, f"'{item}'", "is not an address, prefix (198.18.1.0/24) or range") from None
+        if lo.version != hi.version or hi < lo:
+            raise FieldError(field, f"'{item}'", "is not a range (low-high, one address family)")
+        nets.extend(summarize_address_range(lo, hi))
+    return tuple(dict.fromkeys(nets))
 
 
 def _expanded(item: str, field: str) -> list:

@@ -21,7 +21,7 @@ from .errors import ConflictError, FieldError, KernelMissing, PermissionDenied, 
 from .installed import Installed, check_interface, executor, find_installed
 from .model import GRANULARITIES, MAIN_COHORT, Cohort, LinkParams, Request
 from .names import check_target
-from .selectors import parse_hosts, parse_ports
+from .selectors import parse_hosts, parse_ports, parse_servers
 from .units import parse_burst, parse_count, parse_queue, parse_rate_bps, parse_size_bytes
 
 DEFAULT_RATE_BPS = 28800
@@ -36,7 +36,7 @@ V03_BURST = "5"  # the bare command line's police burst, as in v0.3: rate x 5 / 
 def make_request(interface: str, *, hosts=None, ports=None, profile: str | None = None, netns: str | None = None,
                  mode: str | None = None, direction: str = "both", rate=None, burst=None,
                  bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=None, queue=None, per: str = "port",
-                 link: str | None = None, scenario=None, mix=None, **impairments) -> Request:
+                 link: str | None = None, scenario=None, mix=None, servers=None, **impairments) -> Request:
     """Validate what a person typed and return the request (resolves host names).
 
     ``mode`` None: shape with a profile (the links it describes queue), police without
@@ -44,9 +44,10 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
     the profile's, else the mode's default; without a profile,
     police mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
     over the profile's.  ``ports`` None or "all" with ``per`` "host": every packet of each
-    host.  ``scenario`` (a list of ``scenario.Ask``) or ``mix`` (``--mix`` text, over
-    ``hosts``) make a request of several cohorts; the link options given here then apply
-    to every cohort, over its own."""
+    host.  ``servers``: only the flows to and from these address prefixes (default any).
+    ``scenario`` (a list of ``scenario.Ask``) or ``mix`` (``--mix`` text, over ``hosts``)
+    make a request of several cohorts; the link options given here then apply to every
+    cohort, over its own."""
     interface, netns = check_target(interface, netns)
     if direction not in _DIRECTION_WORDS:
         raise FieldError("--direction", direction, "is not a direction (source, dest[ination], both)")
@@ -69,10 +70,11 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
     if scenario is not None or mix is not None:
         if profile is not None:
             raise UsageError("--profile: a scenario or a mix names each cohort's profile")
-        if scenario is not None and (hosts is not None or ports is not None):
-            raise UsageError("--hosts/--ports: a scenario names each cohort's hosts and ports")
+        if scenario is not None and (hosts is not None or ports is not None or servers is not None):
+            raise UsageError("--hosts/--ports/--servers: a scenario names each cohort's hosts, ports and servers")
         asks = scenario if scenario is not None else \
-            scenarios.mix(mix, parse_hosts(hosts), None if _all_ports(ports) else parse_ports(ports), per)
+            [dataclasses.replace(a, servers=servers) for a in
+             scenarios.mix(mix, parse_hosts(hosts), None if _all_ports(ports) else parse_ports(ports), per)]
         mode = mode or "shape"
         cohorts = tuple(_cohort(a, mode, overrides, burst, link, mpu) for a in asks)
         req = Request(interface, cohorts, mode=mode, **device)
@@ -80,7 +82,7 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
         if per == "port" and ports is not None and _all_ports(ports):
             raise UsageError("--ports: all (every packet of a host) needs --per host or shared")
         ask = scenarios.Ask(MAIN_COHORT, "", hosts, None if _all_ports(ports) and per != "port" else ports, per,
-                            profile)
+                            profile, servers=servers)
         mode = mode or ("shape" if profile else "police")
         req = Request(interface, (_cohort(ask, mode, overrides, burst, link, mpu),), mode=mode, **device)
     check(req)  # every remaining check, before anything touches the router (apply compiles it)
@@ -123,9 +125,10 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
         parse_ports(None, named("ports"))  # "none given"
     ports = ask.ports if ask.ports is None or isinstance(ask.ports, tuple) else \
         parse_ports(ask.ports, named("ports"))  # pure checks before any name lookup
+    servers = None if ask.servers is None else parse_servers(ask.servers, named("servers"))
     hosts = ask.hosts if isinstance(ask.hosts, tuple) else parse_hosts(ask.hosts, named("hosts"))
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
-                  ask.per, layer, prof.name if prof else None, burst, mpu_bytes)
+                  ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers)
 
 
 def _require_root() -> None:

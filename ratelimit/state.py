@@ -21,7 +21,7 @@ import os
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, astuple, dataclass, fields
-from ipaddress import ip_address
+from ipaddress import ip_address, ip_network
 from pathlib import Path
 
 from . import linklayer
@@ -53,6 +53,7 @@ def _cohort_json(c: Cohort) -> dict:
     data["hosts"] = [str(h) for h in c.hosts]
     data["ports"] = None if c.ports is None else [list(p) for p in c.ports]
     data["link"] = c.link.describe()
+    data["servers"] = None if c.servers is None else [str(s) for s in c.servers]
     return data
 
 
@@ -66,7 +67,8 @@ def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:
         link=linklayer.LinkLayer.from_description(data["link"]) if data.get("link") else linklayer.ETHERNET,
         profile=data.get("profile"),
         burst=Burst(**data["burst"]) if data.get("burst") else None,
-        mpu_bytes=data.get("mpu_bytes", 64))
+        mpu_bytes=data.get("mpu_bytes", 64),
+        servers=None if data.get("servers") is None else tuple(ip_network(s) for s in data["servers"]))
 
 
 def from_json(data: dict) -> Request:

@@ -40,6 +40,7 @@ def _cohort(req: Request, c: Cohort, directions: int) -> dict:
         return out
     return {"name": c.name, "profile": c.profile, "hosts": [str(h) for h in c.hosts],
             "ports": "all" if c.ports is None else format_ports(c.ports), "per": c.per, "link": c.link.describe(),
+            "servers": None if c.servers is None else [str(s) for s in c.servers],
             "flows": c.flow_count() * directions, "links": c.link_count() * directions,
             "down": side(c.down), "up": side(c.up)}
 
@@ -67,8 +68,12 @@ def describe(applied: dict) -> str:
         sides.append(text)
     return (f"{applied['profile'] or 'custom link'} ({applied['mode']}, {_grain(applied['per'])}, "
             f"{applied['link']['layer']} framing; {', '.join(sides)}) for hosts {','.join(applied['hosts'])} "
-            f"ports {applied['ports']}: {applied['links']} links")
+            f"ports {applied['ports']}{_servers(applied)}: {applied['links']} links")
 
 
 def _grain(per: str) -> str:
     return "one shared link" if per == "shared" else f"per {per}"
+
+
+def _servers(applied: dict) -> str:
+    return f" servers {','.join(applied['servers'])}" if applied.get("servers") else ""

@@ -64,7 +64,8 @@ class Terminal:
 def build(pairs: Sequence, dev: str, parent: int, direction: str, terminal: Callable[[int], Terminal],
           ops: list, links: list, *, link_classid: bool, indices: range | None = None,
           tree_ids: TreeIds = FIRST, ids: "_TableIds | None" = None, whole_hosts: bool = False) -> None:
-    """Append the tree's tables and filters for the flows ``pairs`` ((host, port) each;
+    """Append the tree's tables and filters for the flows ``pairs`` ((host, port, server
+    prefix or None) each;
     those numbered in ``indices``, default all) on ``dev`` under ``parent`` to ``ops``, and
     a ``Flow`` per reporting filter to ``links`` (with its class when ``link_classid``:
     shape mode's counters are the class's).  ``whole_hosts``: the flows are hosts (port
@@ -74,8 +75,8 @@ def build(pairs: Sequence, dev: str, parent: int, direction: str, terminal: Call
     indices = indices if indices is not None else range(len(pairs))
     flows_of: dict = {}  # host -> [(flow index, port)], in flow order
     for i in indices:
-        host, port = pairs[i]
-        flows_of.setdefault(host, []).append((i, port))
+        host, port, server = pairs[i]
+        flows_of.setdefault(host, []).append((i, port, server))
     for family in (4, 6):
         hosts = sorted((h for h in flows_of if h.version == family), key=int)
         if not hosts:
@@ -89,12 +90,13 @@ def build(pairs: Sequence, dev: str, parent: int, direction: str, terminal: Call
         for host in hosts:
             host_keys = _host_keys(family, direction, host)
             b0, b1, b2, b3 = (int(host) & 0xFFFFFFFF).to_bytes(4, "big")
-            for i, port in flows_of[host]:
+            for i, port, server in flows_of[host]:
+                keys = host_keys if server is None else host_keys + _server_keys(direction, server)
                 if port is None:
-                    entries.append((i, host, None, (b3, 0, 0, b2, b1, b0), host_keys))
+                    entries.append((i, host, None, (b3, 0, 0, b2, b1, b0), keys))
                 else:
                     entries.append((i, host, port, (b3, port >> 8, port & 0xFF, b2, b1, b0),
-                                    host_keys + (_port_key(family, direction, port),)))
+                                    keys + (_port_key(family, direction, port),)))
         first = _choose_level(entries, levels, excluded) or 0
         ops.append(where.table(l1))
         place = _Placer(where, direction, levels, terminal, link_classid, ids, ops, links)
@@ -129,6 +131,15 @@ def _host_keys(family: int, direction: str, host) -> tuple[Key, ...]:
     packed = host.packed
     base = {(4, "dest"): 16, (4, "source"): 12, (6, "dest"): 24, (6, "source"): 8}[family, direction]
     return tuple(Key(int.from_bytes(packed[i:i + 4], "big"), 0xFFFFFFFF, base + i) for i in range(0, len(packed), 4))
+
+
+def _server_keys(direction: str, server) -> tuple[Key, ...]:
+    """A match on the far side's address prefix (the source address of a packet towards the
+    host, the destination of one from it); the words its prefix does not reach are left out."""
+    packed, mask = server.network_address.packed, server.netmask.packed
+    base = {(4, "dest"): 12, (4, "source"): 16, (6, "dest"): 8, (6, "source"): 24}[server.version, direction]
+    return tuple(Key(int.from_bytes(packed[i:i + 4], "big"), int.from_bytes(mask[i:i + 4], "big"), base + i)
+                 for i in range(0, len(packed), 4) if int.from_bytes(mask[i:i + 4], "big"))
 
 
 def _port_key(family: int, direction: str, port: int) -> Key:

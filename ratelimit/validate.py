@@ -80,6 +80,11 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
         fail("--per", c.per, f"is not a link granularity ({', '.join(GRANULARITIES)})")
     if not c.hosts:
         raise UsageError(f"{where}--hosts: none given (comma-separated names or addresses)")
+    if c.servers is not None:
+        for h in c.hosts:
+            if not c.servers_for(h.version):
+                fail("--servers", ",".join(map(str, c.servers)), f"hold no IPv{h.version} server for host {h} "
+                     "(a host talks to servers of its own family)")
     if c.ports is None:
         if c.per == "port":
             raise UsageError(f"{where}--ports: every port (all) needs --per host or shared: a link per host, or one "
@@ -121,10 +126,24 @@ def _refuse_overlaps(cohorts) -> None:
         for i, a in enumerate(cs):
             for b in cs[i + 1:]:
                 port = _shared_port(a.ports, b.ports)
-                if port is not False:
+                server = _shared_server(a.servers_for(host.version), b.servers_for(host.version))
+                if port is not False and server is not False:
                     flow = f"{host}" if port is None else f"{host} port {port}"
+                    flow += "" if server is None else f" with server {server}"
                     raise UsageError(f"cohorts '{a.name}' and '{b.name}' both select {flow}: a flow gets one link "
-                                     "(narrow one cohort's hosts or ports)")
+                                     "(narrow one cohort's hosts, ports or servers)")
+
+
+def _shared_server(a, b):
+    """An address both cohorts' server prefixes hold (None: both take every server), or False."""
+    for x in a:
+        for y in b:
+            if x is None and y is None:
+                return None
+            if x is None or y is None or x.overlaps(y):
+                narrow = y if x is None else x if y is None else max(x, y, key=lambda n: n.prefixlen)
+                return narrow.network_address
+    return False
 
 
 def _shared_port(a, b):

@@ -109,12 +109,12 @@ def lab3(tmp_path, monkeypatch):
         lab.down()
 
 
-def _apply(lab, text):
-    """The scenario ``text`` (with {c1}.. for the clients' addresses) on the lab's router;
-    each client made the host its cohort's model assumes (no TCP timestamps behind header
-    compression); returns the request."""
-    text = text.format(**{f"c{i}": lab.client(i).address for i in range(1, len(lab.clients) + 1)})
-    extra = {} if probe(["netem"])["netem"] else {"delay": "0ms"}
+def _apply(lab, text, **names):
+    """The scenario ``text`` (with {c1}.. for the clients' addresses, and ``names``) on the
+    lab's router; each client made the host its cohort's model assumes (no TCP timestamps
+    behind header compression); returns the request."""
+    text = text.format(**{f"c{i}": lab.client(i).address for i in range(1, len(lab.clients) + 1)}, **names)
+    extra = {} if probe(["netem"])["netem"] else {"delay": "0ms", "jitter": "0ms", "loss": "0%"}
     req = service.make_request(lab.topo.router_client_if, netns=lab.topo.router,
                                scenario=scenario.parse(text, "test scenario"), **extra)
     service.apply(req)
@@ -245,3 +245,47 @@ def test_a_shared_link_carries_every_host_of_its_cohort(lab3):
     print(f"2 x {size:,} bytes from two hosts through one shared modem: {seconds:.2f} s, the model {expected:.2f} s")
     assert expected >= 2.0
     assert 0.95 < seconds / expected < 1.05
+
+
+TWO_SERVERS = """
+description = "one person, two servers: the origin far away over a phone, the CDN near over cable"
+[cohort.origin]
+description = "the origin server, reached over 3G"
+hosts = "{c1}"
+servers = "{origin}"
+profile = "3g"
+[cohort.cdn]
+description = "the CDN node, reached over cable (held at 3 Mbit/s so a download takes seconds)"
+hosts = "{c1}"
+servers = "{cdn}/32"
+profile = "cable"
+rate = "3mbit"
+"""
+
+
+@pytest.mark.alone  # downloads timed from userspace against each cohort's link model, within 5%
+def test_server_side_selectors_give_one_client_a_link_per_server(lab3):
+    """One client, two servers (two addresses of the lab's server): the fetch from each,
+    at the same time, is within 5% of its own cohort's model (at least 2 s at its rate)."""
+    lab = lab3("servers", clients=1)
+    cdn = lab.server.address.rsplit(".", 1)[0] + ".3"  # a second server address on the same host
+    subprocess.run(["ip", "-n", lab.server.netns, "addr", "add", f"{cdn}/24", "dev", "eth0"], check=True)
+    req = _apply(lab, TWO_SERVERS, origin=lab.server.address, cdn=cdn)
+    delay_stage = probe(["netem"])["netem"]
+    models = {c.name: LinkModel.from_summary(summary(req), cohort=c.name, delay_stage=delay_stage) for c in req.cohorts}
+    urls = {"origin": lab.url("/1000000.bin"), "cdn": lab.url("/1000000.bin").replace(lab.server.address, cdn)}
+
+    def fetch_all() -> dict:
+        procs = {name: lab.client(1).popen(
+            ["curl", "-sS", "-o", "/dev/null", "-w", "%{size_download} %{size_header} %{size_request} %{time_total}",
+             url], stdout=subprocess.PIPE, text=True) for name, url in urls.items()}
+        return {name: p.communicate(timeout=120)[0].split() for name, p in procs.items()}
+    fetch_all()  # once before (see above)
+    for name, (size, header, request, seconds) in fetch_all().items():
+        expected = models[name].fetch_seconds(int(size), header=int(header), request=int(request))
+        print(f"{name}: {int(size):,} bytes in {float(seconds):.2f} s, its model {expected:.2f} s")
+        assert expected >= 2.0
+        assert 0.95 < float(seconds) / expected < 1.05, name
+    rows = lab.statistics()["links"]
+    assert sorted((r["cohort"], r["direction"]) for r in rows) == \
+        [("cdn", "dest"), ("cdn", "source"), ("origin", "dest"), ("origin", "source")]

@@ -9,6 +9,7 @@ a flow in one cohort only; what a bad scenario or mix must get: one line naming 
 import dataclasses
 import json
 import random
+import re
 from collections import Counter
 from ipaddress import ip_address
 
@@ -300,3 +301,79 @@ def test_statistics_find_each_links_class_without_compiling_its_filters(args):
     def seen(flows):
         return sorted((f.direction, f.dev, f.classid, str(f.host), f.port or 0, f.cohort) for f in flows)
     assert seen(link_flows(req)) == seen(compile_plan(req).flows)
+
+
+# ---------------------------------------------------------------- the far side
+
+
+def servers_request(a_servers, b_servers, hosts_b="198.18.0.2"):
+    text = f"""
+[cohort.origin]
+description = "x"
+hosts = "198.18.0.2"
+servers = {json.dumps(a_servers)}
+profile = "3g"
+[cohort.cdn]
+description = "x"
+hosts = "{hosts_b}"
+servers = {json.dumps(b_servers)}
+profile = "cable"
+"""
+    return service.make_request("eth0", scenario=scenario.parse(text, "scenario s.toml"), direction="both")
+
+
+def test_server_prefixes_add_a_match_on_the_far_sides_address_each_way():
+    req = servers_request("198.19.0.2", ["198.19.1.0/24", "198.19.2.1-198.19.2.2"])
+    assert [str(s) for s in req.cohorts[1].servers] == ["198.19.1.0/24", "198.19.2.1/32", "198.19.2.2/32"]
+    plan = compile_plan(req)
+    exact = [op for op in plan.ops if type(op) is U32Filter and op.classid and op.classid & 0xFFFF >= 0x100]
+    assert len(exact) == 2 * 4  # a filter per (host, server prefix), each direction
+    to_host = {(k.off, k.value, k.mask) for op in exact if op.dev == "eth0" for k in op.keys}
+    assert (12, int(ip_address("198.19.1.0")), 0xFFFFFF00) in to_host  # towards the host: the source address
+    from_host = {(k.off, k.value, k.mask) for op in exact if op.dev != "eth0" for k in op.keys}
+    assert (16, int(ip_address("198.19.0.2")), 0xFFFFFFFF) in from_host  # from the host: the destination
+    assert Counter(f.cohort for f in plan.flows) == {"origin": 2, "cdn": 2}  # a link each way per cohort
+    assert state.from_json(json.loads(json.dumps(state.to_json(req)))) == req
+    assert summary(req)["cohorts"][1]["servers"] == ["198.19.1.0/24", "198.19.2.1/32", "198.19.2.2/32"]
+
+
+def test_an_ipv6_server_prefix_matches_the_words_it_covers():
+    req = service.make_request("eth0", hosts="2001:db8::2", per="host", rate="1mbit", mode="shape", direction="dest",
+                               servers="2001:db8:1::/48")
+    exact = [op for op in compile_plan(req).ops if type(op) is U32Filter and op.classid and op.classid & 0xFFFF >= 0x100]
+    server_keys = [k for k in exact[0].keys if 8 <= k.off < 24]
+    assert [(k.off, hex(k.value), hex(k.mask)) for k in server_keys] == [(8, "0x20010db8", "0xffffffff"),
+                                                                          (12, "0x10000", "0xffff0000")]
+
+
+@pytest.mark.parametrize("a, b, says", [
+    ("198.19.0.0/16", "198.19.1.7", "cohorts 'origin' and 'cdn' both select 198.18.0.2 with server 198.19.1.7"),
+    ("198.19.0.2", "198.19.0.0/30", "both select 198.18.0.2 with server 198.19.0.2"),
+])
+def test_overlapping_servers_of_one_host_are_refused_naming_both(a, b, says):
+    with pytest.raises(RatelimitError, match=re.escape(says)):
+        servers_request(a, b)
+
+
+def test_cohorts_without_servers_still_overlap_with_any():
+    text = TWO.replace('hosts = "198.18.0.10"', 'hosts = "198.18.0.2"').replace('ports = "8000-8003"\nper = "port"\n',
+                                                                              'servers = "198.19.0.2"\n')
+    with pytest.raises(RatelimitError, match="both select 198.18.0.2 with server 198.19.0.2"):
+        request(text)
+
+
+@pytest.mark.parametrize("servers, says", [
+    ("example.org", "--servers: 'example.org' is not an address, prefix (198.18.1.0/24) or range"),
+    ("198.19.0.9-198.19.0.2", "--servers: '198.19.0.9-198.19.0.2' is not a range"),
+    ("", "--servers: none given"),
+    ("2001:db8::1", "--servers: 2001:db8::1/128 hold no IPv4 server for host 198.18.0.2"),
+])
+def test_bad_servers_are_one_line_naming_the_field(servers, says):
+    with pytest.raises(RatelimitError) as err:
+        service.make_request("eth0", hosts="198.18.0.2", per="host", rate="1mbit", mode="shape", servers=servers)
+    assert "\n" not in str(err.value) and says in str(err.value)
+
+
+def test_a_scenario_names_its_own_servers():
+    with pytest.raises(RatelimitError, match="--hosts/--ports/--servers: a scenario names each cohort's"):
+        service.make_request("eth0", scenario=scenario.parse(TWO), servers="198.19.0.2")
