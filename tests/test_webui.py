@@ -915,7 +915,7 @@ def test_apply_a_scenario_and_a_mix(client, control):
      "scenario: [cohort.office] profile: '/etc/shadow' is not a profile name"),
     ({"scenario": SCENARIO_TEXT.replace('profile = "cable"', 'profile = "../../etc/passwd"')},
      "is not a profile name"),
-    ({"scenario": SCENARIO_TEXT, "hosts": "198.18.0.2"}, "--hosts/--ports: a scenario names each cohort's hosts"),
+    ({"scenario": SCENARIO_TEXT, "hosts": "198.18.0.2"}, "--hosts/--ports/--servers: a scenario names each cohort's hosts"),
     ({"scenario": SCENARIO_TEXT, "profile": "cable"}, "--profile: a scenario or a mix names each cohort's profile"),
     ({"scenario": SCENARIO_TEXT.replace('hosts = "198.18.0.10"', 'hosts = "198.18.0.3"')},
      "cohorts 'dialup' and 'office' both select 198.18.0.3"),
