@@ -9,6 +9,7 @@
     python -m bench dialup [--quick]     the 2000 dial-up table with httperf
     python -m bench faults [--quick]     refusals at every step, SIGKILL mid-apply
     python -m bench switch [--quick]     a download across a profile switch: in place vs rebuild
+    python -m bench cohorts [--quick]    16 cohorts vs one (setup, per packet); whole hosts vs per port
     python -m bench soak [--minutes N]   the dashboard's memory over an hour under load (not in all)
     python -m bench report               docs/benchmarks.md from bench/results/
 
@@ -27,13 +28,13 @@ import traceback
 
 from . import common, results, sandbox
 
-PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "faults", "switch")
+PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "faults", "switch", "cohorts")
 SOLO = ("soak",)  # run on their own only: not part of ``all`` (an hour)
 
 
 _MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "metrics": "metrics_cost",
             "fidelity": "fidelity", "dialup": "dialup", "faults": "faults", "switch": "switch",
-            "soak": "soak"}
+            "cohorts": "cohorts", "soak": "soak"}
 
 
 def _module(part: str):

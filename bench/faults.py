@@ -120,7 +120,14 @@ def inject(at: int | None):
 
 
 def request(ns: str, **kw):
-    from ratelimit import service
+    from ratelimit import scenario, service
+    if "cohorts" in kw:  # a plan of two cohorts: the second's ports and rate as given
+        ports, rate = kw["cohorts"]
+        text = ("[cohort.steady]\ndescription = 'the cohort left alone'\nhosts = '198.18.1.2,2001:db8::2'\n"
+                "ports = '5000-5003'\nper = 'port'\nrate = '1mbit'\nqueue = '20kb'\n"
+                "[cohort.changing]\ndescription = 'the cohort that changes'\nhosts = '198.18.1.3'\n"
+                f"ports = '{ports}'\nper = 'port'\nrate = '{rate}'\nqueue = '20kb'\n")
+        return service.make_request(DEV, netns=ns, scenario=scenario.parse(text), mode="shape", direction="both")
     args = dict(hosts="198.18.1.2,2001:db8::2", ports="5000-5003", mode="shape", direction="both", rate="1mbit",
                 queue="20kb")
     args.update(kw)
@@ -145,6 +152,10 @@ CASES = (
          "make-before-break"),
     Case("make-before-break back to the first handles", {"ports": "6000-6003", "_second": True}, {},
          "make-before-break"),
+    Case("one cohort of two changed in place", {"cohorts": ("6000-6003", "1mbit")},
+         {"cohorts": ("6000-6003", "2mbit")}, "in place"),
+    Case("one cohort of two grows: built beside, the other kept", {"cohorts": ("6000-6003", "1mbit")},
+         {"cohorts": ("6000-6009", "1mbit")}, "make-before-break"),
     Case("clean", {}, None, "clean"),
 )
 

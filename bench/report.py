@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .common import REPO, fmt_time, ratio
 from .dialup import table_rows
-from .sections import rows_of, section_dialup, section_faults, section_fidelity, section_switch, section_packet, section_setup, section_stats
+from .sections import rows_of, section_cohorts, section_dialup, section_faults, section_fidelity, section_switch, section_packet, section_setup, section_stats
 from .plots import plot_dialup, plot_fidelity, plot_packet, plot_setup, plot_stats
 from .results import RESULTS_DIR, load_results
 
@@ -166,6 +166,7 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
                             results.get(("transient", "vm")))
     lines += section_faults(results.get(("faults", "host")))
     lines += section_switch(results.get(("switch", "host")))
+    lines += section_cohorts(results.get(("cohorts", "host")))
     if failed:
         lines += ["Plots not drawn (pip install matplotlib): " + "; ".join(failed), ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -688,3 +688,43 @@ def section_switch(doc: dict | None) -> list[str]:
                 f"the links allow with {a['server_tcp'].get('TcpRetransSegs', 0)} retransmissions, against "
                 f"{100 * b['ratio']:.1f}% and {b['server_tcp'].get('TcpRetransSegs', 0)} across the rebuild.", ""]
     return out
+
+
+def section_cohorts(doc: dict | None) -> list[str]:
+    out = ["## 8. What cohorts cost", ""]
+    if not doc:
+        return out + ["Not run.", ""]
+    cfg = doc.get("config", {})
+    rows = {r["what"]: r for r in doc.get("rows", [])}
+    out += [f"({_machine_line(doc)})", "",
+            f"Each pair is measured side by side in one run, alternating (A, B, A, B, ...; "
+            f"{cfg.get('repeats')} installs each, the median counts), shape mode on the host "
+            f"(`python -m bench cohorts`). *Setup*: our executor installing, on a fresh namespace, "
+            f"{cfg.get('cohorts')} cohorts of {cfg.get('links_per_cohort', 0):,} links (hosts x "
+            f"{cfg.get('ports_per_host')} ports each; each cohort its own rate and one of five framings: "
+            f"Ethernet, PPP with compressed headers, synchronous PPP, ATM cells, DOCSIS) against one cohort "
+            f"over the same flows. *Whole hosts*: {cfg.get('whole_hosts', 0):,} hosts with a link each from one "
+            f"match on the address, against as many per-port links. *Per packet*: `bench packet`'s method "
+            f"(64-byte UDP frames through the router, the best of {cfg.get('trials')} runs of "
+            f"{cfg.get('seconds')} s) with the {cfg.get('cohorts')} cohorts against the one, every link at "
+            f"10 Gbit/s.", ""]
+    body = []
+    if "setup" in rows:
+        r = rows["setup"]
+        body.append([f"setup, {r['a_links']:,} links", f"{r['a_s']:.2f} s ({cfg.get('cohorts')} cohorts)",
+                     f"{r['b_s']:.2f} s (one)", fmt_ratio(r["ratio"], 3), "within 10%"])
+    if "whole hosts" in rows:
+        r = rows["whole hosts"]
+        body.append([f"setup, {r['a_links']:,} links", f"{r['a_s']:.2f} s (whole hosts)",
+                     f"{r['b_s']:.2f} s (per port)", fmt_ratio(r["ratio"], 3), "within 2x"])
+    if "packet" in rows:
+        r = rows["packet"]
+        body.append([f"per packet, {r['links']:,} links", f"{r['many_pps']:,.0f} packets/s ({cfg.get('cohorts')} "
+                     f"cohorts)", f"{r['one_pps']:,.0f} packets/s (one)", fmt_ratio(r["ratio"], 3), "within 5%"])
+    out += table(["what", "A", "B", "A / B", "goal"], body) + [""]
+    if "setup" in rows:
+        r = rows["setup"]
+        out += [f"The setup runs spread over {min(r['a_runs'] + r['b_runs']):.1f}-"
+                f"{max(r['a_runs'] + r['b_runs']):.1f} s: at 64,512 links the kernel's time per class grows "
+                f"with the qdiscs on the device (section 1), and the machine's other work adds to both sides.", ""]
+    return out

@@ -10,8 +10,10 @@ a part the kernel keeps on a change (reordering, corruption, a correlation, its 
 not a change in place.
 
 Other hosts or ports, another granularity or mode: ``make_before_break`` builds the new
-plan beside the installed one, in the other generation of handles (``Request.generation``,
-``layout.GENERATIONS``), under the same root qdisc and pool class.  Its tree's root
+plan beside the installed one, its trees in the other generation of handles
+(``Request.generation``, ``layout.GENERATIONS``), under the same root qdisc and pool class;
+the groups both plans have under the same handles (cohorts kept where they stand,
+``Request.places``) are changed in place instead, so their queues carry on.  Its tree's root
 filters go in last; u32 tries a list's root filters in node order, so the tree whose
 filters come first answers, and removing the old tree's root filters (or adding the
 new ones ahead of them) switches every flow of a protocol in one kernel step.  Then the

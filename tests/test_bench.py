@@ -505,6 +505,23 @@ def test_quick_switch_benchmark_keeps_the_queue_in_place(tmp_path):
     assert rows["in place"]["received_bytes"] > rows["rebuild"]["received_bytes"]
 
 
+@pytest.mark.netns
+def test_quick_cohorts_benchmark_compares_like_with_like(tmp_path):
+    from bench import cohorts
+    one, many = cohorts.cohort_requests(4 * cohorts.PORTS)
+    assert one.link_count() == many.link_count() == 16 * 4 * cohorts.PORTS and one.flow_count() == many.flow_count()
+    assert len({c.link.name for c in many.cohorts}) == 4 and len(many.cohorts) == cohorts.COHORTS
+    whole, ports = cohorts.whole_host_requests(10_000)
+    assert whole.link_count() == ports.link_count() == 10_000 and whole.cohorts[0].ports is None
+    rc = bench_main(["cohorts", "--quick", "--out", str(tmp_path)])
+    assert rc == 0
+    rows = {r["what"]: r for r in json.loads((tmp_path / "cohorts-host-quick.json").read_text())["rows"]}
+    assert set(rows) == {"setup", "whole hosts", "packet"}
+    assert rows["setup"]["a_links"] == rows["setup"]["b_links"] == 4096
+    assert all(r["ratio"] and r["ratio"] > 0 for r in rows.values())
+    assert rows["packet"]["one_pps"] > 0 and rows["packet"]["many_pps"] > 0
+
+
 # ---------------------------------------------------------------- the VM parts (quick), where act_police and netem are
 
 
