@@ -411,6 +411,36 @@ def test_link_states_and_distributions(src, reader):
     assert h["starved_links_source"][-1] == 1 and h["rate_share_p50_dest"][-1] == down["rate_share"]["p50"]
 
 
+def test_each_cohort_is_read_at_its_own_rate_and_glanced_at_apart(client, src, reader):
+    """Two cohorts (modems at 26,864 bit/s of frames, cable at 5,000,000): a link's share
+    and queueing delay are against its own cohort's rate, and the target's reading has a
+    glance and distributions per cohort."""
+    modem, cable = dict(reader.applied["down"]), {"rate_bps": 5_000_000, "frame_rate_bps": 5_000_000}
+    reader.applied = {**reader.applied, "profile": None, "per": None, "link": None, "down": {}, "up": {},
+                      "cohorts": [{"name": "modems", "profile": "modem-28k8", "down": modem, "up": modem},
+                                  {"name": "office", "profile": "cable", "down": cable, "up": cable}]}
+    for i, row in enumerate(reader.links):
+        row["cohort"], row["profile"] = ("modems", "modem-28k8") if i < 4 else ("office", "cable")
+    polled(src, reader, rounds=1)
+    reader.advance(1.0, bytes=[round(26864 / 8 / 2), 0, 0, 0, round(5_000_000 / 8 / 4), 0])
+    reader.links[4]["backlog_bytes"] = 62500  # 100 ms at 5 Mbit/s
+    src.poll_once()
+    snap = src.snapshot(None, "eth0")
+    rows = [snap.row(i) for i in range(6)]
+    assert rows[0]["rate_share"] == pytest.approx(0.5, abs=0.01)  # of a modem
+    assert rows[4]["rate_share"] == pytest.approx(0.25, abs=0.01)  # of the cable line, not of a modem
+    assert rows[4]["queue_delay_ms"] == 100.0
+    info = client.get("/api/status?interface=eth0").get_json()
+    glance = info["cohorts"]
+    assert list(glance) == ["modems", "office"]
+    assert (glance["modems"]["profile"], glance["modems"]["links"], glance["office"]["links"]) == ("modem-28k8", 4, 2)
+    assert glance["modems"]["active_links"] == 1 and glance["office"]["active_links"] == 1
+    assert glance["office"]["throughput_bps_down"] == pytest.approx(5_000_000 / 4, rel=0.01)
+    assert glance["modems"]["distribution"]["dest"]["rate_share"]["p50"] == rows[0]["rate_share"]
+    assert glance["office"]["distribution"]["dest"]["queue_delay_ms"]["p50"] == 100.0
+    assert glance["office"]["distribution"]["source"]["links"] == 0
+
+
 def test_rate_share_is_measured_over_the_share_window(src, reader):
     """A modem sends two or three frames a second: its one-second rate jumps, its share over
     the last five seconds does not."""

@@ -179,6 +179,54 @@ def serve_in_thread(app):
     return stop, f"http://127.0.0.1:{server.effective_port}/"
 
 
+class CohortReader(TrafficReader):
+    """TrafficReader's links in two cohorts: the first quarter modems (28.8 kbit/s of frames),
+    the rest cable (5 Mbit/s), each link read against its own cohort's rate."""
+
+    def __init__(self, n):
+        super().__init__(n)
+        modem, cable = {"rate_bps": 28800, "frame_rate_bps": 28800}, {"rate_bps": 5_000_000, "frame_rate_bps": 5_000_000}
+        self.applied = {**self.applied, "profile": None, "per": None, "down": {}, "up": {},
+                        "cohorts": [{"name": "modems", "profile": "modem-28k8", "down": modem, "up": modem},
+                                    {"name": "office", "profile": "cable", "down": cable, "up": cable}]}
+        self.cohorts = tuple(("modems", "modem-28k8") if i < n // 4 else ("office", "cable") for i in range(n))
+
+    def __call__(self, interface, netns=None):
+        return {**super().__call__(interface, netns), "cohorts": self.cohorts}
+
+
+def test_dashboard_glances_at_each_cohort(browser):
+    from webui import create_app
+    from webui.stats import StatsSource
+    n = 4096
+    src = StatsSource([(None, "eth0")], reader=CohortReader(n), interval=1.0)
+    app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": RefusingControl()})
+    stop_server, url = serve_in_thread(app)
+    try:
+        page, errors = open_page(browser, url + "#token=" + TOKEN)
+        page.wait_for_function("() => !document.getElementById('cohorts').hidden "
+                               "&& document.querySelectorAll('#cohorts tbody tr').length === 2", timeout=20000)
+        active = [f"{sum(1 for i in range(lo, hi) if is_active(i)):,}" for lo, hi in ((0, n // 4), (n // 4, n))]
+        page.wait_for_function("(want) => [...document.querySelectorAll('#cohorts tbody tr')]"
+                               ".every((r, k) => r.cells[3].textContent === want[k])", arg=active, timeout=20000)
+        rows = page.evaluate("() => [...document.querySelectorAll('#cohorts tbody tr')].map("
+                             "r => [...r.cells].map(c => c.textContent))")
+        assert [r[:4] for r in rows] == [["modems", "modem-28k8", "1,024", active[0]],
+                                         ["office", "cable", "3,072", active[1]]]
+        # the modems' busy links run at 8-57 kbit/s of 28.8: a median share far above the cable
+        # links' (the same rates of 5 Mbit/s): each cohort is read against its own rate
+        page.wait_for_function("() => [...document.querySelectorAll('#cohorts tbody tr')]"
+                               ".every(r => r.cells[9].textContent !== '–')", timeout=20000)
+        shares = page.evaluate("() => [...document.querySelectorAll('#cohorts tbody tr')].map("
+                               "r => parseFloat(r.cells[9].textContent))")
+        assert shares[0] > 50 and shares[1] < 2, shares
+        assert not errors, errors
+        page.close()
+    finally:
+        stop_server()
+        src.stop()
+
+
 @pytest.mark.parametrize("n", [4096, 65536])
 def test_dashboard_with_many_links(browser, artifacts, n):
     from webui import create_app

@@ -50,12 +50,19 @@ class LinkRates:
     """Per-link constants of one layout: 1 / frame rate (for the share) and 8000 / frame
     rate (ms of queue per byte), NaN for a link without a rate; which links go down."""
 
-    def __init__(self, keys, applied: dict | None):
-        frame = {}
-        for side, direction in (("down", "dest"), ("up", "source")):
-            rate = ((applied or {}).get(side) or {}).get("frame_rate_bps")
-            frame[direction] = float(rate) if rate else NAN
-        per_link = [frame.get(k[0], NAN) for k in keys]
+    def __init__(self, keys, applied: dict | None, cohorts: tuple = ()):
+        def frame(part: dict) -> dict:
+            out = {}
+            for side, direction in (("down", "dest"), ("up", "source")):
+                rate = ((part or {}).get(side) or {}).get("frame_rate_bps")
+                out[direction] = float(rate) if rate else NAN
+            return out
+        # each link at its cohort's rate (``cohorts``: the link's (cohort, profile)); a link
+        # without one at the applied plan's own (a plan of one cohort has it at the top)
+        top = frame(applied)
+        own = {c.get("name"): frame(c) for c in (applied or {}).get("cohorts") or ()}
+        names = [c for c, _ in cohorts] if cohorts else [None] * len(keys)
+        per_link = [own.get(name, top).get(k[0], NAN) for name, k in zip(names, keys)]
         self.frame_rate_bps = array("d", per_link)
         self.inv_rate = array("d", (1.0 / r for r in per_link))  # NaN stays NaN
         self.ms_per_byte = array("d", (8000.0 / r for r in per_link))
@@ -140,10 +147,34 @@ def _quantiles(values: list) -> dict:
     return {name: round(values[min(last, max(0, math.ceil(q * len(values)) - 1))], 6) for name, q in QUANTILES}
 
 
-def distribution(cols: dict, rates: LinkRates) -> dict:
+def distribution(cols: dict, rates: LinkRates, only: bytes | None = None) -> dict:
     """Per direction: the states counted, and the distribution of rate share and queueing
-    delay over the links that were not idle and have a rate."""
-    return {d: _distribution(cols, rates.down if d == "dest" else rates.up) for d in rates.directions}
+    delay over the links that were not idle and have a rate (``only``: a mask of the links
+    to count, e.g. a cohort's)."""
+    out = {}
+    for d in rates.directions:
+        mask = rates.down if d == "dest" else rates.up
+        out[d] = _distribution(cols, mask if only is None else bytes(map(mul, mask, only)))
+    return out
+
+
+def by_cohort(cols: dict, rates: LinkRates, names: tuple) -> dict:
+    """Per cohort (``names``: each link's (cohort, profile)), in the plan's order: its
+    profile, links, active links, throughput each way, drops/s, and its distribution;
+    empty for a plan of one cohort (the whole is that cohort)."""
+    order = list(dict.fromkeys(names))
+    if len(order) < 2:
+        return {}
+    out = {}
+    for name, profile in order:
+        only = bytes(n == name for n, _ in names)
+        down, up = bytes(map(mul, only, rates.down)), bytes(map(mul, only, rates.up))
+        out[name] = {"profile": profile or None, "links": sum(only), "active_links": sum(compress(cols["active"], only)),
+                     "throughput_bps_down": round(sum(compress(cols["throughput_bps"], down)), 3),
+                     "throughput_bps_up": round(sum(compress(cols["throughput_bps"], up)), 3),
+                     "drops_per_s": round(sum(compress(cols["drops_per_s"], only)), 3),
+                     "distribution": distribution(cols, rates, only)}
+    return out
 
 
 def _distribution(cols: dict, mask: bytes) -> dict:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from ratelimit.errors import RatelimitError
 
-from .digest import COLUMNS, COUNTERS, GAUGES, LinkRates, digest, distribution, empty_columns, totals
+from .digest import COLUMNS, COUNTERS, GAUGES, LinkRates, by_cohort, digest, distribution, empty_columns, totals
 from .digest import STATES as STATE_NAMES
 
 log = logging.getLogger("webui.stats")
@@ -106,6 +106,7 @@ class Snapshot:
     totals: dict  # per direction: sums of the counters and gauges (digest.totals)
     refresh_s: float  # how long the read took
     cache: dict = field(default_factory=dict, compare=False, repr=False)  # orders computed for queries
+    cohorts: dict = field(default_factory=dict)  # per cohort: its glance and distribution (digest.cohorts)
 
     @property
     def name(self) -> str:
@@ -331,9 +332,10 @@ class StatsSource:
             return old, True
         self._layout_ids += 1
         shown = tuple((d, str(h), ALL_PORTS if p is None else int(p), dev) for d, h, p, dev in keys)
+        cohorts = tuple((c or "", p or "") for c, p in stats.get("cohorts") or ())
         layout = Layout(self._layout_ids, shown, tuple(stats.get("rate_bps") or (None,) * len(keys)),
-                        {k[:3]: i for i, k in enumerate(shown)}, LinkRates(shown, applied), keys,
-                        cohorts=tuple((c or "", p or "") for c, p in stats.get("cohorts") or ()))
+                        {k[:3]: i for i, k in enumerate(shown)}, LinkRates(shown, applied, cohorts), keys,
+                        cohorts=cohorts)
         self._last_change[target] = [float("-inf")] * len(keys)
         self._bytes_seen[target].clear()
         return layout, False
@@ -361,7 +363,8 @@ class StatsSource:
         agg = _aggregate(cols, layout, sums, have_rates, pps)
         dist = distribution(cols, layout.rates)
         refresh = time.monotonic() - started  # the kernel read and the arithmetic above
-        snap = Snapshot(netns, interface, seq, now, applied, None, layout, cols, agg, dist, sums, refresh)
+        snap = Snapshot(netns, interface, seq, now, applied, None, layout, cols, agg, dist, sums, refresh,
+                        cohorts=by_cohort(cols, layout.rates, layout.cohorts))
         self._record(target, snap, have_rates)
         return snap
 

@@ -309,7 +309,20 @@
   // ------------------------------------------------------------ links at a glance
   const STATE_LABELS = [["at_rate", "at rate (≥ 90%)"], ["busy", "busy"], ["starved", "starved (backlog, < 50%)"],
                         ["dropping", "dropping"], ["idle", "idle"]];
+  // one row per cohort of a plan of several (``cohorts`` of the reading): its own glance
+  function renderCohorts(t) {
+    const cohorts = Object.entries(t.cohorts || {});
+    $("cohorts").hidden = !cohorts.length;
+    $("cohorts").tBodies[0].replaceChildren(...cohorts.map(([name, c]) => {
+      const d = c.distribution[state.glance] || NO_DIST;
+      const cells = [name, c.profile || "custom", count(c.links), count(c.active_links), bits(c.throughput_bps_down),
+                     bits(c.throughput_bps_up), rate(c.drops_per_s), count((d.states || {}).at_rate),
+                     count((d.states || {}).starved), pct(d.rate_share.p50), ms(d.queue_delay_ms.p95)];
+      return el("tr", {"data-cohort": name}, ...cells.map((text) => el("td", {text: String(text)})));
+    }));
+  }
   function renderGlance(t) {
+    renderCohorts(t);
     const dirs = Object.keys(t.distribution);
     const sel = $("glance-direction");
     for (const o of sel.options) o.disabled = !dirs.includes(o.value);
