@@ -145,8 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--scenario", metavar="FILE", help="an audience: several cohorts of links from a TOML file "
                    "(see README, Scenarios); device options (--mode, --bandwidth, ...) and link options apply "
                    "to every cohort")
-    g.add_argument("--mix", metavar="PROFILE:SHARE,...", help="split --hosts between profiles by share, a link "
-                   "per host, e.g. modem-28k8:60%%,modem-56k:30%%,isdn-64k:10%%")
+    g.add_argument("--mix", metavar="PROFILE:SHARE,...", help="split --hosts (a link per host; with --per port, "
+                   "their (host, port) links) between profiles by share, e.g. modem-28k8:60%%,modem-56k:30%%,isdn-64k:10%%")
     g.add_argument("--link", help="link layer over the profile's: ethernet, ppp-vj (modem), ppp-sync-vj (ISDN) "
                                    "or atm (DSL)")
     g.add_argument("--netns", help="network namespace the interface is in")

@@ -25,6 +25,8 @@ Two ways, both ending in a list of ``Ask`` (one cohort each, its fields as typed
   remainder, so each count is within one of its share; cohorts are named after their
   profiles and keep the mix's order.  Adding a host moves the boundaries after it:
   the hosts from its place on may change cohort (the counts move by at most one each).
+  Per port, the (host, port) links (hosts in that order, each one's ports ascending) are
+  split the same way; a profile's share then takes up to three cohorts (``_port_pieces``).
 """
 
 import math
@@ -157,10 +159,12 @@ def _ports(value):
 
 
 def mix(text, hosts: tuple, ports, per: str) -> list[Ask]:
-    """``--mix NAME:WEIGHT,...``: ``hosts`` (addresses) split between the profiles by weight."""
-    if per != "host":
-        raise UsageError("--mix: splits hosts between profiles, a link per host; use --per host "
-                         "(a split of one host's ports is not supported yet)")
+    """``--mix NAME:WEIGHT,...``: ``hosts`` (addresses) split between the profiles by weight
+    (per host), or their (host, port) links (per port: see ``_port_pieces``)."""
+    if per == "shared":
+        raise UsageError("--mix: splits hosts or links between profiles; a shared link is one link (use a scenario)")
+    if per == "port" and ports is None:
+        raise UsageError("--mix: a split per port needs --ports (ranges like 1024-2047)")
     parts = [p.strip() for p in str(text or "").split(",")]
     if not parts or not all(parts):
         raise FieldError("--mix", f"'{text}'", "is not a mix (PROFILE:WEIGHT,... e.g. modem-28k8:60%,isdn-64k:40%)")
@@ -178,13 +182,51 @@ def mix(text, hosts: tuple, ports, per: str) -> list[Ask]:
         names.append(name)
         weights.append(value)
     ordered = sorted(hosts, key=lambda h: (h.version, int(h)))
-    counts = largest_remainder(len(ordered), weights)
+    if per == "port":
+        port_list = [p for lo, hi in ports for p in range(lo, hi + 1)]
+        counts = largest_remainder(len(ordered) * len(port_list), weights)
+    else:
+        counts = largest_remainder(len(ordered), weights)
     asks, start = [], 0
     for name, count in zip(names, counts):
-        if count:
+        if not count:
+            continue
+        if per == "port":
+            for k, (piece_hosts, piece_ports) in enumerate(_port_pieces(ordered, port_list, start, start + count)):
+                asks.append(Ask(name if k == 0 else f"{name}.{k + 1}", f"--mix {name}", piece_hosts, piece_ports,
+                                per, name))
+        else:
             asks.append(Ask(name, f"--mix {name}", tuple(ordered[start:start + count]), ports, per, name))
         start += count
     return asks
+
+
+def _port_pieces(hosts: list, ports: list, start: int, end: int) -> list[tuple]:
+    """Links ``start``..``end - 1`` of the (host, port) list (hosts in order, each one's
+    ``ports`` ascending) as cohorts' selectors: (hosts, port ranges) pieces -- a first host's
+    last ports, the whole hosts after it, a last host's first ports -- consecutive hosts
+    with the same ports in one piece.  A cohort is hosts x ports, so one share of links may
+    take up to three cohorts: the first is named after the profile, the others NAME.2, NAME.3."""
+    n, pieces = len(ports), []
+    for i in range(start // n, -(-end // n)):
+        lo, hi = max(start, i * n) - i * n, min(end, (i + 1) * n) - i * n
+        ranges = _ranges(ports[lo:hi])
+        if pieces and pieces[-1][1] == ranges:
+            pieces[-1][0].append(hosts[i])
+        else:
+            pieces.append(([hosts[i]], ranges))
+    return [(tuple(h), r) for h, r in pieces]
+
+
+def _ranges(ports: list) -> tuple:
+    """Ascending ports as (low, high) runs."""
+    out: list = []
+    for p in ports:
+        if out and out[-1][1] == p - 1:
+            out[-1][1] = p
+        else:
+            out.append([p, p])
+    return tuple(tuple(r) for r in out)
 
 
 def largest_remainder(n: int, weights: list[float]) -> list[int]:

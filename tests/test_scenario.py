@@ -236,9 +236,39 @@ def test_a_bad_mix_is_one_line_naming_it(text, says):
     assert "\n" not in str(err.value) and says in str(err.value)
 
 
-def test_a_mix_per_port_is_refused_for_now():
-    with pytest.raises(RatelimitError, match="--mix: splits hosts between profiles, a link per host"):
-        service.make_request("eth0", hosts="198.18.0.2", ports="1024-1031", mix="modem-28k8:1", per="port")
+@pytest.mark.parametrize("hosts, ports", [(1, "5000-5009"), (3, "5000-5009"), (7, "5000-5002,6000-6012"),
+                                          (40, "1024-1055")])
+def test_a_mix_per_port_splits_the_links_within_one_of_each_share_and_always_the_same_way(hosts, ports):
+    weights = {"modem-28k8": 50, "3g": 30, "cable": 20}
+    text = ",".join(f"{k}:{v}%" for k, v in weights.items())
+    addresses = [f"198.18.0.{2 + i}" for i in range(hosts)]
+    req = service.make_request("eth0", hosts=",".join(addresses), ports=ports, mix=text, per="port")
+    shuffled = addresses[:]
+    random.Random(hosts).shuffle(shuffled)
+    assert service.make_request("eth0", hosts=",".join(shuffled), ports=ports, mix=text, per="port") == req
+    flows = [(str(h), p) for c in req.cohorts for h in c.hosts for lo, hi in c.ports for p in range(lo, hi + 1)]
+    assert len(flows) == len(set(flows)) == req.link_count()  # every link once
+    by_profile = Counter()
+    for c in req.cohorts:
+        assert c.per == "port" and c.name.split(".")[0] == c.profile
+        by_profile[c.profile] += c.link_count()
+    total = req.link_count()
+    for name, share in weights.items():
+        assert abs(by_profile[name] - total * share / 100) <= 1, (name, by_profile[name])
+    assert len(req.cohorts) <= 3 * len(weights)
+    # in the sorted (host, port) order, each profile's links are one run
+    order = sorted(flows, key=lambda f: (ip_address(f[0]), f[1]))
+    owner = {(str(h), p): c.profile for c in req.cohorts for h in c.hosts for lo, hi in c.ports
+             for p in range(lo, hi + 1)}
+    runs = [owner[f] for f in order]
+    assert [k for i, k in enumerate(runs) if i == 0 or runs[i - 1] != k] == [n for n in weights if by_profile[n]]
+
+
+def test_a_mix_needs_ports_per_port_and_is_no_shared_link():
+    with pytest.raises(RatelimitError, match="--mix: a split per port needs --ports"):
+        scenario.mix("modem-28k8:1", (ip_address("198.18.0.2"),), None, "port")
+    with pytest.raises(RatelimitError, match="--mix: splits hosts or links between profiles; a shared link"):
+        service.make_request("eth0", hosts="198.18.0.2", mix="modem-28k8:1", per="shared")
 
 
 def test_a_scenario_file_is_read_and_only_it(tmp_path):
