@@ -227,6 +227,70 @@ def test_dashboard_glances_at_each_cohort(browser):
         src.stop()
 
 
+class RecordingControl(RefusingControl):
+    """Validates for real and records the request it would apply, touching nothing."""
+
+    def __init__(self):
+        self.requests = []
+
+    def apply(self, req, *, force=False, lock_timeout=None):
+        from ratelimit.compile import compile_plan
+        self.requests.append(req)
+        return compile_plan(req)
+
+
+SCENARIO = """[cohort.modems]
+description = "28.8k modems"
+hosts = "198.18.0.2-198.18.0.9"
+profile = "modem-28k8"
+[cohort.office]
+description = "an office behind one cable line"
+hosts = "198.18.0.20-198.18.0.29"
+per = "shared"
+profile = "cable"
+"""
+
+
+def test_dashboard_applies_a_scenario_and_names_a_bad_one(browser):
+    from webui import create_app
+    from webui.stats import StatsSource
+    control = RecordingControl()
+    src = StatsSource([(None, "eth0")], reader=TrafficReader(64), interval=1.0)
+    app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": control})
+    stop_server, url = serve_in_thread(app)
+    try:
+        page, errors = open_page(browser, url + "#token=" + TOKEN)
+        page.fill("#f-token", TOKEN)
+        page.select_option("#f-mode", "")  # prefilled from the installed plan: police (one delay stage for all)
+        page.fill("#f-scenario", SCENARIO.replace('per = "shared"', 'per = "street"'))
+        page.click("#apply")
+        page.wait_for_function("() => document.getElementById('control-msg').className === 'error'", timeout=10000)
+        assert page.text_content("#control-msg") == \
+            "scenario: [cohort.office] per: street is not a link granularity (port, host, shared)"
+        assert control.requests == []
+        page.fill("#f-scenario", SCENARIO)
+        page.click("#apply")
+        page.wait_for_function("() => document.getElementById('control-msg').className === 'ok' && "
+                               "document.getElementById('control-msg').textContent.startsWith('applied')",
+                               timeout=10000)
+        assert "2 cohorts (modems: modem-28k8, office: cable)" in page.text_content("#control-msg")
+        req, = control.requests
+        assert [(c.name, c.per, len(c.hosts)) for c in req.cohorts] == [("modems", "host", 8), ("office", "shared", 10)]
+        page.fill("#f-scenario", "")
+        page.fill("#f-hosts", "198.18.0.2-198.18.0.11")
+        page.fill("#f-ports", "")
+        page.fill("#f-mix", "modem-28k8:70%,isdn-64k:30%")
+        page.click("#apply")
+        page.wait_for_function("() => document.getElementById('control-msg').textContent.includes('2 cohorts (modem-28k8')",
+                               timeout=10000)
+        assert [(c.name, len(c.hosts)) for c in control.requests[-1].cohorts] == [("modem-28k8", 7), ("isdn-64k", 3)]
+        assert not errors, errors
+        page.close()
+    finally:
+        stop_server()
+        src.stop()
+
+
 @pytest.mark.parametrize("n", [4096, 65536])
 def test_dashboard_with_many_links(browser, artifacts, n):
     from webui import create_app

@@ -604,17 +604,27 @@
     form.addEventListener("submit", async (ev) => {
       ev.preventDefault();
       const payload = {interface: state.target.interface, netns: state.target.netns};
-      for (const name of ["profile", "hosts", "ports", "mode", "direction", "per", "rate", "delay", "loss", "burst",
-                          "queue"]) {
+      const scenario = form.elements.scenario.value;
+      // a scenario names each cohort's profile, hosts, ports, granularity and servers itself
+      const fields = scenario.trim() ? ["mode", "direction", "rate", "delay", "loss", "burst", "queue"] :
+        ["profile", "hosts", "ports", "mode", "direction", "per", "servers", "mix", "rate", "delay", "loss", "burst",
+         "queue"];
+      for (const name of fields) {
         const v = form.elements[name].value.trim();
         if (v) payload[name] = v;
       }
+      if (scenario.trim()) payload.scenario = scenario;
+      if (payload.mix) delete payload.profile;
+      if (payload.mix && !payload.ports) delete payload.per;  // a mix of whole hosts (the API's default)
       if ($("f-force").checked) payload.force = true;
       say("applying…", true);
       try {
         const r = await postJSON("/api/apply", payload);
         const a = r.applied;
-        say("applied on " + (r.netns ? r.netns + "/" : "") + r.interface + ": " + (a.profile || "custom") + ", " +
+        const what = a.cohorts && a.cohorts.length > 1 ?
+          a.cohorts.length + " cohorts (" + a.cohorts.map((c) => c.name + ": " + (c.profile || "custom")).join(", ") + ")" :
+          (a.profile || "custom");
+        say("applied on " + (r.netns ? r.netns + "/" : "") + r.interface + ": " + what + ", " +
             a.mode + ", " + a.flows.toLocaleString("en") + " flows", true);
         state.formTouched = false;
       } catch (e) {
