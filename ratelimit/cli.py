@@ -285,7 +285,7 @@ def render_table(data: dict, counters: bool) -> str:
         cols += ["bytes", "packets", "drops", "overlimits", "backlog"]
     rows = []
     for link in data["links"]:
-        row = [link["direction"], link["host"], "all" if link["port"] is None else str(link["port"]),
+        row = [link["direction"], link["host"] or "others", "all" if link["port"] is None else str(link["port"]),
                format_rate(link["rate_bps"]) if link["rate_bps"] else "unlimited"]
         if counters:
             row += [str(link["bytes"]), str(link["packets"]), str(link["drops"]), str(link["overlimits"]),

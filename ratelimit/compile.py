@@ -48,7 +48,7 @@ from .layout import GENERATIONS, GROUP_LINKS, LINK_MINOR_BASE, POOL_CLASS, POOL_
 from .linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES, ETHERNET_HEADER_BYTES
 from .model import Cohort, LinkParams, Request
 from .plan import INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, AddIfb, FifoQdisc, Flow, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, Plan, Stab
-from .u32tree import FIRST, Terminal, build, table_ids
+from .u32tree import FIRST, OTHERS_FAMILY, Terminal, build, catch_all, table_ids
 from .validate import check
 
 def ifb_name(interface: str) -> str:
@@ -108,7 +108,7 @@ def link_flows(req: Request) -> tuple[Flow, ...]:
             continue
         for link in range(lay.links):
             c = lay.spans[lay.link_cohort[link]].cohort
-            host, port, _ = first[link]
+            host, port, _ = first.get(link, (None, None, None))  # the default cohort has no flows
             out.append(Flow(direction, host, None if c.per != "port" else port, dev, 0, 0, lay.link_class(link),
                             c.name))
     return tuple(out)
@@ -160,6 +160,9 @@ def _egress(req, lay, dev, direction, ops, links):
             return Terminal(lay.group_class(owner[i]), reports=False)
         build(pairs, dev, ROOT, direction, terminal, ops, links, link_classid=True, tree_ids=h.tree, ids=ids,
               whole_hosts=whole)
+    for span in lay.spans:
+        if span.cohort.others:  # what no tree took: the default cohort's group
+            ops += catch_all(dev, ROOT, lay.group_class(span.first_link), h.tree.root_node)
 
 
 def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
@@ -207,6 +210,10 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
             if len(indices):
                 build(pairs, dev, qdisc, direction, terminal, ops, links, link_classid=True, indices=indices,
                       ids=ids, whole_hosts=whole)
+        if c.others:  # its one link takes whatever reaches its group
+            link_class = qdisc | LINK_MINOR_BASE
+            ops += catch_all(dev, qdisc, link_class, 1)
+            links.append(Flow(direction, None, None, dev, OTHERS_FAMILY[4][0], 0, link_class, c.name))
 
 
 def _leaf(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, dev: str, parent: int, handle: int):

@@ -165,6 +165,7 @@ class Cohort:
     burst: Burst | None = None  # overrides the sides' bursts (the command line's --burst)
     mpu_bytes: int = 64
     servers: tuple | None = None  # the far side's address prefixes (None: every server)
+    others: bool = False  # the default cohort: no hosts, one link for every flow no other cohort selects
 
     def servers_for(self, family: int) -> tuple:
         """The server prefixes a host of ``family`` (4 or 6) talks to: (None,) for any."""

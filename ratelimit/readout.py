@@ -72,7 +72,7 @@ def link_table(req: Request) -> LinkTable:
     link's counters are its filter's)."""
     from .kernel.counters import FlowTable
     plan = compiled(req) if req.mode == "police" else _Flows(link_flows(req))
-    keys = tuple((f.direction, str(f.host), f.port, f.dev) for f in plan.flows)
+    keys = tuple((f.direction, None if f.host is None else str(f.host), f.port, f.dev) for f in plan.flows)
     cohort = {c.name: c for c in req.cohorts}
     rates = {(c.name, "dest"): c.down.rate_bps for c in req.cohorts} | \
         {(c.name, "source"): c.up.rate_bps for c in req.cohorts}

@@ -17,6 +17,10 @@ Two ways, both ending in a list of ``Ask`` (one cohort each, its fields as typed
       per = "host"                        # "port": a link per (host, port); "shared": one for all
       profile = "modem-28k8"              # and/or link options: rate, delay, queue, burst, ...
 
+      [default]                           # optional: one link for every flow no cohort selects
+      description = "everyone else"
+      profile = "cable"
+
   ``parse`` reads the text (the API gives text, never a path); ``load`` reads the one
   file the user named (a bare name: a shipped example, ``profiles/scenarios/``).
   Profiles come from the profile search path by name only.
@@ -41,7 +45,8 @@ from .profiles import SIDE_FIELDS, check_name
 from .units import decimal
 
 COHORT_KEYS = {"description", "source", "hosts", "ports", "servers", "per", "profile", "link", "mpu"} | set(SIDE_FIELDS)
-TOP_KEYS = {"description", "source", "cohort"}
+TOP_KEYS = {"description", "source", "cohort", "default"}
+NOT_DEFAULT_KEYS = {"hosts", "ports", "servers", "per"}  # the default cohort takes what no cohort selects, as one link
 MAX_BYTES = 1 << 20  # a scenario file or API text larger than this is refused unread
 SHIPPED = SHIPPED_PROFILES / "scenarios"  # the example audiences (``--scenario NAME``)
 
@@ -60,6 +65,7 @@ class Ask:
     mpu: object = None
     options: dict = field(default_factory=dict)  # SIDE_FIELDS keys -> values, over the profile's (both sides)
     servers: object = None  # text or list of texts: the far side's addresses or prefixes (None: any)
+    others: bool = False  # the default cohort: every flow no other cohort selects, one link
 
 
 def find(value: str) -> Path:
@@ -114,15 +120,25 @@ def parse(text, where: str = "scenario") -> list[Ask]:
     tables = data.get("cohort")
     if not isinstance(tables, dict) or not tables:
         raise UsageError(f"{where}: no cohorts (each is a table [cohort.NAME] with hosts and a profile)")
-    return [_ask(name, body, f"{where}: [cohort.{name}]") for name, body in tables.items()]
+    asks = [_ask(name, body, f"{where}: [cohort.{name}]") for name, body in tables.items()]
+    if "default" in data:
+        asks.append(_ask(DEFAULT_COHORT, data["default"], f"{where}: [default]", default=True))
+    return asks
 
 
-def _ask(name: str, body, where: str) -> Ask:
+DEFAULT_COHORT = "default"
+
+
+def _ask(name: str, body, where: str, default: bool = False) -> Ask:
     if not isinstance(body, dict):
         raise FieldError(where, type(body).__name__, "is not a table (hosts = ..., profile = ...)")
+    allowed = COHORT_KEYS - NOT_DEFAULT_KEYS if default else COHORT_KEYS
     for key in body:
-        if key not in COHORT_KEYS:
-            raise FieldError(where, f"'{key}'", f"is not a field (allowed: {', '.join(sorted(COHORT_KEYS))})")
+        if key not in allowed:
+            why = " (the default cohort is one link for every flow no cohort selects)" if default else ""
+            raise FieldError(where, f"'{key}'", f"is not a field (allowed: {', '.join(sorted(allowed))}){why}")
+    if default:
+        body = {**body, "hosts": [], "per": "shared"}
     for key in ("description", "source", "per", "profile", "link"):
         if key in body and not isinstance(body[key], str):
             raise FieldError(f"{where} {key}", body[key], "is not text")
@@ -149,8 +165,8 @@ def _ask(name: str, body, where: str) -> Ask:
     if servers is not None and not isinstance(servers, str) and \
             not (isinstance(servers, list) and all(isinstance(s, str) for s in servers)):
         raise FieldError(f"{where} servers", servers, "is not text or a list of texts")
-    return Ask(name, where, hosts, _ports(ports), per, profile, body.get("link"),
-               body.get("mpu"), options, servers)
+    return Ask(name, where, () if default else hosts, _ports(ports), per, profile, body.get("link"),
+               body.get("mpu"), options, servers, default)
 
 
 def _ports(value):

@@ -128,7 +128,7 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
     servers = None if ask.servers is None else parse_servers(ask.servers, named("servers"))
     hosts = ask.hosts if isinstance(ask.hosts, tuple) else parse_hosts(ask.hosts, named("hosts"))
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
-                  ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers)
+                  ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers, ask.others)
 
 
 def _require_root() -> None:

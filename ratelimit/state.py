@@ -68,7 +68,8 @@ def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:
         profile=data.get("profile"),
         burst=Burst(**data["burst"]) if data.get("burst") else None,
         mpu_bytes=data.get("mpu_bytes", 64),
-        servers=None if data.get("servers") is None else tuple(ip_network(s) for s in data["servers"]))
+        servers=None if data.get("servers") is None else tuple(ip_network(s) for s in data["servers"]),
+        others=bool(data.get("others", False)))
 
 
 def from_json(data: dict) -> Request:

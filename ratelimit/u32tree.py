@@ -29,6 +29,14 @@ LEAF_MAX = 16  # most exact filters left in one bucket
 PROTOCOLS = (6, 17)  # TCP, UDP
 FAMILY = {4: (1, "ip"), 6: (2, "ipv6")}  # prio, tc protocol
 WHOLE_FAMILY = {4: (3, "ip"), 6: (4, "ipv6")}  # the lists of whole hosts, tried after the (host, port) ones
+OTHERS_FAMILY = {4: (5, "ip"), 6: (6, "ipv6")}  # the default cohort's: every IP packet no list before took
+
+
+def catch_all(dev: str, parent: int, classid: int, node: int) -> list:
+    """One filter per address family, in lists tried after every tree's, that sends every
+    packet of the family to ``classid`` (the default cohort's group or link)."""
+    return [_FilterList(dev, parent, prio, proto).node(0, 0, node, (Key(0, 0, 0),), classid=classid)
+            for prio, proto in OTHERS_FAMILY.values()]
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,16 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
                                                         "starting with a letter or digit)")
     if c.per not in GRANULARITIES:
         fail("--per", c.per, f"is not a link granularity ({', '.join(GRANULARITIES)})")
-    if not c.hosts:
+    if c.others:
+        if c.hosts or c.ports is not None or c.servers is not None or c.per != "shared":
+            raise UsageError(f"{where}the default cohort takes every flow no other cohort selects, as one link: "
+                             "it has no hosts, ports or servers of its own")
+        if req.mode != "shape":
+            raise UsageError(f"{where}--mode: a default cohort needs shape mode (police mode has no link for "
+                             "what no filter selects)")
+        if c is not req.cohorts[-1]:
+            raise UsageError(f"{where}the default cohort comes last (it takes what the others leave)")
+    elif not c.hosts:
         raise UsageError(f"{where}--hosts: none given (comma-separated names or addresses)")
     if c.servers is not None:
         for h in c.hosts:

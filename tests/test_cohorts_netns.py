@@ -282,3 +282,36 @@ def test_server_side_selectors_give_one_client_a_link_per_server(lab3):
     rows = lab.statistics()["links"]
     assert sorted((r["cohort"], r["direction"]) for r in rows) == \
         [("cdn", "dest"), ("cdn", "source"), ("origin", "dest"), ("origin", "source")]
+
+
+WITH_DEFAULT = """
+description = "the modems named, everyone else behind one line"
+[cohort.modems]
+description = "a 28.8k modem"
+hosts = "{c1}"
+profile = "modem-28k8"
+queue = "64kb"
+[default]
+description = "every other client, through one cable line (held at 3 Mbit/s so a download takes seconds)"
+profile = "cable"
+rate = "3mbit"
+"""
+
+
+@pytest.mark.alone  # downloads timed from userspace against each cohort's link model, within 5%
+def test_a_default_cohort_takes_every_flow_no_cohort_selects(lab3):
+    """A client no cohort names goes through the default cohort's one link, at its model,
+    while a named one keeps its own; a ping of the unnamed client crosses the default link."""
+    lab = lab3("default", clients=2)
+    req = _apply(lab, WITH_DEFAULT)
+    assert sorted((r["cohort"], r["host"] or "") for r in lab.statistics()["links"]) == \
+        [("default", "")] * 2 + [("modems", lab.client(1).address)] * 2
+    _each_within_its_model(lab, req, {"modems": (1, lab.url("/10000.bin")), "default": (2, lab.url("/1000000.bin"))})
+
+    def packets():
+        return {r["direction"]: r["packets"] for r in lab.statistics()["links"] if r["cohort"] == "default"}
+    before = packets()
+    ping = lab.client(2).run(["ping", "-c", "3", "-i", "0.2", "-w", "20", lab.server.address], timeout=60)
+    assert ping.returncode == 0, ping.stdout + ping.stderr
+    after = packets()
+    assert after["dest"] - before["dest"] >= 3 and after["source"] - before["source"] >= 3

@@ -407,3 +407,52 @@ def test_bad_servers_are_one_line_naming_the_field(servers, says):
 def test_a_scenario_names_its_own_servers():
     with pytest.raises(RatelimitError, match="--hosts/--ports/--servers: a scenario names each cohort's"):
         service.make_request("eth0", scenario=scenario.parse(TWO), servers="198.19.0.2")
+
+
+# ---------------------------------------------------------------- the default cohort
+
+
+DEFAULT = TWO + """
+[default]
+description = "everyone else, behind one cable line"
+profile = "cable"
+"""
+
+
+def test_a_default_cohort_is_one_link_every_other_packet_falls_to():
+    req = request(DEFAULT, direction="dest")
+    assert [c.name for c in req.cohorts] == ["dialup", "office", "default"]
+    default = req.cohorts[-1]
+    assert (default.others, default.hosts, default.ports, default.per, default.link_count()) == \
+        (True, (), None, "shared", 1)
+    plan = compile_plan(req)
+    catch = [op for op in plan.ops if type(op) is U32Filter and op.prio in (5, 6)]
+    # on the root qdisc, to the default's group; in that group, to its one link; after every tree
+    assert [(op.parent, op.protocol, op.keys[0].mask) for op in catch] == \
+        [(0xFFFC0000, "ip", 0), (0xFFFC0000, "ipv6", 0), (0x520000, "ip", 0), (0x520000, "ipv6", 0)]
+    assert {op.classid for op in catch if op.parent == 0x520000} == {0x520012}
+    assert {op.classid for op in catch if op.parent != 0x520000} == {0xFFFC0100}
+    assert max(op.prio for op in plan.ops if type(op) is U32Filter and op.parent == 0x520000 and op not in catch) < 5
+    assert [(f.cohort, f.host, f.port) for f in plan.flows if f.cohort == "default"] == [("default", None, None)]
+    assert state.from_json(json.loads(json.dumps(state.to_json(req)))) == req
+    assert "default (cable, one shared link" in describe(summary(req))
+
+
+@pytest.mark.parametrize("text, says", [
+    (DEFAULT + 'hosts = "198.18.0.9"\n', "[default]: 'hosts' is not a field"),
+    (DEFAULT + 'per = "host"\n', "[default]: 'per' is not a field"),
+    (DEFAULT.replace('[default]\ndescription = "everyone else, behind one cable line"\n', '[default]\n'),
+     "[default]: needs a description or its source"),
+    (DEFAULT.replace('[default]', '[cohort.default]\nhosts = "198.18.0.40"\ndescription = "x"\nprofile = "3g"\n'
+                     '[default]'), "cohort: 'default' is named twice"),
+])
+def test_a_bad_default_cohort_is_one_line(text, says):
+    with pytest.raises(RatelimitError) as err:
+        request(text)
+    assert "\n" not in str(err.value) and says in str(err.value)
+
+
+def test_a_default_cohort_needs_shape_mode():
+    with pytest.raises(RatelimitError, match="a default cohort needs shape mode"):
+        request("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nrate = '1mbit'\n"
+                "[default]\ndescription = 'y'\nrate = '2mbit'\n", mode="police")

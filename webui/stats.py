@@ -49,6 +49,7 @@ def target_name(netns: str | None, interface: str) -> str:
 
 
 ALL_PORTS = 0  # a per-host link's port in the keys: it carries all its host's ports (null in JSON)
+OTHERS = "others"  # the default cohort's link in the keys: every host no cohort names
 
 
 def port_text(port: int) -> str:
@@ -59,7 +60,7 @@ def port_text(port: int) -> str:
 def reading(interface: str, netns, when: float, applied: dict | None, rows: list) -> dict:
     """A reader's result (``readout.counters``' shape) from one dict per link (tests, benchmarks)."""
     return {"interface": interface, "netns": netns, "time": when, "applied": applied,
-            "keys": tuple((r["direction"], str(r["host"]), r["port"], r.get("dev", interface)) for r in rows),
+            "keys": tuple((r["direction"], None if r["host"] is None else str(r["host"]), r["port"], r.get("dev", interface)) for r in rows),
             "rate_bps": tuple(r.get("rate_bps") for r in rows),
             "cohorts": tuple((r.get("cohort"), r.get("profile")) for r in rows),
             "counters": {name: array("q", [int(r.get(name) or 0) for r in rows]) for name in COUNTERS + GAUGES}}
@@ -331,7 +332,8 @@ class StatsSource:
         if old.id and applied == prev.applied and (keys is old.source_keys or keys == old.source_keys):
             return old, True
         self._layout_ids += 1
-        shown = tuple((d, str(h), ALL_PORTS if p is None else int(p), dev) for d, h, p, dev in keys)
+        shown = tuple((d, OTHERS if h is None else str(h), ALL_PORTS if p is None else int(p), dev)
+                      for d, h, p, dev in keys)
         cohorts = tuple((c or "", p or "") for c, p in stats.get("cohorts") or ())
         layout = Layout(self._layout_ids, shown, tuple(stats.get("rate_bps") or (None,) * len(keys)),
                         {k[:3]: i for i, k in enumerate(shown)}, LinkRates(shown, applied, cohorts), keys,
