@@ -99,7 +99,7 @@ def _scenario(path: str, clients: Sequence[Client]) -> list[scenario.Ask]:
     twin.update({v6: v4 for v4, v6 in list(twin.items())})
     out = []
     for ask in scenario.load(path):
-        named = parse_hosts(ask.hosts, f"{ask.where} hosts", resolve=_lab_names(n))
+        named = parse_hosts(ask.hosts, f"{ask.where} hosts", resolve=_lab_names(topology.MAX_CLIENTS))
         for addr in named:
             _client_index(addr, ask, n)
         hosts = tuple(dict.fromkeys(a for h in named for a in sorted((h, twin[h]), key=lambda x: x.version)))
@@ -115,7 +115,7 @@ def _client_index(addr, ask, n: int) -> int:
     i = int(addr) - int(base) - 1
     if not 1 <= i <= n:
         first, last = f"{topology.LAN4}.2", f"{topology.LAN4}.{n + 1}"
-        raise FieldError(f"{ask.where} hosts", str(addr),
+        raise FieldError(f"{ask.where} hosts", f"'{addr}'",
                          f"is not a client of the lab ({first}-{last}, client1-client{n}"
                          f"{'' if n == topology.MAX_CLIENTS else f'; --clients {n}'})")
     return i
@@ -128,7 +128,7 @@ def _lab_names(n: int):
         m = name[len("client"):] if name.startswith("client") else ""
         if m.isdigit() and 1 <= int(m) <= n:
             return [(socket.AF_INET, socket.SOCK_STREAM, 0, "", (f"{topology.LAN4}.{int(m) + 1}", 0))]
-        raise socket.gaierror(f"{name}: not a client of the lab (client1-client{n})")
+        raise socket.gaierror(f"{name}: not a lab client's name (client1-client{n})")
     return resolve
 
 

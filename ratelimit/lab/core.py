@@ -318,6 +318,17 @@ class Lab:
         """``readout.statistics`` of the router's client-facing interface."""
         return readout.statistics(self.topo.router_client_if, self.topo.router)
 
+    def wait_idle(self, timeout_s: float = 30, settle_s: float = 0.5) -> None:
+        """Wait until every link's queue on the router is empty, then ``settle_s`` more (the
+        last packet on its way): what TCP sent again at the end of a download would otherwise
+        hold up the next connection's handshake on the same link."""
+        deadline = time.monotonic() + timeout_s
+        while any(r.get("backlog_bytes") for r in self.statistics()["links"]):
+            if time.monotonic() > deadline:
+                raise LabError(f"lab '{self.name}': the router's queues still hold packets after {timeout_s:g} s")
+            time.sleep(0.2)
+        time.sleep(settle_s)
+
     def status(self) -> dict:
         """Hosts, addresses, what is applied (each client's cohort and profile) and counters
         summed per client and direction."""
