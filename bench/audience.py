@@ -24,7 +24,9 @@ and two readings per row, per cohort, each against **its own** link model's ceil
   clients of httperf's replies over its test duration, against ``dialup.totals_ceiling``.
 
 Errors are httperf's, per cohort; CPU is the row's (the load generators, the server,
-softirq, each CPU).  The server's TCP: RFC 6298's 1 s RTO floor, as the dial-up table's.
+softirq, each CPU).  Where a call's time goes: ``dialup.PROBES`` curl probes in client 1
+(its cohort's links; left out of the rates), each call timed to its first byte and from
+there to its last (``dialup.probe_summary``).  The server's TCP: RFC 6298's 1 s RTO floor, as the dial-up table's.
 On a kernel without netem the profiles' delays are left out (``--no-delay``).
 """
 
@@ -127,7 +129,10 @@ def run_point(lab, mix: str, x: int, cfg: Config, log: Path, header: int) -> dic
     duration = max(cfg.ramp_s + cfg.window_s + 5, *(calls[c.name] * c.call_s + cfg.ramp_s for c in groups))
     loads = [(i, dialup.load_argv("httperf", lab.server.address, n, duration, cfg.ramp_s, calls[c.name]))
              for c in groups for i, n in zip(c.clients, c.users) if n]
-    w = dialup.run_window(lab, "httperf", loads, cfg, log, duration_s=duration)
+    probed = next(c for c in groups if 1 in c.clients)  # the probes run in client 1 (dialup.probe_calls)
+    probe_n = max(2, int(cfg.window_s / probed.call_s) - 1)
+    w = dialup.run_window(lab, "httperf", loads, cfg, log, duration_s=duration, probes=dialup.PROBES,
+                          probe_n=probe_n, probe_timeout_s=probe_n * probed.call_s * 3 + 60)
     outputs = dict(zip((i for i, _ in loads), w.outputs))
     rows = []
     for c in groups:
@@ -143,7 +148,8 @@ def run_point(lab, mix: str, x: int, cfg: Config, log: Path, header: int) -> dic
                      "errors": rep.get("errors", {}).get("total", 0), "generator_report": rep})
     row = {"mix_name": next(k for k, v in MIXES.items() if v == mix), "mix": mix, "x": x,
            "users_per_client": dialup.shares(x, len(lab.clients)), "window_s": w.end - w.start,
-           "cohorts": rows, "errors": sum(r["errors"] for r in rows), "cpu": w.cpu, "cpu_run": w.cpu_run, **w.tcp}
+           "cohorts": rows, "errors": sum(r["errors"] for r in rows), "cpu": w.cpu, "cpu_run": w.cpu_run, **w.tcp,
+           "probe": {"cohort": probed.name, **dialup.probe_summary(w, probed.model, header, probe_n)}}
     time.sleep(5)  # the window's connections close
     row["totals"] = run_totals(lab, groups)
     return row

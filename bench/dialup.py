@@ -323,7 +323,6 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
     w = run_window(lab, generator, [(i + 1, load_argv(generator, lab.server.address, n, duration, cfg.ramp_s))
                                     for i, n in enumerate(users) if n], cfg, log, duration_s=duration,
                    probes=PROBES, probe_n=probe_n, probe_timeout_s=probe_n * session_s / CALLS * 3 + 60)
-    first, rest, _ = w.probe
     rate, counted = rate_in_window(w.completions, w.start, w.end)
     if counted < x * 0.95:
         raise BenchError(f"{generator} x={x}: only {counted} connections finished two calls in the window "
@@ -337,12 +336,17 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
            "model_call_s": call_s, "model_ceiling": ceiling, "ratio_to_model": ratio(rate, ceiling),
            "request_bytes": request, "server_rto_min_ms": rto_min_ms,
            "published": PUBLISHED.get(x) if generator == "httperf" else None,
-           "cpu": w.cpu, "cpu_run": w.cpu_run, **w.tcp,
-           "probe": {"calls_per_connection": probe_n, "first_byte_s": summarize(first), "rest_s": summarize(rest),
-                     "rest_model_s": model.transfer_seconds(header_bytes + FILE_BYTES)
-                     - (model.down_delay_us / 1e6 if model.delay_stage else 0.0)}}
+           "cpu": w.cpu, "cpu_run": w.cpu_run, **w.tcp, "probe": probe_summary(w, model, header_bytes, probe_n)}
     row.update(generator_totals(generator, w.outputs))
     return row
+
+
+def probe_summary(w: Window, model, header_bytes: int, probe_n: int) -> dict:
+    """A row's probe calls: request to first byte and first to last byte, and the latter's model."""
+    first, rest, _ = w.probe
+    return {"calls_per_connection": probe_n, "first_byte_s": summarize(first), "rest_s": summarize(rest),
+            "rest_model_s": model.transfer_seconds(header_bytes + FILE_BYTES)
+            - (model.down_delay_us / 1e6 if model.delay_stage else 0.0)}
 
 
 def request_bytes(generator: str, lab) -> int:
