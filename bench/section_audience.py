@@ -77,4 +77,36 @@ def _reading(doc: dict) -> list[str]:
             f"its own model's ceiling in the window (lowest: {worst['cohort']} at x = {worst_r['x']:,}), with "
             f"{errors} errors in all; the target ({100 * MIN_RATIO:.0f}% and no errors) is "
             f"{'met' if met else '**not met**'}.")
-    return [text]
+    for r in sorted({id(r): r for r, c in cohorts if c["ratio_to_model"] < MIN_RATIO}.values(), key=lambda r: r["x"]):
+        text += " " + _shortfall(r)
+    out = [text]
+    for r in doc.get("rows", []):
+        if r.get("mix_name") != "dialup" and any(c["ratio_to_model"] < MIN_RATIO for c in r["cohorts"]):
+            out += ["", f"Behind the {r['mix_name']} mix (no target: its fast links' calls take milliseconds, so "
+                        f"whatever a call costs besides the link weighs on them): " + _shortfall(r)]
+    return out
+
+
+def _shortfall(r: dict) -> str:
+    """Where a row's missing replies went, from its own CPU and probe readings."""
+    from .sections import _probe
+    cpu = r.get("cpu", {})
+    short = ", ".join(f"{c['cohort']} {100 * c['ratio_to_model']:.1f}% ({c['model_call_s']:.2f} s a call: "
+                      f"{1000 * c['model_call_s'] * (1 / c['ratio_to_model'] - 1):.0f} ms more per call)"
+                      for c in r["cohorts"])
+    text = (f"At x = {r['x']:,}: {short}; the CPUs were "
+            + " and ".join(f"{100 * b:.0f}%" for b in cpu.get("per_cpu_busy", [])) + " busy, httperf's processes "
+            f"{100 * cpu.get('load_generators', 0):.0f}% of a core, nginx {100 * cpu.get('server', 0):.0f}%, "
+            f"softirq {100 * cpu.get('softirq', 0):.0f}% of the machine.")
+    first, rest = _probe(r, "first_byte_s"), _probe(r, "rest_s")
+    if first and rest:
+        model = r["probe"]["rest_model_s"]
+        text += (f" The probes' responses ({r['probe'].get('cohort')}) took {rest['p50']:.3f} s from first to last "
+                 f"byte (the model: {model:.3f} s) and came {1000 * first['p50']:.0f} ms after the request (p95 "
+                 f"{1000 * first['p95']:.0f} ms)")
+        if rest["p50"] <= model * 1.01:
+            text += (": the links ran at their models and the server answered at once, so what the rows lack "
+                     "is lost in the load generators, between a reply and the next request.")
+        else:
+            text += "."
+    return text
