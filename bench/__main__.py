@@ -56,7 +56,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--flows", type=int, nargs="+", metavar="N",
                    help="flow counts (setup, packet, stats) or link counts (metrics) instead of the defaults")
     p.add_argument("--clients", type=int, nargs="+", metavar="X",
-                   help="simultaneous connections (dialup, audience) or downloads (fidelity) instead of the defaults")
+                   help="simultaneous connections (dialup; audience: the dial-up mix only) or downloads (fidelity) "
+                        "instead of the defaults")
     p.add_argument("--dashboard-links", type=int, nargs="+", metavar="N",
                    help="stats: link counts of the synthetic dashboard measurement (0: none) instead of the defaults")
     p.add_argument("--baseline", default=None, metavar="REV",

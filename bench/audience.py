@@ -63,8 +63,9 @@ class Config:
 def config(quick: bool, clients=None) -> Config:
     if quick:
         return Config(tuple(("dialup", x) for x in clients or (40,)), 8.0, 12.0, QUICK_PORTS)
-    xs = tuple(clients or (1000, 5000))
-    return Config(tuple(("dialup", x) for x in xs) + (("broadband", 200),), 12.0, 40.0, PORTS)
+    if clients:  # x of the dial-up mix only
+        return Config(tuple(("dialup", x) for x in clients), 12.0, 40.0, PORTS)
+    return Config((("dialup", 1000), ("dialup", 5000), ("broadband", 200)), 12.0, 40.0, PORTS)
 
 
 def window_calls(call_s: float, cfg: Config) -> int:
