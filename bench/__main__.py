@@ -7,6 +7,7 @@
     python -m bench metrics [--quick]    a /metrics scrape: hand-written writer vs prometheus_client
     python -m bench fidelity [--quick]   goodput / configured, RTT / configured
     python -m bench dialup [--quick]     the 2000 dial-up table with httperf
+    python -m bench audience [--quick]   the dial-up table's method behind a mix of links
     python -m bench faults [--quick]     refusals at every step, SIGKILL mid-apply
     python -m bench switch [--quick]     a download across a profile switch: in place vs rebuild
     python -m bench cohorts [--quick]    16 cohorts vs one (setup, per packet); whole hosts vs per port
@@ -28,12 +29,12 @@ import traceback
 
 from . import common, results, sandbox
 
-PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "faults", "switch", "cohorts")
+PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "audience", "faults", "switch", "cohorts")
 SOLO = ("soak",)  # run on their own only: not part of ``all`` (an hour)
 
 
 _MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "metrics": "metrics_cost",
-            "fidelity": "fidelity", "dialup": "dialup", "faults": "faults", "switch": "switch",
+            "fidelity": "fidelity", "dialup": "dialup", "audience": "audience", "faults": "faults", "switch": "switch",
             "cohorts": "cohorts", "soak": "soak"}
 
 
@@ -56,7 +57,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--flows", type=int, nargs="+", metavar="N",
                    help="flow counts (setup, packet, stats) or link counts (metrics) instead of the defaults")
     p.add_argument("--clients", type=int, nargs="+", metavar="X",
-                   help="simultaneous connections (dialup) or downloads (fidelity) instead of the defaults")
+                   help="simultaneous connections (dialup; audience: the dial-up mix only) or downloads (fidelity) "
+                        "instead of the defaults")
     p.add_argument("--dashboard-links", type=int, nargs="+", metavar="N",
                    help="stats: link counts of the synthetic dashboard measurement (0: none) instead of the defaults")
     p.add_argument("--baseline", default=None, metavar="REV",

@@ -198,11 +198,12 @@ def probe_times(outputs: list[str]) -> tuple[list[float], list[float], set[int]]
     return first, rest, ports
 
 
-def load_argv(generator: str, server: str, users: int, duration_s: float, ramp_s: float) -> list[str]:
+def load_argv(generator: str, server: str, users: int, duration_s: float, ramp_s: float,
+              calls: int = CALLS) -> list[str]:
     """One client namespace's load: ``users`` persistent connections, all started within
-    half the ramp (httperf: ``users`` sessions at ``--rate`` users / (ramp / 2))."""
+    half the ramp (httperf: ``users`` sessions of ``calls`` calls at ``--rate`` users / (ramp / 2))."""
     if generator == "httperf":
-        return httperf.session_argv(server, 80, URI, users, CALLS, rate=max(1.0, users / (ramp_s / 2)),
+        return httperf.session_argv(server, 80, URI, users, calls, rate=max(1.0, users / (ramp_s / 2)),
                                     timeout_s=duration_s + 60)
     return ["wrk", "-t1", f"-c{users}", f"-d{duration_s:.0f}s", "--timeout", "60s", f"http://{server}{URI}"]
 
@@ -223,6 +224,18 @@ def _proc_cpu_s(pids) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _per_cpu() -> list[tuple[float, float]]:
+    """Each CPU's (all ticks, idle ticks) since boot."""
+    out = []
+    with open("/proc/stat") as f:
+        for line in f:
+            name, *parts = line.split()
+            if name.startswith("cpu") and name != "cpu":
+                v = [int(x) for x in parts]
+                out.append((sum(v), v[3] + v[4]))
+    return out
+
+
 def _cpu_totals() -> tuple[float, float, float]:
     """(all CPU seconds, idle seconds, softirq seconds) since boot, over every CPU."""
     with open("/proc/stat") as f:
@@ -234,79 +247,132 @@ def _cpu_totals() -> tuple[float, float, float]:
 # ---------------------------------------------------------------- one row
 
 
+@dataclass
+class Window:
+    """What one steady-state window saw: the load's complete replies at the server (the
+    probes' left out) and the window's bounds, each load process's output, CPU and the
+    server's TCP over the window, and the probes' call times."""
+
+    start: float
+    end: float
+    completions: list[Completion]
+    outputs: list[str]
+    cpu: dict
+    cpu_run: dict
+    tcp: dict
+    probe: tuple[list[float], list[float], set[int]]
+
+
+def run_window(lab, generator: str, loads: list[tuple[int, list[str]]], cfg: Config, log: Path, *,
+               duration_s: float, probes: int = 0, probe_n: int = 2, probe_timeout_s: float = 60) -> Window:
+    """Start ``loads`` (client number, argv) at once, wait ``cfg.ramp_s``, watch
+    ``cfg.window_s`` (with ``probes`` curl probes of ``probe_n`` calls in client 1), stop the
+    load and read the server's access log (``duration_s``: the load's own run, for its timeout)."""
+    offset = log.stat().st_size if log.exists() else 0
+    server_pids = _server_pids(lab)
+    cpu0 = _cpu_totals()
+    procs = [lab.client(i).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i, argv in loads]
+    time.sleep(cfg.ramp_s)
+    tcp0 = tcp_counters(lab.server.netns)
+    start, c0 = time.time(), _cpu_sample(procs, server_pids)
+    probing = [probe_calls(lab, lab.url(URI), probe_n) for _ in range(probes)]
+    time.sleep(cfg.window_s)
+    end, c1 = time.time(), _cpu_sample(procs, server_pids)
+    tcp1 = tcp_counters(lab.server.netns)
+    probe = probe_times([p.communicate(timeout=probe_timeout_s)[0] for p in probing])
+    outputs = stop_load(procs, generator, duration_s + 60)
+    with open(log, "rb") as f:
+        f.seek(offset)
+        times = [c for c in nginx_completions(f.read().decode("utf-8", "replace"))
+                 if not (c.client == lab.client(1).address and c.port in probe[2])]
+    return Window(start, end, times, outputs, _cpu_share(c0, c1),
+                  {"machine_busy": 1 - (c1[0][1] - cpu0[1]) / ((c1[0][0] - cpu0[0]) or 1)},
+                  tcp_change(tcp0, tcp1), probe)
+
+
+def stop_load(procs: list[subprocess.Popen], generator: str, timeout_s: float) -> list[str]:
+    """Each load process's output, once it has ended (httperf is interrupted: it prints its
+    report then; wrk ends on its own)."""
+    outputs = []
+    for p in procs:
+        if generator == "httperf":
+            try:
+                p.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+        try:
+            out, _ = p.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        outputs.append(out)
+    return outputs
+
+
 def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, log: Path,
               header_bytes: int) -> dict:
     """One (generator, x): start the load in every client namespace, count completions at
     the server over the window, stop the load, read each generator's own totals."""
     users = shares(x)
     session_s = CALLS * model.call_seconds(FILE_BYTES)
-    ramp = cfg.ramp_s
-    duration = ramp + cfg.window_s + 5
+    duration = cfg.ramp_s + cfg.window_s + 5
     if generator == "httperf":  # sessions end after 20 calls: the window must fit in them
         duration = max(duration, session_s + cfg.ramp_s)
-    offset = log.stat().st_size if log.exists() else 0
-    server_pids = _server_pids(lab)
-    cpu0 = _cpu_totals()
-    procs = [lab.client(i + 1).popen(load_argv(generator, lab.server.address, n, duration, cfg.ramp_s),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i, n in enumerate(users) if n]
-    time.sleep(ramp)
-    tcp0 = tcp_counters(lab.server.netns)
-    start, c0 = time.time(), (_cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids))
     probe_n = max(2, int(cfg.window_s / session_s * CALLS) - 1)
-    probes = [probe_calls(lab, lab.url(URI), probe_n) for _ in range(PROBES)]
-    time.sleep(cfg.window_s)
-    end, c1 = time.time(), (_cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids))
-    tcp1 = tcp_counters(lab.server.netns)
-    first, rest, probe_ports = probe_times([p.communicate(timeout=probe_n * session_s / CALLS * 3 + 60)[0]
-                                            for p in probes])
-    outputs = []
-    for p in procs:
-        if generator == "httperf":  # it prints its report when interrupted
-            try:
-                p.send_signal(signal.SIGINT)
-            except ProcessLookupError:
-                pass
-        try:
-            out, _ = p.communicate(timeout=duration + 60)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-        outputs.append(out)
-    probe_client = lab.client(1).address
-    with open(log, "rb") as f:
-        f.seek(offset)
-        times = [c for c in nginx_completions(f.read().decode("utf-8", "replace"))
-                 if not (c.client == probe_client and c.port in probe_ports)]
-    rate, counted = rate_in_window(times, start, end)
+    w = run_window(lab, generator, [(i + 1, load_argv(generator, lab.server.address, n, duration, cfg.ramp_s))
+                                    for i, n in enumerate(users) if n], cfg, log, duration_s=duration,
+                   probes=PROBES, probe_n=probe_n, probe_timeout_s=probe_n * session_s / CALLS * 3 + 60)
+    rate, counted = rate_in_window(w.completions, w.start, w.end)
     if counted < x * 0.95:
         raise BenchError(f"{generator} x={x}: only {counted} connections finished two calls in the window "
                          "(is the server's access log in the lab's format, with $msec and $remote_port?)")
-    wall = (c1[0][0] - c0[0][0]) or 1.0
-    request = len(REQUEST[generator].format(uri=URI, host=lab.server.address))
+    request = request_bytes(generator, lab)
     call_s = model.call_seconds(FILE_BYTES, header=header_bytes, request=request)
     ceiling = x / call_s
     row = {"generator": generator, "x": x, "users_per_client": users, "completed_per_s": rate,
-           "connections_counted": counted, "window_s": end - start, "theoretical": theoretical(x),
+           "connections_counted": counted, "window_s": w.end - w.start, "theoretical": theoretical(x),
            "ratio_to_theoretical": ratio(rate, theoretical(x)),
            "model_call_s": call_s, "model_ceiling": ceiling, "ratio_to_model": ratio(rate, ceiling),
            "request_bytes": request, "server_rto_min_ms": rto_min_ms,
            "published": PUBLISHED.get(x) if generator == "httperf" else None,
-           "cpu": {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
-                   "load_generators": (c1[1] - c0[1]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
-                   "server": (c1[2] - c0[2]) / (c1[0][0] - c0[0][0]) * (os.cpu_count() or 1),
-                   "softirq": (c1[0][2] - c0[0][2]) / wall,
-                   "window_s": c1[0][0] - c0[0][0]},
-           "cpu_run": {"machine_busy": 1 - (c1[0][1] - cpu0[1]) / ((c1[0][0] - cpu0[0]) or 1)},
-           **tcp_change(tcp0, tcp1),
-           "probe": {"calls_per_connection": probe_n, "first_byte_s": summarize(first), "rest_s": summarize(rest),
-                     "rest_model_s": model.transfer_seconds(header_bytes + FILE_BYTES)
-                     - (model.down_delay_us / 1e6 if model.delay_stage else 0.0)}}
-    row.update(_generator_totals(generator, outputs, x))
+           "cpu": w.cpu, "cpu_run": w.cpu_run, **w.tcp, "probe": probe_summary(w, model, header_bytes, probe_n)}
+    row.update(generator_totals(generator, w.outputs))
     return row
 
 
-def _generator_totals(generator: str, outputs: list[str], x: int) -> dict:
+def probe_summary(w: Window, model, header_bytes: int, probe_n: int) -> dict:
+    """A row's probe calls: request to first byte and first to last byte, and the latter's model."""
+    first, rest, _ = w.probe
+    return {"calls_per_connection": probe_n, "first_byte_s": summarize(first), "rest_s": summarize(rest),
+            "rest_model_s": model.transfer_seconds(header_bytes + FILE_BYTES)
+            - (model.down_delay_us / 1e6 if model.delay_stage else 0.0)}
+
+
+def request_bytes(generator: str, lab) -> int:
+    """What ``generator`` sends for one call to the lab's server (its time on the uplink counts)."""
+    return len(REQUEST[generator].format(uri=URI, host=lab.server.address))
+
+
+def _cpu_sample(procs, server_pids) -> tuple:
+    """(CPU totals, the load's CPU seconds, the server's CPU seconds, each CPU's (all, idle))."""
+    return _cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids), _per_cpu()
+
+
+def _cpu_share(c0: tuple, c1: tuple) -> dict:
+    """A row's CPU between two ``_cpu_sample`` s: the machine's busy share, the load
+    generators' and the server's processes and softirq (in cores), and each CPU's busy share."""
+    wall = (c1[0][0] - c0[0][0]) or 1.0
+    cores = os.cpu_count() or 1
+    return {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
+            "load_generators": (c1[1] - c0[1]) / wall * cores,
+            "server": (c1[2] - c0[2]) / wall * cores,
+            "softirq": (c1[0][2] - c0[0][2]) / wall,
+            "per_cpu_busy": [1 - (b[1] - a[1]) / ((b[0] - a[0]) or 1) for a, b in zip(c0[3], c1[3])],
+            "window_s": c1[0][0] - c0[0][0]}
+
+
+def generator_totals(generator: str, outputs: list[str]) -> dict:
     """What the load generators say: errors and sessions lost (httperf), errors and the whole run's rate (wrk)."""
     if generator == "httperf":
         rep = httperf.combine([httperf.parse(o) for o in outputs])
@@ -361,20 +427,24 @@ def totals_ceiling(users: list[int], session_s: float) -> float:
     return sum(n * CALLS / ((n - 1) / n + session_s) for n in users if n)
 
 
-def run_totals(lab, model, x: int, rto_min_ms: int, header_bytes: int, burst_bytes: int) -> dict:
-    """x users the 2000 way, read as the 2000 figures were: each client's httperf starts
-    its sessions within the first second (``--rate`` = its sessions) and runs every one
-    to its end; the row's rate is the sum over clients of httperf's replies / test duration."""
-    users = shares(x)
-    request = len(REQUEST["httperf"].format(uri=URI, host=lab.server.address))
-    session_s = session_seconds(model, burst_bytes, header=header_bytes, request=request)
-    timeout_s = session_s * 3 + 60
+@dataclass
+class Sessions:
+    """What sessions run whole said: each load process's output and report, CPU and the
+    server's TCP over the run."""
+
+    outputs: list[str]
+    reports: list[dict]
+    cpu: dict
+    tcp: dict
+
+
+def run_sessions(lab, loads: list[tuple[int, list[str]]], timeout_s: float) -> Sessions:
+    """Start ``loads`` (client number, httperf argv) at once and let every session run to its
+    end; ``BenchError`` if a client printed no totals."""
     server_pids = _server_pids(lab)
-    tcp0, c0 = tcp_counters(lab.server.netns), (_cpu_totals(), _proc_cpu_s(server_pids))
-    procs = [lab.client(i + 1).popen(httperf.session_argv(lab.server.address, 80, URI, n, CALLS, rate=n,
-                                                                         timeout_s=timeout_s),
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i, n in enumerate(users) if n]
+    tcp0, c0 = tcp_counters(lab.server.netns), _cpu_sample([], server_pids)
+    procs = [lab.client(i).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i, argv in loads]
     outputs = []
     for p in procs:
         try:
@@ -382,23 +452,38 @@ def run_totals(lab, model, x: int, rto_min_ms: int, header_bytes: int, burst_byt
         except subprocess.TimeoutExpired:
             p.kill()
             outputs.append(p.communicate()[0])
-    tcp1, c1 = tcp_counters(lab.server.netns), (_cpu_totals(), _proc_cpu_s(server_pids))
+    tcp1, c1 = tcp_counters(lab.server.netns), _cpu_sample([], server_pids)
     reports = [httperf.parse(o) for o in outputs]
     if any("duration_s" not in r or not r.get("replies") for r in reports):
-        raise BenchError(f"httperf x={x}: a client printed no totals: {[o[-300:] for o in outputs]}")
-    rate = sum(r["replies"] / r["duration_s"] for r in reports)
+        raise BenchError(f"httperf: a client printed no totals: {[o[-300:] for o in outputs]}")
+    cpu = _cpu_share(c0, c1)
+    del cpu["load_generators"]  # the processes end before the second sample
+    return Sessions(outputs, reports, cpu, tcp_change(tcp0, tcp1))
+
+
+def totals_argv(lab, sessions: int, calls: int, timeout_s: float) -> list[str]:
+    """One client's httperf the 2000 way: ``sessions`` sessions started within the first second."""
+    return httperf.session_argv(lab.server.address, 80, URI, sessions, calls, rate=sessions, timeout_s=timeout_s)
+
+
+def run_totals(lab, model, x: int, rto_min_ms: int, header_bytes: int, burst_bytes: int) -> dict:
+    """x users the 2000 way, read as the 2000 figures were: each client's httperf starts
+    its sessions within the first second (``--rate`` = its sessions) and runs every one
+    to its end; the row's rate is the sum over clients of httperf's replies / test duration."""
+    users = shares(x)
+    request = request_bytes("httperf", lab)
+    session_s = session_seconds(model, burst_bytes, header=header_bytes, request=request)
+    timeout_s = session_s * 3 + 60
+    run = run_sessions(lab, [(i + 1, totals_argv(lab, n, CALLS, timeout_s)) for i, n in enumerate(users) if n],
+                       timeout_s)
+    rate = sum(r["replies"] / r["duration_s"] for r in run.reports)
     ceiling = totals_ceiling(users, session_s)
-    wall = (c1[0][0] - c0[0][0]) or 1.0
     row = {"generator": "httperf", "window": "httperf totals", "x": x, "users_per_client": users,
            "completed_per_s": rate, "theoretical": theoretical(x), "ratio_to_theoretical": ratio(rate, theoretical(x)),
            "model_session_s": session_s, "model_ceiling": ceiling, "ratio_to_model": ratio(rate, ceiling),
            "burst_bytes": burst_bytes, "request_bytes": request, "server_rto_min_ms": rto_min_ms,
-           "published": PUBLISHED.get(x),
-           "cpu": {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
-                   "server": (c1[1] - c0[1]) / wall * (os.cpu_count() or 1),
-                   "softirq": (c1[0][2] - c0[0][2]) / wall},
-           **tcp_change(tcp0, tcp1)}
-    row.update(_generator_totals("httperf", outputs, x))
+           "published": PUBLISHED.get(x), "cpu": run.cpu, **run.tcp}
+    row.update(generator_totals("httperf", run.outputs))
     # one persistent connection a session: httperf's connection time is the session's
     row["session_s"] = row["generator_report"].get("conn_time_ms", {}).get("avg", math.nan) / 1000
     return row
@@ -504,20 +589,33 @@ def measure_v03(quick: bool, *, outdir=None) -> dict:
 
 def _bandwidth(x: int) -> str:
     """The router's --bandwidth for x modems at once, with room (v0.3's 100 Mbit at least)."""
-    return f"{max(100, math.ceil(x * MODEM_BPS * 1.2 / 1e6))}mbit"
+    return bandwidth_for(x * MODEM_BPS)
+
+
+def bandwidth_for(line_bps: float) -> str:
+    """The router's --bandwidth for links whose line rates sum to ``line_bps``, with a fifth
+    more for room (v0.3's 100 Mbit at least)."""
+    return f"{max(100, math.ceil(line_bps * 1.2 / 1e6))}mbit"
 
 
 @contextlib.contextmanager
 def _lab(link, doc: dict):
     """The four-client lab with nginx behind ``link``: (lab, its link model, the response header's bytes)."""
+    with nginx_lab(f"bd{os.getpid()}", link, doc, clients=CLIENTS, ports=PORTS, part=NAME) as (lab, header):
+        yield lab, lab.link_model(), header
+
+
+@contextlib.contextmanager
+def nginx_lab(name: str, link, doc: dict, *, clients: int, ports: str, part: str):
+    """A lab of ``clients`` client namespaces with nginx behind ``link``, removed afterwards
+    (also when the run is killed: ``sandbox``): (lab, the response header's bytes)."""
     from ratelimit.lab.core import Lab
-    lab = Lab.up(f"bd{os.getpid()}", clients=CLIENTS, link=link, server="nginx", ports=PORTS,
-                 say=lambda m: say(NAME, m))
+    lab = Lab.up(name, clients=clients, link=link, server="nginx", ports=ports, say=lambda m: say(part, m))
     track_topology(lab)
     try:
         doc["config"]["server_congestion_control"] = server_congestion_control(lab)
         header = doc["config"]["header_bytes"] = _header_bytes(lab)
-        yield lab, lab.link_model(), header
+        yield lab, header
     finally:
         lab.down()
         untrack_topology(lab)

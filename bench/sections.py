@@ -691,7 +691,7 @@ def section_switch(doc: dict | None) -> list[str]:
 
 
 def section_cohorts(doc: dict | None) -> list[str]:
-    out = ["## 8. What cohorts cost", ""]
+    out = ["## 9. What cohorts cost", ""]
     if not doc:
         return out + ["Not run.", ""]
     cfg = doc.get("config", {})

@@ -394,7 +394,7 @@ def test_report_from_small_results(tmp_path):
 
 def test_report_renders_without_results():
     text = report.render({})
-    assert text.count("Not run.") == 8
+    assert text.count("Not run.") == 9
 
 
 # ---------------------------------------------------------------- the real thing (quick), on the host
@@ -478,6 +478,37 @@ def test_quick_dialup_benchmark_holds_the_link_model(tmp_path):
     linux = [r for r in doc["rows"] if dialup.linux_floor(r)]
     assert len(linux) == 1 and linux[0]["server_tcp"]["TcpExtTCPTimeouts"] > 0  # the floor's cost shows
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"rl-bd{os.getpid()}-")]  # the lab is down
+
+
+def test_audience_mixes_sessions_and_bandwidth():
+    from bench import audience
+    assert audience.line_bps(audience.MIXES["dialup"], 5000) == 3000 * 28_800 + 1500 * 50_000 + 500 * 64_000
+    assert audience.line_bps(audience.MIXES["dialup"], 5000) < 200e6  # the dial-up mix's sum within 200 Mbit/s
+    cfg = audience.config(False)
+    assert cfg.points == (("dialup", 1000), ("dialup", 5000), ("broadband", 200))
+    # a 28.8k modem's 20 calls outlast the ramp and the window; faster links make as many calls as do
+    assert audience.window_calls(2.99, cfg) == 20 and audience.window_calls(1.0, cfg) == 60
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+@pytest.mark.alone  # httperf busy-polls: ten processes (one per client namespace) on the machine's cores
+def test_quick_audience_benchmark_holds_each_cohorts_model(tmp_path):
+    from bench import audience
+    rc = bench_main(["audience", "--quick", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "audience-host-quick.json").read_text())
+    (row,) = doc["rows"]
+    assert [(c["cohort"], c["x"], len(c["clients"])) for c in row["cohorts"]] == [
+        ("modem-28k8", 24, 6), ("modem-56k", 12, 3), ("isdn-64k", 4, 1)]
+    for c, t in zip(row["cohorts"], row["totals"]["cohorts"]):  # 40 users on an idle machine: each its own model
+        assert c["ratio_to_model"] >= 0.97 and c["errors"] == 0, c
+        assert t["ratio_to_model"] >= 0.95 and t["errors"] == 0 and t["sessions_ok"] == t["sessions_total"], t
+    assert len(row["cpu"]["per_cpu_busy"]) == os.cpu_count()
+    text = report.render({("audience", "host"): doc})
+    assert "## 8. An audience" in text and "isdn-64k" in text
+    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"rl-ba{os.getpid()}-")]  # the lab is down
+    assert audience.MIXES["dialup"] in text
 
 
 @pytest.mark.netns

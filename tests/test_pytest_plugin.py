@@ -132,3 +132,54 @@ def test_marker_sets_the_servers_tcp_start(tmp_path):
     assert "PASSED test_tcp.py::test_start_of_2000" in out, out + r.stderr
     assert "--server-tcp: 'fast' is not one of linux, rfc6298, 2000" in out, out
     assert fixture_labs() == before
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+@pytest.mark.alone  # downloads timed from userspace against each client's cohort model, within 5%
+def test_a_mix_gives_each_client_its_cohort_and_model(tmp_path):
+    """``mix=`` in the marker splits the clients between profiles; ``profiles=[...]`` gives
+    each client its own; ``link.cohort(i)`` and ``link.model_of(i)`` tell a test which link
+    a client is on, and a download from each client takes what its own model says."""
+    (tmp_path / "test_mix.py").write_text(textwrap.dedent("""
+        import concurrent.futures, pytest
+
+        @pytest.mark.emulated_link(mix="modem-28k8:50%,3g:50%", clients=2, no_delay="auto", server="nginx",
+                                   server_tcp="rfc6298")
+        def test_mix(emulated_link):
+            link = emulated_link
+            assert link.cohorts == {"client1": {"cohort": "modem-28k8", "profile": "modem-28k8"},
+                                    "client2": {"cohort": "3g", "profile": "3g"}}
+            assert link.model_of(2).down_bps == 1_600_000 and link.model_of(1).down_bps == 28_800
+            with pytest.raises(RuntimeError, match="2 cohorts are applied"):
+                link.model
+            files = {1: "/10000.bin", 2: "/1000000.bin"}  # each about 3 s (modem) and 5 s (3g)
+            link.measure_download("/1000.bin", client=1)  # once before (tests/test_cohorts_netns.py)
+            link.wait_idle()  # what TCP sent again would hold up the next handshake on the modem
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                done = dict(zip(files, pool.map(lambda i: link.measure_download(files[i], client=i), files)))
+            for i, d in done.items():
+                model_s = d.model_seconds(link.model_of(i))
+                print(f"client{i} ({link.cohort(i)['profile']}): {d.bytes:,} bytes in {d.seconds:.2f} s, "
+                      f"its model {model_s:.2f} s")
+                assert model_s > 2 and 0.95 < d.seconds / model_s < 1.05, d
+            assert link.expected_seconds(10_000, client=1) > 2.9
+
+        @pytest.mark.emulated_link(profiles=["modem-28k8", "isdn-64k", "modem-28k8"], no_delay="auto")
+        def test_profiles(emulated_link):
+            link = emulated_link
+            assert [link.cohort(i)["profile"] for i in (1, 2, 3)] == ["modem-28k8", "isdn-64k", "modem-28k8"]
+            assert link.model_of(2).down_bps == 64_000
+            rows = link.stats()["links"]
+            assert {r["profile"] for r in rows if r["host"] == link.client(3).address} == {"modem-28k8"}
+
+        @pytest.mark.emulated_link(profiles=["modem-28k8"], clients=2)
+        def test_profiles_and_clients_disagree(emulated_link):
+            pass
+    """))
+    before = fixture_labs()
+    r = run_pytest(tmp_path, "test_mix.py", "-s")
+    out = r.stdout
+    assert "PASSED test_mix.py::test_mix" in out and "PASSED test_mix.py::test_profiles" in out, out + r.stderr
+    assert "clients=2 but profiles= names 1 (one per client)" in out, out
+    assert fixture_labs() == before

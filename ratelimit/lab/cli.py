@@ -1,13 +1,13 @@
 """``ratelimit lab``: a client-router-server lab on this machine, in network namespaces.
 
     ratelimit lab demo                        the first command to run (about 10 s)
-    ratelimit lab up [--clients N] [--profile P] [--mode shape|police] [--per host|port]
+    ratelimit lab up [--clients N] [--profile P | --mix M | --scenario S] [--mode shape|police] [--per host|port]
                      [--burst B] [--queue Q] [--rate R] [--delay T] [--no-delay]
                      [--server auto|nginx|builtin|none] [--server-tcp linux|rfc6298|2000]
                      [--ports LOW-HIGH] [--vm] [-- CMD]
     ratelimit lab status [--json]             hosts, addresses, the link, live counters
     ratelimit lab exec HOST -- CMD            HOST: client1..N, router, server
-    ratelimit lab apply PROFILE               change the link, live
+    ratelimit lab apply PROFILE | --mix M | --scenario S    change the link, live
     ratelimit lab clean                       remove the link emulation, keep the lab
     ratelimit lab down [--all]                remove everything the lab made (also after a crash)
 
@@ -55,11 +55,18 @@ def _server_tcp_opt(p) -> None:
 
 
 def _link_opts(p, *, up: bool):
+    p.add_argument("--mix", metavar="PROFILE:SHARE,...",
+                   help="an audience: the clients split between profiles by largest remainder, in order, e.g. "
+                        "modem-28k8:60%%,modem-56k:30%%,isdn-64k:10%% (docs/lab.md)")
+    p.add_argument("--scenario", metavar="FILE|NAME",
+                   help="an audience: a scenario file's cohorts (or a shipped one: "
+                        "ratelimit --scenario), selecting clients by address (client i is 198.18.0.(i+1))")
     p.add_argument("--mode", default="shape", choices=MODES,
                    help="shape: queue like the real link (default); police: drop above the rate (v0.3)")
-    p.add_argument("--per", default="host", choices=GRANULARITIES,
+    p.add_argument("--per", default=None, choices=GRANULARITIES,
                    help="host: each client is one link shared by all its connections, as behind one modem "
-                        "(default); port: one link per connection (host, port), as v0.3's benchmark clients")
+                        "(default); port: one link per connection (host, port), as v0.3's benchmark clients "
+                        "(with --mix: each cohort's; a scenario names its own)")
     p.add_argument("--burst", metavar="BURST",
                    help="bytes (1600b), a time at the rate (20ms) or v0.3's N (rate x N / 8 bytes); "
                         "default: the profile's, else the mode's (docs/profiles.md)")
@@ -82,7 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
     up = sub.add_parser("up", help="bring a lab up", description="Bring a lab up; with -- CMD, run CMD "
                         "with the lab up and take it down afterwards.")
     _name_opt(up, DEFAULT_NAME)
-    up.add_argument("--clients", default="1", metavar="N", help="client namespaces (default 1, at most 253)")
+    up.add_argument("--clients", default=None, metavar="N",
+                    help="client namespaces (default 1, or as many as --scenario's addresses need; at most 253)")
     up.add_argument("--profile", metavar="PROFILE",
                     help="link profile to apply (see `ratelimit profiles`); default: none, links unimpaired")
     up.add_argument("--server", default="auto", choices=SERVERS,
@@ -138,7 +146,13 @@ def _progress():
 def _link_text(link: dict | None) -> str:
     if not link:
         return "none (links unimpaired; change with: ratelimit lab apply PROFILE)"
-    parts = [link.get("profile") or "custom", link["mode"], f"per {link.get('per', 'port')}"]
+    if link.get("mix") or link.get("scenario"):
+        cohorts = link["summary"]["cohorts"]
+        parts = [f"mix {link['mix']}" if link.get("mix") else f"scenario {link['scenario']}", link["mode"],
+                 f"{len(cohorts)} cohort(s): " + ", ".join(
+                     f"{c['name']} ({c['profile'] or 'custom'}, per {c['per']})" for c in cohorts)]
+    else:
+        parts = [link.get("profile") or "custom", link["mode"], f"per {link.get('per', 'port')}"]
     if link.get("burst"):
         parts.append(f"burst {link['burst']}")
     if link.get("rate"):
@@ -170,8 +184,15 @@ def _link_spec(args, profile) -> LinkSpec:
         parse_burst(args.burst, "--burst")  # a bad value is one line before anything is made
     if args.queue is not None:
         parse_queue(args.queue, "--queue")
-    return LinkSpec(profile=profile, mode=args.mode, per=args.per, burst=args.burst, rate=args.rate,
-                    delay=args.delay, no_delay=args.no_delay, queue=args.queue)
+    spec = LinkSpec(profile=profile, mode=args.mode, per=args.per or "host", burst=args.burst, rate=args.rate,
+                    delay=args.delay, no_delay=args.no_delay, queue=args.queue, mix=args.mix,
+                    scenario=args.scenario)
+    if spec.audience:
+        from .audience import check
+        check(spec)
+        if spec.scenario is not None and args.per is not None:
+            raise UsageError("--per: a scenario names each cohort's granularity (per = \"host\" or \"port\")")
+    return spec
 
 
 # ---------------------------------------------------------------- commands
@@ -237,11 +258,26 @@ def _print_up(lab: Lab) -> None:
             extra = f"{info['server']['kind']} on {lab.url('/')}" + (f" (pid {pid})" if pid else "")
         elif h is lab.router:
             extra = f"limits {lab.topo.router_client_if} toward the clients"
+        elif _audience(info.get("link")):
+            extra = _cohort_text((info["link"]["clients"]).get(h.name))
         print(f"  {h.name:<9} {h.address:<13} {h.netns:<24} {extra}".rstrip())
     flag = f" --name {lab.name}" if lab.name != DEFAULT_NAME else ""
     print(f"try:  ratelimit lab exec{flag} client1 -- curl -o /dev/null -w '%{{time_total}} s\\n' "
           f"http://server/{docroot.EXPERIMENT_FILE}")
     print(f"then: ratelimit lab status{flag} | lab apply{flag} PROFILE | lab down{flag}")
+
+
+def _audience(link: dict | None) -> bool:
+    """An applied mix or scenario, whose clients are in different cohorts."""
+    return bool(link and (link.get("mix") or link.get("scenario")) and link.get("clients"))
+
+
+def _cohort_text(entry: dict | None) -> str:
+    """A client's cohort and profile, as a status line shows them."""
+    if not entry:
+        return "no cohort (unimpaired)"
+    return entry["cohort"] if entry["cohort"] == entry["profile"] else \
+        f"{entry['cohort']} ({entry['profile'] or 'custom link'})"
 
 
 def _status(args, argv, cmd_after) -> int:
@@ -257,17 +293,22 @@ def _status(args, argv, cmd_after) -> int:
           f"{server['kind']} server (pid {server.get('pid') or '?'}) at {data['url'].rsplit('/', 1)[0]}/")
     print(f"link: {_link_text(data['link'])}")
     print(f"server TCP: {_tcp_text(server)}")
-    print(f"  {'HOST':<9} {'ADDRESS':<13} {'IPV6':<18} NAMESPACE")
+    cohorts = _audience(data["link"])
+    print(f"  {'HOST':<9} {'ADDRESS':<13} {'IPV6':<18} {'NAMESPACE':<24}" + (" COHORT" if cohorts else ""))
     for h in data["hosts"]:
-        print(f"  {h['name']:<9} {h['address']:<13} {h['address6']:<18} {h['netns']}")
+        cohort = ""
+        if cohorts and "cohort" in h:
+            cohort = _cohort_text(data["link"]["clients"].get(h["name"]))
+        print(f"  {h['name']:<9} {h['address']:<13} {h['address6']:<18} {h['netns']:<24} {cohort}".rstrip())
     if data["totals"]:
         print(f"  {'CLIENT':<9} {'DIR':<5} {'LINKS':>6} {'ACTIVE':>6} {'BYTES':>12} {'PACKETS':>9} "
-              f"{'DROPS':>7} {'OVERLIM':>8} {'BACKLOG':>8} RATE")
+              f"{'DROPS':>7} {'OVERLIM':>8} {'BACKLOG':>8} {'RATE':<10}" + (" COHORT" if cohorts else ""))
         for t in data["totals"]:
             d = "down" if t["direction"] == "dest" else "up"
             rate = format_rate(t["rate_bps"]) if t.get("rate_bps") else "-"
             print(f"  {t['client']:<9} {d:<5} {t['links']:>6} {t['active']:>6} {t['bytes']:>12,} "
-                  f"{t['packets']:>9,} {t['drops']:>7,} {t['overlimits']:>8,} {t['backlog_bytes']:>8,} {rate}")
+                  f"{t['packets']:>9,} {t['drops']:>7,} {t['overlimits']:>8,} {t['backlog_bytes']:>8,} {rate:<10}"
+                  + (f" {t.get('cohort') or '-'}" if cohorts else "").rstrip())
     return 0
 
 
@@ -283,9 +324,10 @@ def _exec(args, argv, cmd_after) -> int:
 
 
 def _apply(args, argv, cmd_after) -> int:
-    if args.profile is None and args.rate is None and args.delay is None:
+    if args.profile is None and args.rate is None and args.delay is None and args.mix is None \
+            and args.scenario is None:
         raise UsageError("lab apply: no PROFILE given (e.g. ratelimit lab apply modem-28k8; "
-                         "see ratelimit profiles), nor --rate/--delay")
+                         "see ratelimit profiles), nor --mix/--scenario/--rate/--delay")
     lab = Lab.open(_pick_name(args.name))
     lab.apply(_link_spec(args, args.profile), say=say, progress=_progress())
     print(f"lab '{lab.name}': link: {_link_text(lab.info['link'])}")

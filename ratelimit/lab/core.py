@@ -13,7 +13,9 @@ this module adds what makes it a lab:
   the fixed-size files (``docroot``) and starts a private nginx (its own
   configuration, pid and logs in the lab directory) or the built-in server;
 - the profile on the router's client-facing interface (``lan0``), through
-  ``service.apply`` with hosts = the clients' addresses, ports = ``PORTS``;
+  ``service.apply`` with hosts = the clients' addresses, ports = ``PORTS``; or an
+  audience (``--mix``, ``--scenario``): the clients spread over cohorts (``audience``),
+  each client's cohort kept in the state file (``Lab.cohort_of``, ``Lab.link_model(client)``);
 - the server's TCP start (``servertcp``): its RTO floor, initial window and congestion control;
 - lab names in ``/etc/netns/NS/hosts`` (``ip netns exec`` shows that file as
   ``/etc/hosts``), so ``curl http://server/10000.bin`` works on a client;
@@ -49,6 +51,7 @@ from ..units import whole_number
 from ..kernel import netns as kernel_netns
 from ..kernel.netns import parent_only
 from . import docroot, servertcp, store, topology
+from .audience import client_cohorts
 from .link import LinkSpec, Say, check_choice, in_vm, resolve_link
 from .measure import Download, one_way_delays
 from .store import DEFAULT_NAME, HOSTS_DIR, down, lab_path, list_labs, provision_dir, read_state
@@ -151,13 +154,19 @@ class Lab:
 
     # -- making and finding ------------------------------------------------
     @classmethod
-    def up(cls, name: str = DEFAULT_NAME, *, clients: int = 1, link: LinkSpec = LinkSpec(),
+    def up(cls, name: str = DEFAULT_NAME, *, clients: int | None = None, link: LinkSpec = LinkSpec(),
            server: str = "auto", ports: str = DEFAULT_PORTS, server_tcp: str = servertcp.DEFAULT,
            say: Say | None = None, progress: Callable[[int, int], None] | None = None) -> "Lab":
         """Build the lab, start the server's TCP as ``server_tcp`` says (``servertcp.STARTS``) and
-        apply ``link``; on any failure remove everything again."""
+        apply ``link``; on any failure remove everything again.  ``clients`` None: one, or as
+        many as ``link``'s scenario names (``audience.clients_needed``)."""
         say = say or (lambda _msg: None)
         topology.check_name(name)
+        if clients is None:
+            clients = 1
+            if link.scenario is not None and link.mix is None:
+                from .audience import clients_needed
+                clients = clients_needed(link.scenario)
         n = check_clients(clients)
         lo, hi = check_ports(ports)
         kind = _server_kind(server)
@@ -168,7 +177,7 @@ class Lab:
         req = mode = None
         if not link.empty:  # every check on the link before anything is made
             req, mode = resolve_link(link, interface=layout.router_client_if, netns=layout.router,
-                                     hosts=layout.client_hosts, ports=f"{lo}-{hi}", say=say)
+                                     clients=_client_addrs(layout), ports=f"{lo}-{hi}", say=say)
         scripts = provision_dir()
         with store.lock(name):
             store.check_not_up(name)
@@ -309,10 +318,25 @@ class Lab:
         """``readout.statistics`` of the router's client-facing interface."""
         return readout.statistics(self.topo.router_client_if, self.topo.router)
 
+    def wait_idle(self, timeout_s: float = 30, settle_s: float = 0.5) -> None:
+        """Wait until every link's queue on the router is empty, then ``settle_s`` more (the
+        last packet on its way): what TCP sent again at the end of a download would otherwise
+        hold up the next connection's handshake on the same link."""
+        deadline = time.monotonic() + timeout_s
+        while any(r.get("backlog_bytes") for r in self.statistics()["links"]):
+            if time.monotonic() > deadline:
+                raise LabError(f"lab '{self.name}': the router's queues still hold packets after {timeout_s:g} s")
+            time.sleep(0.2)
+        time.sleep(settle_s)
+
     def status(self) -> dict:
-        """Hosts, addresses, what is applied and counters summed per client and direction."""
+        """Hosts, addresses, what is applied (each client's cohort and profile) and counters
+        summed per client and direction."""
+        members = (self.info.get("link") or {}).get("clients") or {}
         hosts = [{"name": h.name, "netns": h.netns, "address": h.address, "address6": h.address6,
-                  "interface": (self.topo.router_client_if if h is self.router else self.topo.client_if)}
+                  "interface": (self.topo.router_client_if if h is self.router else self.topo.client_if),
+                  **({"cohort": (members.get(h.name) or {}).get("cohort"),
+                      "profile": (members.get(h.name) or {}).get("profile")} if h in self.clients else {})}
                  for h in self.hosts.values()]
         stats = self.statistics()
         by_addr = {a: h.name for h in self.clients for a in (h.address, h.address6)}
@@ -320,7 +344,8 @@ class Lab:
         for row in stats["links"]:
             client = by_addr.get(row["host"], row["host"])
             key = (client, row["direction"])
-            agg = per.setdefault(key, {"client": client, "hosts": [], "direction": row["direction"], "links": 0,
+            agg = per.setdefault(key, {"client": client, "cohort": row.get("cohort"), "profile": row.get("profile"),
+                                       "hosts": [], "direction": row["direction"], "links": 0,
                                        "active": 0, "bytes": 0, "packets": 0, "drops": 0,
                                        "overlimits": 0, "backlog_bytes": 0, "rate_bps": row.get("rate_bps")})
             if row["host"] not in agg["hosts"]:
@@ -329,7 +354,8 @@ class Lab:
             agg["active"] += 1 if row.get("bytes") else 0
             for k in ("bytes", "packets", "drops", "overlimits", "backlog_bytes"):
                 agg[k] += row.get(k) or 0
-        totals = sorted(per.values(), key=lambda a: (a["client"], a["direction"]))
+        order = {c.name: i for i, c in enumerate(self.clients)}
+        totals = sorted(per.values(), key=lambda a: (order.get(a["client"], len(order)), a["client"], a["direction"]))
         return {"name": self.name, "phase": self.info.get("phase"), "created": self.info.get("created"),
                 "ports": self.info["ports"], "server": self.info["server"], "url": self.url(),
                 "link": self.info.get("link"), "hosts": hosts, "applied": stats["applied"],
@@ -341,7 +367,7 @@ class Lab:
         """Put ``link`` on the router's client-facing interface, live (atomic)."""
         say = say or (lambda _msg: None)
         req, mode = resolve_link(link, interface=self.topo.router_client_if, netns=self.topo.router,
-                                 hosts=self.topo.client_hosts, ports=self.info["ports"], say=say,
+                                 clients=_client_addrs(self.topo), ports=self.info["ports"], say=say,
                                  vm_hint=False)
         with store.lock(self.name):
             self._apply(req, mode, link, say, progress)
@@ -360,30 +386,68 @@ class Lab:
 
     # -- internals ---------------------------------------------------------
     def _apply(self, req, mode, link: LinkSpec, say: Say, progress) -> None:
-        what = link.profile or "custom link"
-        say(f"lab: applying {what} ({mode}, per {req.per}) on {self.topo.router}/{req.interface} for "
-            f"{len(req.hosts)} client(s) x ports {self.info['ports']} ({req.link_count()} links each way)")
+        if len(req.cohorts) == 1:
+            how = f"{mode}, per {req.per}"
+        else:
+            how = f"{mode}; cohorts " + ", ".join(f"{c.name} ({c.profile or 'custom'}, per {c.per})"
+                                                   for c in req.cohorts)
+        say(f"lab: applying {link.what()} ({how}) on {self.topo.router}/{req.interface} for "
+            f"{len(self.clients)} client(s) x ports {self.info['ports']} ({req.link_count()} links each way)")
         t0 = time.monotonic()
         service.apply(req, progress=progress)
         say(f"lab: applied in {time.monotonic() - t0:.1f} s")
+        applied = summary(req)
+        self.info["link"] = {**asdict(link), "mode": mode, "summary": applied,
+                             "clients": client_cohorts(applied, [(c.name, c.address, c.address6)
+                                                                 for c in self.clients])}
         self._match_clients(req)
-        self.info["link"] = {**asdict(link), "mode": mode, "summary": summary(req)}
 
     def _match_clients(self, req) -> None:
-        """Make the clients the kind of host the link model assumes: no TCP timestamps
-        behind header compression (a 1990s stack; linkmodel.LinkModel.timestamps)."""
-        value = 0 if req.link.vj else 1
+        """Make each client the kind of host its cohort's link model assumes: no TCP timestamps
+        behind header compression (a 1990s stack; linkmodel.LinkModel.timestamps); a client
+        no cohort selects keeps them."""
         for c in self.clients:
-            kernel_netns.set_sysctl(c.netns, "net.ipv4.tcp_timestamps", value)
+            cohort = req.cohort(self.cohort_of(c.name) or "")
+            kernel_netns.set_sysctl(c.netns, "net.ipv4.tcp_timestamps", 0 if cohort and cohort.link.vj else 1)
 
-    def link_model(self):
-        """The applied link's ``LinkModel`` on this kernel (no delay stage without sch_netem)."""
+    def cohort_of(self, client: int | str) -> str | None:
+        """The cohort of the applied link that ``client`` (a number or ``clientN``) is in;
+        None if none selects it."""
+        name = client if isinstance(client, str) else self.client(client).name
+        link = self.info.get("link") or {}
+        if "clients" not in link:  # a state file written before audiences: one cohort for all
+            cohorts = (link.get("summary") or {}).get("cohorts") or [{}]
+            return cohorts[0].get("name")
+        if name not in link["clients"]:
+            raise NotFoundError(f"client: '{name}' is not a client of lab '{self.name}' "
+                                f"(client1-client{len(self.clients)})")
+        entry = link["clients"][name]
+        return entry["cohort"] if entry else None
+
+    def link_model(self, client: int | str | None = None, *, cohort: str | None = None):
+        """The applied link's ``LinkModel`` on this kernel (no delay stage without sch_netem):
+        of ``client``'s cohort (a number or ``clientN``), of the cohort named ``cohort``, or of
+        the link's one cohort."""
         from ..linkmodel import LinkModel
         from ..kernel.probe import probe
         link = self.info.get("link")
         if not link:
             raise LabError(f"lab '{self.name}' has no link applied")
-        return LinkModel.from_summary(link["summary"], delay_stage=probe(["netem"])["netem"])
+        cohorts = [c["name"] for c in link["summary"].get("cohorts", ())]
+        if client is not None:
+            cohort = self.cohort_of(client)
+            if cohort is None:
+                raise LabError(f"lab '{self.name}': {client if isinstance(client, str) else f'client{client}'} "
+                               f"is in no cohort (its links are unimpaired)")
+        elif cohort is None and len(cohorts) > 1:
+            raise LabError(f"lab '{self.name}' applies {len(cohorts)} cohorts ({', '.join(cohorts)}): "
+                           f"name a client or a cohort for its link model")
+        if cohort is not None and cohort not in cohorts:
+            raise NotFoundError(f"cohort: '{cohort}' is not a cohort of lab '{self.name}' ({', '.join(cohorts)})")
+        delay_stage = probe(["netem"])["netem"]
+        if len(cohorts) <= 1:
+            return LinkModel.from_summary(link["summary"], delay_stage=delay_stage)
+        return LinkModel.from_summary(link["summary"], cohort=cohort, delay_stage=delay_stage)
 
     def _provision(self, host: Host, script: Path, **env) -> None:
         timeout = 600 if in_vm() else 120  # software emulation is slow
@@ -434,6 +498,11 @@ class Lab:
                 (d / "hosts").write_text(text)
             except OSError:  # a read-only /etc: names just do not resolve
                 return
+
+
+def _client_addrs(topo: topology.Topology) -> list[tuple[str, str]]:
+    """Each client's (IPv4, IPv6) address, in order: what the router limits."""
+    return list(zip(topo.client_addrs, topo.client_addrs6))
 
 
 @contextmanager

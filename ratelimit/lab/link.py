@@ -1,4 +1,5 @@
-"""The link a lab's router applies: a profile and overrides, checked against the kernel."""
+"""The link a lab's router applies: a profile (or an audience: ``--mix``, ``--scenario``)
+and overrides, checked against the kernel."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def check_choice(field: str, value: str, allowed: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class LinkSpec:
-    """What the router applies: a profile (or none) and its overrides."""
+    """What the router applies: a profile (or none), or an audience of several cohorts
+    (``mix`` or ``scenario``: ``audience``), and its overrides over every cohort."""
 
     profile: str | None = None
     mode: str = "shape"
@@ -34,6 +36,13 @@ class LinkSpec:
     no_delay: bool = False
     bandwidth: str | None = None  # the router's (shape mode enforces it): e.g. benchmarks of 10,000 modems
     queue: str | None = None  # each link's queue over the profile's
+    mix: str | None = None  # --mix PROFILE:SHARE,...: the clients split between profiles
+    scenario: str | None = None  # --scenario FILE|NAME: cohorts selecting clients by address
+
+    @property
+    def audience(self) -> bool:
+        """Several cohorts: a mix or a scenario."""
+        return self.mix is not None or self.scenario is not None
 
     def overrides(self) -> dict:
         kw: dict = {k: v for k, v in (("bandwidth", self.bandwidth), ("queue", self.queue)) if v is not None}
@@ -47,7 +56,15 @@ class LinkSpec:
 
     @property
     def empty(self) -> bool:
-        return self.profile is None and self.rate is None and self.delay is None
+        return self.profile is None and self.rate is None and self.delay is None and not self.audience
+
+    def what(self) -> str:
+        """The link as a person named it: its profile, mix or scenario."""
+        if self.mix is not None:
+            return f"mix {self.mix}"
+        if self.scenario is not None:
+            return f"scenario {self.scenario}"
+        return self.profile or "custom link"
 
 
 def _features_needed(req) -> set[str]:
@@ -55,9 +72,10 @@ def _features_needed(req) -> set[str]:
     return set(compile_plan(req).features())
 
 
-def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, hosts: Sequence[str],
+def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, clients: Sequence[tuple[str, str]],
                  ports: str, say: Say | None = None, vm_hint: bool = True):
-    """Validate ``spec`` against the kernel; return ``(request, mode)``.
+    """Validate ``spec`` for the lab's ``clients`` (each one's IPv4 and IPv6 address) on their
+    ephemeral ``ports``, and against the kernel; return ``(request, mode)``.
 
     A missing netem, police, ifb or mirred is one ``KernelMissing`` line naming
     the module and the ways out.
@@ -65,12 +83,20 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, hosts: Se
     from ..kernel.probe import missing_message, probe
     mode = check_choice("--mode", spec.mode, MODES)
     check_choice("--per", spec.per, GRANULARITIES)
-    if spec.profile is not None:
-        profiles.load(spec.profile)  # unknown profile: the profiles module's one line
-    req = service.make_request(interface, hosts=list(hosts), ports=ports, profile=spec.profile, netns=netns,
-                               mode=mode, burst=spec.burst, per=spec.per, **spec.overrides())
-    if spec.no_delay and not (req.down.rate_bps or req.up.rate_bps):
-        raise UsageError(f"--no-delay: profile '{spec.profile}' has no rate, so nothing would be left to "
+    if spec.audience:
+        from . import audience
+        req = service.make_request(interface, netns=netns, mode=mode, burst=spec.burst,
+                                   scenario=audience.asks(spec, clients, ports), **spec.overrides())
+    else:
+        if spec.profile is not None:
+            profiles.load(spec.profile)  # unknown profile: the profiles module's one line
+        hosts = [a4 for a4, _ in clients] + [a6 for _, a6 in clients]
+        req = service.make_request(interface, hosts=hosts, ports=ports, profile=spec.profile, netns=netns,
+                                   mode=mode, burst=spec.burst, per=spec.per, **spec.overrides())
+    rateless = [c for c in req.cohorts if not (c.down.rate_bps or c.up.rate_bps)]
+    if spec.no_delay and rateless:
+        what = f"profile '{rateless[0].profile}'" if rateless[0].profile else f"cohort '{rateless[0].name}'"
+        raise UsageError(f"--no-delay: {what} has no rate, so nothing would be left to "
                          f"emulate; run it with --vm (full kernel) instead")
     needed = _features_needed(req) & {"netem", "police", "ifb", "mirred", "htb", "u32", "ingress"}
     if in_vm():
@@ -88,7 +114,7 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, hosts: Se
             ways.append("--mode shape instead of police")
         if vm_hint:
             ways.append("--vm to run the lab in the full-kernel VM")
-        what = f"profile '{spec.profile}'" if spec.profile else "this link"
+        what = f"profile '{spec.profile}'" if spec.profile else spec.what() if spec.audience else "this link"
         need = {"netem": "delay/loss (module sch_netem)", "police": "police mode (module act_police)"}
         raise KernelMissing(f"{what} needs {' and '.join(need[f] for f in lacking)}, which this kernel "
                             f"lacks: add {', or '.join(ways)}", lacking[0])

@@ -18,10 +18,16 @@ Fixtures:
     after it, whatever happens.  Configure it with the marker
     ``@pytest.mark.emulated_link(profile=None, clients=1, mode="shape", per="host",
     rate=None, delay=None, no_delay=False, burst=None, queue=None, ports="10000-10099",
-    server="none", server_tcp="linux")``: a client is one person behind one link (``per="host"``);
+    server="none", server_tcp="linux", mix=None, profiles=None, scenario=None)``: a client is one
+    person behind one link (``per="host"``);
     ``per="port"`` makes every connection its own link, as v0.3's benchmark clients;
     ``server_tcp`` is how the server namespace's TCP starts: "linux", "rfc6298" or "2000"
     (``ratelimit.lab.servertcp``; ``link.server_tcp`` says what is in effect).
+    An audience instead of one profile: ``mix="modem-28k8:50%,3g:50%"`` splits the
+    clients between profiles (in order, by largest remainder); ``profiles=[...]`` gives
+    each client its own (one per client; ``clients`` defaults to their number);
+    ``scenario=`` a scenario file or shipped name.  ``link.cohort(i)``, ``link.model_of(i)``
+    and ``link.expected_seconds(n, client=i)`` then tell a client's cohort and link model.
 ``make_emulated_link``
     The factory behind it: ``make_emulated_link(profile=..., clients=...)``, as
     many labs as a test needs, all removed afterwards.
@@ -49,7 +55,7 @@ from .servertcp import DEFAULT as DEFAULT_SERVER_TCP
 
 MARKER = "emulated_link"
 _OPTIONS = ("profile", "clients", "mode", "per", "rate", "delay", "no_delay", "burst", "queue", "ports", "server",
-            "server_tcp")
+            "server_tcp", "mix", "profiles", "scenario")
 _counter = itertools.count(1)
 DEFAULT_PORTS = "10000-10099"  # 100 links per client: quick to build even in shape mode
 
@@ -74,7 +80,8 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         f"{MARKER}(profile=None, clients=1, mode='shape', per='host', rate=None, delay=None, no_delay=False, "
-        f"burst=None, queue=None, ports='{DEFAULT_PORTS}', server='none', server_tcp='{DEFAULT_SERVER_TCP}'): "
+        f"burst=None, queue=None, ports='{DEFAULT_PORTS}', server='none', server_tcp='{DEFAULT_SERVER_TCP}', "
+        "mix=None, profiles=None, scenario=None): "
         "the link the emulated_link fixture emulates and how its server's TCP starts "
         "(ratelimit; see docs/fixtures.md)")
 
@@ -127,17 +134,37 @@ class EmulatedLink:
 
     @property
     def model(self):
-        """The link's ``ratelimit.linkmodel.LinkModel`` on this kernel: how long things should take."""
+        """The link's ``ratelimit.linkmodel.LinkModel`` on this kernel: how long things should take
+        (a link of one cohort; with a mix, ``model_of(client)``)."""
         link = self.lab.info.get("link")
+        if link and len(link["summary"].get("cohorts", ())) > 1:
+            raise RuntimeError(f"emulated_link: {len(link['summary']['cohorts'])} cohorts are applied; "
+                               f"ask for a client's model: link.model_of(i)")
         if not link or not link["summary"]["down"].get("rate_bps"):
             raise RuntimeError("emulated_link: no rate is applied, so no time is expected")
         return self.lab.link_model()
 
-    def expected_seconds(self, nbytes: int) -> float:
-        """How long an HTTP download of ``nbytes`` should take on the link, from connect to
-        the last byte (``model.fetch_seconds``; ``Download.model_seconds(link.model)`` uses
-        a measured download's own header and request sizes)."""
-        return self.model.fetch_seconds(nbytes)
+    def cohort(self, client: int = 1) -> dict | None:
+        """Client ``client``'s cohort: ``{"cohort": name, "profile": name}``, or None when no
+        cohort selects it (its links are unimpaired)."""
+        entries = (self.lab.info.get("link") or {}).get("clients") or {}
+        return entries.get(self.client(client).name)
+
+    @property
+    def cohorts(self) -> dict[str, dict | None]:
+        """Every client's cohort (``cohort(i)``), by client name."""
+        return {c.name: self.cohort(i) for i, c in enumerate(self.clients, 1)}
+
+    def model_of(self, client: int = 1):
+        """Client ``client``'s ``LinkModel``: its cohort's link on this kernel."""
+        return self.lab.link_model(client)
+
+    def expected_seconds(self, nbytes: int, client: int | None = None) -> float:
+        """How long an HTTP download of ``nbytes`` should take on the link (of ``client``'s
+        cohort, if given), from connect to the last byte (``model.fetch_seconds``;
+        ``Download.model_seconds(link.model_of(i))`` uses a measured download's own header
+        and request sizes)."""
+        return (self.model if client is None else self.model_of(client)).fetch_seconds(nbytes)
 
     def url(self, path: str = "/", port: int = 80) -> str:
         host = self.server.address
@@ -188,15 +215,24 @@ class EmulatedLink:
         (direction, host, port) bytes, packets, drops, overlimits, backlog."""
         return self.lab.statistics()
 
+    def wait_idle(self, timeout_s: float = 30) -> None:
+        """Wait until the router's queues are empty (``Lab.wait_idle``): between timed
+        downloads on a slow link, so that what TCP sent again at the end of one does not
+        hold up the next one's handshake."""
+        self.lab.wait_idle(timeout_s)
+
     def totals(self) -> list[dict]:
         """Counters summed per client and direction (as ``ratelimit lab status``)."""
         return self.lab.status()["totals"]
 
     # -- changes -----------------------------------------------------------
     def apply(self, profile: str | None = None, **options) -> None:
-        """Change the link live (options as the marker's: mode, per, rate, delay, no_delay, burst, queue)."""
+        """Change the link live (options as the marker's: mode, per, rate, delay, no_delay, burst, queue,
+        mix, scenario)."""
         from .link import LinkSpec
-        options["no_delay"], _ = _resolve_no_delay(options.get("no_delay", False), profile, options.get("delay"))
+        audience = options.get("mix") is not None or options.get("scenario") is not None
+        options["no_delay"], _ = _resolve_no_delay(options.get("no_delay", False), profile, options.get("delay"),
+                                                   audience)
         self.lab.apply(LinkSpec(profile=profile, **options))
 
     def _close(self) -> None:
@@ -205,44 +241,73 @@ class EmulatedLink:
         self.lab.down()
 
 
-def _resolve_no_delay(no_delay, profile, delay) -> tuple[bool, bool]:
+def _resolve_no_delay(no_delay, profile, delay, audience: bool = False) -> tuple[bool, bool]:
     """``(no_delay, left_out)``: ``"auto"`` leaves the delay out (with a warning) on a kernel
     without netem."""
     if no_delay in (True, False):
         return no_delay, False
     if no_delay != "auto":
         pytest.fail(f"{MARKER}: no_delay={no_delay!r} is not True, False or 'auto'", pytrace=False)
-    if profile is None and delay is None:
+    if profile is None and delay is None and not audience:
         return False, False
     from ..kernel.probe import probe
     if probe(["netem"])["netem"]:
         return False, False
     warnings.warn(EmulatedLinkWarning(
         f"emulated_link: this kernel lacks netem (module sch_netem), so the delay and loss "
-        f"of {profile or 'the link'} are left out; the rate is emulated"), stacklevel=4)
+        f"of {profile or ('the cohorts' if audience else 'the link')} are left out; the rate is emulated"),
+        stacklevel=4)
     return True, True
 
 
-def _make(name: str, *, profile=None, clients=1, mode="shape", per="host", rate=None, delay=None, no_delay=False,
-          burst=None, queue=None, ports=None, server="none", server_tcp=DEFAULT_SERVER_TCP) -> EmulatedLink:
+def _make(name: str, *, profile=None, clients=None, mode="shape", per="host", rate=None, delay=None, no_delay=False,
+          burst=None, queue=None, ports=None, server="none", server_tcp=DEFAULT_SERVER_TCP, mix=None, profiles=None,
+          scenario=None, workdir=None) -> EmulatedLink:
     from ..errors import RatelimitError
     from .core import Lab
     from .link import LinkSpec
-    no_delay, left_out = _resolve_no_delay(no_delay, profile, delay)
+    if profiles is not None:
+        clients, scenario = _per_client(profiles, clients, per, ports or DEFAULT_PORTS, profile, mix, scenario,
+                                        workdir, name)
+    no_delay, left_out = _resolve_no_delay(no_delay, profile, delay, mix is not None or scenario is not None)
     try:
         lab = Lab.up(name, clients=clients, server=server, ports=ports or DEFAULT_PORTS, server_tcp=server_tcp,
                      link=LinkSpec(profile=profile, mode=mode, per=per, burst=burst, rate=rate, delay=delay,
-                                   no_delay=no_delay, queue=queue))
+                                   no_delay=no_delay, queue=queue, mix=mix, scenario=scenario))
     except RatelimitError as err:
         pytest.fail(f"emulated_link: {err}", pytrace=False)
     return EmulatedLink(lab, delay_left_out=left_out)
 
 
+def _per_client(profiles, clients, per: str, ports: str, profile, mix, scenario, workdir, name) -> tuple[int, str]:
+    """``profiles=[...]``, one per client, as a scenario file of one cohort per profile
+    selecting its clients by name: (the number of clients, the file's path)."""
+    if isinstance(profiles, str) or not isinstance(profiles, (list, tuple)) or not profiles \
+            or not all(isinstance(p, str) and p for p in profiles):
+        pytest.fail(f"{MARKER}: profiles={profiles!r} is not a list of profile names, one per client",
+                    pytrace=False)
+    if profile is not None or mix is not None or scenario is not None:
+        pytest.fail(f"{MARKER}: profiles= gives each client its profile; leave out profile, mix and scenario",
+                    pytrace=False)
+    if clients is not None and clients != len(profiles):
+        pytest.fail(f"{MARKER}: clients={clients!r} but profiles= names {len(profiles)} (one per client)",
+                    pytrace=False)
+    lines = [f'description = "one profile per client: {", ".join(profiles)}"']
+    for kind in dict.fromkeys(profiles):
+        members = [f'"client{i}"' for i, p in enumerate(profiles, 1) if p == kind]
+        lines += [f'[cohort."{kind}"]', f'description = "{kind}"', f"hosts = [{', '.join(members)}]",
+                  f'profile = "{kind}"', f'per = "{per}"', f'ports = "{ports}"']
+    path = workdir / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return len(profiles), str(path)
+
+
 @pytest.fixture
-def make_emulated_link():
+def make_emulated_link(tmp_path_factory):
     """Factory: ``make_emulated_link(profile="modem-28k8", clients=2, ...)`` -> ``EmulatedLink``.
     Every lab it made is removed when the test ends, passed or failed."""
     made: list[EmulatedLink] = []
+    workdir = tmp_path_factory.mktemp("emulated_link")
 
     def make(**options) -> EmulatedLink:
         unknown = sorted(set(options) - set(_OPTIONS))
@@ -250,7 +315,7 @@ def make_emulated_link():
             pytest.fail(f"make_emulated_link: {unknown[0]!r} is not an option ({', '.join(_OPTIONS)})",
                         pytrace=False)
         name = f"pt{os.getpid() % 100000}_{next(_counter)}"
-        link = _make(name, **options)
+        link = _make(name, workdir=workdir, **options)
         made.append(link)
         return link
 

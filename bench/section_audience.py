@@ -1,0 +1,112 @@
+"""docs/benchmarks.md's section on an audience (``bench/audience.py``): the dial-up table's
+method with the server behind a mix of links, each cohort against its own model."""
+
+from __future__ import annotations
+
+from .sections import _machine_line, _probe_cells, table
+
+
+def section_audience(doc: dict | None) -> list[str]:
+    out = ["## 8. An audience: the dial-up table behind a mix of links", ""]
+    if not doc:
+        return out + ["Not run.", ""]
+    cfg = doc.get("config", {})
+    stage = ("" if cfg.get("delay_stage") else
+             " This kernel has no sch_netem, so the profiles' delays (and 3G's jitter and loss) are left out "
+             "(`--no-delay`): each cohort's model is its token bucket without a delay stage.")
+    bandwidth = ", ".join(f"{k} {v}" for k, v in cfg.get("bandwidth", {}).items())
+    out += [f"({_machine_line(doc)})", "",
+            f"The dial-up table's method (section 5: nginx, httperf sessions as in 2000, the same two readings) "
+            f"with the server behind a **mix** instead of one profile: `ratelimit lab up --clients "
+            f"{cfg.get('clients')} --mix MIX --per port`, so the mix splits the {cfg.get('clients')} client "
+            f"namespaces between profiles by largest remainder and every connection is its own emulated link of "
+            f"its client's profile (shape mode; ports {cfg.get('ports')}; the router's bandwidth: {bandwidth}). "
+            f"x users are spread evenly over the client namespaces, so each cohort has its share of them. "
+            f"Mixes: " + "; ".join(f"*{k}* `{v}`" for k, v in cfg.get("mixes", {}).items()) + ". "
+            f"Each cohort is read against **its own** link model: *window*, its connections' replies in the "
+            f"server's access log over a {cfg.get('window_s', 0):g} s window starting {cfg.get('ramp_s', 0):g} s "
+            f"after the load (each connection's calls between its first and last reply there), against x / "
+            f"(seconds per call) of its model; sessions there make {cfg.get('calls', 20)} calls where those span "
+            f"the window (the 28.8k modems) and more on faster links, whose 20 calls would end before it. "
+            f"*httperf's totals*, as in 2000: sessions of {cfg.get('calls', 20)} calls all started within the "
+            f"first second and run to their end, a cohort's rate the sum over its clients of httperf's replies "
+            f"over its test duration, against that run's model. The server's TCP: RFC 6298's 1 s RTO floor; "
+            f"congestion control {cfg.get('server_congestion_control') or 'not recorded'}.{stage}", ""]
+    body = []
+    for r in doc.get("rows", []):
+        totals = {t["cohort"]: t for t in r.get("totals", {}).get("cohorts", [])}
+        cpu = r.get("cpu", {})
+        for k, c in enumerate(r["cohorts"]):
+            t = totals.get(c["cohort"], {})
+            body.append([f"{r['mix_name']}, x = {r['x']:,}" if k == 0 else "",
+                         f"{c['cohort']}", f"{c['x']:,} ({len(c['clients'])})", f"{c['calls_per_session']:,}",
+                         f"{c['completed_per_s']:.1f}", f"{c['model_ceiling']:.1f} ({c['model_call_s']:.3f} s/call)",
+                         f"**{100 * c['ratio_to_model']:.1f}%**",
+                         f"{t.get('completed_per_s', 0):.1f}", f"{100 * t.get('ratio_to_model', 0):.1f}%",
+                         f"{c['errors']:,} / {t.get('errors', 0):,}",
+                         *([f"{100 * (r.get('retransmitted') or 0):.1f}%",
+                            f"{100 * cpu.get('load_generators', 0):.0f}%", f"{100 * cpu.get('server', 0):.0f}%",
+                            f"{100 * cpu.get('softirq', 0):.0f}%",
+                            " / ".join(f"{100 * b:.0f}%" for b in cpu.get("per_cpu_busy", [])),
+                            *_probe_cells(r)]
+                           if k == 0 else [""] * 7)])
+    out += table(["mix, x", "cohort", "users (clients)", "calls/session (window)", "window: replies/s",
+                  "its model's ceiling", "window: of the ceiling", "httperf's totals: replies/s",
+                  "totals: of its model", "errors (window / totals)", "retransmitted", "CPU: load", "CPU: server",
+                  "CPU: softirq", "each CPU busy", "probe: to first byte, p50 / p95",
+                  "probe: first to last byte, p50 (model)"], body) + [""]
+    out += ["CPU columns as in section 5: shares of one core (httperf busy-polls, so its share says nothing "
+            "about the router); *each CPU busy*: the window's busy share of each of the machine's CPUs. "
+            "Probe, as in section 5: 10 curl connections in client 1 (a 28.8k modem each), left out of the "
+            "rates, each call timed from the request to the first byte and from there to the last.", ""]
+    out += _reading(doc) + [""]
+    out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
+    return out
+
+
+def _reading(doc: dict) -> list[str]:
+    from .audience import MIN_RATIO
+    rows = [r for r in doc.get("rows", []) if r.get("mix_name") == "dialup"]
+    if not rows:
+        return []
+    cohorts = [(r, c) for r in rows for c in r["cohorts"]]
+    worst_r, worst = min(cohorts, key=lambda rc: rc[1]["ratio_to_model"])
+    errors = sum(r["errors"] + r.get("totals", {}).get("errors", 0) for r in rows)
+    met = all(c["ratio_to_model"] >= MIN_RATIO for _, c in cohorts) and errors == 0
+    text = (f"Reading: behind the dial-up mix every cohort reached at least {100 * worst['ratio_to_model']:.1f}% of "
+            f"its own model's ceiling in the window (lowest: {worst['cohort']} at x = {worst_r['x']:,}), with "
+            f"{errors} errors in all; the target ({100 * MIN_RATIO:.0f}% and no errors) is "
+            f"{'met' if met else '**not met**'}.")
+    for r in sorted({id(r): r for r, c in cohorts if c["ratio_to_model"] < MIN_RATIO}.values(), key=lambda r: r["x"]):
+        text += " " + _shortfall(r)
+    out = [text]
+    for r in doc.get("rows", []):
+        if r.get("mix_name") != "dialup" and any(c["ratio_to_model"] < MIN_RATIO for c in r["cohorts"]):
+            out += ["", f"Behind the {r['mix_name']} mix (no target: its fast links' calls take milliseconds, so "
+                        f"whatever a call costs besides the link weighs on them): " + _shortfall(r)]
+    return out
+
+
+def _shortfall(r: dict) -> str:
+    """Where a row's missing replies went, from its own CPU and probe readings."""
+    from .sections import _probe
+    cpu = r.get("cpu", {})
+    short = ", ".join(f"{c['cohort']} {100 * c['ratio_to_model']:.1f}% ({c['model_call_s']:.2f} s a call: "
+                      f"{1000 * c['model_call_s'] * (1 / c['ratio_to_model'] - 1):.0f} ms more per call)"
+                      for c in r["cohorts"])
+    text = (f"At x = {r['x']:,}: {short}; the CPUs were "
+            + " and ".join(f"{100 * b:.0f}%" for b in cpu.get("per_cpu_busy", [])) + " busy, httperf's processes "
+            f"{100 * cpu.get('load_generators', 0):.0f}% of a core, nginx {100 * cpu.get('server', 0):.0f}%, "
+            f"softirq {100 * cpu.get('softirq', 0):.0f}% of the machine.")
+    first, rest = _probe(r, "first_byte_s"), _probe(r, "rest_s")
+    if first and rest:
+        model = r["probe"]["rest_model_s"]
+        text += (f" The probes' responses ({r['probe'].get('cohort')}) took {rest['p50']:.3f} s from first to last "
+                 f"byte (the model: {model:.3f} s) and came {1000 * first['p50']:.0f} ms after the request (p95 "
+                 f"{1000 * first['p95']:.0f} ms)")
+        if rest["p50"] <= model * 1.01:
+            text += (": the links ran at their models and the server answered at once, so what the rows lack "
+                     "is lost in the load generators, between a reply and the next request.")
+        else:
+            text += "."
+    return text
