@@ -230,6 +230,11 @@ def _first_fit(taken: list, space: str, size: int, bounds: tuple[int, int], *, t
     return fits[-1][1] - size if top else fits[0][0]
 
 
+def places_of(req: Request, group_links: int = GROUP_LINKS) -> tuple:
+    """Where ``req``'s cohorts are: its places, or the packed ones when it has none."""
+    return tuple(s.place for s in Layout.of(req, group_links).spans)
+
+
 def packed(req: Request, group_links: int = GROUP_LINKS) -> tuple:
     """The places of ``req``'s cohorts packed in its generation's handles (``places`` None)."""
-    return tuple(s.place for s in Layout.of(replace(req, places=None), group_links).spans)
+    return places_of(replace(req, places=None), group_links)

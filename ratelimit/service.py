@@ -238,15 +238,14 @@ def _over(old, plan):
     changes = None if same is None else diff.in_place(old, same)
     if changes is not None:
         return same, changes, None
-    tries = []
-    if places is not None and set(places) & set(layout.packed(old.request) if old.request.places is None
-                                                  else old.request.places):
+    tries = []  # places for the other generation, best first (None: packed there)
+    if places is not None and same is not None and set(places) & set(layout.places_of(old.request)):
         move = _cohorts_of(same, diff.rebuilt_groups(old, same))  # kept where they stand, but not the same parts
         tries.append(layout.replaced(req, old.request, move) if move else places)
-    tries.append(None)  # packed in the other generation
+    tries.append(None)
     if by_cohort:
         tries.append(layout.replaced(req, old.request, {c.name for c in req.cohorts}))
-    for places in tries:
+    for places in dict.fromkeys(tries):  # each once (a failed replacement is None: packed)
         try:
             other = as_(1 - gen, places)
         except FieldError:  # too many links for the other generation
