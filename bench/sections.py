@@ -635,7 +635,9 @@ def section_faults(doc: dict | None) -> list[str]:
             "configuration dump (every qdisc, class and filter of the device and its IFB device, counters "
             "aside) must equal the dump before the call, the record must still name the old plan, and the "
             "error must say the interface is back as it was. Plans: 2 hosts (IPv4 and IPv6) x 4 ports, "
-            "shape mode, both directions.", ""]
+            "shape mode, both directions; in the two cohort cases, a second cohort of one host beside "
+            "them (4 ports; its rate changed in place, or grown to 10 ports and built beside while the "
+            "first stays where it stands).", ""]
     body = [[r["case"], f"{r['operations']:,}", f"{r['refusals']:,}", f"{r['refusals'] - len(r['bad']):,}",
              "; ".join(f"step {k + 1}: {why}" for k, why in r["bad"][:3]) or "-"] for r in doc.get("sweeps", [])]
     out += table(["call", "operations", "refusals injected", "left exactly as before", "otherwise"], body) + [""]
