@@ -142,6 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "line) (default port; host with --mix)")
     g.add_argument("--servers", metavar="PREFIXES", help="only the flows to and from these servers: addresses, "
                    "prefixes or ranges, comma-separated (default: any server)")
+    g.add_argument("--server-ports", metavar="PORTS", help="only the flows to and from these server ports "
+                   "(ranges like 80,443; needs --ports)")
     g.add_argument("--scenario", metavar="FILE", help="an audience: several cohorts of links from a TOML file "
                    "(see README, Scenarios); device options (--mode, --bandwidth, ...) and link options apply "
                    "to every cohort")
@@ -251,7 +253,7 @@ def _dispatch(argv, con) -> int:
         args.interface, hosts=args.hosts, ports=args.ports, profile=args.profile, netns=args.netns,
         mode=args.mode, direction=args.direction, rate=args.rate, burst=args.burst,
         bandwidth=args.bandwidth, mtu=args.mtu, avpkt=args.avpkt, mpu=args.mpu, queue=args.queue,
-        per=per, link=args.link, mix=args.mix, servers=args.servers,
+        per=per, link=args.link, mix=args.mix, servers=args.servers, server_ports=args.server_ports,
         scenario=None if args.scenario is None else scenarios.load(args.scenario),
         **{name: getattr(args, name) for name in service.IMPAIRMENTS})
     if args.dry_run:

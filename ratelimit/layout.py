@@ -118,7 +118,7 @@ class Layout:
             spans.append(Span(c, link, groups, place))
             ports = [None] if c.ports is None else [p for lo, hi in c.ports for p in range(lo, hi + 1)]
             flows, owner = (whole_flows, whole_link) if c.ports is None else (port_flows, port_link)
-            if c.servers is None:  # the common case, kept quick: a flow per (host, port)
+            if c.servers is None and c.server_ports is None:  # the common case, kept quick: a flow per (host, port)
                 flows += [(h, p, None) for h in c.hosts for p in ports]
                 if c.per == "shared":
                     owner += [link] * (len(c.hosts) * len(ports))
@@ -126,9 +126,9 @@ class Layout:
                     owner += [link + i for i in range(len(c.hosts)) for _ in ports]
                 else:
                     owner += range(link, link + n)
-            else:  # a flow per (host, port, server prefix of the host's family)
+            else:  # a flow per (host, port, far side of the host's family)
                 for i, h in enumerate(c.hosts):
-                    servers = c.servers_for(h.version)
+                    servers = c.far_for(h.version)
                     for j, p in enumerate(ports):
                         at = link if c.per == "shared" else link + i if c.per == "host" else link + i * len(ports) + j
                         flows += [(h, p, srv) for srv in servers]

@@ -166,6 +166,7 @@ class Cohort:
     mpu_bytes: int = 64
     servers: tuple | None = None  # the far side's address prefixes (None: every server)
     others: bool = False  # the default cohort: no hosts, one link for every flow no other cohort selects
+    server_ports: tuple | None = None  # the far side's port ranges (None: any)
 
     def servers_for(self, family: int) -> tuple:
         """The server prefixes a host of ``family`` (4 or 6) talks to: (None,) for any."""
@@ -173,16 +174,37 @@ class Cohort:
             return (None,)
         return tuple(s for s in self.servers if s.version == family)
 
+    def far_for(self, family: int) -> tuple:
+        """The far sides a host of ``family`` talks to, one filter each: (server prefix or
+        None, (port value, mask) or None) -- a port range takes the fewest aligned blocks."""
+        blocks = (None,) if self.server_ports is None else \
+            tuple(b for lo, hi in self.server_ports for b in port_blocks(lo, hi))
+        if self.servers is None and self.server_ports is None:
+            return (None,)
+        return tuple((s, b) for s in self.servers_for(family) for b in blocks)
+
     def flow_count(self) -> int:
         """Selected (host, port) pairs (a whole host counts one), each once per server prefix of
         its family: the filters a tree holds per direction."""
         ports = 1 if self.ports is None else sum(hi - lo + 1 for lo, hi in self.ports)
-        return sum(len(self.servers_for(h.version)) for h in self.hosts) * ports
+        return sum(len(self.far_for(h.version)) for h in self.hosts) * ports
 
     def link_count(self) -> int:
         """Emulated links per direction: a (host, port) each, or a host each."""
         ports = 1 if self.ports is None else sum(hi - lo + 1 for lo, hi in self.ports)
         return {"host": len(self.hosts), "shared": 1}.get(self.per) or len(self.hosts) * ports
+
+
+def port_blocks(lo: int, hi: int) -> list[tuple[int, int]]:
+    """Ports ``lo``..``hi`` as the fewest (value, mask) pairs a 16-bit match takes."""
+    out = []
+    while lo <= hi:
+        size = lo & -lo if lo else 1 << 16
+        while size > hi - lo + 1:
+            size >>= 1
+        out.append((lo, 0xFFFF & ~(size - 1)))
+        lo += size
+    return out
 
 
 MAIN_COHORT = "main"  # the one cohort of a request made from the command line's link options

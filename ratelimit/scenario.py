@@ -14,6 +14,7 @@ Two ways, both ending in a list of ``Ask`` (one cohort each, its fields as typed
       hosts = "198.18.0.2-198.18.0.61"    # addresses, ranges, prefixes; or a list
       ports = "all"                       # the default: every packet of each host (per host)
       servers = "198.18.1.0/24"           # optional: only flows to/from these servers (any by default)
+      server_ports = "80,443"             # optional, with ports: only flows to/from these server ports
       per = "host"                        # "port": a link per (host, port); "shared": one for all
       profile = "modem-28k8"              # and/or link options: rate, delay, queue, burst, ...
 
@@ -44,9 +45,10 @@ from .profiles import SHIPPED as SHIPPED_PROFILES
 from .profiles import SIDE_FIELDS, check_name
 from .units import decimal
 
-COHORT_KEYS = {"description", "source", "hosts", "ports", "servers", "per", "profile", "link", "mpu"} | set(SIDE_FIELDS)
+COHORT_KEYS = {"description", "source", "hosts", "ports", "servers", "server_ports", "per", "profile", "link",
+               "mpu"} | set(SIDE_FIELDS)
 TOP_KEYS = {"description", "source", "cohort", "default"}
-NOT_DEFAULT_KEYS = {"hosts", "ports", "servers", "per"}  # the default cohort takes what no cohort selects, as one link
+NOT_DEFAULT_KEYS = {"hosts", "ports", "servers", "server_ports", "per"}  # the default cohort takes what no cohort selects, as one link
 MAX_BYTES = 1 << 20  # a scenario file or API text larger than this is refused unread
 SHIPPED = SHIPPED_PROFILES / "scenarios"  # the example audiences (``--scenario NAME``)
 
@@ -66,6 +68,7 @@ class Ask:
     options: dict = field(default_factory=dict)  # SIDE_FIELDS keys -> values, over the profile's (both sides)
     servers: object = None  # text or list of texts: the far side's addresses or prefixes (None: any)
     others: bool = False  # the default cohort: every flow no other cohort selects, one link
+    server_ports: object = None  # text: the far side's port ranges (None: any)
 
 
 def find(value: str) -> Path:
@@ -165,8 +168,11 @@ def _ask(name: str, body, where: str, default: bool = False) -> Ask:
     if servers is not None and not isinstance(servers, str) and \
             not (isinstance(servers, list) and all(isinstance(s, str) for s in servers)):
         raise FieldError(f"{where} servers", servers, "is not text or a list of texts")
+    server_ports = body.get("server_ports")
+    if server_ports is not None and (not isinstance(server_ports, (str, int)) or isinstance(server_ports, bool)):
+        raise FieldError(f"{where} server_ports", server_ports, "is not text (ranges like 80,443 or 8000-8099)")
     return Ask(name, where, () if default else hosts, _ports(ports), per, profile, body.get("link"),
-               body.get("mpu"), options, servers, default)
+               body.get("mpu"), options, servers, default, None if server_ports is None else str(server_ports))
 
 
 def _ports(value):

@@ -36,7 +36,8 @@ V03_BURST = "5"  # the bare command line's police burst, as in v0.3: rate x 5 / 
 def make_request(interface: str, *, hosts=None, ports=None, profile: str | None = None, netns: str | None = None,
                  mode: str | None = None, direction: str = "both", rate=None, burst=None,
                  bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=None, queue=None, per: str = "port",
-                 link: str | None = None, scenario=None, mix=None, servers=None, **impairments) -> Request:
+                 link: str | None = None, scenario=None, mix=None, servers=None, server_ports=None,
+                 **impairments) -> Request:
     """Validate what a person typed and return the request (resolves host names).
 
     ``mode`` None: shape with a profile (the links it describes queue), police without
@@ -44,7 +45,8 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
     the profile's, else the mode's default; without a profile,
     police mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
     over the profile's.  ``ports`` None or "all" with ``per`` "host": every packet of each
-    host.  ``servers``: only the flows to and from these address prefixes (default any).
+    host.  ``servers``, ``server_ports``: only the flows to and from these address prefixes
+    and ports (default any).
     ``scenario`` (a list of ``scenario.Ask``) or ``mix`` (``--mix`` text, over ``hosts``)
     make a request of several cohorts; the link options given here then apply to every
     cohort, over its own."""
@@ -70,10 +72,11 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
     if scenario is not None or mix is not None:
         if profile is not None:
             raise UsageError("--profile: a scenario or a mix names each cohort's profile")
-        if scenario is not None and (hosts is not None or ports is not None or servers is not None):
+        if scenario is not None and (hosts is not None or ports is not None or servers is not None
+                                     or server_ports is not None):
             raise UsageError("--hosts/--ports/--servers: a scenario names each cohort's hosts, ports and servers")
         asks = scenario if scenario is not None else \
-            [dataclasses.replace(a, servers=servers) for a in
+            [dataclasses.replace(a, servers=servers, server_ports=server_ports) for a in
              scenarios.mix(mix, parse_hosts(hosts), None if _all_ports(ports) else parse_ports(ports), per)]
         mode = mode or "shape"
         cohorts = tuple(_cohort(a, mode, overrides, burst, link, mpu) for a in asks)
@@ -82,7 +85,7 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
         if per == "port" and ports is not None and _all_ports(ports):
             raise UsageError("--ports: all (every packet of a host) needs --per host or shared")
         ask = scenarios.Ask(MAIN_COHORT, "", hosts, None if _all_ports(ports) and per != "port" else ports, per,
-                            profile, servers=servers)
+                            profile, servers=servers, server_ports=server_ports)
         mode = mode or ("shape" if profile else "police")
         req = Request(interface, (_cohort(ask, mode, overrides, burst, link, mpu),), mode=mode, **device)
     check(req)  # every remaining check, before anything touches the router (apply compiles it)
@@ -126,9 +129,11 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
     ports = ask.ports if ask.ports is None or isinstance(ask.ports, tuple) else \
         parse_ports(ask.ports, named("ports"))  # pure checks before any name lookup
     servers = None if ask.servers is None else parse_servers(ask.servers, named("servers"))
+    server_ports = None if ask.server_ports is None else parse_ports(ask.server_ports, named("server-ports"))
     hosts = ask.hosts if isinstance(ask.hosts, tuple) else parse_hosts(ask.hosts, named("hosts"))
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
-                  ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers, ask.others)
+                  ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
+                  server_ports=server_ports)
 
 
 def _require_root() -> None:

@@ -54,6 +54,7 @@ def _cohort_json(c: Cohort) -> dict:
     data["ports"] = None if c.ports is None else [list(p) for p in c.ports]
     data["link"] = c.link.describe()
     data["servers"] = None if c.servers is None else [str(s) for s in c.servers]
+    data["server_ports"] = None if c.server_ports is None else [list(p) for p in c.server_ports]
     return data
 
 
@@ -69,7 +70,8 @@ def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:
         burst=Burst(**data["burst"]) if data.get("burst") else None,
         mpu_bytes=data.get("mpu_bytes", 64),
         servers=None if data.get("servers") is None else tuple(ip_network(s) for s in data["servers"]),
-        others=bool(data.get("others", False)))
+        others=bool(data.get("others", False)),
+        server_ports=None if data.get("server_ports") is None else tuple(tuple(p) for p in data["server_ports"]))
 
 
 def from_json(data: dict) -> Request:

@@ -41,6 +41,7 @@ def _cohort(req: Request, c: Cohort, directions: int) -> dict:
     return {"name": c.name, "profile": c.profile, "hosts": [str(h) for h in c.hosts],
             "ports": "all" if c.ports is None else format_ports(c.ports), "per": c.per, "link": c.link.describe(),
             "servers": None if c.servers is None else [str(s) for s in c.servers],
+            "server_ports": None if c.server_ports is None else format_ports(c.server_ports),
             "flows": c.flow_count() * directions, "links": c.link_count() * directions,
             "down": side(c.down), "up": side(c.up)}
 
@@ -76,4 +77,5 @@ def _grain(per: str) -> str:
 
 
 def _servers(applied: dict) -> str:
-    return f" servers {','.join(applied['servers'])}" if applied.get("servers") else ""
+    text = f" servers {','.join(applied['servers'])}" if applied.get("servers") else ""
+    return text + (f" server ports {applied['server_ports']}" if applied.get("server_ports") else "")

@@ -99,7 +99,7 @@ def build(pairs: Sequence, dev: str, parent: int, direction: str, terminal: Call
             host_keys = _host_keys(family, direction, host)
             b0, b1, b2, b3 = (int(host) & 0xFFFFFFFF).to_bytes(4, "big")
             for i, port, server in flows_of[host]:
-                keys = host_keys if server is None else host_keys + _server_keys(direction, server)
+                keys = host_keys if server is None else host_keys + _far_keys(family, direction, *server)
                 if port is None:
                     entries.append((i, host, None, (b3, 0, 0, b2, b1, b0), keys))
                 else:
@@ -141,13 +141,21 @@ def _host_keys(family: int, direction: str, host) -> tuple[Key, ...]:
     return tuple(Key(int.from_bytes(packed[i:i + 4], "big"), 0xFFFFFFFF, base + i) for i in range(0, len(packed), 4))
 
 
-def _server_keys(direction: str, server) -> tuple[Key, ...]:
-    """A match on the far side's address prefix (the source address of a packet towards the
-    host, the destination of one from it); the words its prefix does not reach are left out."""
-    packed, mask = server.network_address.packed, server.netmask.packed
-    base = {(4, "dest"): 12, (4, "source"): 16, (6, "dest"): 8, (6, "source"): 24}[server.version, direction]
-    return tuple(Key(int.from_bytes(packed[i:i + 4], "big"), int.from_bytes(mask[i:i + 4], "big"), base + i)
-                 for i in range(0, len(packed), 4) if int.from_bytes(mask[i:i + 4], "big"))
+def _far_keys(family: int, direction: str, server, block) -> tuple[Key, ...]:
+    """A match on the far side: its address prefix (the source address of a packet towards
+    the host, the destination of one from it; the words the prefix does not reach left out)
+    and its port block (value, mask; the other half of the ports' word)."""
+    keys = ()
+    if server is not None:
+        packed, mask = server.network_address.packed, server.netmask.packed
+        base = {(4, "dest"): 12, (4, "source"): 16, (6, "dest"): 8, (6, "source"): 24}[family, direction]
+        keys = tuple(Key(int.from_bytes(packed[i:i + 4], "big"), int.from_bytes(mask[i:i + 4], "big"), base + i)
+                     for i in range(0, len(packed), 4) if int.from_bytes(mask[i:i + 4], "big"))
+    if block is not None:
+        value, mask = block
+        off = 20 if family == 4 else 40
+        keys += (Key(value << 16, mask << 16, off) if direction == "dest" else Key(value, mask, off),)
+    return keys
 
 
 def _port_key(family: int, direction: str, port: int) -> Key:

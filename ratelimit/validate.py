@@ -79,7 +79,7 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
     if c.per not in GRANULARITIES:
         fail("--per", c.per, f"is not a link granularity ({', '.join(GRANULARITIES)})")
     if c.others:
-        if c.hosts or c.ports is not None or c.servers is not None or c.per != "shared":
+        if c.hosts or c.ports is not None or c.servers is not None or c.server_ports is not None or c.per != "shared":
             raise UsageError(f"{where}the default cohort takes every flow no other cohort selects, as one link: "
                              "it has no hosts, ports or servers of its own")
         if req.mode != "shape":
@@ -89,6 +89,16 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
             raise UsageError(f"{where}the default cohort comes last (it takes what the others leave)")
     elif not c.hosts:
         raise UsageError(f"{where}--hosts: none given (comma-separated names or addresses)")
+    if c.server_ports is not None:
+        if c.ports is None:
+            raise UsageError(f"{where}--server-ports: need the cohort's own --ports (a whole host's packets "
+                             "include ICMP and fragments, which carry no port to match)")
+        for lo, hi in c.server_ports:
+            for p in (lo, hi):
+                if not 1 <= p <= 65535:
+                    fail("--server-ports", p, "is not a port (1-65535)")
+            if lo > hi:
+                fail("--server-ports", f"{lo}-{hi}", "is a reversed range (low-high)")
     if c.servers is not None:
         for h in c.hosts:
             if not c.servers_for(h.version):
@@ -136,6 +146,8 @@ def _refuse_overlaps(cohorts) -> None:
             for b in cs[i + 1:]:
                 port = _shared_port(a.ports, b.ports)
                 server = _shared_server(a.servers_for(host.version), b.servers_for(host.version))
+                if server is not False and _shared_port(a.server_ports, b.server_ports) is False:
+                    server = False
                 if port is not False and server is not False:
                     flow = f"{host}" if port is None else f"{host} port {port}"
                     flow += "" if server is None else f" with server {server}"

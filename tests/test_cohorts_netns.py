@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -315,3 +316,47 @@ def test_a_default_cohort_takes_every_flow_no_cohort_selects(lab3):
     assert ping.returncode == 0, ping.stdout + ping.stderr
     after = packets()
     assert after["dest"] - before["dest"] >= 3 and after["source"] - before["source"] >= 3
+
+
+TWO_SERVICES = """
+description = "one person, two services on one server: the web over cable, a download service over a modem"
+[cohort.web]
+description = "the web server's port, over cable (held at 3 Mbit/s so a download takes seconds)"
+hosts = "{c1}"
+ports = "10000-10009"
+per = "host"
+server_ports = "80"
+profile = "cable"
+rate = "3mbit"
+[cohort.downloads]
+description = "the download service's ports, over a 56k modem"
+hosts = "{c1}"
+ports = "10000-10009"
+per = "host"
+server_ports = "8000-8003"
+profile = "modem-56k"
+queue = "64kb"
+"""
+
+
+@pytest.mark.alone  # downloads timed from userspace against each cohort's link model, within 5%
+def test_server_ports_give_one_client_a_link_per_service(lab3):
+    """One client and one server with two services (port 80, port 8001): a fetch from each
+    at the same time is within 5% of its own cohort's model."""
+    lab = lab3("sports", clients=1)
+    www = os.path.join(lab.info["dir"], "www")
+    server = lab.server.popen([sys.executable, "-m", "ratelimit.lab.docroot", "serve", "--root", www,
+                               "--bind", lab.server.address, "--port", "8001"],
+                              env={"PYTHONPATH": ROOT}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(50):  # until it listens
+            if lab.client(1).run(["curl", "-sS", "-o", "/dev/null", f"http://{lab.server.address}:8001/1000.bin"],
+                                 timeout=10).returncode == 0:
+                break
+            time.sleep(0.1)
+        req = _apply(lab, TWO_SERVICES)
+        _each_within_its_model(lab, req, {"web": (1, lab.url("/1000000.bin")),
+                                          "downloads": (1, f"http://{lab.server.address}:8001/100000.bin")})
+    finally:
+        server.terminate()
+        server.wait(10)

@@ -456,3 +456,41 @@ def test_a_default_cohort_needs_shape_mode():
     with pytest.raises(RatelimitError, match="a default cohort needs shape mode"):
         request("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nrate = '1mbit'\n"
                 "[default]\ndescription = 'y'\nrate = '2mbit'\n", mode="police")
+
+
+@pytest.mark.parametrize("lo, hi", [(80, 80), (8000, 8003), (1, 65535), (1023, 1025), (5000, 5999), (65535, 65535)])
+def test_a_port_range_is_the_fewest_aligned_blocks_that_cover_it_exactly(lo, hi):
+    from ratelimit.model import port_blocks
+    blocks = port_blocks(lo, hi)
+    covered = [p for value, mask in blocks for p in range(value, value + (~mask & 0xFFFF) + 1)]
+    assert covered == list(range(lo, hi + 1))
+    assert all(value & ~mask & 0xFFFF == 0 for value, mask in blocks)  # aligned
+    assert len(blocks) <= 2 * 16
+
+
+def test_server_ports_add_a_match_on_the_far_sides_port_each_way():
+    req = service.make_request("eth0", hosts="198.18.0.2", ports="10000", per="port", rate="1mbit", mode="shape",
+                               server_ports="80,8000-8003")
+    assert req.cohorts[0].server_ports == ((80, 80), (8000, 8003)) and req.flow_count() == 2
+    exact = [op for op in compile_plan(req).ops if type(op) is U32Filter and op.classid and op.classid & 0xFFFF >= 0x100]
+    to_host = {(k.value, k.mask) for op in exact if op.dev == "eth0" for k in op.keys if k.off == 20}
+    assert {(80 << 16, 0xFFFF0000), (8000 << 16, 0xFFFC0000), (10000, 0xFFFF)} <= to_host  # source port: the server's
+    from_host = {(k.value, k.mask) for op in exact if op.dev != "eth0" for k in op.keys if k.off == 20}
+    assert {(80, 0xFFFF), (8000, 0xFFFC), (10000 << 16, 0xFFFF0000)} <= from_host
+    assert state.from_json(json.loads(json.dumps(state.to_json(req)))) == req
+    assert "server ports 80,8000-8003" in describe(summary(req))
+
+
+def test_cohorts_apart_by_server_port_do_not_overlap_and_alike_do():
+    def two(a, b):
+        text = "".join(f"[cohort.{n}]\ndescription = 'x'\nhosts = '198.18.0.2'\nports = '10000-10009'\n"
+                       f"server_ports = '{p}'\nrate = '1mbit'\n" for n, p in (("web", a), ("files", b)))
+        return request(text)
+    assert [c.server_ports for c in two("80", "8000-8003").cohorts] == [((80, 80),), ((8000, 8003),)]
+    with pytest.raises(RatelimitError, match="cohorts 'web' and 'files' both select 198.18.0.2 port 10000"):
+        two("80-8000", "8000-8003")
+
+
+def test_server_ports_need_the_cohorts_own_ports():
+    with pytest.raises(RatelimitError, match="--server-ports: need the cohort's own --ports"):
+        service.make_request("eth0", hosts="198.18.0.2", per="host", rate="1mbit", mode="shape", server_ports="80")

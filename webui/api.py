@@ -21,7 +21,7 @@ bp = Blueprint("api", __name__, url_prefix="/api")
 
 TARGET_QUERY = ("interface", "netns")
 APPLY_FIELDS = ("interface", "netns", "profile", "hosts", "ports", "mode", "direction", "rate", "burst",
-                "bandwidth", "mtu", "avpkt", "mpu", "queue", "per", "link", "mix", "scenario", "servers", *IMPAIRMENTS, "force")
+                "bandwidth", "mtu", "avpkt", "mpu", "queue", "per", "link", "mix", "scenario", "servers", "server_ports", *IMPAIRMENTS, "force")
 CLEAN_FIELDS = ("interface", "netns", "force")
 
 
