@@ -153,7 +153,32 @@ def run_point(lab, mix: str, x: int, cfg: Config, log: Path, header: int) -> dic
            "probe": {"cohort": probed.name, **dialup.probe_summary(w, probed.model, header, probe_n)}}
     time.sleep(5)  # the window's connections close
     row["totals"] = run_totals(lab, groups)
+    if x >= WRK_FROM:  # a second tool for the same window: wrk (epoll) beside httperf (busy-polling)
+        time.sleep(5)
+        row["wrk"] = run_wrk_window(lab, groups, cfg, log)
     return row
+
+
+WRK_FROM = 5000  # rows this large also read the window with wrk
+
+
+def run_wrk_window(lab, groups: list[Cohort], cfg: Config, log: Path) -> dict:
+    """The window reading again with wrk's persistent connections (each user one, calling
+    for the whole run): per cohort, replies/s in the window against its model's ceiling."""
+    duration = cfg.ramp_s + cfg.window_s + 5
+    loads = [(i, dialup.load_argv("wrk", lab.server.address, n, duration, cfg.ramp_s))
+             for c in groups for i, n in zip(c.clients, c.users) if n]
+    w = dialup.run_window(lab, "wrk", loads, cfg, log, duration_s=duration)
+    outputs = dict(zip((i for i, _ in loads), w.outputs))
+    rows = []
+    for c in groups:
+        mine = {lab.client(i).address for i in c.clients}
+        rate, counted = dialup.rate_in_window([d for d in w.completions if d.client in mine], w.start, w.end)
+        ceiling = c.x / c.call_s
+        errors = dialup.generator_totals("wrk", [outputs[i] for i, n in zip(c.clients, c.users) if n])["errors"]
+        rows.append({"cohort": c.name, "completed_per_s": rate, "model_ceiling": ceiling,
+                     "ratio_to_model": ratio(rate, ceiling), "connections_counted": counted, "errors": errors})
+    return {"cohorts": rows, "errors": sum(r["errors"] for r in rows), "cpu": w.cpu}
 
 
 def run_totals(lab, groups: list[Cohort]) -> dict:
