@@ -156,7 +156,7 @@ class Cohort:
 
     name: str
     hosts: tuple[IPAddress, ...]
-    ports: tuple[tuple[int, int], ...] | None  # None: every packet of each host (per host only)
+    ports: tuple[tuple[int, int], ...] | None  # None: every packet of each host (per host or shared)
     down: LinkParams
     up: LinkParams
     per: str = "port"  # "port": a link per (host, port); "host": one per host, all its ports; "shared": one in all
@@ -177,20 +177,22 @@ class Cohort:
     def far_for(self, family: int) -> tuple:
         """The far sides a host of ``family`` talks to, one filter each: (server prefix or
         None, (port value, mask) or None) -- a port range takes the fewest aligned blocks."""
-        blocks = (None,) if self.server_ports is None else \
-            tuple(b for lo, hi in self.server_ports for b in port_blocks(lo, hi))
         if self.servers is None and self.server_ports is None:
             return (None,)
+        blocks = (None,) if self.server_ports is None else \
+            tuple(b for lo, hi in self.server_ports for b in port_blocks(lo, hi))
         return tuple((s, b) for s in self.servers_for(family) for b in blocks)
 
     def flow_count(self) -> int:
-        """Selected (host, port) pairs (a whole host counts one), each once per server prefix of
-        its family: the filters a tree holds per direction."""
+        """Selected (host, port) pairs (a whole host counts one), each once per far side of its
+        family (``far_for``): the filters a tree holds per direction."""
         ports = 1 if self.ports is None else sum(hi - lo + 1 for lo, hi in self.ports)
+        if self.servers is None and self.server_ports is None:
+            return len(self.hosts) * ports
         return sum(len(self.far_for(h.version)) for h in self.hosts) * ports
 
     def link_count(self) -> int:
-        """Emulated links per direction: a (host, port) each, or a host each."""
+        """Emulated links per direction: a (host, port) each, a host each, or one in all (shared)."""
         ports = 1 if self.ports is None else sum(hi - lo + 1 for lo, hi in self.ports)
         return {"host": len(self.hosts), "shared": 1}.get(self.per) or len(self.hosts) * ports
 
