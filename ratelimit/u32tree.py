@@ -14,6 +14,11 @@ A whole host (a link per host without ports) is one exact filter on its address 
 a tree of its own (prio 3 IPv4, prio 4 IPv6), hashed on address octets only, whose
 root filter takes every packet of the family: TCP, UDP, ICMP, fragments, IP options.
 Those lists come after the (host, port) ones, so a packet tries its port first.
+
+A cohort with server prefixes or ports adds the far side to each of its exact filters
+(``_far_keys``): a flow is then one filter per server prefix and port block, in the same
+bucket as its host's.  The default cohort's filters (``catch_all``, prio 5 IPv4 and 6 IPv6)
+come after every tree and take every packet the trees did not.
 """
 
 from collections import Counter, defaultdict
