@@ -119,11 +119,7 @@ def _packet_rows(cfg: Config, steps: Steps) -> list[dict]:
     rows = []
     try:
         client = topo.client_addrs[0]
-        per = cfg.links_per_cohort // PORTS
-        others = [h for h in client_hosts(per * COHORTS + 1) if str(h) != client][:per * COHORTS - 1]
-        from ipaddress import ip_address
-        middle = len(others) // 2
-        hosts = others[:middle] + [ip_address(client)] + others[middle:]
+        hosts = packet.hosts_around(client, cfg.links_per_cohort // PORTS * COHORTS)
         one, many = cohort_requests(cfg.links_per_cohort, netns=topo.router, interface=topo.router_client_if,
                                     hosts=hosts, rate_bps=FAST_BPS, layers=False)
         port = FIRST_PORT + PORTS // 2

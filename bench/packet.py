@@ -77,14 +77,18 @@ def request_for(n: int, client: str, router: str, interface: str, mode: str = "p
     if mode == "shape":
         n = shape_flows(n)
     nhosts, nports = split_flows(n)
-    others = [h for h in client_hosts(nhosts + 1) if str(h) != client][:nhosts - 1]
-    hosts = others[:len(others) // 2 + (len(others) % 2)] + [client] + others[len(others) // 2 + (len(others) % 2):]
-    from ipaddress import ip_address
-    hosts = [ip_address(h) if isinstance(h, str) else h for h in hosts]
     req = flows_request(n, mode, interface=interface, netns=router, rate_bps=FAST_BPS if mode == "shape" else None,
-                        bandwidth_bps=FAST_BPS, hosts=hosts)
+                        bandwidth_bps=FAST_BPS, hosts=hosts_around(client, nhosts))
     hit_port = req.ports[0][0] + nports // 2
     return req, hit_port
+
+
+def hosts_around(client: str, n: int) -> list:
+    """``n`` benchmark hosts (``client_hosts``) with the lab's ``client`` in the middle of them."""
+    from ipaddress import ip_address
+    others = [h for h in client_hosts(n + 1) if str(h) != client][:n - 1]
+    middle = len(others) // 2 + len(others) % 2
+    return others[:middle] + [ip_address(client)] + others[middle:]
 
 
 def flat_ops(plan) -> list:
