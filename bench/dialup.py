@@ -224,6 +224,20 @@ def _proc_cpu_s(pids) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def _waits(pids) -> tuple[int, int]:
+    """These processes' time waiting for a CPU while runnable (ns) and their turns on one
+    (``/proc/PID/schedstat``: on-CPU ns, run delay ns, turns)."""
+    delay = turns = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat") as f:
+                _, d, n = (int(v) for v in f.read().split())
+        except (OSError, ValueError):
+            continue
+        delay, turns = delay + d, turns + n
+    return delay, turns
+
+
 def _per_cpu() -> list[tuple[float, float]]:
     """Each CPU's (all ticks, idle ticks) since boot."""
     out = []
@@ -355,13 +369,16 @@ def request_bytes(generator: str, lab) -> int:
 
 
 def _cpu_sample(procs, server_pids) -> tuple:
-    """(CPU totals, the load's CPU seconds, the server's CPU seconds, each CPU's (all, idle))."""
-    return _cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids), _per_cpu()
+    """(CPU totals, the load's CPU seconds, the server's CPU seconds, each CPU's (all, idle),
+    the load's waits for a CPU)."""
+    return (_cpu_totals(), _proc_cpu_s(p.pid for p in procs), _proc_cpu_s(server_pids), _per_cpu(),
+            _waits(p.pid for p in procs))
 
 
 def _cpu_share(c0: tuple, c1: tuple) -> dict:
     """A row's CPU between two ``_cpu_sample`` s: the machine's busy share, the load
-    generators' and the server's processes and softirq (in cores), and each CPU's busy share."""
+    generators' and the server's processes and softirq (in cores), each CPU's busy share, and
+    how long a load generator waited for a CPU before each of its turns on one (mean, ms)."""
     wall = (c1[0][0] - c0[0][0]) or 1.0
     cores = os.cpu_count() or 1
     return {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
@@ -369,6 +386,7 @@ def _cpu_share(c0: tuple, c1: tuple) -> dict:
             "server": (c1[2] - c0[2]) / wall * cores,
             "softirq": (c1[0][2] - c0[0][2]) / wall,
             "per_cpu_busy": [1 - (b[1] - a[1]) / ((b[0] - a[0]) or 1) for a, b in zip(c0[3], c1[3])],
+            "load_wait_per_turn_ms": (c1[4][0] - c0[4][0]) / ((c1[4][1] - c0[4][1]) or 1) / 1e6,
             "window_s": c1[0][0] - c0[0][0]}
 
 

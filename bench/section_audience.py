@@ -21,7 +21,8 @@ def section_audience(doc: dict | None) -> list[str]:
             f"{cfg.get('clients')} --mix MIX --per port`, so the mix splits the {cfg.get('clients')} client "
             f"namespaces between profiles by largest remainder and every connection is its own emulated link of "
             f"its client's profile (shape mode; ports {cfg.get('ports')}; the router's bandwidth: {bandwidth}). "
-            f"x users are spread evenly over the client namespaces, so each cohort has its share of them. "
+            f"x users are spread evenly over the client namespaces, so each cohort has its share of them; each row "
+            f"runs in a lab of its own. "
             f"Mixes: " + "; ".join(f"*{k}* `{v}`" for k, v in cfg.get("mixes", {}).items()) + ". "
             f"Each cohort is read against **its own** link model: *window*, its connections' replies in the "
             f"server's access log over a {cfg.get('window_s', 0):g} s window starting {cfg.get('ramp_s', 0):g} s "
@@ -118,7 +119,9 @@ def _shortfall(r: dict) -> str:
     text = (f"At x = {r['x']:,}: {short}; the CPUs were "
             + " and ".join(f"{100 * b:.0f}%" for b in cpu.get("per_cpu_busy", [])) + " busy, httperf's processes "
             f"{100 * cpu.get('load_generators', 0):.0f}% of a core, nginx {100 * cpu.get('server', 0):.0f}%, "
-            f"softirq {100 * cpu.get('softirq', 0):.0f}% of the machine.")
+            f"softirq {100 * cpu.get('softirq', 0):.0f}% of the machine"
+            + (f"; httperf's processes waited {cpu['load_wait_per_turn_ms']:.2f} ms for a CPU before each turn on one"
+               if "load_wait_per_turn_ms" in cpu else "") + ".")
     first, rest = _probe(r, "first_byte_s"), _probe(r, "rest_s")
     if first and rest:
         model = r["probe"]["rest_model_s"]

@@ -101,6 +101,8 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
     at = f"{ask.where} " if ask.where else ""
 
     def named(key: str) -> str:  # the field's name in errors: --key on the command line
+        if key == "profile" and ask.where == f"--mix {ask.profile}":
+            return "--mix"  # the mix's cohort is named for its profile: say the name once
         return f"{at}{key}" if at else f"--{key}"
     prof = profiles.load(ask.profile, named("profile")) if ask.profile else None
     down = prof.down if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)

@@ -83,7 +83,7 @@ def test_a_scenario_naming_clients(tmp_path):
     (["up", "--scenario", "home-2001", "--clients", "20"],
      "[cohort.dialup] hosts: '198.18.0.22' is not a client of the lab (198.18.0.2-198.18.0.21"),
     (["up", "--clients", "2", "--mix", MIX], "--mix isdn-64k: 2 client(s) leave this profile without a client"),
-    (["up", "--clients", "4", "--mix", "modem-28k8:50%,modem-99k:50%"], "--mix modem-99k profile: 'modem-99k' is not a profile (known:"),
+    (["up", "--clients", "4", "--mix", "modem-28k8:50%,modem-99k:50%"], "--mix: 'modem-99k' is not a profile (known:"),
 ])
 @pytest.mark.netns
 def test_bad_audiences_are_one_line_and_build_nothing(argv, needle, names):

@@ -224,7 +224,7 @@ BAD_MIXES = [
     ("modem-28k8:0", "is not a weight"),
     ("modem-28k8:50%,modem-28k8:50%", "'modem-28k8' is named twice"),
     ("../x:50%", "--mix: '../x' is not a profile name"),
-    ("nope:100%", "nope"),
+    ("nope:100%", "--mix: 'nope' is not a profile (known:"),
     ("modem-28k8:10%,,cable:90%", "is not a mix"),
 ]
 
