@@ -23,11 +23,11 @@ passes **full-size packets** exactly as mm-link does (``TraceCapacity.class_rate
 an opportunity is worth one 1,500-byte IP packet, i.e. one frame of the link layer:
 1,514 bytes on Ethernet).  That is the unit the traces were recorded in (Saturator
 counted MTU-sized packets) and what a bulk download sends.  Smaller packets then get
-slightly fewer per second than under mm-link: at the same class rate a packet of
-``s`` IP bytes passes at ``(s + 4) / frame(s) x frame(1500) / 1504`` of mm-link's
-packet rate: 0.96 for 200-byte datagrams on Ethernet, 0.82 for 40-byte ACKs (which
-Ethernet pads to 64); a benchmark that paces small datagrams takes
-``class_rate_bps(..., ip_bytes=s)`` for its reference, or compares in packets.
+fewer per second than under mm-link: at the same class rate a packet of ``s`` IP bytes,
+metered ``m(s)`` (its frame, at least the layer's mpu), passes at ``(s + 4) / m(s) x
+m(1500) / 1504`` of mm-link's packet rate: 0.96 for 200-byte datagrams on Ethernet,
+0.69 for 40-byte ACKs (which Ethernet meters as 64); a benchmark that paces small
+datagrams takes ``class_rate_bps(..., ip_bytes=s)`` for its reference, or compares in packets.
 
 **A schedule** (``ScheduleCapacity``): a step's rate means what a profile's rate means,
 the line's rate, and the class gets the link layer's share of it
@@ -43,7 +43,7 @@ import math
 from dataclasses import dataclass, field
 from itertools import accumulate
 
-from .linklayer import LinkLayer
+from .linklayer import LinkLayer, min_frame_bytes
 from .schedulefile import DIRECTIONS, Schedule, Step
 from .tracefile import PACKET_BYTES, TUN_HEADER_BYTES, Trace
 
@@ -98,7 +98,7 @@ class TraceCapacity:
         own bits: by default full-size packets (see the module docstring).  0 stays 0."""
         if rate_bps <= 0:
             return 0
-        return max(1, round(rate_bps * layer.frame_bytes(ip_bytes) / (ip_bytes + TUN_HEADER_BYTES)))
+        return max(1, round(rate_bps * metered_bytes(ip_bytes, layer) / (ip_bytes + TUN_HEADER_BYTES)))
 
 
 @dataclass(frozen=True)
@@ -167,6 +167,12 @@ class ScheduleCapacity:
         if rate_bps <= 0:
             return 0
         return layer.carried_bps(round(rate_bps))
+
+
+def metered_bytes(ip_bytes: int, layer: LinkLayer) -> int:
+    """What a class of ``layer`` charges a packet of ``ip_bytes``: its frame, at least the
+    layer's mpu (``linklayer.min_frame_bytes``)."""
+    return max(layer.frame_bytes(ip_bytes), min_frame_bytes(layer))
 
 
 def step_rates_bps(capacity, step_ms: float, count: int, start_ms: float = 0.0) -> list[float]:

@@ -26,7 +26,7 @@ and the line):
   time"``): its last timestamp is its period.
 
 Added here (mm-link reads whatever fits in memory): a trace is a regular file (a
-directory, a device, a FIFO or a socket is refused after one ``fstat``, before any
+directory, a device, a FIFO or a socket is refused before any
 read: ``/dev/zero`` would never end and a FIFO would block), of at most ``MAX_BYTES``
 and ``MAX_LINES`` (checked on the file's size, then on the bytes read, of which at
 most ``MAX_BYTES + 1`` are), with timestamps up to ``MAX_PERIOD_MS`` (one day).  The

@@ -1,8 +1,9 @@
 """Reading a file a user names (a trace, a schedule): a regular file, and only so much of it.
 
-``read`` opens the path without blocking and without taking a terminal, asks the open
-file what it is (one ``fstat``) and refuses anything but a regular file before reading
-a byte: ``/dev/zero`` would never end, a FIFO without a writer would block, a
+``read`` asks what the path is (``stat``), opens only a regular file (without blocking
+and without taking a terminal) and asks again of the open file (``fstat``: the path may
+have changed in between), so it refuses anything but a regular file before reading a
+byte: ``/dev/zero`` would never end, a FIFO without a writer would block, a
 directory has no text.  A regular file larger than the caller's limit is refused on
 its size; one that grows while it is read is read to one byte past the limit, which
 the caller refuses.  Every failure is one ``UsageError`` line starting with ``where``.
@@ -29,11 +30,15 @@ def read(path, limit_bytes: int, where: str, what: str) -> bytes:
     """At most ``limit_bytes + 1`` bytes of the regular file ``path``; ``what`` says what
     such a file holds, for the message that refuses another kind of file."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        other = kind(os.stat(path).st_mode)  # a socket cannot even be opened
+        if not other:
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as e:
         raise UsageError(f"{where}: cannot be opened ({e.strerror or e})") from None
+    if other:
+        raise UsageError(f"{where}: is {other}, not {what}")
     try:
-        info = os.fstat(fd)
+        info = os.fstat(fd)  # what was opened, which may not be what was looked at
         other = kind(info.st_mode)
         if other:
             raise UsageError(f"{where}: is {other}, not {what}")
