@@ -2,7 +2,7 @@
 
     python -m bench.tracefacts outage METHOD   a TCP download through one HTB link whose
                                                capacity goes to "0" for 3 s (METHOD: frozen,
-                                               frozen-timed); prints JSON
+                                               timed, tbf-gate: ``OUTAGES``); prints JSON
     python -m bench.tracefacts changes N       Change operations of N links' HTB classes sent
                                                through our Executor in batches: changes/s, CPU
 
@@ -35,6 +35,7 @@ QUEUE_BYTES = 60_000
 FRAME_BYTES = 1514
 LEAD_S, OUTAGE_S, TAIL_S, SAMPLE_S = 4.0, 3.0, 8.0, 0.1
 PORT = 5001
+BURST_S, PACED_S, STEPS_MS = 3.0, 10.0, (100, 50)
 
 SERVER = r"""
 import socket, sys, time
@@ -100,51 +101,67 @@ def topology() -> None:
     sh("ip", "-n", NS["srv"], "link", "set", "rltr-s0", "gso_max_segs", "1")
 
 
-def shaped_link() -> list[list[str]]:
-    """The tc commands of the one shaped link (also printed for the notes)."""
+def shaped_link(leaf: list[str]) -> list[list[str]]:
+    """The tc commands of the one shaped link, its leaf qdisc ``leaf``."""
     dev = ("dev", "rltr-c")
     return [["qdisc", "add", *dev, "root", "handle", "1:", "htb"],
             ["class", "add", *dev, "parent", "1:", "classid", "1:10", "htb", "rate", RATE, "ceil", RATE,
              "burst", f"{FRAME_BYTES}b", "cburst", f"{FRAME_BYTES}b", "quantum", str(FRAME_BYTES)],
-            ["qdisc", "add", *dev, "parent", "1:10", "handle", "10:", "bfifo", "limit", str(QUEUE_BYTES)],
+            ["qdisc", "add", *dev, "parent", "1:10", "handle", "10:", *leaf],
             ["filter", "add", *dev, "parent", "1:", "protocol", "ip", "prio", "1", "u32",
              "match", "ip", "dst", "198.18.70.2/32", "flowid", "1:10"]]
 
 
-def class_change(rate: str, burst: str) -> list[str]:
+def class_change(rate: str) -> list[str]:
+    """Class 1:10 at ``rate`` (and ceil), bursts of one frame: what an in-place change sends."""
     return ["class", "change", "dev", "rltr-c", "parent", "1:", "classid", "1:10", "htb", "rate", rate, "ceil", rate,
-            "burst", burst, "cburst", burst, "quantum", str(FRAME_BYTES)]
+            "burst", f"{FRAME_BYTES}b", "cburst", f"{FRAME_BYTES}b", "quantum", str(FRAME_BYTES)]
+
+
+def leaf_change(leaf: list[str]) -> list[str]:
+    return ["qdisc", "change", "dev", "rltr-c", "parent", "1:10", "handle", "10:", *leaf]
 
 
 def tc(args) -> None:
     sh("tc", *args, ns=NS["rtr"])
 
 
-_STATS = re.compile(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+),.*?backlog (\d+)b.*?tokens: (-?\d+) ctokens: (-?\d+)", re.S)
+_STATS = re.compile(r"Sent (\d+) bytes (\d+) pkt \(dropped (\d+),.*?backlog (\d+)b.*?tokens: (-?\d+) ctokens: (-?\d+)",
+                    re.S)
+_LEAF = re.compile(r"qdisc \w+ 10:.*?Sent (\d+) bytes (\d+) pkt \(dropped (\d+),.*?backlog (\d+)b", re.S)
 
 
 def class_stats() -> dict:
-    """Class 1:10's counters, its backlog and its tokens (HTB's, in its own time units)."""
+    """Class 1:10's counters and tokens (HTB's, in its own time units: ns x 64 / 1000 ticks,
+    as tc prints them), and its leaf qdisc's drops and backlog."""
     text = sh("tc", "-s", "class", "show", "dev", "rltr-c", "classid", "1:10", ns=NS["rtr"]).stdout
     m = _STATS.search(text)
-    keys = ("bytes", "packets", "drops", "backlog", "tokens", "ctokens")
-    return dict(zip(keys, map(int, m.groups())))
+    out = dict(zip(("bytes", "packets", "drops", "backlog", "tokens", "ctokens"), map(int, m.groups())))
+    leaf = _LEAF.search(sh("tc", "-s", "qdisc", "show", "dev", "rltr-c", ns=NS["rtr"]).stdout)
+    out["leaf_drops"], out["leaf_backlog"] = int(leaf.group(3)), int(leaf.group(4))
+    return out
 
 
+BFIFO = ["bfifo", "limit", str(QUEUE_BYTES)]
+OPEN_TBF = ["tbf", "rate", "10gbit", "burst", "15140b", "limit", str(QUEUE_BYTES)]  # wide open: the class shapes
+SHUT_TBF = ["tbf", "rate", "64bit", "burst", f"{FRAME_BYTES}b", "limit", str(QUEUE_BYTES)]  # one frame in 189 s
+# method: (leaf, the outage's commands, the resume's commands)
 OUTAGES = {
-    # our FROZEN_BPS hold (diff.py): 8 bit/s, burst one quantum; back to RATE at once
-    "frozen": (("8bit", f"{FRAME_BYTES}b"), None),
-    # the same hold, then a last step before RATE (see ``outage``)
-    "frozen-timed": (("8bit", f"{FRAME_BYTES}b"), None),
+    # our FROZEN_BPS hold (diff.py): 8 bit/s, burst one frame; then back to RATE
+    "frozen": (BFIFO, [class_change("8bit")], [class_change(RATE)]),
+    # a rate at which one frame costs the outage's length: a packet that passes is paid for by its end
+    "timed": (BFIFO, [class_change(f"{FRAME_BYTES * 8 / OUTAGE_S:.0f}bit")], [class_change(RATE)]),
+    # the class keeps RATE; a token bucket as its leaf opens and shuts
+    "tbf-gate": (OPEN_TBF, [leaf_change(SHUT_TBF)], [leaf_change(OPEN_TBF)]),
 }
 
 
 def outage(method: str) -> dict:
     if method not in OUTAGES:
         raise SystemExit(f"outage: method {method!r} is not one of {', '.join(OUTAGES)}")
-    (hold_rate, hold_burst), _ = OUTAGES[method]
+    leaf, hold, resume = OUTAGES[method]
     topology()
-    for args in shaped_link():
+    for args in shaped_link(leaf):
         tc(args)
     total = LEAD_S + OUTAGE_S + TAIL_S
     server = subprocess.Popen(["ip", "netns", "exec", NS["srv"], sys.executable, "-c", SERVER, str(PORT),
@@ -152,6 +169,16 @@ def outage(method: str) -> dict:
     time.sleep(0.3)
     client = subprocess.Popen(["ip", "netns", "exec", NS["cli"], sys.executable, "-c", CLIENT, str(PORT)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        return _watch(method, hold, resume, server, client, total)
+    finally:
+        for p in (server, client):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+def _watch(method, hold, resume, server, client, total) -> dict:
     stats, marks = [], {}
     stop = threading.Event()
 
@@ -164,59 +191,62 @@ def outage(method: str) -> dict:
     start = time.monotonic()
     thread.start()
     time.sleep(LEAD_S)
-    marks["before_change"] = class_stats()
-    marks["change_at"] = time.monotonic()
-    tc(class_change(hold_rate, hold_burst))
-    marks["changed_at"] = time.monotonic()
-    marks["after_change"] = class_stats()
+    marks["before_hold"] = class_stats()
+    for args in hold:
+        tc(args)
+    marks["held_at"] = time.monotonic()
+    marks["after_hold"] = class_stats()
     time.sleep(OUTAGE_S)
     marks["before_resume"] = class_stats()
     marks["resume_at"] = time.monotonic()
-    if method == "frozen-timed":
-        # how long the class stays stalled after the resume, if it does
-        pass
-    tc(class_change(RATE, f"{FRAME_BYTES}b"))
+    for args in resume:
+        tc(args)
     marks["resumed_at"] = time.monotonic()
     time.sleep(max(0.0, start + total - time.monotonic()))
     stop.set()
     thread.join()
-    out, err = server.communicate(timeout=30)
-    cout, cerr = client.communicate(timeout=30)
+    marks["end"] = class_stats()
+    _, err = server.communicate(timeout=30)
+    cout, _ = client.communicate(timeout=30)
     received = json.loads(cout)
     samples = received["samples"]
-    t_change, t_resume = marks["changed_at"], marks["resume_at"]
+    t_hold, t_resume, t_resumed = marks["held_at"], marks["resume_at"], marks["resumed_at"]
 
     def got(t):
         return max((n for ts, n in samples if ts <= t), default=0)
 
-    after = [ts for ts, n in samples if ts > marks["resumed_at"]]
-    rate_windows = {}
-    for name, (a, b) in {"lead_last_2s": (t_change - 2, t_change), "tail_s2_to_s6": (marks["resumed_at"] + 2,
-                                                                                      marks["resumed_at"] + 6)}.items():
-        rate_windows[name] = (got(b) - got(a)) * 8 / (b - a)
-    gaps = [b[0] - a[0] for a, b in zip(samples, samples[1:])]
+    def bps(a, b):
+        return round((got(b) - got(a)) * 8 / (b - a))
+
+    after = [ts for ts, n in samples if ts > t_resumed]
+    held, resumed = marks["after_hold"], marks["before_resume"]
     return {
-        "method": method, "rate_bps": RATE_BPS, "queue_bytes": QUEUE_BYTES,
-        "client_error": received["error"], "server_exit": server.returncode, "server_stderr": err.strip(),
-        "received_bytes_total": samples[-1][1] if samples else 0,
-        "received_during_outage": got(t_resume) - got(t_change + 0.05),
-        "received_first_50ms_of_outage": got(t_change + 0.05) - got(t_change),
-        "class_sent_during_outage_bytes": marks["before_resume"]["bytes"] - marks["after_change"]["bytes"],
-        "class_sent_during_outage_packets": marks["before_resume"]["packets"] - marks["after_change"]["packets"],
-        "class_sent_around_change_packets": marks["after_change"]["packets"] - marks["before_change"]["packets"],
-        "drops_during_outage": marks["before_resume"]["drops"] - marks["after_change"]["drops"],
-        "backlog_at_resume": marks["before_resume"]["backlog"],
-        "first_byte_after_resume_s": (after[0] - marks["resumed_at"]) if after else None,
-        "longest_gap_s": max(gaps) if gaps else None,
-        "payload_bps": rate_windows,
-        "marks": {k: v for k, v in marks.items() if isinstance(v, dict)},
-        "series_t_backlog_drops_tokens": [(round(t - start, 2), s["backlog"], s["drops"], s["tokens"]) for t, s in stats][::5],
+        "method": method, "rate_bps": RATE_BPS, "queue_bytes": QUEUE_BYTES, "outage_s": OUTAGE_S,
+        "hold": [" ".join(a) for a in hold], "resume": [" ".join(a) for a in resume],
+        "client_error": received["error"], "server_stderr": err.strip(),
+        "received_in_outage_after_50ms_bytes": got(t_resume) - got(t_hold + 0.05),
+        "received_in_outage_first_50ms_bytes": got(t_hold + 0.05) - got(t_hold),
+        "class_sent_in_outage_packets": resumed["packets"] - held["packets"],
+        "class_sent_in_outage_bytes": resumed["bytes"] - held["bytes"],
+        "leaf_drops_in_outage": resumed["leaf_drops"] - held["leaf_drops"],
+        "leaf_backlog_at_resume_bytes": resumed["leaf_backlog"],
+        "class_tokens_before_resume": (resumed["tokens"], resumed["ctokens"]),
+        "first_bytes_after_resume_s": round(after[0] - t_resumed, 3) if after else None,
+        "payload_bps_last_2s_before": bps(t_hold - 2, t_hold),
+        "payload_bps_0_to_2s_after": bps(t_resumed, t_resumed + 2),
+        "payload_bps_2_to_8s_after": bps(t_resumed + 2, t_resumed + TAIL_S - 0.2),
+        "series_t_leafbacklog_leafdrops_tokens": [(round(t - start, 1), s["leaf_backlog"], s["leaf_drops"], s["tokens"])
+                                                  for t, s in stats][::5],
     }
 
 
 def changes(n: int) -> dict:
-    """N links built by ratelimit (shape, per port, one direction) in namespace rltr-rtr;
-    then rounds of Change of every link's class to a new rate through the Executor."""
+    """N links built by ratelimit (shape, per port, one direction: 1,000 ports per host) on a
+    veth in namespace rltr-rtr, no traffic.  A round is one ``Executor.apply`` of a Change of
+    every link's class to a new rate (what a driver's step sends).  Rounds back to back for
+    ``BURST_S``, then one round every step of ``STEPS_MS`` for ``PACED_S`` each: wall time
+    and this process's user and system CPU (the kernel's work on the netlink messages runs
+    in our system calls, so it is counted here)."""
     from ratelimit import service
     from ratelimit.kernel.executor import Executor
     from ratelimit.plan import Change, HtbClass
@@ -231,29 +261,62 @@ def changes(n: int) -> dict:
                                ports=f"10000-{10000 + n // hosts - 1}", mode="shape", direction="dest",
                                rate="1mbit")
     plan = service.apply(req)
-    links = [op for op in plan.ops if type(op) is HtbClass and op.mpu_bytes is not None and op.parent != 0
-             and any(f.classid == op.classid for f in plan.flows[:1])] or []
     classids = {f.classid for f in plan.flows}
     links = [op for op in plan.ops if type(op) is HtbClass and op.classid in classids]
     ex = Executor(NS["rtr"])
-    rounds = []
-    for k in range(12):
-        rate = 1_000_000 + 8_000 * (k + 1)
-        ops = [Change(replace(op, rate_bps=rate, ceil_bps=rate)) for op in links]
-        r0, c0 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
-        ex.apply(ops)
-        r1, c1 = time.monotonic(), resource.getrusage(resource.RUSAGE_SELF)
-        rounds.append({"wall_s": r1 - r0, "user_s": c1.ru_utime - c0.ru_utime, "sys_s": c1.ru_stime - c0.ru_stime})
-    rounds = rounds[2:]  # the first two warm the encoder's caches
-    wall = sorted(r["wall_s"] for r in rounds)
-    cpu = sorted(r["user_s"] + r["sys_s"] for r in rounds)
+    k = 0
+
+    def one_round():
+        nonlocal k
+        k += 1
+        rate = 1_000_000 + 8_000 * k
+        ex.apply([Change(replace(op, rate_bps=rate, ceil_bps=rate)) for op in links])
+
+    for _ in range(2):  # warm the encoder's caches
+        one_round()
+    # back to back: the most this process sends
+    c0, w0 = _cpu(), time.monotonic()
+    rounds = 0
+    while time.monotonic() - w0 < BURST_S:
+        one_round()
+        rounds += 1
+    burst_wall, burst_cpu = time.monotonic() - w0, _cpu() - c0
+    # paced: one round per step, as a driver would
+    paced = {}
+    for step_ms in STEPS_MS:
+        c0, w0 = _cpu(), time.monotonic()
+        late = 0
+        for i in range(int(PACED_S * 1000 / step_ms)):
+            due = w0 + i * step_ms / 1000
+            wait = due - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            else:
+                late += 1
+            one_round()
+        wall = time.monotonic() - w0
+        cpu = _cpu() - c0
+        paced[step_ms] = {"rounds": i + 1, "wall_s": round(wall, 2), "cpu_pct_of_a_core": round(100 * cpu[0] / wall, 1),
+                          "user_s": round(cpu[1], 2), "sys_s": round(cpu[2], 2), "late_rounds": late}
+    shown = sh("tc", "class", "show", "dev", "rltr-c", "classid", f"{links[-1].classid >> 16:x}:{links[-1].classid & 0xffff:x}",
+               ns=NS["rtr"]).stdout.split()
     service.clean("rltr-c", NS["rtr"])
     cleanup()
-    return {"links": len(links), "rounds": len(rounds), "wall_s_median": wall[len(wall) // 2],
-            "wall_s_max": wall[-1], "cpu_s_median": cpu[len(cpu) // 2],
-            "changes_per_s": len(links) / wall[len(wall) // 2],
-            "user_s_median": sorted(r["user_s"] for r in rounds)[len(rounds) // 2],
-            "sys_s_median": sorted(r["sys_s"] for r in rounds)[len(rounds) // 2]}
+    return {"links": len(links), "burst_rounds": rounds, "burst_s_per_round": round(burst_wall / rounds, 4),
+            "burst_changes_per_s": round(len(links) * rounds / burst_wall),
+            "burst_cpu_pct_of_a_core": round(100 * burst_cpu[0] / burst_wall, 1),
+            "paced": paced, "last_rate_read_back": shown[shown.index("rate") + 1], "last_rate_set_bps": 1_000_000 + 8_000 * k}
+
+
+def _cpu() -> tuple:
+    """(user + system, user, system) CPU seconds of this process so far."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return _Cpu((r.ru_utime + r.ru_stime, r.ru_utime, r.ru_stime))
+
+
+class _Cpu(tuple):
+    def __sub__(self, other):
+        return tuple(a - b for a, b in zip(self, other))
 
 
 def main(argv) -> int:
