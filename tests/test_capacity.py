@@ -118,19 +118,7 @@ def test_a_class_passes_full_size_packets_at_mm_links_packet_rate():
     assert TraceCapacity.class_rate_bps(mm_bps, linklayer.ETHERNET, ip_bytes=200) == round(mm_bps * 214 / 204)
 
 
-TRAIN = """
-loop = true
-[[step]]
-duration = "20s"
-profile = "cable"
-[[step]]
-duration = "5s"
-down = { rate = "0" }
-up = { rate = "0" }
-[[step]]
-duration = "30s"
-profile = "3g"
-"""
+TRAIN = (REPO / "profiles" / "schedules" / "train.toml").read_text()
 
 
 def test_a_schedule_is_its_steps_rates_with_a_tunnel_between():

@@ -124,36 +124,21 @@ def test_an_unreadable_trace_is_refused(tmp_path):
     assert out == f"trace {path}: cannot be opened (Permission denied)\n"
 
 
-SCHEDULE = """
-description = "a train: cable at the station, a tunnel, then 3G"
-loop = false
-
-[[step]]
-duration = "20s"
-profile = "cable"
-
-[[step]]
-duration = "5s"
-description = "the tunnel"
-down = { rate = "0" }
-up = { rate = "0mbit" }
-
-[[step]]
-duration = "30s"
-profile = "3g"
-down = { loss = "0%", rate = "2mbit" }
-"""
+TRAIN = REPO / "profiles" / "schedules" / "train.toml"
 
 
 def test_a_schedule_takes_its_profiles_numbers_and_its_own(tmp_path):
-    s = schedulefile.load(str(write(tmp_path, "train.toml", SCHEDULE)))
-    assert (s.loop, s.period_ms, s.name, len(s.steps)) == (False, 55_000, "train.toml", 3)
+    s = schedulefile.load(str(TRAIN))
+    assert (s.loop, s.period_ms, s.name, len(s.steps)) == (True, 55_000, "train.toml", 3)
     cable, tunnel, g3 = s.steps
     assert (cable.duration_ms, cable.down, cable.up) == \
         (20_000, schedulefile.Side(5_000_000, 14_000, 0.0), schedulefile.Side(1_000_000, 14_000, 0.0))
     assert (tunnel.down.rate_bps, tunnel.up.rate_bps, tunnel.description) == (0, 0, "the tunnel")
-    assert g3.down == schedulefile.Side(2_000_000, 150_000, 0.0) and g3.up == schedulefile.Side(768_000, 150_000, 0.5)
+    assert g3.down == schedulefile.Side(1_600_000, 150_000, 0.5) and g3.up == schedulefile.Side(768_000, 150_000, 0.5)
     assert s.needs_netem()
+    own = TRAIN.read_text().replace('profile = "3g"', 'profile = "3g"\ndown = { loss = "0%", rate = "2mbit" }')
+    g3 = schedulefile.load(str(write(tmp_path, "own.toml", own))).steps[2]
+    assert g3.down == schedulefile.Side(2_000_000, 150_000, 0.0) and g3.up.loss_pct == 0.5
     plain = schedulefile.parse('[[step]]\nduration = "1s"\ndown = { rate = "1mbit" }\nup = { rate = "64kbit" }')
     assert plain.loop and not plain.needs_netem()  # loops by default, as mm-link does
 
