@@ -10,11 +10,12 @@ Everything runs in namespaces named ``rltr-*`` (removed at the start, at the end
 failure), traffic in 198.18.70.0/24 and 198.18.71.0/24 only.
 
 The outage link: router egress ``rltr-c`` towards the client, an HTB root without a
-default class, one class 1:10 at ``RATE`` (quantum and bursts of one frame) with a
-``bfifo`` of ``QUEUE_BYTES``, and a u32 filter sending the client's address there.  The
-server writes as fast as TCP lets it; the client reads and timestamps every receive.
-After ``LEAD_S`` the class is changed to the outage, after ``OUTAGE_S`` back to ``RATE``,
-and the run goes on for ``TAIL_S``.  The class's counters are read every ``SAMPLE_S``.
+default class, one class 1:10 at ``RATE`` (quantum and bursts of one frame) whose leaf
+holds ``QUEUE_BYTES``, and a u32 filter sending the client's address there.  The server
+writes as fast as TCP lets it; the client reads and timestamps every receive.  After
+``LEAD_S`` the link is held by the method's commands (``OUTAGES``), after ``OUTAGE_S``
+opened again by its other commands, and the run goes on for ``TAIL_S``.  The class's and
+the leaf's counters and HTB's tokens are read every ``SAMPLE_S``.
 """
 
 from __future__ import annotations
@@ -23,16 +24,23 @@ import json
 import os
 import re
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from dataclasses import replace
+
+from ratelimit import service
+from ratelimit.kernel.executor import Executor
+from ratelimit.plan import Change, HtbClass
 
 NS = {"cli": "rltr-cli", "rtr": "rltr-rtr", "srv": "rltr-srv"}
 RATE = "2mbit"
 RATE_BPS = 2_000_000
-QUEUE_BYTES = 60_000
 FRAME_BYTES = 1514
+QUEUE_BYTES = 10 * FRAME_BYTES  # less than the download keeps in flight: the outage fills it
 LEAD_S, OUTAGE_S, TAIL_S, SAMPLE_S = 4.0, 3.0, 8.0, 0.1
 PORT = 5001
 BURST_S, PACED_S, STEPS_MS = 3.0, 10.0, (100, 50)
@@ -42,28 +50,35 @@ import socket, sys, time
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 l.bind(("198.18.71.2", int(sys.argv[1]))); l.listen(1)
 c, _ = l.accept()
+c.settimeout(0.2)  # a stalled link must not keep the server past its end
 end, chunk, sent = time.monotonic() + float(sys.argv[2]), b"x" * 65536, 0
-try:
-    while time.monotonic() < end:
+while time.monotonic() < end:
+    try:
         sent += c.send(chunk)
-except OSError as e:
-    print("server error", e, file=sys.stderr); sys.exit(1)
+    except socket.timeout:
+        continue
+    except OSError as e:
+        print("server error", e, file=sys.stderr); sys.exit(1)
 c.close(); print(sent)
 """
 
 CLIENT = r"""
 import json, socket, sys, time
 s = socket.create_connection(("198.18.71.2", int(sys.argv[1])))
-out, got, err = [], 0, None
-try:
-    while True:
-        n = len(s.recv(65536))
-        if not n:
-            break
-        got += n
-        out.append((time.monotonic(), got))
-except OSError as e:
-    err = str(e)
+s.settimeout(0.2)
+out, got, err, end = [], 0, None, time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:  # a stalled link holds the server's close back
+    try:
+        n = len(s.recv(4096))
+    except socket.timeout:
+        continue
+    except OSError as e:
+        err = str(e)
+        break
+    if not n:
+        break
+    got += n
+    out.append((time.monotonic(), got))
 print(json.dumps({"samples": out, "error": err}))
 """
 
@@ -156,21 +171,23 @@ OUTAGES = {
 }
 
 
-def outage(method: str) -> dict:
+def outage(method: str, lead_s: float = LEAD_S, outage_s: float = OUTAGE_S, tail_s: float = TAIL_S) -> dict:
+    """One download through the link, its capacity at "0" from ``lead_s`` for ``outage_s``
+    by ``method``, watched for ``tail_s`` after; what it saw (see the module docstring)."""
     if method not in OUTAGES:
         raise SystemExit(f"outage: method {method!r} is not one of {', '.join(OUTAGES)}")
     leaf, hold, resume = OUTAGES[method]
     topology()
     for args in shaped_link(leaf):
         tc(args)
-    total = LEAD_S + OUTAGE_S + TAIL_S
+    total = lead_s + outage_s + tail_s
     server = subprocess.Popen(["ip", "netns", "exec", NS["srv"], sys.executable, "-c", SERVER, str(PORT),
                                str(total + 1)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.3)
-    client = subprocess.Popen(["ip", "netns", "exec", NS["cli"], sys.executable, "-c", CLIENT, str(PORT)],
+    client = subprocess.Popen(["ip", "netns", "exec", NS["cli"], sys.executable, "-c", CLIENT, str(PORT), str(total + 1)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        return _watch(method, hold, resume, server, client, total)
+        return _watch(method, hold, resume, server, client, (lead_s, outage_s, tail_s))
     finally:
         for p in (server, client):
             if p.poll() is None:
@@ -178,7 +195,9 @@ def outage(method: str) -> dict:
                 p.wait()
 
 
-def _watch(method, hold, resume, server, client, total) -> dict:
+def _watch(method, hold, resume, server, client, times) -> dict:
+    lead_s, outage_s, tail_s = times
+    total = sum(times)
     stats, marks = [], {}
     stop = threading.Event()
 
@@ -190,13 +209,13 @@ def _watch(method, hold, resume, server, client, total) -> dict:
     thread = threading.Thread(target=sampler)
     start = time.monotonic()
     thread.start()
-    time.sleep(LEAD_S)
+    time.sleep(lead_s)
     marks["before_hold"] = class_stats()
     for args in hold:
         tc(args)
     marks["held_at"] = time.monotonic()
     marks["after_hold"] = class_stats()
-    time.sleep(OUTAGE_S)
+    time.sleep(outage_s)
     marks["before_resume"] = class_stats()
     marks["resume_at"] = time.monotonic()
     for args in resume:
@@ -221,7 +240,7 @@ def _watch(method, hold, resume, server, client, total) -> dict:
     after = [ts for ts, n in samples if ts > t_resumed]
     held, resumed = marks["after_hold"], marks["before_resume"]
     return {
-        "method": method, "rate_bps": RATE_BPS, "queue_bytes": QUEUE_BYTES, "outage_s": OUTAGE_S,
+        "method": method, "rate_bps": RATE_BPS, "queue_bytes": QUEUE_BYTES, "outage_s": outage_s,
         "hold": [" ".join(a) for a in hold], "resume": [" ".join(a) for a in resume],
         "client_error": received["error"], "server_stderr": err.strip(),
         "received_in_outage_after_50ms_bytes": got(t_resume) - got(t_hold + 0.05),
@@ -233,11 +252,19 @@ def _watch(method, hold, resume, server, client, total) -> dict:
         "class_tokens_before_resume": (resumed["tokens"], resumed["ctokens"]),
         "first_bytes_after_resume_s": round(after[0] - t_resumed, 3) if after else None,
         "payload_bps_last_2s_before": bps(t_hold - 2, t_hold),
+        "class_bps_last_2s_before": _class_bps(stats, t_hold - 2, t_hold),
+        "class_bps_2s_to_end": _class_bps(stats, t_resumed + 2, t_resumed + tail_s - 0.2),
         "payload_bps_0_to_2s_after": bps(t_resumed, t_resumed + 2),
-        "payload_bps_2_to_8s_after": bps(t_resumed + 2, t_resumed + TAIL_S - 0.2),
+        "payload_bps_2s_to_end": bps(t_resumed + 2, t_resumed + tail_s - 0.2),
         "series_t_leafbacklog_leafdrops_tokens": [(round(t - start, 1), s["leaf_backlog"], s["leaf_drops"], s["tokens"])
                                                   for t, s in stats][::5],
     }
+
+
+def _class_bps(stats, a: float, b: float):
+    """The class's rate (frames, as HTB counts them) between the samples nearest ``a`` and ``b``."""
+    (ta, sa), (tb, sb) = (min(stats, key=lambda x: abs(x[0] - t)) for t in (a, b))
+    return round((sb["bytes"] - sa["bytes"]) * 8 / (tb - ta)) if tb > ta else None
 
 
 def changes(n: int) -> dict:
@@ -247,10 +274,14 @@ def changes(n: int) -> dict:
     ``BURST_S``, then one round every step of ``STEPS_MS`` for ``PACED_S`` each: wall time
     and this process's user and system CPU (the kernel's work on the netlink messages runs
     in our system calls, so it is counted here)."""
-    from ratelimit import service
-    from ratelimit.kernel.executor import Executor
-    from ratelimit.plan import Change, HtbClass
-    from dataclasses import replace
+    state = os.environ["RATELIMIT_STATE_DIR"] = tempfile.mkdtemp(prefix="rltr-state-")  # no record left behind
+    try:
+        return _changes(n)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def _changes(n: int) -> dict:
     cleanup()
     sh("ip", "netns", "add", NS["rtr"])
     sh("ip", "-n", NS["rtr"], "link", "add", "rltr-c", "type", "veth", "peer", "name", "rltr-c0")
