@@ -10,7 +10,7 @@ in that millisecond.  The trace loops: when its last opportunity is used, time s
 by the last timestamp (``base_timestamp_ += schedule_.back()``), so an opportunity at
 ``t`` recurs at ``t + k x period`` for every k >= 0 (``mm-link --once`` stops instead).
 
-What mm-link refuses, and so do we (each a one-line ``FieldError`` naming the file
+What mm-link refuses, and so do we (each a one-line ``UsageError`` naming the file
 and the line):
 
 * an empty line, anywhere (``"invalid empty line"``; a last line without its newline
@@ -33,7 +33,7 @@ most ``MAX_BYTES + 1`` are), with timestamps up to ``MAX_PERIOD_MS`` (one day). 
 largest trace mahimahi ships, ``Verizon-LTE-driving.down``, has about 1.1 million
 lines in 7.8 MB (``TMobile-LTE-driving.down``: 505,078 lines, 3.4 MB; its longest,
 ``Verizon-EVDO-driving.up``, lasts 1,064,718 ms, under 18 minutes): the limits leave
-about four times that room and keep a loaded trace under 32 MB of memory (8 bytes a
+three to four times that room and keep a loaded trace under 32 MB of memory (8 bytes a
 timestamp).
 """
 
@@ -53,6 +53,7 @@ TUN_HEADER_BYTES = 4  # struct tun_pi (flags, protocol) before each packet mm-li
 MAX_BYTES = 32 * 1024 * 1024
 MAX_LINES = 4_000_000
 MAX_PERIOD_MS = 24 * 3600 * 1000
+MAX_DIGITS = 18  # a longer line is beyond MAX_PERIOD_MS whatever its digits (leading zeros are read)
 ALLOWED = "a whole number of milliseconds, ASCII digits only, one per line"
 _NOT_DIGITS = re.compile(rb"[^0-9\n]")
 
@@ -115,7 +116,7 @@ def parse(raw: bytes, where: str, path: str = "") -> Trace:
         n = lines.index(b"") + 1
         raise UsageError(f"{where}: line {n}: is empty (mm-link refuses empty lines; {ALLOWED})")
     longest = max(map(len, lines))
-    if longest > len(str(MAX_PERIOD_MS)):
+    if longest > MAX_DIGITS:  # no int() of a number of thousands of digits
         n = next(i for i, line in enumerate(lines, 1) if len(line) == longest)
         raise FieldError(f"{where}: line {n}", lines[n - 1].decode(),
                          f"is beyond {MAX_PERIOD_MS:,} ms (one day), the longest a trace lasts")

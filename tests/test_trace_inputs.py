@@ -40,7 +40,7 @@ def refused(load, path, *parts: str) -> str:
 
 
 def test_a_trace_is_its_opportunities_and_its_period(tmp_path):
-    trace = tracefile.load(str(write(tmp_path, "t.down", "0\n5\n5\n12")))  # no newline at the end: read
+    trace = tracefile.load(str(write(tmp_path, "t.down", "0\n5\n5\n0000000000012")))  # no newline at the end: read
     assert list(trace.timestamps_ms) == [0, 5, 5, 12]
     assert (trace.period_ms, trace.opportunities, trace.name) == (12, 4, "t.down")
     assert trace.mean_bps == pytest.approx(4 * 1504 * 8 / 0.012)
