@@ -48,10 +48,10 @@ BURST_S, PACED_S, STEPS_MS = 3.0, 10.0, (100, 50)
 SERVER = r"""
 import socket, sys, time
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+end, chunk, sent = time.monotonic() + float(sys.argv[2]), b"x" * 65536, 0  # before the client's end
 l.bind(("198.18.71.2", int(sys.argv[1]))); l.listen(1)
 c, _ = l.accept()
 c.settimeout(0.2)  # a stalled link must not keep the server past its end
-end, chunk, sent = time.monotonic() + float(sys.argv[2]), b"x" * 65536, 0
 while time.monotonic() < end:
     try:
         sent += c.send(chunk)
@@ -184,7 +184,7 @@ def outage(method: str, lead_s: float = LEAD_S, outage_s: float = OUTAGE_S, tail
     server = subprocess.Popen(["ip", "netns", "exec", NS["srv"], sys.executable, "-c", SERVER, str(PORT),
                                str(total + 1)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     time.sleep(0.3)
-    client = subprocess.Popen(["ip", "netns", "exec", NS["cli"], sys.executable, "-c", CLIENT, str(PORT), str(total + 1)],
+    client = subprocess.Popen(["ip", "netns", "exec", NS["cli"], sys.executable, "-c", CLIENT, str(PORT), str(total + 2)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         return _watch(method, hold, resume, server, client, (lead_s, outage_s, tail_s))
