@@ -15,7 +15,7 @@ setup(
     packages=["ratelimit", "ratelimit.kernel", "ratelimit.kernel.kinds", "ratelimit.lab",
               "ratelimit.shipped_profiles", "webui"],
     package_dir={"ratelimit.shipped_profiles": "profiles"},
-    package_data={"ratelimit.shipped_profiles": ["*.toml", "scenarios/*.toml"], "webui": ["templates/*", "static/*", "static/vendor/*"]},
+    package_data={"ratelimit.shipped_profiles": ["*.toml", "scenarios/*.toml", "traces/*.down", "traces/*.up", "schedules/*.toml"], "webui": ["templates/*", "static/*", "static/vendor/*"]},
     include_package_data=True,
     data_files=[("share/ratelimit/vagrant/provision",
                  ["vagrant/provision/client.sh", "vagrant/provision/server.sh", "vagrant/provision/router.sh"])],

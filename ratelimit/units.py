@@ -109,10 +109,21 @@ def _scaled(field: str, text, allowed: str, factors: dict, lo: int, hi: int, lim
     return n
 
 
+RATE_ALLOWED = "is not a rate (e.g. 28800, 28.8kbit, 1mbit, 125kbps; kbit = 1000 bit/s)"
+
+
 def parse_rate_bps(text, field: str = "rate") -> int:
     """``"28.8kbit"`` -> 28800.  A bare number is bit/s."""
-    return _scaled(field, text, "is not a rate (e.g. 28800, 28.8kbit, 1mbit, 125kbps; kbit = 1000 bit/s)",
-                   _RATE_BITS, 8, MAX_RATE_BPS, "is out of range (8bit to 34Tbit)")
+    return _scaled(field, text, RATE_ALLOWED, _RATE_BITS, 8, MAX_RATE_BPS, "is out of range (8bit to 34Tbit)")
+
+
+def parse_rate_or_zero_bps(text, field: str = "rate") -> int:
+    """A rate as ``parse_rate_bps`` reads it, or 0 in any rate unit (``0``, ``0bit``,
+    ``0mbit``): a link that carries nothing for a while (a schedule's tunnel)."""
+    value, unit = _split(field, text, RATE_ALLOWED)
+    if value == 0 and unit in _RATE_BITS:
+        return 0
+    return _scaled(field, text, RATE_ALLOWED, _RATE_BITS, 8, MAX_RATE_BPS, "is out of range (0, or 8bit to 34Tbit)")
 
 
 def parse_size_bytes(text, field: str = "size") -> int:

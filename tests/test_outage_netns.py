@@ -1,0 +1,30 @@
+"""An outage on the host kernel (namespaces rltr-*): a TCP download through one shaped link
+whose capacity goes to nothing for 3 s and comes back, held by the method a trace driver
+will use (docs/traces-notes.md): a token bucket as the link's leaf, shut and opened again.
+
+What a tunnel does, and so must the link: nothing passes while it lasts (at most the one
+frame the token bucket lets out as it shuts), the link's queue fills and then drops at its
+limit, the connection is not reset, and the download resumes at the link's rate at once."""
+
+import pytest
+
+from bench import tracefacts
+
+pytestmark = pytest.mark.netns
+
+
+@pytest.fixture
+def clean():
+    tracefacts.cleanup()
+    yield
+    tracefacts.cleanup()
+
+
+def test_a_shut_token_bucket_holds_the_link_like_a_tunnel(clean):
+    r = tracefacts.outage("tbf-gate", lead_s=3.0, outage_s=3.0, tail_s=4.0)
+    assert r["client_error"] is None and r["server_stderr"] == ""  # not reset
+    assert r["class_sent_in_outage_packets"] <= 1  # the frame let out as it shut
+    assert r["received_in_outage_after_50ms_bytes"] == 0  # and after that, nothing
+    assert r["leaf_drops_in_outage"] > 0 and r["leaf_backlog_at_resume_bytes"] > tracefacts.QUEUE_BYTES - 1514
+    assert r["first_bytes_after_resume_s"] is not None and r["first_bytes_after_resume_s"] < 0.5
+    assert r["class_bps_2s_to_end"] / tracefacts.RATE_BPS == pytest.approx(1.0, abs=0.1)
