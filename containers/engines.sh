@@ -109,6 +109,7 @@ build_rootfs() {
     # $1: the tar to write
     env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LC_ALL=C.UTF-8 \
         mmdebstrap --quiet --variant=minbase --format=tar --include="$IMAGE_PACKAGES" \
+        --aptopt='APT::Install-Recommends "false"' \
         --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/info/*' \
         --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
         --dpkgopt='path-exclude=/usr/share/locale/*' \
@@ -140,7 +141,7 @@ image() {
     fi
     if command -v podman >/dev/null 2>&1; then
         if ! podman image exists "localhost/$name"; then
-            podman import --change 'CMD ["/bin/sh"]' "$tar" "localhost/$name" >/dev/null
+            podman import --quiet --change 'CMD ["/bin/sh"]' "$tar" "localhost/$name" >/dev/null
             say "imported localhost/$name into podman"
         fi
     fi
