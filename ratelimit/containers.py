@@ -242,10 +242,21 @@ def engines(engine: str | None = None, which=shutil.which) -> list[Engine]:
 def find(name: str, engine: str | None = None, field_name: str = "--container") -> Container:
     """The container ``name`` in the engine named, or in the one engine that has it."""
     check_name(name, field_name)
-    hits = [c for e in engines(engine) if (c := e.inspect(name)) is not None]
+    hits, silent = [], []
+    for e in engines(engine):
+        try:
+            c = e.inspect(name)
+        except ContainerError as err:
+            if engine:  # the engine named cannot be asked
+                raise ContainerError(f"{field_name}{str(err)[len('--container'):]}") from None
+            silent.append(f"{e.name} not asked: {str(err).split(': ', 1)[1]}")
+            continue
+        if c is not None:
+            hits.append(c)
     if not hits:
         where = engine or " or ".join(e.name for e in engines(engine))
         raise ContainerError(f"{field_name}: no container '{name}' in {where}"
+                             + "".join(f" ({s})" for s in silent)
                              + ("" if os.geteuid() == 0 or engine == "docker" else
                                 " (rootless Podman's containers are seen only by their own user)"))
     if len(hits) > 1:
