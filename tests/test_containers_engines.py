@@ -187,6 +187,14 @@ def test_a_web_container_serves_a_client_container_over_a_modem(engine):
     e = engine
     web = web_and_client(e)
     before = qdiscs(e, "rlct-web", "rlct-client")
+    dry = ratelimit("--container", "rlct-web", "--hosts", "container:rlct-client", "--profile", "modem-28k8",
+                    *delay_args(), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    owner = json.loads(e("inspect", "rlct-web").stdout)[0]["Id"][:12]
+    assert f"# the container's namespace has this name only while ratelimit runs; first: ip netns attach " \
+           f"rl-ct-{owner} {e.pid('rlct-web')}" in dry.stdout
+    assert f"tc -n rl-ct-{owner}" in dry.stdout or f"ip netns exec rl-ct-{owner}" in dry.stdout, dry.stdout[:400]
+    assert qdiscs(e, "rlct-web", "rlct-client") == before and not [n for n in run_dir() if n.startswith("rl-ct-")]
     r = ratelimit("--container", "rlct-web", "--hosts", "container:rlct-client", "--profile", "modem-28k8",
                   *delay_args())
     assert r.returncode == 0, r.stderr
@@ -241,23 +249,32 @@ def test_a_client_container_as_one_user_on_a_slow_link(engine):
 # ---------------------------------------------------------------- one namespace, two names
 
 
-def test_a_pods_containers_lead_to_one_namespace(engines_up):
+def test_containers_sharing_a_namespace_lead_to_one(engine):
+    """A Podman pod's members, and Docker's --network container:X (compose's network_mode:
+    service:X): every name leads to the namespace's owner, one name for it, one record."""
     from ratelimit import containers
-    e = Engine("podman", engines_up)
-    e.network()
-    try:
+    e = engine
+    if e.name == "podman":
         e("pod", "rm", "-f", "-t", "0", "rlct-pod", check=False)
         e("pod", "create", "--name", "rlct-pod", "--network", e.net)
         for name in ("rlct-pod-a", "rlct-pod-b"):
             e.made.append(name)
             e("run", "-d", "--pod", "rlct-pod", "--name", name, e.image, "sleep", "600")
-        (a, owner_a), (b, owner_b) = containers.resolve("rlct-pod-a"), containers.resolve("rlct-pod-b")
-        assert a.id != b.id and owner_a.id == owner_b.id != a.id  # the pod's infra container
+        a, b = "rlct-pod-a", "rlct-pod-b"
+    else:
+        e.run("rlct-pod-a", e.image, "sleep", "600")
+        e.run("rlct-pod-b", e.image, "sleep", "600", network="container:rlct-pod-a")
+        a, b = "rlct-pod-a", "rlct-pod-b"
+    try:
+        (ca, owner_a), (cb, owner_b) = containers.resolve(a, e.name), containers.resolve(b, e.name)
+        assert ca.id != cb.id and owner_a.id == owner_b.id
+        assert cb.namespace_owner() is not None
+        assert (owner_a.id != ca.id) == (e.name == "podman")  # a pod's namespace is its infra container's
         assert containers.netns_name(owner_a) == containers.netns_name(owner_b)
-        assert a.namespace_owner() is not None
+        assert containers.netns_inode(ca.pid) == containers.netns_inode(cb.pid)
     finally:
-        e("pod", "rm", "-f", "-t", "0", "rlct-pod", check=False)
-        e.remove()
+        if e.name == "podman":
+            e("pod", "rm", "-f", "-t", "0", "rlct-pod", check=False)
 
 
 # ---------------------------------------------------------------- bad input changes nothing
