@@ -37,7 +37,7 @@ CNI_DIR = Path("/etc/cni/net.d")
 PODMAN_ENV = {**os.environ, "CONTAINERS_CONF": str(ROOT / "containers" / "containers.conf")}
 PREFIX = "rlct-"
 NETWORKS = {"docker": ("rlct-net", "198.18.240.0/24", "rlct-d0"), "podman": ("rlct-net", "198.18.241.0/24", "rlct-p0")}
-WEB_CMD = ("mkdir -p /srv && head -c 10000 /dev/zero > /srv/10000.bin && "
+WEB_CMD = ("mkdir -p /srv && head -c 10000 /dev/zero > /srv/10000.bin && head -c 100000 /dev/zero > /srv/100000.bin && "
            "printf 'server { listen 80; root /srv; access_log off; }\\n' > /etc/nginx/sites-enabled/default && "
            "exec nginx -g 'daemon off;'")
 
@@ -139,11 +139,11 @@ def engine(request, engines_up):
         e.remove()
 
 
-def web_and_client(e):
+def web_and_client(e, timestamps=False):
     # no TCP metrics kept between connections: each fetch starts as the first did
     e.run("rlct-web", "--sysctl", "net.ipv4.tcp_no_metrics_save=1", e.image, "sh", "-c", WEB_CMD)
     # the link model's client: no TCP timestamps behind a header-compressing modem link
-    e.run("rlct-client", "--sysctl", "net.ipv4.tcp_timestamps=0", e.image, "sleep", "600")
+    e.run("rlct-client", "--sysctl", f"net.ipv4.tcp_timestamps={int(timestamps)}", e.image, "sleep", "600")
     web = e.address("rlct-web")
     for _ in range(50):  # nginx up
         if e("exec", "rlct-client", "curl", "-s", "-o", "/dev/null", f"http://{web}/10000.bin", check=False).returncode == 0:
@@ -244,6 +244,38 @@ def test_a_client_container_as_one_user_on_a_slow_link(engine):
         r = ratelimit("--container", "rlct-client", "--clean")
     assert r.returncode == 0, r.stderr
     assert qdiscs(e, "rlct-web", "rlct-client") == before
+
+
+@pytest.mark.parametrize("engine", ["podman"], indirect=True)  # the link is the same whoever wired the veth
+def test_six_parallel_fetches_of_one_3g_user_share_its_one_link(engine):
+    """The issue's 3G user: six downloads at once from the client container take as long as
+    their frames need at the one link's rate (per host, every port)."""
+    e = engine
+    web = web_and_client(e, timestamps=True)  # 3G's link layer is Ethernet: the model keeps timestamps
+    no_netem = [] if probe(["netem"])["netem"] else ["--delay", "0ms", "--jitter", "0ms", "--loss", "0%"]
+    r = ratelimit("--container", "rlct-client", "--profile", "3g", *no_netem)
+    assert r.returncode == 0, r.stderr
+    try:
+        applied = json.loads(ratelimit("--container", "rlct-client", "--list", "--json").stdout)["applied"]
+        assert applied["links"] == 2  # one link each way for the container's one address
+        one = fetch(e, web)
+        m = model(applied)
+        urls = [f"http://{web}/100000.bin?{i}" for i in range(6)]
+        out = e("exec", "rlct-client", "sh", "-c", 'a=$(date +%s.%N); curl -sS -Z --parallel-max 6 -o /dev/null '
+                '-o /dev/null -o /dev/null -o /dev/null -o /dev/null -o /dev/null -w "%{size_download}\\n" "$@"; '
+                'b=$(date +%s.%N); echo "$a $b"', "sh", *urls).stdout.split()
+        sizes, (start, end) = [int(x) for x in out[:-2]], map(float, out[-2:])
+        assert sizes == [100_000] * 6
+        seconds = end - start
+        # one handshake and request, then six responses back to back on the one link
+        expected = m.fetch_seconds(100_000, header=one.header_bytes, request=one.request_bytes) + \
+            5 * m.response_seconds(100_000, header=one.header_bytes)
+        ratio = seconds / expected
+        print(f"{e.name}, six fetches by one 3G user: {seconds:.3f} s, the model {expected:.3f} s ({ratio:.3f})")
+        assert 0.95 < ratio < 1.05, (seconds, ratio)
+    finally:
+        r = ratelimit("--container", "rlct-client", "--clean")
+    assert r.returncode == 0, r.stderr
 
 
 # ---------------------------------------------------------------- one namespace, two names
