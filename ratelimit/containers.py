@@ -137,10 +137,14 @@ def refusal(c: Container) -> str | None:
                 f"(use --interface on the host's device instead)")
     if mode == "none":
         return f"{c.label()} has no network (--network none)"
-    if mode.startswith(("slirp4netns", "pasta")) or c.rootless:
-        return (f"{c.label()} uses user-mode networking ({mode or 'rootless'}): it has no host-side veth "
-                f"and its engine runs without root; run it with rootful {c.engine} on a bridge network, "
-                f"or shape inside it with --netns after binding /proc/PID/ns/net (docs/containers.md)")
+    if c.rootless:
+        return (f"{c.label()} belongs to rootless Podman, whose containers have no host-side veth and "
+                f"whose namespaces only their user may enter; run ratelimit and the container as root "
+                f"(docs/containers.md, Rootless Podman)")
+    if mode.startswith(("slirp4netns", "pasta")):
+        return (f"{c.label()} uses user-mode networking ({mode}): it has no host-side veth; run it on a "
+                f"bridge network, or shape inside it with --netns after binding /proc/PID/ns/net "
+                f"(docs/containers.md, Rootless Podman)")
     if mode.startswith("ns:"):
         return f"{c.label()} uses a namespace its engine did not make ({mode})"
     if c.namespace_owner() is None and not c.networks:

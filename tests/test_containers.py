@@ -82,12 +82,11 @@ def make(name="web", status="running", pid=42, mode="rlct-net", nets=("rlct-net"
                                  "(use --interface on the host's device instead)"),
     (make(mode="none", nets=()), "podman container 'web' has no network (--network none)"),
     (make(mode="slirp4netns", nets=()), "podman container 'web' uses user-mode networking (slirp4netns): it has "
-                                        "no host-side veth and its engine runs without root; run it with rootful "
-                                        "podman on a bridge network, or shape inside it with --netns after binding "
-                                        "/proc/PID/ns/net (docs/containers.md)"),
-    (make(rootless=True), "podman container 'web' uses user-mode networking (rlct-net): it has no host-side veth "
-                          "and its engine runs without root; run it with rootful podman on a bridge network, or "
-                          "shape inside it with --netns after binding /proc/PID/ns/net (docs/containers.md)"),
+                                        "no host-side veth; run it on a bridge network, or shape inside it with "
+                                        "--netns after binding /proc/PID/ns/net (docs/containers.md, Rootless Podman)"),
+    (make(rootless=True), "podman container 'web' belongs to rootless Podman, whose containers have no host-side "
+                          "veth and whose namespaces only their user may enter; run ratelimit and the container as "
+                          "root (docs/containers.md, Rootless Podman)"),
     (make(mode="bridge", nets=()), "podman container 'web' is on no network"),
     (make(), None),
     (make(mode="container:" + "cd" * 32, nets=()), None),  # followed to the owner by resolve
