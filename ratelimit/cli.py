@@ -308,7 +308,7 @@ def _container(args, action, con) -> int:
     if action is None:
         use = "server" if args.hosts is not None or args.scenario is not None else "user"
         with container_target(args.container, hosts=args.hosts, network=args.network, engine=args.engine,
-                              use=use) as target:
+                              use=use, notice=con.notice) as target:
             args.interface, args.netns = target.interface, target.netns
             if use == "user" or args.hosts is not None:
                 args.hosts = target.hosts
@@ -316,7 +316,7 @@ def _container(args, action, con) -> int:
             return _run(args, None, con, target)
     if action == "clean" and args.dry_run:
         raise UsageError("--dry-run: clean with --container removes what is recorded; run it without --dry-run")
-    with both_targets(args.container, network=args.network, engine=args.engine) as found:
+    with both_targets(args.container, network=args.network, engine=args.engine, notice=con.notice) as found:
         if action == "clean":
             for t in found:
                 args.interface, args.netns = t.interface, t.netns

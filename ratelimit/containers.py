@@ -381,35 +381,78 @@ def _host_nsid(ipr, fd: int) -> int | None:
 
 
 @contextmanager
-def attached(owner: Container):
-    """A name in /run/netns for ``owner``'s namespace while the block runs (``netns_name``),
-    removed afterwards; runs of ratelimit on containers take turns (one lock file).  A
-    name left by a killed run is replaced."""
-    from pyroute2 import netns as pyroute2_netns
+def turn():
+    """Runs of ratelimit on containers take turns (one lock file in the state directory):
+    the names ``attached`` gives and the files ``tidy`` removes are then no other run's."""
     from . import state
-    from .kernel.netns import NETNS_DIR, off_loop
-    name = netns_name(owner)
-    path = os.path.join(NETNS_DIR, name)
     state.state_dir().mkdir(parents=True, exist_ok=True)
     with open(state.state_dir() / "containers.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@contextmanager
+def attached(owner: Container):
+    """A name in /run/netns for ``owner``'s namespace while the block runs (``netns_name``),
+    removed afterwards; call it within ``turn``.  A name a killed run left is replaced."""
+    from pyroute2 import netns as pyroute2_netns
+    from .kernel.netns import NETNS_DIR, off_loop
+    name = netns_name(owner)
+    path = os.path.join(NETNS_DIR, name)
+    if os.path.exists(path):
+        off_loop(pyroute2_netns.remove, name)
+    os.makedirs(NETNS_DIR, exist_ok=True)
+    try:
+        off_loop(pyroute2_netns.attach, name, owner.pid)
+    except OSError as err:
+        if os.path.exists(path):
+            os.unlink(path)  # the mount point of a bind that failed
+        raise ContainerError(f"--container: cannot name {owner.label()}'s namespace ({err})") from None
+    try:
+        st = os.stat(path)
+        if (st.st_dev, st.st_ino) != netns_inode(owner.pid):
+            raise ContainerError(f"--container: {owner.label()}'s namespace changed while it was being named")
+        yield name
+    finally:
         if os.path.exists(path):
             off_loop(pyroute2_netns.remove, name)
-        os.makedirs(NETNS_DIR, exist_ok=True)
+
+
+def tidy(netns: str | None, interface: str) -> None:
+    """Remove the lock file of a container target that holds no record (within ``turn``):
+    containers come and go with new ids and veths, and their lock files would pile up in
+    the state directory; a container's namespace directory goes with its last file."""
+    from . import state
+    d = state.state_dir() / (netns or "-")
+    if (d / f"{interface}.json").exists() or (d / f"{interface}.marker").exists():
+        return  # links are recorded, or a run was killed mid-change: the lock stays with them
+    (d / f"{interface}.lock").unlink(missing_ok=True)
+    if netns and netns.startswith(NETNS_PREFIX):
         try:
-            off_loop(pyroute2_netns.attach, name, owner.pid)
-        except OSError as err:
-            if os.path.exists(path):
-                os.unlink(path)  # the mount point of a bind that failed
-            raise ContainerError(f"--container: cannot name {owner.label()}'s namespace ({err})") from None
+            d.rmdir()
+        except OSError:
+            pass
+
+
+def gone_veths(owner_id: str) -> list[str]:
+    """Host-side veths recorded for the container ``owner_id`` (the user use) that no longer
+    exist: a restarted container comes back on a new veth, and the old record is then about
+    a device that is gone.  Their records are forgotten; returns their names."""
+    from . import state
+    out = []
+    for interface in state.interfaces(None):
+        if os.path.exists(f"/sys/class/net/{interface}"):
+            continue
         try:
-            st = os.stat(path)
-            if (st.st_dev, st.st_ino) != netns_inode(owner.pid):
-                raise ContainerError(f"--container: {owner.label()}'s namespace changed while it was being named")
-            yield name
-        finally:
-            if os.path.exists(path):
-                off_loop(pyroute2_netns.remove, name)
+            record = state.load(None, interface)
+        except RatelimitError:
+            continue
+        req = record.request if record is not None else None
+        if req is not None and req.container and req.container[2] == owner_id:
+            state.forget(None, interface)
+            tidy(None, interface)
+            out.append(interface)
+    return out
 
 
 # ---------------------------------------------------------------- --hosts container:NAME

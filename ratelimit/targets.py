@@ -40,38 +40,62 @@ class Target:
 
 @contextmanager
 def container_target(name: str, *, hosts=None, network: str | None = None, engine: str | None = None,
-                     use: str | None = None):
+                     use: str | None = None, notice=None):
     """Resolve ``--container name`` and yield its ``Target``; for the server use the
     container's namespace has a name in /run/netns until the block ends.  ``use`` None:
-    server with ``hosts``, user without (the CLI passes server for a scenario too)."""
+    server with ``hosts``, user without (the CLI passes server for a scenario too).
+    ``notice(text)`` hears of records forgotten because their veth is gone."""
     use = use or ("server" if hosts is not None else "user")
     if use not in USES:
         raise UsageError(f"use: '{use}' is not one of {', '.join(USES)}")
-    c, owner = containers.resolve(name, engine)
-    endpoint = containers.choose_network(owner, network)
-    wired = containers.wiring(owner, endpoint)
-    note = (c.engine, c.name, owner.id, endpoint.network, use)
-    if use == "user":
-        if hosts is not None:
-            raise UsageError("--hosts: a container as one user has one link for its own addresses (leave out --hosts)")
-        addrs = [str(a) for a in wired.addresses]
-        if not addrs:
-            raise containers.ContainerError(f"--container: {c.label()} has no address on network '{endpoint.network}'")
-        yield Target(use, owner.pid, wired.veth, None, addrs, ((c.name, tuple(addrs)),), note)
-        return
-    expanded, named = (None, ()) if hosts is None else \
-        containers.expand_hosts(hosts, server=owner, network=endpoint.network, engine=engine or c.engine)
-    with containers.attached(owner) as ns:
-        yield Target(use, owner.pid, wired.inside, ns, expanded, named, note)
+    with containers.turn():
+        c, owner = containers.resolve(name, engine)
+        endpoint = containers.choose_network(owner, network)
+        wired = containers.wiring(owner, endpoint)
+        note = (c.engine, c.name, owner.id, endpoint.network, use)
+        _forget_gone(c, owner, notice)
+        if use == "user":
+            if hosts is not None:
+                raise UsageError("--hosts: a container as one user has one link for its own addresses "
+                                 "(leave out --hosts)")
+            addrs = [str(a) for a in wired.addresses]
+            if not addrs:
+                raise containers.ContainerError(f"--container: {c.label()} has no address on network "
+                                                f"'{endpoint.network}'")
+            try:
+                yield Target(use, owner.pid, wired.veth, None, addrs, ((c.name, tuple(addrs)),), note)
+            finally:
+                containers.tidy(None, wired.veth)
+            return
+        expanded, named = (None, ()) if hosts is None else \
+            containers.expand_hosts(hosts, server=owner, network=endpoint.network, engine=engine or c.engine)
+        with containers.attached(owner) as ns:
+            try:
+                yield Target(use, owner.pid, wired.inside, ns, expanded, named, note)
+            finally:
+                containers.tidy(ns, wired.inside)
 
 
 @contextmanager
-def both_targets(name: str, *, network: str | None = None, engine: str | None = None):
+def both_targets(name: str, *, network: str | None = None, engine: str | None = None, notice=None):
     """For clean, --list and --stats: (the server target, the user target) of ``name``."""
-    c, owner = containers.resolve(name, engine)
-    endpoint = containers.choose_network(owner, network)
-    wired = containers.wiring(owner, endpoint)
-    note = (c.engine, c.name, owner.id, endpoint.network)
-    with containers.attached(owner) as ns:
-        yield (Target("server", owner.pid, wired.inside, ns, None, (), note + ("server",)),
-               Target("user", owner.pid, wired.veth, None, None, (), note + ("user",)))
+    with containers.turn():
+        c, owner = containers.resolve(name, engine)
+        endpoint = containers.choose_network(owner, network)
+        wired = containers.wiring(owner, endpoint)
+        note = (c.engine, c.name, owner.id, endpoint.network)
+        _forget_gone(c, owner, notice)
+        with containers.attached(owner) as ns:
+            try:
+                yield (Target("server", owner.pid, wired.inside, ns, None, (), note + ("server",)),
+                       Target("user", owner.pid, wired.veth, None, None, (), note + ("user",)))
+            finally:
+                containers.tidy(ns, wired.inside)
+                containers.tidy(None, wired.veth)
+
+
+def _forget_gone(c, owner, notice) -> None:
+    for veth in containers.gone_veths(owner.id):
+        if notice:
+            notice(f"{c.label()}: the links recorded on {veth} went with that device "
+                   f"(the container was restarted); record forgotten")

@@ -129,6 +129,13 @@ class Engine:
             sh("ip", "link", "del", self.bridge, check=False)
 
 
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    """A state directory of the test's own, for every ratelimit it runs."""
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
 @pytest.fixture(params=["podman", "docker"])
 def engine(request, engines_up):
     e = Engine(request.param, engines_up)
@@ -183,14 +190,14 @@ def run_dir():
 # ---------------------------------------------------------------- the two uses
 
 
-def test_a_web_container_serves_a_client_container_over_a_modem(engine):
+def test_a_web_container_serves_a_client_container_over_a_modem(engine, state):
     e = engine
     web = web_and_client(e)
     before = qdiscs(e, "rlct-web", "rlct-client")
+    owner = json.loads(e("inspect", "rlct-web").stdout)[0]["Id"][:12]
     dry = ratelimit("--container", "rlct-web", "--hosts", "container:rlct-client", "--profile", "modem-28k8",
                     *delay_args(), "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    owner = json.loads(e("inspect", "rlct-web").stdout)[0]["Id"][:12]
     assert f"# the container's namespace has this name only while ratelimit runs; first: ip netns attach " \
            f"rl-ct-{owner} {e.pid('rlct-web')}" in dry.stdout
     assert f"tc -n rl-ct-{owner}" in dry.stdout or f"ip netns exec rl-ct-{owner}" in dry.stdout, dry.stdout[:400]
@@ -219,9 +226,10 @@ def test_a_web_container_serves_a_client_container_over_a_modem(engine):
     assert r.returncode == 0 and "eth0: removed what ratelimit installed" in r.stdout, r.stderr
     assert qdiscs(e, "rlct-web", "rlct-client") == before
     assert not [n for n in run_dir() if n.startswith("rl-ct-")]
+    assert not (state / f"rl-ct-{owner}").exists()  # no record, no lock file left behind
 
 
-def test_a_client_container_as_one_user_on_a_slow_link(engine):
+def test_a_client_container_as_one_user_on_a_slow_link(engine, state):
     e = engine
     web = web_and_client(e)
     before = qdiscs(e, "rlct-web", "rlct-client")
@@ -244,10 +252,30 @@ def test_a_client_container_as_one_user_on_a_slow_link(engine):
         r = ratelimit("--container", "rlct-client", "--clean")
     assert r.returncode == 0, r.stderr
     assert qdiscs(e, "rlct-web", "rlct-client") == before
+    assert not list((state / "-").glob(f"{veth}.*"))
+
+
+@pytest.mark.parametrize("engine", ["podman"], indirect=True)
+def test_a_restarted_users_links_went_with_its_veth(engine, state):
+    """A restarted container comes back on a new veth: the record of the old one is
+    forgotten with a notice, and nothing of it is left."""
+    e = engine
+    e.run("rlct-client", e.image, "sleep", "600")
+    r = ratelimit("--container", "rlct-client", "--rate", "1mbit", "--mode", "shape")
+    assert r.returncode == 0, r.stderr
+    old = r.stdout.split(":", 1)[0]
+    assert (state / "-" / f"{old}.json").exists()
+    e("restart", "-t", "0", "rlct-client")
+    r = ratelimit("--container", "rlct-client", "--list")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == (f"ratelimit: podman container 'rlct-client': the links recorded on {old} went with that "
+                        f"device (the container was restarted); record forgotten\n")
+    assert "nothing installed by ratelimit" in r.stdout and old not in r.stdout
+    assert not list((state / "-").glob(f"{old}.*"))
 
 
 @pytest.mark.parametrize("engine", ["podman"], indirect=True)  # the link is the same whoever wired the veth
-def test_six_parallel_fetches_of_one_3g_user_share_its_one_link(engine):
+def test_six_parallel_fetches_of_one_3g_user_share_its_one_link(engine, state):
     """The issue's 3G user: six downloads at once from the client container take as long as
     their frames need at the one link's rate (per host, every port)."""
     e = engine
@@ -312,14 +340,13 @@ def test_containers_sharing_a_namespace_lead_to_one(engine):
 # ---------------------------------------------------------------- bad input changes nothing
 
 
-def test_bad_containers_are_one_line_and_change_nothing(engine):
+def test_bad_containers_are_one_line_and_change_nothing(engine, state):
     e = engine
     web_and_client(e)
     e.made.append("rlct-stopped")
     e("create", "--name", "rlct-stopped", "--network", e.net, e.image, "sleep", "600")
     e.run("rlct-hostnet", e.image, "sleep", "600", network="host")
     e.run("rlct-nonet", e.image, "sleep", "600", network="none")
-    state = Path("/run/ratelimit")
     records = sorted(str(p) for p in state.rglob("*.json")) if state.exists() else []
     before = (qdiscs(e, "rlct-web", "rlct-client"), run_dir(), records)
     eng = e.name
