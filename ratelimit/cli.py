@@ -238,14 +238,23 @@ def _dispatch(argv, con) -> int:
             action = action or flag
     if args.container is not None:
         return _container(args, action, con)
+    named = ()
+    if action is None and args.hosts is not None:
+        from . import containers
+        if any(h.lower().startswith(containers.HOST_PREFIX) for h in containers.host_items(args.hosts)):
+            with containers.turn():  # container:NAME on a router's own interface: its one network's address
+                args.hosts, named = containers.expand_hosts(args.hosts, server=None, network=args.network,
+                                                            engine=args.engine)
+            return _run(args, action, con, named=named)
     if args.engine is not None or args.network is not None:
-        raise UsageError("--engine/--network: they go with --container")
+        raise UsageError("--engine/--network: they go with --container or container:NAME in --hosts")
     return _run(args, action, con)
 
 
-def _run(args, action, con, target=None) -> int:
+def _run(args, action, con, target=None, named=()) -> int:
     """One action (None: apply) on ``args.interface`` in ``args.netns``; ``target``: the
-    ``targets.Target`` of --container, for the record."""
+    ``targets.Target`` of --container, for the record; ``named``: hosts given as
+    container:NAME, for the record."""
     echo = con.out if args.verbose else None
     notice = con.notice
     from . import service
@@ -276,8 +285,9 @@ def _run(args, action, con, target=None) -> int:
         per=per, link=args.link, mix=args.mix, servers=args.servers, server_ports=args.server_ports,
         scenario=None if args.scenario is None else scenarios.load(args.scenario),
         **{name: getattr(args, name) for name in service.IMPAIRMENTS})
-    if target is not None:
-        req = service.for_container(req, target.container, target.named)
+    if target is not None or named:
+        req = service.for_container(req, None if target is None else target.container,
+                                    named if target is None else target.named)
     if args.dry_run:
         from .script import script
         ops, how = service.preview(req)
