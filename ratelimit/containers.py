@@ -437,7 +437,8 @@ def tidy(netns: str | None, interface: str) -> None:
 def gone_veths(owner_id: str) -> list[str]:
     """Host-side veths recorded for the container ``owner_id`` (the user use) that no longer
     exist: a restarted container comes back on a new veth, and the old record is then about
-    a device that is gone.  Their records are forgotten; returns their names."""
+    a device that is gone.  Their records are forgotten and the IFB devices they own
+    deleted; returns their names."""
     from . import state
     out = []
     for interface in state.interfaces(None):
@@ -449,10 +450,30 @@ def gone_veths(owner_id: str) -> list[str]:
             continue
         req = record.request if record is not None else None
         if req is not None and req.container and req.container[2] == owner_id:
+            _drop_ifbs(record)
             state.forget(None, interface)
             tidy(None, interface)
             out.append(interface)
     return out
+
+
+def _drop_ifbs(record) -> None:
+    """Delete the IFB devices a record of a vanished veth owns (they stay when the veth goes)."""
+    from pyroute2 import IPRoute
+    from .compile import compiled
+    from .fingerprint import of_plan
+    from .kernel.netns import off_loop
+    owned = record.fingerprint or of_plan(compiled(record.request))
+    names = [dev for dev, parts in owned.items() if parts.get("device")]
+
+    def drop():
+        with IPRoute() as ipr:
+            for name in names:
+                found = ipr.link_lookup(ifname=name)
+                if found and _kind(ipr.get_links(found[0])[0]) == "ifb":
+                    ipr.link("del", index=found[0])
+    if names:
+        off_loop(drop)
 
 
 # ---------------------------------------------------------------- --hosts container:NAME

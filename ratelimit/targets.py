@@ -98,4 +98,4 @@ def _forget_gone(c, owner, notice) -> None:
     for veth in containers.gone_veths(owner.id):
         if notice:
             notice(f"{c.label()}: the links recorded on {veth} went with that device "
-                   f"(the container was restarted); record forgotten")
+                   f"(the container was restarted); record and IFB device removed")

@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from ratelimit.compile import ifb_name
 from ratelimit.kernel.probe import probe
 from ratelimit.lab.measure import Download
 from ratelimit.linkmodel import LinkModel
@@ -269,9 +270,31 @@ def test_a_restarted_users_links_went_with_its_veth(engine, state):
     r = ratelimit("--container", "rlct-client", "--list")
     assert r.returncode == 0, r.stderr
     assert r.stderr == (f"ratelimit: podman container 'rlct-client': the links recorded on {old} went with that "
-                        f"device (the container was restarted); record forgotten\n")
+                        f"device (the container was restarted); record and IFB device removed\n")
     assert "nothing installed by ratelimit" in r.stdout and old not in r.stdout
     assert not list((state / "-").glob(f"{old}.*"))
+    assert not Path(f"/sys/class/net/{ifb_name(old)}").exists()  # the IFB device of its upload went too
+
+
+@pytest.mark.parametrize("engine", ["docker"], indirect=True)
+def test_container_hosts_on_an_interface_named_by_hand(engine, state):
+    """container:NAME in --hosts without --container: the address on the container's one
+    network, resolved once; the record keeps the name beside it."""
+    from ratelimit import containers
+    e = engine
+    e.run("rlct-client", e.image, "sleep", "600")
+    c, owner = containers.resolve("rlct-client", "docker")
+    veth = containers.wiring(owner, containers.choose_network(owner, None)).veth
+    r = ratelimit("--interface", veth, "--hosts", "container:rlct-client", "--per", "host", "--rate", "1mbit",
+                  "--mode", "shape")
+    assert r.returncode == 0, r.stderr
+    try:
+        applied = json.loads(ratelimit("--interface", veth, "--list", "--json").stdout)["applied"]
+        assert applied["hosts"] == [e.address("rlct-client")]
+        assert applied["named"] == {"rlct-client": [e.address("rlct-client")]} and "container" not in applied
+    finally:
+        r = ratelimit("--interface", veth, "--clean")
+    assert r.returncode == 0, r.stderr
 
 
 @pytest.mark.parametrize("engine", ["podman"], indirect=True)  # the link is the same whoever wired the veth
