@@ -269,11 +269,7 @@ def _run(args, action, con, target=None, named=()) -> int:
         from .readout import statistics
         data = statistics(args.interface, args.netns, notice=notice)
         if args.json:
-            if action == "list":
-                for row in data["links"]:
-                    for key in ("bytes", "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"):
-                        row.pop(key, None)
-            con.out(json.dumps(data, separators=(",", ":")))  # compact: the C encoder (indent is Python's)
+            con.out(_as_json(data, action))
         else:
             con.out(render_table(data, counters=action == "stats"))
         return 0
@@ -309,6 +305,15 @@ def _run(args, action, con, target=None, named=()) -> int:
     return 0
 
 
+def _as_json(data: dict, action: str) -> str:
+    """--list --json (the links without their counters) or --stats --json, as one line."""
+    if action == "list":
+        for row in data["links"]:
+            for key in ("bytes", "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"):
+                row.pop(key, None)
+    return json.dumps(data, separators=(",", ":"))  # compact: the C encoder (indent is Python's)
+
+
 def _container(args, action, con) -> int:
     """--container: the links on the container's own interface (the server of --hosts) or
     on its host-side veth (one user); clean, --list and --stats look at both."""
@@ -340,11 +345,7 @@ def _container(args, action, con) -> int:
                 continue
             data["container"] = {"use": t.use, "interface": t.interface}
             if args.json:
-                if action == "list":
-                    for row in data["links"]:
-                        for key in ("bytes", "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"):
-                            row.pop(key, None)
-                con.out(json.dumps(data, separators=(",", ":")))
+                con.out(_as_json(data, action))
             else:
                 where = "its own interface" if t.use == "server" else "its host-side veth"
                 con.out(f"# {args.container}: {where}, {t.interface}")
