@@ -4,23 +4,26 @@
 Two halves.  The pure half checks a name against the engines' own rule before
 anything runs, reads ``docker inspect`` / ``podman container inspect`` JSON into a
 ``Container``, and says in one line why a container cannot carry links (not
-running, no network, host or user-mode networking, another container's
-namespace) or which of its networks is meant.  The other half runs the engine
+running, no network, host or user-mode networking, rootless Podman) or which of
+its networks is meant.  The other half runs the engine
 (argv, never a shell), follows a container that uses another's namespace to the
 one that owns it (a Podman pod's infra container, compose's
 ``network_mode: service:``), and finds its interface on a network and that
 interface's host-side veth through netlink: the container's device whose MAC
 address the engine reports, its ``IFLA_LINK`` (the peer's index) and
 ``IFLA_LINK_NETNSID``, checked from the host's side (the peer is a veth whose own
-link is the container's device, in the container's namespace).  Names are
-never guessed from device names.
+link is the container's device, in the container's namespace).  No device is
+guessed from its name.
 
 The container's namespace is ``/proc/PID/ns/net``.  ratelimit's executor and
 record work on named namespaces, so ``attached`` gives it a name in /run/netns
 (``rl-ct-`` and 12 hex digits of the owning container's id) for the length of one
 run and removes the name afterwards: nothing holds the namespace once the run is
 over, and the record (under that name) stays with the container's id, so two
-containers of one pod lead to one record.
+containers of one pod lead to one record.  Runs on containers take turns (``turn``):
+within one, ``tidy`` removes the lock files of targets that hold no record (container
+ids and veths come and go), and ``gone_veths`` forgets the records, and deletes the IFB
+devices, of a container's veths that went when it restarted.
 """
 
 from __future__ import annotations
