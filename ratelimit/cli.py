@@ -93,6 +93,10 @@ def _parse_sub(parser: _Parser, argv, con):
     return args
 
 
+class _Default(str):
+    """A default value, told apart from the same text typed (--container chooses the device)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="ratelimit", add_help=False, usage=USAGE, allow_abbrev=True,
                 description="Emulate slow or distant links per (host, port) on a Linux router.")
@@ -107,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print every traffic-control operation as it is made")
     g.add_argument("--noverbose", dest="verbose", action="store_false", help=argparse.SUPPRESS)
     g = p.add_argument_group("link selection and shape (v0.3)")
-    g.add_argument("--interface", "--if", default="eth0", help="interface to rate-limit (default eth0)")
+    g.add_argument("--interface", "--if", default=_Default("eth0"), help="interface to rate-limit (default eth0)")
     g.add_argument("--bandwidth", "--bw", default="100mbit", help="bandwidth of the device (default 100mbit)")
     g.add_argument("--hosts", "-h", help="hosts to limit, comma-separated names or addresses")
     g.add_argument("--ports", "-p", help="port ranges, e.g. 1024-2048,3000,5000-6000; with --per host, all (the "
@@ -152,6 +156,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--link", help="link layer over the profile's: ethernet, ppp-vj (modem), ppp-sync-vj (ISDN) "
                                    "or atm (DSL)")
     g.add_argument("--netns", help="network namespace the interface is in")
+    g.add_argument("--container", metavar="NAME|ID", help="a Docker or Podman container: with --hosts (or a "
+                   "scenario) it is the server and the links go on its own interface; without, it is one user "
+                   "on a slow link, one link for all its traffic on its host-side veth (docs/containers.md)")
+    g.add_argument("--engine", choices=("docker", "podman"), help="the engine of --container and of "
+                   "container:NAME hosts (default: whichever has it)")
+    g.add_argument("--network", metavar="NAME", help="the network of --container to use, when it is on several")
     g.add_argument("--dry-run", action="store_true", help="print the shell/tc -batch script instead of applying")
     g.add_argument("--json", action="store_true", help="--list/--stats as JSON")
     g.add_argument("--force", action="store_true", help="replace root/ingress qdiscs and the IFB device ratelimit "
@@ -226,6 +236,25 @@ def _dispatch(argv, con) -> int:
     for flag in ("clean", "list", "stats"):
         if getattr(args, flag):
             action = action or flag
+    if args.container is not None:
+        return _container(args, action, con)
+    named = ()
+    if action is None and args.hosts is not None:
+        from . import containers
+        if any(h.lower().startswith(containers.HOST_PREFIX) for h in containers.host_items(args.hosts)):
+            with containers.turn():  # container:NAME on a router's own interface: its one network's address
+                args.hosts, named = containers.expand_hosts(args.hosts, server=None, network=args.network,
+                                                            engine=args.engine)
+            return _run(args, action, con, named=named)
+    if args.engine is not None or args.network is not None:
+        raise UsageError("--engine/--network: they go with --container or container:NAME in --hosts")
+    return _run(args, action, con)
+
+
+def _run(args, action, con, target=None, named=()) -> int:
+    """One action (None: apply) on ``args.interface`` in ``args.netns``; ``target``: the
+    ``targets.Target`` of --container, for the record; ``named``: hosts given as
+    container:NAME, for the record."""
     echo = con.out if args.verbose else None
     notice = con.notice
     from . import service
@@ -240,11 +269,7 @@ def _dispatch(argv, con) -> int:
         from .readout import statistics
         data = statistics(args.interface, args.netns, notice=notice)
         if args.json:
-            if action == "list":
-                for row in data["links"]:
-                    for key in ("bytes", "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"):
-                        row.pop(key, None)
-            con.out(json.dumps(data, separators=(",", ":")))  # compact: the C encoder (indent is Python's)
+            con.out(_as_json(data, action))
         else:
             con.out(render_table(data, counters=action == "stats"))
         return 0
@@ -256,12 +281,19 @@ def _dispatch(argv, con) -> int:
         per=per, link=args.link, mix=args.mix, servers=args.servers, server_ports=args.server_ports,
         scenario=None if args.scenario is None else scenarios.load(args.scenario),
         **{name: getattr(args, name) for name in service.IMPAIRMENTS})
+    if target is not None or named:
+        req = service.for_container(req, None if target is None else target.container,
+                                    named if target is None else target.named)
     if args.dry_run:
         from .script import script
         ops, how = service.preview(req)
         text = script(ops, req.netns)  # refuses a name tc -batch cannot carry before anything is printed
         con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(summary(req))}")
         con.out(f"# {how}")
+        if target is not None and target.netns:
+            from .names import shell_word
+            con.out(f"# the container's namespace has this name only while ratelimit runs; first: "
+                    f"ip netns attach {shell_word(target.netns)} {target.pid}")
         con.out(text.rstrip("\n"))
         return 0
     started = time.monotonic()
@@ -271,6 +303,54 @@ def _dispatch(argv, con) -> int:
         f"{_HOW[plan.how]} ({len(plan.changed)} operations)"
     con.out(f"{req.interface}: {describe(summary(req))}; {sent} in {time.monotonic() - started:.2f} s")
     return 0
+
+
+def _as_json(data: dict, action: str) -> str:
+    """--list --json (the links without their counters) or --stats --json, as one line."""
+    if action == "list":
+        for row in data["links"]:
+            for key in ("bytes", "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"):
+                row.pop(key, None)
+    return json.dumps(data, separators=(",", ":"))  # compact: the C encoder (indent is Python's)
+
+
+def _container(args, action, con) -> int:
+    """--container: the links on the container's own interface (the server of --hosts) or
+    on its host-side veth (one user); clean, --list and --stats look at both."""
+    from .targets import both_targets, container_target
+    if not isinstance(args.interface, _Default) or args.netns is not None:
+        raise UsageError("--container: it says which device; leave out --interface and --netns")
+    if action is None:
+        use = "server" if args.hosts is not None or args.scenario is not None else "user"
+        with container_target(args.container, hosts=args.hosts, network=args.network, engine=args.engine,
+                              use=use, notice=con.notice) as target:
+            args.interface, args.netns = target.interface, target.netns
+            if use == "user" or args.hosts is not None:
+                args.hosts = target.hosts
+            args.per = args.per or "host"
+            return _run(args, None, con, target)
+    if action == "clean" and args.dry_run:
+        raise UsageError("--dry-run: clean with --container removes what is recorded; run it without --dry-run")
+    with both_targets(args.container, network=args.network, engine=args.engine, notice=con.notice) as found:
+        if action == "clean":
+            for t in found:
+                args.interface, args.netns = t.interface, t.netns
+                _run(args, "clean", con)
+            return 0
+        from .readout import statistics
+        datas = [statistics(t.interface, t.netns, notice=con.notice) for t in found]
+        shown = [d for d in datas if d["applied"]] or datas[:1]
+        for t, data in zip(found, datas):
+            if data not in shown:
+                continue
+            data["container"] = {"use": t.use, "interface": t.interface}
+            if args.json:
+                con.out(_as_json(data, action))
+            else:
+                where = "its own interface" if t.use == "server" else "its host-side veth"
+                con.out(f"# {args.container}: {where}, {t.interface}")
+                con.out(render_table(data, counters=action == "stats"))
+        return 0
 
 
 _HOW = {"in place": "changed in place", "make-before-break": "built beside the old plan, then the old removed"}

@@ -167,6 +167,9 @@ class Cohort:
     servers: tuple | None = None  # the far side's address prefixes (None: every server)
     others: bool = False  # the default cohort: no hosts, one link for every flow no other cohort selects
     server_ports: tuple | None = None  # the far side's port ranges (None: any)
+    # hosts given by name that resolve to addresses once, at apply (--hosts container:NAME):
+    # ((name, (address, ...)), ...), kept for the record; the addresses are among ``hosts``
+    named: tuple = ()
 
     def servers_for(self, family: int) -> tuple:
         """The server prefixes a host of ``family`` (4 or 6) talks to: (None,) for any."""
@@ -234,6 +237,10 @@ class Request:
     # cohort, in order); None packs them in the generation's handles.  A re-apply that
     # changes some cohorts keeps the others where they stand (``layout.replace``)
     places: tuple | None = None
+    # the container the links are for (--container), as resolved at apply:
+    # (engine, name, id, network, use) with use "server" (links on its own interface, in
+    # its namespace) or "user" (one link for it on its host-side veth); None: no container
+    container: tuple | None = None
 
     @classmethod
     def single(cls, interface: str, hosts, ports, down: LinkParams, up: LinkParams, *, per: str = "port",

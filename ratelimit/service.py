@@ -92,6 +92,14 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
     return req
 
 
+def for_container(req: Request, container: tuple | None, named: tuple) -> Request:
+    """``req`` noting the container it is for (``Request.container``, None for none) and,
+    on its one cohort, the hosts given by container name (``Cohort.named``)."""
+    cohorts = req.cohorts if not named or len(req.cohorts) != 1 else \
+        (dataclasses.replace(req.cohorts[0], named=tuple(named)),)
+    return dataclasses.replace(req, container=None if container is None else tuple(container), cohorts=cohorts)
+
+
 def _all_ports(ports) -> bool:
     return ports is None or str(ports).strip().lower() == "all"
 

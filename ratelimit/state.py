@@ -71,7 +71,8 @@ def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:
         mpu_bytes=data.get("mpu_bytes", 64),
         servers=None if data.get("servers") is None else tuple(ip_network(s) for s in data["servers"]),
         others=bool(data.get("others", False)),
-        server_ports=None if data.get("server_ports") is None else tuple(tuple(p) for p in data["server_ports"]))
+        server_ports=None if data.get("server_ports") is None else tuple(tuple(p) for p in data["server_ports"]),
+        named=tuple((str(n), tuple(str(a) for a in addrs)) for n, addrs in data.get("named") or ()))
 
 
 def from_json(data: dict) -> Request:
@@ -84,6 +85,8 @@ def from_json(data: dict) -> Request:
         raise TypeError("cohorts is not a list")
     if values.get("places") is not None:
         values["places"] = tuple(Place(*p) for p in values["places"])
+    if values.get("container") is not None:
+        values["container"] = tuple(str(v) for v in values["container"])
     return Request(cohorts=tuple(_cohort(c) for c in cohorts), **values)
 
 

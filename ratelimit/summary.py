@@ -23,6 +23,8 @@ def summary(req: Request) -> dict:
         out.update(profile=None, hosts=[h for c in cohorts for h in c["hosts"]], ports=None, per=None, link=None,
                    down={}, up={})
     out["cohorts"] = cohorts
+    if req.container is not None:
+        out["container"] = dict(zip(("engine", "name", "id", "network", "use"), req.container))
     return out
 
 
@@ -43,7 +45,7 @@ def _cohort(req: Request, c: Cohort, directions: int) -> dict:
             "servers": None if c.servers is None else [str(s) for s in c.servers],
             "server_ports": None if c.server_ports is None else format_ports(c.server_ports),
             "flows": c.flow_count() * directions, "links": c.link_count() * directions,
-            "down": side(c.down), "up": side(c.up)}
+            "down": side(c.down), "up": side(c.up), **({"named": {n: list(a) for n, a in c.named}} if c.named else {})}
 
 
 def describe(applied: dict) -> str:
@@ -53,7 +55,21 @@ def describe(applied: dict) -> str:
     if len(applied.get("cohorts", ())) > 1:
         parts = [f"{c['name']} ({c['profile'] or 'custom link'}, {_grain(c['per'])}, {c['link']['layer']}): "
                  f"{c['links']} links" for c in applied["cohorts"]]
-        return f"{len(parts)} cohorts ({applied['mode']}; {'; '.join(parts)}): {applied['links']} links"
+        return f"{len(parts)} cohorts ({applied['mode']}; {'; '.join(parts)}): {applied['links']} links" + \
+            _container(applied)
+    return _single(applied) + _container(applied)
+
+
+def _container(applied: dict) -> str:
+    """Which container the links are for, and the hosts given by name (--hosts container:NAME)."""
+    c = applied.get("container")
+    text = "" if c is None else (f"; {c['engine']} container {c['name']} ({c['id'][:12]}) on {c['network']}, as "
+                                 + ("the server" if c["use"] == "server" else "one user"))
+    named = {n: a for co in applied.get("cohorts", ()) for n, a in (co.get("named") or {}).items()}
+    return text + "".join(f"; {n} = {','.join(a)}" for n, a in named.items())
+
+
+def _single(applied: dict) -> str:
     sides = []
     for name, used in (("down", ("dest", "both")), ("up", ("source", "both"))):
         p = applied[name]

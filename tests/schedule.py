@@ -14,7 +14,8 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
 - **Groups**: one worker runs a group's tests one after another, as one unit:
   ``kernel-vm``, every kernel test, so that one VM boots for all of them (at the
   end, alone: see below); ``browser``, the dashboard's browser tests, which share
-  one Chromium.
+  one Chromium; ``containers``, the tests with real engines, which share one dockerd
+  (and are all ``alone``: they time downloads).
 - **Dealing** (``LongestFirst``, through xdist's ``pytest_xdist_make_scheduler``
   hook): an xdist worker starts a test only once it holds the one after it, and
   that one waits for the first to end.  So each worker is first dealt the next
@@ -66,7 +67,7 @@ DURATIONS = HERE / "durations.json"
 SLOW_S = 5.0
 WORKERS = 6
 WORKERS_ENV = "RATELIMIT_TEST_WORKERS"
-GROUP_OF_MODULE = {"test_webui_browser.py": "browser"}
+GROUP_OF_MODULE = {"test_webui_browser.py": "browser", "test_containers_engines.py": "containers"}
 KERNEL_GROUP = "kernel-vm"
 BACKGROUND_NICE = 10
 _START = pytest.StashKey[float]()

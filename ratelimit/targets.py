@@ -1,0 +1,101 @@
+"""``--container``: which device a container's links go on, for the CLI's apply, clean,
+--list and --stats (docs/containers.md).
+
+Two uses, told apart by ``--hosts``:
+
+- **server** (``--hosts`` given: the container's clients): the links go on the
+  container's own interface on the network, inside its namespace -- down is what it
+  sends to the selected clients, up comes back through an IFB device in that namespace,
+  exactly as ``--netns NS --interface eth0`` does.  The namespace is named only while
+  the run lasts (``containers.attached``).
+- **user** (no ``--hosts``): the container is one client on a slow link: one link per
+  address of its own (``--per host``, every port) on its host-side veth, in the host's
+  namespace -- down is what reaches the container, up what it sends.
+
+``Target`` is what both uses need: the device, the namespace name, the hosts as the
+request takes them, and the record's note of the container.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from . import containers
+from .errors import UsageError
+
+USES = ("server", "user")
+
+
+@dataclass(frozen=True)
+class Target:
+    use: str  # "server" or "user"
+    pid: int  # a process in the container's namespace
+    interface: str
+    netns: str | None  # the run's name of the container's namespace (server), or None (host)
+    hosts: list | None  # for make_request: addresses (user), or --hosts with container:NAME expanded (server)
+    named: tuple  # ((name, (address, ...)), ...) for the record
+    container: tuple  # Request.container: (engine, name, id, network, use)
+
+
+@contextmanager
+def container_target(name: str, *, hosts=None, network: str | None = None, engine: str | None = None,
+                     use: str | None = None, notice=None):
+    """Resolve ``--container name`` and yield its ``Target``; for the server use the
+    container's namespace has a name in /run/netns until the block ends.  ``use`` None:
+    server with ``hosts``, user without (the CLI passes server for a scenario too).
+    ``notice(text)`` hears of records forgotten because their veth is gone."""
+    use = use or ("server" if hosts is not None else "user")
+    if use not in USES:
+        raise UsageError(f"use: '{use}' is not one of {', '.join(USES)}")
+    with containers.turn():
+        c, owner = containers.resolve(name, engine)
+        endpoint = containers.choose_network(owner, network)
+        wired = containers.wiring(owner, endpoint)
+        note = (c.engine, c.name, owner.id, endpoint.network, use)
+        _forget_gone(c, owner, notice)
+        if use == "user":
+            if hosts is not None:
+                raise UsageError("--hosts: a container as one user has one link for its own addresses "
+                                 "(leave out --hosts)")
+            addrs = [str(a) for a in wired.addresses]
+            if not addrs:
+                raise containers.ContainerError(f"--container: {c.label()} has no address on network "
+                                                f"'{endpoint.network}'")
+            try:
+                yield Target(use, owner.pid, wired.veth, None, addrs, ((c.name, tuple(addrs)),), note)
+            finally:
+                containers.tidy(None, wired.veth)
+            return
+        expanded, named = (None, ()) if hosts is None else \
+            containers.expand_hosts(hosts, server=owner, network=endpoint.network, engine=engine or c.engine)
+        with containers.attached(owner) as ns:
+            try:
+                yield Target(use, owner.pid, wired.inside, ns, expanded, named, note)
+            finally:
+                containers.tidy(ns, wired.inside)
+
+
+@contextmanager
+def both_targets(name: str, *, network: str | None = None, engine: str | None = None, notice=None):
+    """For clean, --list and --stats: (the server target, the user target) of ``name``."""
+    with containers.turn():
+        c, owner = containers.resolve(name, engine)
+        endpoint = containers.choose_network(owner, network)
+        wired = containers.wiring(owner, endpoint)
+        note = (c.engine, c.name, owner.id, endpoint.network)
+        _forget_gone(c, owner, notice)
+        with containers.attached(owner) as ns:
+            try:
+                yield (Target("server", owner.pid, wired.inside, ns, None, (), note + ("server",)),
+                       Target("user", owner.pid, wired.veth, None, None, (), note + ("user",)))
+            finally:
+                containers.tidy(ns, wired.inside)
+                containers.tidy(None, wired.veth)
+
+
+def _forget_gone(c, owner, notice) -> None:
+    for veth in containers.gone_veths(owner.id):
+        if notice:
+            notice(f"{c.label()}: the links recorded on {veth} went with that device "
+                   f"(the container was restarted); record and IFB device removed")

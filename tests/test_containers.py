@@ -1,0 +1,143 @@
+"""Containers, the pure half (``ratelimit.containers``): names checked before an engine
+runs, ``inspect`` JSON read into a ``Container`` (tests/cases/containers/ holds what the
+real engines printed), the one-line refusals, and the network two containers share.
+The half that runs engines is tests/test_containers_engines.py."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ratelimit import containers
+from ratelimit.containers import Container, ContainerError, Endpoint
+from ratelimit.errors import FieldError
+
+CASES = Path(__file__).parent / "cases" / "containers"
+
+
+def case(name):
+    """(engine, the inspect JSON text) of a case captured from a real engine."""
+    data = json.loads((CASES / f"{name}.json").read_text())
+    return data["engine"], json.dumps(data["inspect"])
+
+
+@pytest.mark.parametrize("name", ["web", "rlct-web", "a", "web_1.b-2", "0123456789ab", "A" * 128])
+def test_names_the_engines_take_pass(name):
+    assert containers.check_name(name) == name
+
+
+@pytest.mark.parametrize("name", ["", "-web", ".web", "_web", "web;reboot", "web$(id)", "we b", "web/x",
+                                  "web\n", "`id`", "A" * 129, "café", "web:1", None])
+def test_other_names_are_refused_before_anything_runs(name):
+    with pytest.raises(FieldError) as e:
+        containers.check_name(name)
+    assert str(e.value).startswith("--container: ")
+    assert "is not a container name or id" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_an_engine_not_installed_is_one_line():
+    with pytest.raises(ContainerError) as e:
+        containers.engines("podman", which=lambda name: None)
+    assert str(e.value) == "--container: podman is not installed (apt-get install podman)"
+    with pytest.raises(ContainerError) as e:
+        containers.engines(None, which=lambda name: None)
+    assert str(e.value) == "--container: no container engine (docker or podman) is installed"
+    assert [e.name for e in containers.engines(None, which=lambda n: f"/usr/bin/{n}" if n == "podman" else None)] \
+        == ["podman"]
+    with pytest.raises(FieldError):
+        containers.engines("lxc")
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CASES.glob("*.json")))
+def test_real_inspect_output_reads_as_the_engine_said(name):
+    engine, text = case(name)
+    expected = json.loads((CASES / f"{name}.json").read_text())["expected"]
+    c = containers.parse_inspect(engine, text, "x")
+    assert (c.engine, c.name, c.status, c.network_mode, c.id[:12]) == \
+        (engine, expected["name"], expected["status"], expected["network_mode"], expected["id12"])
+    assert (c.pid > 0) == (expected["status"] == "running")
+    assert [(e.network, e.ipv4, e.mac is not None) for e in c.networks] == \
+        [tuple(n) for n in expected["networks"]]
+    assert containers.refusal(c) == (expected["refusal"].format(engine=engine) if expected["refusal"] else None)
+
+
+def test_inspect_output_of_another_shape_is_one_line():
+    with pytest.raises(ContainerError) as e:
+        containers.parse_inspect("docker", "[]", "web")
+    assert str(e.value).startswith("--container: docker inspect 'web' did not answer as expected (IndexError")
+    with pytest.raises(ContainerError):
+        containers.parse_inspect("podman", "not json", "web")
+
+
+def make(name="web", status="running", pid=42, mode="rlct-net", nets=("rlct-net",), rootless=False):
+    return Container("podman", "ab" * 32, name, status, pid if status == "running" else 0, mode,
+                     tuple(Endpoint(n, f"198.18.240.{i + 2}", None, f"02:00:00:00:00:0{i}") for i, n in enumerate(nets)),
+                     rootless)
+
+
+@pytest.mark.parametrize("c,says", [
+    (make(status="exited"), "podman container 'web' is not running (exited; start it first)"),
+    (make(status="created"), "podman container 'web' is not running (created; start it first)"),
+    (make(mode="host", nets=()), "podman container 'web' uses host networking: it has no interface of its own "
+                                 "(use --interface on the host's device instead)"),
+    (make(mode="none", nets=()), "podman container 'web' has no network (--network none)"),
+    (make(mode="slirp4netns", nets=()), "podman container 'web' uses user-mode networking (slirp4netns): it has "
+                                        "no host-side veth; run it on a bridge network, or shape inside it with "
+                                        "--netns after binding /proc/PID/ns/net (docs/containers.md, Rootless Podman)"),
+    (make(rootless=True), "podman container 'web' belongs to rootless Podman, whose containers have no host-side "
+                          "veth and whose namespaces only their user may enter; run ratelimit and the container as "
+                          "root (docs/containers.md, Rootless Podman)"),
+    (make(mode="bridge", nets=()), "podman container 'web' is on no network"),
+    (make(), None),
+    (make(mode="container:" + "cd" * 32, nets=()), None),  # followed to the owner by resolve
+])
+def test_refusals_name_the_container_and_say_why(c, says):
+    assert containers.refusal(c) == says
+
+
+def test_the_network_is_the_only_one_or_the_one_named():
+    one, two = make(), make(nets=("front", "back"))
+    assert containers.choose_network(one, None).network == "rlct-net"
+    assert containers.choose_network(two, "back").ipv4 == "198.18.240.3"
+    with pytest.raises(ContainerError) as e:
+        containers.choose_network(two, None)
+    assert str(e.value) == "--container: podman container 'web' is on 2 networks (front, back); name one with --network"
+    with pytest.raises(ContainerError) as e:
+        containers.choose_network(two, "middle")
+    assert str(e.value) == "--network: podman container 'web' is not on network 'middle' (it is on: front, back)"
+
+
+def test_a_client_container_resolves_on_the_network_it_shares_with_the_server():
+    server, client = make(nets=("front", "back")), make("client", nets=("back", "other"))
+    assert containers.shared_network(server, client, None) == "back"
+    assert containers.shared_network(server, client, "back") == "back"
+    with pytest.raises(ContainerError) as e:
+        containers.shared_network(server, make("far", nets=("elsewhere",)), None)
+    assert str(e.value) == "--hosts: podman container 'far' and podman container 'web' share no network"
+    both = make("both", nets=("front", "back"))
+    with pytest.raises(ContainerError) as e:
+        containers.shared_network(server, both, None)
+    assert str(e.value) == ("--hosts: podman container 'both' and podman container 'web' share 2 networks "
+                            "(front, back); name one with --network")
+
+
+def test_the_namespace_name_is_ratelimits_and_the_owners():
+    assert containers.netns_name(make()) == "rl-ct-abababababab"
+    from ratelimit.names import check_netns
+    assert check_netns(containers.netns_name(make())) == "rl-ct-abababababab"
+
+
+def test_the_record_keeps_the_container_and_the_names_of_its_hosts():
+    from ratelimit import service, state
+    from ratelimit.summary import describe, summary
+    req = service.make_request("eth0", hosts=["198.18.240.3"], per="host", profile="modem-28k8", netns="rl-ct-ab")
+    req = service.for_container(req, ("podman", "rlct-web", "ab" * 32, "rlct-net", "server"),
+                                (("rlct-client", ("198.18.240.3",)),))
+    back = state.from_json(json.loads(json.dumps(state.to_json(req))))
+    assert back == req and back.only.named == (("rlct-client", ("198.18.240.3",)),)
+    s = summary(back)
+    assert s["container"] == {"engine": "podman", "name": "rlct-web", "id": "ab" * 32, "network": "rlct-net",
+                              "use": "server"}
+    assert s["named"] == {"rlct-client": ["198.18.240.3"]}
+    assert describe(s).endswith("; podman container rlct-web (abababababab) on rlct-net, as the server; "
+                                "rlct-client = 198.18.240.3")

@@ -1,0 +1,404 @@
+"""Containers with real engines: Docker (dockerd started by containers/engines.sh, no
+init system, no iptables) and rootful Podman (CNI), both from Debian, the image built
+with mmdebstrap and imported (no registry).
+
+- a web container behind ``--container web --hosts container:client --profile modem-28k8``:
+  a 10,000-byte fetch from the client container within 5% of the link model, with each
+  engine;
+- the client container as one user on a slow link (its host-side veth), the same fetch;
+- a Podman pod: two containers, one namespace, one owner;
+- bad input: one line each, and the router (the host's and the containers' qdiscs, the
+  named namespaces, the records) exactly as it was.
+
+Everything a test starts has a name of its own (``rlct-``) and is removed by that name
+after it, passed or failed; the networks are bridges of their own in 198.18.0.0/15 with
+no gateway, NAT or firewall rule.  The whole module is one group, run alone: one
+dockerd for all of it, and fetches timed from userspace.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ratelimit.compile import ifb_name
+from ratelimit.kernel.probe import probe
+from ratelimit.lab.measure import Download
+from ratelimit.linkmodel import LinkModel
+
+ROOT = Path(__file__).resolve().parent.parent
+ENGINES_SH = ROOT / "containers" / "engines.sh"
+CNI_DIR = Path("/etc/cni/net.d")
+# limits root may set in our VMs (containers/containers.conf says why)
+PODMAN_ENV = {**os.environ, "CONTAINERS_CONF": str(ROOT / "containers" / "containers.conf")}
+PREFIX = "rlct-"
+NETWORKS = {"docker": ("rlct-net", "198.18.240.0/24", "rlct-d0"), "podman": ("rlct-net", "198.18.241.0/24", "rlct-p0")}
+WEB_CMD = ("mkdir -p /srv && head -c 10000 /dev/zero > /srv/10000.bin && head -c 100000 /dev/zero > /srv/100000.bin && "
+           "printf 'server { listen 80; root /srv; access_log off; }\\n' > /etc/nginx/sites-enabled/default && "
+           "exec nginx -g 'daemon off;'")
+
+pytestmark = [pytest.mark.netns, pytest.mark.alone]
+
+
+def sh(*argv, check=True, env=None, timeout=120):
+    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env, timeout=timeout)
+    if check and r.returncode != 0:
+        raise AssertionError(f"{' '.join(map(str, argv))}: exit {r.returncode}: {r.stderr.strip()}")
+    return r
+
+
+def ratelimit(*argv, env=None):
+    return sh(sys.executable, "-m", "ratelimit", *argv, check=False, env=env)
+
+
+def why_not(engine):
+    if os.geteuid() != 0:
+        return "not root"
+    if shutil.which(engine) is None:
+        return f"{engine} is not installed (bash .ci/install installs it)"
+    if shutil.which("mmdebstrap") is None:
+        return "mmdebstrap is not installed (bash .ci/install installs it)"
+    return None
+
+
+@pytest.fixture(scope="session")
+def engines_up():
+    """dockerd (if docker is installed) and the test image in both engines: its name."""
+    for tool in ("docker", "podman", "mmdebstrap"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"{tool} is not installed: bash .ci/install installs it")
+    if os.geteuid() != 0:
+        pytest.fail("needs root (container engines, namespaces)")
+    sh("sh", ENGINES_SH, "start", timeout=60)
+    try:
+        yield sh("sh", ENGINES_SH, "image", timeout=900).stdout.strip()
+    finally:
+        sh("sh", ENGINES_SH, "stop", check=False, timeout=60)
+
+
+class Engine:
+    """One engine as the tests use it: its own network, containers named rlct-*, all
+    removed by name afterwards."""
+
+    def __init__(self, name, image):
+        self.name, self.image = name, image if name == "docker" else f"localhost/{image}"
+        self.net, self.subnet, self.bridge = NETWORKS[name]
+        self.made = []
+
+    def __call__(self, *args, check=True):
+        return sh(self.name, *args, check=check, env=PODMAN_ENV if self.name == "podman" else None)
+
+    def network(self):
+        if self.name == "docker":
+            self("network", "rm", self.net, check=False)
+            self("network", "create", "--driver", "bridge", "--subnet", self.subnet, "--internal",
+                 "-o", f"com.docker.network.bridge.name={self.bridge}", self.net)
+        else:  # a CNI bridge of its own: no gateway, no masquerading, no firewall or portmap plugin
+            conf = {"cniVersion": "0.4.0", "name": self.net, "plugins": [
+                {"type": "bridge", "bridge": self.bridge, "isGateway": False, "ipMasq": False, "hairpinMode": True,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": self.subnet}]]}}]}
+            (CNI_DIR / f"{self.net}.conflist").write_text(json.dumps(conf, indent=1))
+
+    def run(self, name, *args, network=None):
+        self.made.append(name)
+        self.rm(name)
+        return self("run", "-d", "--name", name, "--network", network or self.net, *args)
+
+    def rm(self, name):
+        self("rm", "-f", *(["-t", "0"] if self.name == "podman" else []), name, check=False)
+
+    def pid(self, name):
+        return int(self("inspect", "-f", "{{.State.Pid}}", name).stdout)
+
+    def address(self, name):
+        data = json.loads(self("inspect", name).stdout)[0]
+        return data["NetworkSettings"]["Networks"][self.net]["IPAddress"]
+
+    def remove(self):
+        for name in reversed(self.made):
+            self.rm(name)
+        if self.name == "docker":
+            self("network", "rm", self.net, check=False)
+        else:  # CNI's bridge plugin leaves its bridge when the last container goes
+            (CNI_DIR / f"{self.net}.conflist").unlink(missing_ok=True)
+            shutil.rmtree(f"/var/lib/cni/networks/{self.net}", ignore_errors=True)
+            sh("ip", "link", "del", self.bridge, check=False)
+
+
+@pytest.fixture
+def state(tmp_path, monkeypatch):
+    """A state directory of the test's own, for every ratelimit it runs."""
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    return tmp_path / "state"
+
+
+@pytest.fixture(params=["podman", "docker"])
+def engine(request, engines_up):
+    e = Engine(request.param, engines_up)
+    e.network()
+    try:
+        yield e
+    finally:
+        e.remove()
+
+
+def web_and_client(e, timestamps=False):
+    # no TCP metrics kept between connections: each fetch starts as the first did
+    e.run("rlct-web", "--sysctl", "net.ipv4.tcp_no_metrics_save=1", e.image, "sh", "-c", WEB_CMD)
+    # the link model's client: no TCP timestamps behind a header-compressing modem link
+    e.run("rlct-client", "--sysctl", f"net.ipv4.tcp_timestamps={int(timestamps)}", e.image, "sleep", "600")
+    web = e.address("rlct-web")
+    for _ in range(50):  # nginx up
+        if e("exec", "rlct-client", "curl", "-s", "-o", "/dev/null", f"http://{web}/10000.bin", check=False).returncode == 0:
+            return web
+        time.sleep(0.1)
+    raise AssertionError(f"nginx in rlct-web did not answer: {e('logs', 'rlct-web', check=False).stderr}")
+
+
+def fetch(e, web):
+    r = e("exec", "rlct-client", "curl", "-sS", "-o", "/dev/null", "-w",
+          "%{http_code} %{size_download} %{time_total} %{local_port} %{size_header} %{size_request}",
+          f"http://{web}/10000.bin")
+    code, size, seconds, port, header, request = r.stdout.split()
+    return Download("", "rlct-client", int(code), int(size), float(seconds), 0, 0, int(port), int(header), int(request))
+
+
+def delay_args():
+    """The profile whole where the kernel has netem, else without its delay (as the lab's --no-delay)."""
+    return [] if probe(["netem"])["netem"] else ["--delay", "0ms"]
+
+
+def model(applied):
+    return LinkModel.from_summary(applied, delay_stage=probe(["netem"])["netem"])
+
+
+def qdiscs(e, *names):
+    """What a router inspection sees: every qdisc on the host and in the named containers."""
+    out = [sh("tc", "qdisc", "show").stdout]
+    out += [sh("nsenter", f"--net=/proc/{e.pid(n)}/ns/net", "tc", "qdisc", "show").stdout for n in names]
+    return out
+
+
+def run_dir():
+    return sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else []
+
+
+# ---------------------------------------------------------------- the two uses
+
+
+def test_a_web_container_serves_a_client_container_over_a_modem(engine, state):
+    e = engine
+    web = web_and_client(e)
+    before = qdiscs(e, "rlct-web", "rlct-client")
+    owner = json.loads(e("inspect", "rlct-web").stdout)[0]["Id"][:12]
+    dry = ratelimit("--container", "rlct-web", "--hosts", "container:rlct-client", "--profile", "modem-28k8",
+                    *delay_args(), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"# the container's namespace has this name only while ratelimit runs; first: ip netns attach " \
+           f"rl-ct-{owner} {e.pid('rlct-web')}" in dry.stdout
+    assert f"tc -n rl-ct-{owner}" in dry.stdout or f"ip netns exec rl-ct-{owner}" in dry.stdout, dry.stdout[:400]
+    assert qdiscs(e, "rlct-web", "rlct-client") == before and not [n for n in run_dir() if n.startswith("rl-ct-")]
+    r = ratelimit("--container", "rlct-web", "--hosts", "container:rlct-client", "--profile", "modem-28k8",
+                  *delay_args())
+    assert r.returncode == 0, r.stderr
+    client = e.address("rlct-client")
+    assert f"rlct-client = {client}" in r.stdout and f"{e.name} container rlct-web" in r.stdout
+    assert not [n for n in run_dir() if n.startswith("rl-ct-")]  # the namespace's name went with the run
+    try:
+        listed = json.loads(ratelimit("--container", "rlct-web", "--list", "--json").stdout)
+        applied = listed["applied"]
+        assert listed["container"] == {"use": "server", "interface": "eth0"}
+        assert applied["hosts"] == [client] and applied["named"] == {"rlct-client": [client]}
+        assert applied["container"]["name"] == "rlct-web" and applied["container"]["use"] == "server"
+        d = fetch(e, web)
+        assert (d.http_code, d.bytes) == (200, 10_000)
+        ratio = d.seconds / d.model_seconds(model(applied))
+        print(f"{e.name}, server: {d.seconds:.3f} s, the model {d.model_seconds(model(applied)):.3f} s ({ratio:.3f})")
+        assert 0.95 < ratio < 1.05, (d.seconds, ratio)
+        # the links are on web's own interface, in its namespace: the host's devices are as they were
+        assert qdiscs(e, "rlct-web")[0] == before[0]
+    finally:
+        r = ratelimit("--container", "rlct-web", "--clean")
+    assert r.returncode == 0 and "eth0: removed what ratelimit installed" in r.stdout, r.stderr
+    assert qdiscs(e, "rlct-web", "rlct-client") == before
+    assert not [n for n in run_dir() if n.startswith("rl-ct-")]
+    assert not (state / f"rl-ct-{owner}").exists()  # no record, no lock file left behind
+
+
+def test_a_client_container_as_one_user_on_a_slow_link(engine, state):
+    e = engine
+    web = web_and_client(e)
+    before = qdiscs(e, "rlct-web", "rlct-client")
+    r = ratelimit("--container", "rlct-client", "--profile", "modem-28k8", *delay_args())
+    assert r.returncode == 0, r.stderr
+    try:
+        listed = json.loads(ratelimit("--container", "rlct-client", "--list", "--json").stdout)
+        veth = listed["container"]["interface"]
+        assert listed["container"]["use"] == "user" and veth != "eth0"
+        # the engine's own wiring: the veth's peer is the client's eth0
+        shown = sh("nsenter", f"--net=/proc/{e.pid('rlct-client')}/ns/net", "ip", "-o", "link", "show", "eth0").stdout
+        assert f"eth0@if{Path(f'/sys/class/net/{veth}/ifindex').read_text().strip()}:" in shown, shown
+        assert listed["applied"]["hosts"] == [e.address("rlct-client")] and listed["applied"]["ports"] == "all"
+        d = fetch(e, web)
+        expected = d.model_seconds(model(listed["applied"]))
+        ratio = d.seconds / expected
+        print(f"{e.name}, one user: {d.seconds:.3f} s, the model {expected:.3f} s ({ratio:.3f})")
+        assert 0.95 < ratio < 1.05, (d.seconds, ratio)
+    finally:
+        r = ratelimit("--container", "rlct-client", "--clean")
+    assert r.returncode == 0, r.stderr
+    assert qdiscs(e, "rlct-web", "rlct-client") == before
+    assert not list((state / "-").glob(f"{veth}.*"))
+
+
+@pytest.mark.parametrize("engine", ["podman"], indirect=True)
+def test_a_restarted_users_links_went_with_its_veth(engine, state):
+    """A restarted container comes back on a new veth: the record of the old one is
+    forgotten with a notice, and nothing of it is left."""
+    e = engine
+    e.run("rlct-client", e.image, "sleep", "600")
+    r = ratelimit("--container", "rlct-client", "--rate", "1mbit", "--mode", "shape")
+    assert r.returncode == 0, r.stderr
+    old = r.stdout.split(":", 1)[0]
+    assert (state / "-" / f"{old}.json").exists()
+    e("restart", "-t", "0", "rlct-client")
+    r = ratelimit("--container", "rlct-client", "--list")
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == (f"ratelimit: podman container 'rlct-client': the links recorded on {old} went with that "
+                        f"device (the container was restarted); record and IFB device removed\n")
+    assert "nothing installed by ratelimit" in r.stdout and old not in r.stdout
+    assert not list((state / "-").glob(f"{old}.*"))
+    assert not Path(f"/sys/class/net/{ifb_name(old)}").exists()  # the IFB device of its upload went too
+
+
+@pytest.mark.parametrize("engine", ["docker"], indirect=True)
+def test_container_hosts_on_an_interface_named_by_hand(engine, state):
+    """container:NAME in --hosts without --container: the address on the container's one
+    network, resolved once; the record keeps the name beside it."""
+    from ratelimit import containers
+    e = engine
+    e.run("rlct-client", e.image, "sleep", "600")
+    c, owner = containers.resolve("rlct-client", "docker")
+    veth = containers.wiring(owner, containers.choose_network(owner, None)).veth
+    r = ratelimit("--interface", veth, "--hosts", "container:rlct-client", "--per", "host", "--rate", "1mbit",
+                  "--mode", "shape")
+    assert r.returncode == 0, r.stderr
+    try:
+        applied = json.loads(ratelimit("--interface", veth, "--list", "--json").stdout)["applied"]
+        assert applied["hosts"] == [e.address("rlct-client")]
+        assert applied["named"] == {"rlct-client": [e.address("rlct-client")]} and "container" not in applied
+    finally:
+        r = ratelimit("--interface", veth, "--clean")
+    assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("engine", ["podman"], indirect=True)  # the link is the same whoever wired the veth
+def test_six_parallel_fetches_of_one_3g_user_share_its_one_link(engine, state):
+    """The issue's 3G user: six downloads at once from the client container take as long as
+    their frames need at the one link's rate (per host, every port)."""
+    e = engine
+    web = web_and_client(e, timestamps=True)  # 3G's link layer is Ethernet: the model keeps timestamps
+    no_netem = [] if probe(["netem"])["netem"] else ["--delay", "0ms", "--jitter", "0ms", "--loss", "0%"]
+    r = ratelimit("--container", "rlct-client", "--profile", "3g", *no_netem)
+    assert r.returncode == 0, r.stderr
+    try:
+        applied = json.loads(ratelimit("--container", "rlct-client", "--list", "--json").stdout)["applied"]
+        assert applied["links"] == 2  # one link each way for the container's one address
+        one = fetch(e, web)
+        m = model(applied)
+        urls = [f"http://{web}/100000.bin?{i}" for i in range(6)]
+        out = e("exec", "rlct-client", "sh", "-c", 'a=$(date +%s.%N); curl -sS -Z --parallel-max 6 -o /dev/null '
+                '-o /dev/null -o /dev/null -o /dev/null -o /dev/null -o /dev/null -w "%{size_download}\\n" "$@"; '
+                'b=$(date +%s.%N); echo "$a $b"', "sh", *urls).stdout.split()
+        sizes, (start, end) = [int(x) for x in out[:-2]], map(float, out[-2:])
+        assert sizes == [100_000] * 6
+        seconds = end - start
+        # one handshake and request, then six responses back to back on the one link
+        expected = m.fetch_seconds(100_000, header=one.header_bytes, request=one.request_bytes) + \
+            5 * m.response_seconds(100_000, header=one.header_bytes)
+        ratio = seconds / expected
+        print(f"{e.name}, six fetches by one 3G user: {seconds:.3f} s, the model {expected:.3f} s ({ratio:.3f})")
+        assert 0.95 < ratio < 1.05, (seconds, ratio)
+    finally:
+        r = ratelimit("--container", "rlct-client", "--clean")
+    assert r.returncode == 0, r.stderr
+
+
+# ---------------------------------------------------------------- one namespace, two names
+
+
+def test_containers_sharing_a_namespace_lead_to_one(engine):
+    """A Podman pod's members, and Docker's --network container:X (compose's network_mode:
+    service:X): every name leads to the namespace's owner, one name for it, one record."""
+    from ratelimit import containers
+    e = engine
+    if e.name == "podman":
+        e("pod", "rm", "-f", "-t", "0", "rlct-pod", check=False)
+        e("pod", "create", "--name", "rlct-pod", "--network", e.net)
+        for name in ("rlct-pod-a", "rlct-pod-b"):
+            e.made.append(name)
+            e("run", "-d", "--pod", "rlct-pod", "--name", name, e.image, "sleep", "600")
+        a, b = "rlct-pod-a", "rlct-pod-b"
+    else:
+        e.run("rlct-pod-a", e.image, "sleep", "600")
+        e.run("rlct-pod-b", e.image, "sleep", "600", network="container:rlct-pod-a")
+        a, b = "rlct-pod-a", "rlct-pod-b"
+    try:
+        (ca, owner_a), (cb, owner_b) = containers.resolve(a, e.name), containers.resolve(b, e.name)
+        assert ca.id != cb.id and owner_a.id == owner_b.id
+        assert cb.namespace_owner() is not None
+        assert (owner_a.id != ca.id) == (e.name == "podman")  # a pod's namespace is its infra container's
+        assert containers.netns_name(owner_a) == containers.netns_name(owner_b)
+        assert containers.netns_inode(ca.pid) == containers.netns_inode(cb.pid)
+    finally:
+        if e.name == "podman":
+            e("pod", "rm", "-f", "-t", "0", "rlct-pod", check=False)
+
+
+# ---------------------------------------------------------------- bad input changes nothing
+
+
+def test_bad_containers_are_one_line_and_change_nothing(engine, state):
+    e = engine
+    web_and_client(e)
+    e.made.append("rlct-stopped")
+    e("create", "--name", "rlct-stopped", "--network", e.net, e.image, "sleep", "600")
+    e.run("rlct-hostnet", e.image, "sleep", "600", network="host")
+    e.run("rlct-nonet", e.image, "sleep", "600", network="none")
+    records = sorted(str(p) for p in state.rglob("*.json")) if state.exists() else []
+    before = (qdiscs(e, "rlct-web", "rlct-client"), run_dir(), records)
+    eng = e.name
+    cases = [
+        (["--container", "rlct-missing"], 3, "--container: no container 'rlct-missing' in docker or podman"),
+        (["--container", "rlct-stopped", "--engine", eng], 3,
+         f"--container: {eng} container 'rlct-stopped' is not running (created; start it first)"),
+        (["--container", "rlct-hostnet", "--engine", eng], 3,
+         f"--container: {eng} container 'rlct-hostnet' uses host networking: it has no interface of its own"),
+        (["--container", "rlct-nonet", "--engine", eng], 3, f"--container: {eng} container 'rlct-nonet' has no network"),
+        (["--container", "rlct-web;touch /tmp/rlct-pwned"], 2,
+         "--container: 'rlct-web;touch /tmp/rlct-pwned' is not a container name or id"),
+        (["--container", "rlct-web", "--hosts", "container:$(id)"], 2, "--hosts: '$(id)' is not a container name or id"),
+        (["--container", "rlct-web", "--hosts", "container:rlct-hostnet", "--engine", eng], 3,
+         f"--hosts: {eng} container 'rlct-hostnet' uses host networking"),
+        (["--container", "rlct-web", "--engine", eng, "--network", "rlct-other"], 3,
+         f"--network: {eng} container 'rlct-web' is not on network 'rlct-other' (it is on: rlct-net)"),
+        (["--container", "rlct-web", "--interface", "eth0"], 2, "--container: it says which device"),
+    ]
+    for argv, code, says in cases:
+        r = ratelimit(*argv, "--profile", "modem-28k8")
+        assert (r.returncode, r.stdout) == (code, ""), (argv, r.returncode, r.stderr)
+        assert r.stderr.startswith(f"ratelimit: {says}") and r.stderr.count("\n") == 1, (argv, r.stderr)
+    # an engine that is not installed: a PATH without either
+    empty = {**os.environ, "PATH": "/nonexistent"}
+    r = ratelimit("--container", "rlct-web", "--profile", "modem-28k8", env=empty)
+    assert (r.returncode, r.stderr) == (3, "ratelimit: --container: no container engine (docker or podman) is installed\n")
+    r = ratelimit("--container", "rlct-web", "--engine", eng, "--profile", "modem-28k8", env=empty)
+    assert r.returncode == 3 and r.stderr.startswith(f"ratelimit: --container: {eng} is not installed")
+    assert not Path("/tmp/rlct-pwned").exists()
+    records = sorted(str(p) for p in state.rglob("*.json")) if state.exists() else []
+    assert (qdiscs(e, "rlct-web", "rlct-client"), run_dir(), records) == before
