@@ -251,6 +251,8 @@ def _watch(method, hold, resume, server, client, times) -> dict:
         "leaf_backlog_at_resume_bytes": resumed["leaf_backlog"],
         "class_tokens_before_resume": (resumed["tokens"], resumed["ctokens"]),
         "first_bytes_after_resume_s": round(after[0] - t_resumed, 3) if after else None,
+        "class_first_sent_after_resume_s": next((round(t - t_resumed, 3) for t, s in stats
+                                                 if t > t_resumed and s["packets"] > resumed["packets"]), None),
         "payload_bps_last_2s_before": bps(t_hold - 2, t_hold),
         "class_bps_last_2s_before": _class_bps(stats, t_hold - 2, t_hold),
         "class_bps_2s_to_end": _class_bps(stats, t_resumed + 2, t_resumed + tail_s - 0.2),
