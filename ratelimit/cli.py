@@ -7,6 +7,10 @@ help is ``--help``), and the spellings Getopt::Long took (``-interface``,
 netem impairments, ``--netns``, ``--dry-run``, ``--json``, ``--force``,
 ``--debug`` and the subcommands ``profiles``, ``save``, ``restore``, ``vm``,
 ``lab`` and ``web``.
+
+Over 400 lines on purpose: one parser and the dispatch every action goes through, kept
+together so that an option and what reads it are side by side; the work itself is in
+``service``, ``readout``, ``targets`` and the subcommands' own modules.
 """
 
 import argparse

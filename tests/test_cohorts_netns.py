@@ -210,12 +210,16 @@ def test_a_whole_host_link_carries_every_connection_and_a_ping(lab3):
     seconds = max(float(t) for _, _, t, _ in rows)
     print(f"{n} x {size:,} bytes on ephemeral ports through one modem: {seconds:.2f} s, the model {expected:.2f} s")
     assert 0.95 < seconds / expected < 1.05
+    _ping_crosses(lab, 1, lambda r: r["host"] == lab.client(1).address)
 
+
+def _ping_crosses(lab, client: int, mine) -> None:
+    """Three pings from client ``client`` to the server each cross the links whose statistics
+    rows ``mine`` picks, both ways (their packet counters grow by three or more)."""
     def packets():
-        rows = lab.statistics()["links"]
-        return {r["direction"]: r["packets"] for r in rows if r["host"] == lab.client(1).address}
+        return {r["direction"]: r["packets"] for r in lab.statistics()["links"] if mine(r)}
     before = packets()
-    ping = lab.client(1).run(["ping", "-c", "3", "-i", "0.2", "-w", "20", lab.server.address], timeout=60)
+    ping = lab.client(client).run(["ping", "-c", "3", "-i", "0.2", "-w", "20", lab.server.address], timeout=60)
     assert ping.returncode == 0, ping.stdout + ping.stderr
     after = packets()
     assert after["dest"] - before["dest"] >= 3 and after["source"] - before["source"] >= 3
@@ -308,14 +312,7 @@ def test_a_default_cohort_takes_every_flow_no_cohort_selects(lab3):
     assert sorted((r["cohort"], r["host"] or "") for r in lab.statistics()["links"]) == \
         [("default", "")] * 2 + [("modems", lab.client(1).address)] * 2
     _each_within_its_model(lab, req, {"modems": (1, lab.url("/10000.bin")), "default": (2, lab.url("/1000000.bin"))})
-
-    def packets():
-        return {r["direction"]: r["packets"] for r in lab.statistics()["links"] if r["cohort"] == "default"}
-    before = packets()
-    ping = lab.client(2).run(["ping", "-c", "3", "-i", "0.2", "-w", "20", lab.server.address], timeout=60)
-    assert ping.returncode == 0, ping.stdout + ping.stderr
-    after = packets()
-    assert after["dest"] - before["dest"] >= 3 and after["source"] - before["source"] >= 3
+    _ping_crosses(lab, 2, lambda r: r["cohort"] == "default")
 
 
 TWO_SERVICES = """

@@ -119,7 +119,7 @@ class Links:
         for link in off_loop(self.ipr.get_links):
             if link["flags"] & IFF_LOOPBACK or not link["flags"] & IFF_UP:
                 continue
-            found.append((link.get_attr("IFLA_IFNAME"), _kind(link)))
+            found.append((link.get_attr("IFLA_IFNAME"), link_kind(link)))
         return found
 
     def add_ifb(self, name: str) -> None:
@@ -137,7 +137,7 @@ class Links:
             self.forget()
 
 
-def _kind(link) -> str:
+def link_kind(link) -> str:
     """A link's kind ("veth", "bridge", ...); "" for a plain (hardware or virtio) device."""
     info = link.get_attr("IFLA_LINKINFO")
     return (info.get_attr("IFLA_INFO_KIND") if info is not None else None) or ""
