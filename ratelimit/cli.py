@@ -26,6 +26,7 @@ from .errors import PermissionDenied, RatelimitError, UsageError
 from .model import GRANULARITIES
 from .getopt import long_options
 from .summary import describe, summary
+from .layout import oversubscribed
 
 EXIT_INTERNAL = 70
 SUBCOMMANDS = ("profiles", "save", "restore", "vm", "lab", "web")  # web: registered by the webui package
@@ -294,6 +295,9 @@ def _run(args, action, con, target=None, named=()) -> int:
         text = script(ops, req.netns)  # refuses a name tc -batch cannot carry before anything is printed
         con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(summary(req))}")
         con.out(f"# {how}")
+        warning = oversubscribed(req)
+        if warning:
+            con.out(f"# warning: {warning}")
         if target is not None and target.netns:
             from .names import shell_word
             con.out(f"# the container's namespace has this name only while ratelimit runs; first: "

@@ -187,10 +187,14 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     up with the new plan whole, or as it was (``recovery.Change``): on a refused step, an
     exception, SIGINT or SIGTERM.
     ``lock_timeout``: seconds to wait for another run on the interface (default: as long as
-    it takes).  ``notice(message)`` hears about repairs of a killed run, and about devices
-    that merge received frames, which the links would meter as one (default: stderr)."""
+    it takes).  ``notice(message)`` hears about links whose rates add up to more than
+    ``--bandwidth``, repairs of a killed run, and devices that merge received frames,
+    which the links would meter as one (default: stderr)."""
     plan = compile_plan(req)
     _require_root()
+    warning = layout.oversubscribed(req)
+    if warning:
+        (notice or recovery.notice_to_stderr)(warning)
     with executor(req.netns) as ex, state.lock(req.netns, req.interface, on_wait, lock_timeout):
         check_interface(ex, req, req.netns)
         recovery.repair(ex, req.netns, req.interface, notice)
