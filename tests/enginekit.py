@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from ratelimit.kernel.probe import probe
-from ratelimit.lab.measure import Download
+from ratelimit.lab.measure import curl_argv, curl_failure, read_curl
 from ratelimit.linkmodel import LinkModel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,12 +142,13 @@ def web_and_client(e, timestamps=False, prefix="rlct-"):
     raise AssertionError(f"nginx in {web_name} did not answer: {e('logs', web_name, check=False).stderr}")
 
 
-def fetch(e, web):
-    r = e("exec", "rlct-client", "curl", "-sS", "-o", "/dev/null", "-w",
-          "%{http_code} %{size_download} %{time_total} %{local_port} %{size_header} %{size_request}",
-          f"http://{web}/10000.bin")
-    code, size, seconds, port, header, request = r.stdout.split()
-    return Download("", "rlct-client", int(code), int(size), float(seconds), 0, 0, int(port), int(header), int(request))
+def fetch(e, web, client="rlct-client"):
+    """A timed download of web's 10,000-byte file by curl in the client container."""
+    url = f"http://{web}/10000.bin"
+    r = e("exec", client, *curl_argv(url, 120), check=False)
+    d = read_curl(url, client, r)
+    assert d is not None, f"{url} from {client}: {curl_failure(r)}"
+    return d
 
 
 def delay_args():

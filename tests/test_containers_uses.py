@@ -3,18 +3,24 @@
 - the pytest fixture (``container_link``, ``make_container_link``) in a pytest run of its
   own: a web container as the server of a client container over a modem, and the client as
   one user, each download within 3% of the link model; the links gone after a failing test;
-  a refusal in one line.
+  a refusal in one line;
+- the compose example (examples/compose/) with Debian's docker-compose, run as its README
+  says: one ratelimit command puts both clients behind modems, a fetch within 3% of the model.
 
 Names of their own (``rlct2-``), removed after each test, passed or failed.  The module
 is in the ``containers`` group with tests/test_containers_engines.py: one dockerd.
 """
 
+import json
+import os
 import re
+import shutil
 import textwrap
+import time
 
 import pytest
 
-from enginekit import qdiscs, run_dir, web_and_client
+from enginekit import ROOT, Engine, delay_args, fetch, model, qdiscs, ratelimit, run_dir, sh, web_and_client
 from test_pytest_plugin import run_pytest
 
 pytestmark = [pytest.mark.netns, pytest.mark.alone]
@@ -83,6 +89,64 @@ def test_the_fixture_puts_a_container_behind_a_modem(engine, tmp_path):
     assert "1 failed, 2 passed" in out and "2 errors in" in out
     results = {use: (float(s), float(m)) for use, s, m in re.findall(r"RESULT (\w+) ([\d.]+) ([\d.]+)", out)}
     assert set(results) == {"server", "user"}
-    for use, (seconds, model) in results.items():
-        print(f"{e.name}, the fixture, {use}: {seconds:.3f} s, the model {model:.3f} s ({seconds / model:.3f})")
+    for use, (seconds, expected) in results.items():
+        print(f"{e.name}, the fixture, {use}: {seconds:.3f} s, the model {expected:.3f} s ({seconds / expected:.3f})")
     assert leftovers(e, state) == before
+
+
+# ---------------------------------------------------------------- the compose example
+
+EXAMPLE = ROOT / "examples" / "compose"
+
+
+def readme_commands() -> list[str]:
+    """The command lines of the example README's shell blocks, comments left out."""
+    blocks = re.findall(r"```sh\n(.*?)```", (EXAMPLE / "README.md").read_text(), re.S)
+    return [line.split("  #")[0].strip() for b in blocks for line in b.splitlines() if line.strip()]
+
+
+def test_the_compose_example_runs_as_its_readme_says(engines_up, tmp_path):
+    if shutil.which("docker-compose") is None:
+        pytest.fail("docker-compose is not installed: bash .ci/install installs it")
+    said = readme_commands()
+    name = f"{P}ex"
+    env = {**os.environ, "RL_IMAGE": engines_up, "RL_EXAMPLE": name, "RL_EXAMPLE_SUBNET": "198.18.246.0/24",
+           "RATELIMIT_STATE_DIR": str(tmp_path / "state")}
+
+    def step(line: str, *argv: str):
+        """Run the README's ``line`` (``argv``, our names in it), after checking the README says it."""
+        assert line in said, (line, said)
+        return sh(*argv, env=env)
+    compose = ["docker-compose", "-f", str(EXAMPLE / "compose.yaml")]
+    e = Engine("docker", engines_up)
+    try:
+        step("docker-compose -f examples/compose/compose.yaml up -d", *compose, "up", "-d")
+        web, client = f"{name}-web", f"{name}-client1"
+        for _ in range(50):  # nginx up, and the name service of the network
+            if e("exec", client, "curl", "-s", "-o", "/dev/null", f"http://{web}/", check=False).returncode in (0, 22):
+                break
+            time.sleep(0.1)
+        shape = "ratelimit --container rl-example-web --hosts container:rl-example-client1,container:rl-example-client2 " \
+                "--profile modem-28k8"
+        assert shape in said
+        r = ratelimit(*shape.replace("rl-example", name).split()[1:], *delay_args(), env=env)
+        assert r.returncode == 0, r.stderr
+        assert f"docker container {web}" in r.stdout and f"{name}-client1 = 198.18.246." in r.stdout
+        assert "docker exec rl-example-client1 curl -sS -o /dev/null -w '%{time_total} s\\n' " \
+               "http://rl-example-web/10000.bin" in said
+        d = fetch(e, web, client)
+        applied = json.loads(ratelimit("--container", web, "--list", "--json", env=env).stdout)["applied"]
+        assert sorted(applied["named"]) == [f"{name}-client1", f"{name}-client2"] and applied["links"] == 4
+        expected = d.model_seconds(model(applied))
+        print(f"the compose example (docker-compose): {d.seconds:.3f} s, the model {expected:.3f} s "
+              f"({d.seconds / expected:.3f})")
+        assert 0.97 < d.seconds / expected < 1.03, (d.seconds, expected)
+        assert "ratelimit --container rl-example-web --clean" in said
+        r = ratelimit("--container", web, "--clean", env=env)
+        assert r.returncode == 0 and "eth0: removed what ratelimit installed" in r.stdout, r.stderr
+        step("docker-compose -f examples/compose/compose.yaml down -t 0", *compose, "down", "-t", "0")
+        assert not e("ps", "-aq", "--filter", f"name={name}").stdout.strip()
+        assert e("network", "ls", "-q", "--filter", f"name={name}-lan").stdout.strip() == ""
+    finally:
+        sh(*compose, "down", "-t", "0", check=False, env=env)
+        sh("docker", "network", "rm", f"{name}-lan", check=False)
