@@ -52,6 +52,8 @@ NAME_ALLOWED = "is not a container name or id (a letter or digit, then letters, 
 HOST_PREFIX = "container:"  # in --hosts: container:NAME
 NETNS_PREFIX = "rl-ct-"  # the names ``attached`` gives container namespaces
 ENGINE_TIMEOUT_S = 30
+DOCKERD_HINT = ("start it (systemctl start docker; where no init system runs, dockerd: docs/lab.md, "
+                "Container engines without an init system), or set DOCKER_HOST to its socket")
 
 
 class ContainerError(NotFoundError):
@@ -230,7 +232,8 @@ class Engine:
                 return None
             if self.name == "docker" and re.search(r"cannot connect to the docker daemon|is the docker daemon running",
                                                    text, re.I):
-                raise ContainerError(f"--container: docker is installed but its daemon does not answer ({text})")
+                raise ContainerError(f"--container: docker is installed but its daemon does not answer ({text}); "
+                                     f"{DOCKERD_HINT}")
             raise ContainerError(f"--container: {self.name} container inspect '{name}' failed: {text or f'exit {code}'}")
         return parse_inspect(self.name, out, name, self.rootless())
 

@@ -141,3 +141,36 @@ def test_the_record_keeps_the_container_and_the_names_of_its_hosts():
     assert s["named"] == {"rlct-client": ["198.18.240.3"]}
     assert describe(s).endswith("; podman container rlct-web (abababababab) on rlct-net, as the server; "
                                 "rlct-client = 198.18.240.3")
+
+
+DOCKER_DOWN = "Cannot connect to the Docker daemon at unix:///run/rlct2-none.sock. Is the docker daemon running?"
+
+
+def fake_engine(tmp_path, name, stderr, code=1):
+    """An engine's command that answers every call as the real one did with its daemon down."""
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\nprintf '%s\\n' {json.dumps(stderr)} >&2\nexit {code}\n")
+    path.chmod(0o755)
+    return containers.Engine(name, str(path))
+
+
+def test_a_docker_daemon_that_does_not_answer_is_one_line_saying_what_to_do(tmp_path, monkeypatch):
+    docker = fake_engine(tmp_path, "docker", DOCKER_DOWN)
+    with pytest.raises(ContainerError) as e:
+        docker.inspect("web")
+    assert str(e.value) == (f"--container: docker is installed but its daemon does not answer ({DOCKER_DOWN}); "
+                            f"start it (systemctl start docker; where no init system runs, dockerd: docs/lab.md, "
+                            f"Container engines without an init system), or set DOCKER_HOST to its socket")
+    # without --engine, podman is asked all the same, and the line says why docker was not
+    podman = fake_engine(tmp_path, "podman", "Error: no container with name or id \"web\" found: no such container",
+                         code=125)
+    monkeypatch.setattr(containers, "engines", lambda engine=None: [docker, podman] if engine is None else [docker])
+    with pytest.raises(ContainerError) as e:
+        containers.find("web")
+    says = str(e.value)
+    assert says.startswith("--container: no container 'web' in docker or podman (docker not asked: docker is "
+                           "installed but its daemon does not answer (Cannot connect") and "\n" not in says
+    assert says.endswith("or set DOCKER_HOST to its socket)")
+    with pytest.raises(ContainerError) as e:
+        containers.find("web", "docker", "--hosts")
+    assert str(e.value).startswith("--hosts: docker is installed but its daemon does not answer")

@@ -5,7 +5,9 @@
   one user, each download within 3% of the link model; the links gone after a failing test;
   a refusal in one line;
 - the compose example (examples/compose/) with Debian's docker-compose, run as its README
-  says: one ratelimit command puts both clients behind modems, a fetch within 3% of the model.
+  says: one ratelimit command puts both clients behind modems, a fetch within 3% of the model;
+- dockerd stopped, and a Docker socket that is not there: one line naming docker and what to
+  do, the router as it was, and Podman's containers found all the same.
 
 Names of their own (``rlct2-``), removed after each test, passed or failed.  The module
 is in the ``containers`` group with tests/test_containers_engines.py: one dockerd.
@@ -20,7 +22,7 @@ import time
 
 import pytest
 
-from enginekit import ROOT, Engine, delay_args, fetch, model, qdiscs, ratelimit, run_dir, sh, web_and_client
+from enginekit import ENGINES_SH, ROOT, Engine, delay_args, fetch, model, qdiscs, ratelimit, run_dir, sh, web_and_client
 from test_pytest_plugin import run_pytest
 
 pytestmark = [pytest.mark.netns, pytest.mark.alone]
@@ -150,3 +152,47 @@ def test_the_compose_example_runs_as_its_readme_says(engines_up, tmp_path):
     finally:
         sh(*compose, "down", "-t", "0", check=False, env=env)
         sh("docker", "network", "rm", f"{name}-lan", check=False)
+
+
+# ---------------------------------------------------------------- a daemon that is down
+
+
+def test_a_docker_daemon_that_is_down_is_one_line_and_changes_nothing(engines_up, tmp_path):
+    state = tmp_path / "state"
+    env = {**os.environ, "RATELIMIT_STATE_DIR": str(state)}
+    hint = ("start it (systemctl start docker; where no init system runs, dockerd: docs/lab.md, Container engines "
+            "without an init system), or set DOCKER_HOST to its socket\n")
+    pod = Engine("podman", engines_up)
+    pod.network()
+    try:
+        pod.run(f"{P}pweb", pod.image, "sleep", "600")
+
+        def router():
+            records = sorted(str(p) for p in state.rglob("*.json")) if state.exists() else []
+            return qdiscs(pod, f"{P}pweb"), run_dir(), records
+        before = router()
+        sh("sh", ENGINES_SH, "stop", timeout=60)
+        try:
+            down = "ratelimit: --container: docker is installed but its daemon does not answer (Cannot connect to " \
+                   "the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?); "
+            for argv in (["--profile", "modem-28k8"], ["--hosts", "container:x", "--rate", "1mbit"], ["--clean"],
+                         ["--list"]):
+                r = ratelimit("--container", f"{P}web", "--engine", "docker", *argv, env=env)
+                assert (r.returncode, r.stdout, r.stderr) == (3, "", down + hint), (argv, r.stderr)
+            r = ratelimit("--container", f"{P}web", "--profile", "modem-28k8", env=env)
+            assert r.returncode == 3 and r.stderr.startswith(
+                f"ratelimit: --container: no container '{P}web' in docker or podman (docker not asked: docker is "
+                f"installed but its daemon does not answer (Cannot connect") and r.stderr.count("\n") == 1, r.stderr
+            # Podman has no daemon: its containers are found while Docker's is down
+            r = ratelimit("--container", f"{P}pweb", "--list", env=env)
+            assert r.returncode == 0 and "nothing installed by ratelimit" in r.stdout, r.stderr
+        finally:
+            sh("sh", ENGINES_SH, "start", timeout=60)
+        # a socket that is not there: the same, with its address
+        gone = {**env, "DOCKER_HOST": f"unix:///run/{P}none.sock"}
+        r = ratelimit("--container", f"{P}web", "--engine", "docker", "--profile", "modem-28k8", env=gone)
+        assert (r.returncode, r.stdout) == (3, ""), r.stderr
+        assert r.stderr == down.replace("/var/run/docker.sock", f"/run/{P}none.sock") + hint
+        assert router() == before
+    finally:
+        pod.remove()
