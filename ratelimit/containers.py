@@ -161,7 +161,7 @@ def refusal(c: Container) -> str | None:
     return None
 
 
-def choose_network(c: Container, network: str | None) -> Endpoint:
+def choose_network(c: Container, network: str | None, field_name: str = "--container") -> Endpoint:
     """The endpoint links go on: the one network ``c`` is on, or the one named."""
     names = [e.network for e in c.networks]
     if network is not None:
@@ -171,22 +171,22 @@ def choose_network(c: Container, network: str | None) -> Endpoint:
                                  f"(it is on: {', '.join(names) or 'none'})")
         return found
     if len(c.networks) != 1:
-        raise ContainerError(f"--container: {c.label()} is on {len(names)} networks ({', '.join(names)}); "
+        raise ContainerError(f"{field_name}: {c.label()} is on {len(names)} networks ({', '.join(names)}); "
                              f"name one with --network")
     return c.networks[0]
 
 
-def shared_network(a: Container, b: Container, network: str | None) -> str:
+def shared_network(a: Container, b: Container, network: str | None, field_name: str = "--hosts") -> str:
     """The network ``a`` and ``b`` are both on: the one named, or the only one they share."""
     shared = [e.network for e in a.networks if b.endpoint(e.network) is not None]
     if network is not None:
         if network not in shared:
-            raise ContainerError(f"--hosts: {b.label()} and {a.label()} do not share network '{network}' "
+            raise ContainerError(f"{field_name}: {b.label()} and {a.label()} do not share network '{network}' "
                                  f"(they share: {', '.join(shared) or 'none'})")
         return network
     if len(shared) != 1:
         listed = ", ".join(shared)
-        raise ContainerError(f"--hosts: {b.label()} and {a.label()} share "
+        raise ContainerError(f"{field_name}: {b.label()} and {a.label()} share "
                              + (f"{len(shared)} networks ({listed}); name one with --network" if shared
                                 else "no network"))
     return shared[0]
@@ -492,7 +492,8 @@ def expand_hosts(text, *, server: Container | None, network: str | None, engine:
             continue
         name = item[len(HOST_PREFIX):]
         c, owner = resolve(check_name(name, field_name), engine, field_name)
-        net = shared_network(server, owner, network) if server is not None else choose_network(owner, network).network
+        net = shared_network(server, owner, network, field_name) if server is not None else \
+            choose_network(owner, network, field_name).network
         addrs = owner.endpoint(net).addresses()
         if not addrs:
             raise ContainerError(f"{field_name}: {c.label()} has no address on network '{net}'")

@@ -95,8 +95,11 @@ class Engine:
         return int(self("inspect", "-f", "{{.State.Pid}}", name).stdout)
 
     def address(self, name):
+        return self.address_on(name, self.net)
+
+    def address_on(self, name, network):
         data = json.loads(self("inspect", name).stdout)[0]
-        return data["NetworkSettings"]["Networks"][self.net]["IPAddress"]
+        return data["NetworkSettings"]["Networks"][network]["IPAddress"]
 
     def remove(self):
         for name in reversed(self.made):

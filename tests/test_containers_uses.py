@@ -22,7 +22,10 @@ import time
 
 import pytest
 
-from enginekit import ENGINES_SH, ROOT, Engine, delay_args, fetch, model, qdiscs, ratelimit, run_dir, sh, web_and_client
+from ratelimit.kernel.probe import probe
+from ratelimit.linkmodel import LinkModel
+
+from enginekit import ENGINES_SH, ROOT, Engine, fetch, qdiscs, ratelimit, run_dir, sh, web_and_client
 from test_pytest_plugin import run_pytest
 
 pytestmark = [pytest.mark.netns, pytest.mark.alone]
@@ -128,18 +131,28 @@ def test_the_compose_example_runs_as_its_readme_says(engines_up, tmp_path):
             if e("exec", client, "curl", "-s", "-o", "/dev/null", f"http://{web}/", check=False).returncode in (0, 22):
                 break
             time.sleep(0.1)
-        shape = "ratelimit --container rl-example-web --hosts container:rl-example-client1,container:rl-example-client2 " \
-                "--profile modem-28k8"
+        assert "ratelimit --container rl-example-web --hosts container:rl-example-client1,container:rl-example-client2 " \
+               "--profile modem-28k8" in said
+        shape = "ratelimit --container rl-example-web --scenario examples/compose/audience.toml"
         assert shape in said
-        r = ratelimit(*shape.replace("rl-example", name).split()[1:], *delay_args(), env=env)
+        audience = tmp_path / "audience.toml"  # the example's, with our names
+        audience.write_text((EXAMPLE / "audience.toml").read_text().replace("rl-example", name))
+        no_netem = [] if probe(["netem"])["netem"] else ["--delay", "0ms", "--jitter", "0ms", "--loss", "0%"]
+        r = ratelimit("--container", web, "--scenario", str(audience), *no_netem, env=env)
         assert r.returncode == 0, r.stderr
         assert f"docker container {web}" in r.stdout and f"{name}-client1 = 198.18.246." in r.stdout
+        assert f"{name}-client2 = 198.18.246." in r.stdout
         assert "docker exec rl-example-client1 curl -sS -o /dev/null -w '%{time_total} s\\n' " \
                "http://rl-example-web/10000.bin" in said
         d = fetch(e, web, client)
         applied = json.loads(ratelimit("--container", web, "--list", "--json", env=env).stdout)["applied"]
-        assert sorted(applied["named"]) == [f"{name}-client1", f"{name}-client2"] and applied["links"] == 4
-        expected = d.model_seconds(model(applied))
+        cohorts = {c["name"]: c for c in applied["cohorts"]}
+        assert {k: (c["profile"], c["named"]) for k, c in cohorts.items()} == {
+            "modem": ("modem-28k8", {f"{name}-client1": [e.address_on(f"{name}-client1", f"{name}-lan")]}),
+            "phone": ("3g", {f"{name}-client2": [e.address_on(f"{name}-client2", f"{name}-lan")]})}
+        assert applied["links"] == 4
+        expected = d.model_seconds(LinkModel.from_summary(applied, cohort="modem",
+                                                          delay_stage=probe(["netem"])["netem"]))
         print(f"the compose example (docker-compose): {d.seconds:.3f} s, the model {expected:.3f} s "
               f"({d.seconds / expected:.3f})")
         assert 0.97 < d.seconds / expected < 1.03, (d.seconds, expected)

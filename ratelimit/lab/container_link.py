@@ -117,7 +117,8 @@ class ContainerLink:
         ``client``'s network namespace.  ``client`` defaults to the container itself (one user)
         or, for a server, to the one container its ``hosts`` named."""
         if client is None:
-            named = list(self.applied.get("named") or {})
+            named = list(dict.fromkeys([*(self.applied.get("named") or {}),
+                                        *(n for c in self.applied.get("cohorts", ()) for n in c.get("named") or {})]))
             if self.use == "user":
                 client = self.container
             elif len(named) == 1:
