@@ -28,9 +28,13 @@ CNI_DIR = Path("/etc/cni/net.d")
 # limits root may set in our VMs (containers/containers.conf says why)
 PODMAN_ENV = {**os.environ, "CONTAINERS_CONF": str(ROOT / "containers" / "containers.conf")}
 PREFIX = "rlct-"
-NETWORKS = {"docker": ("rlct-net", "198.18.240.0/24", "rlct-d0"), "podman": ("rlct-net", "198.18.241.0/24", "rlct-p0")}
+# (network, IPv4 subnet, bridge, IPv6 subnet or None)
+NETWORKS = {"docker": ("rlct-net", "198.18.240.0/24", "rlct-d0", None),
+            "podman": ("rlct-net", "198.18.241.0/24", "rlct-p0", None)}
+NETWORKS6 = {"docker": ("rlct2-net6", "198.18.247.0/24", "rlct2-d6", "2001:db8:247::/64"),
+             "podman": ("rlct2-net6", "198.18.248.0/24", "rlct2-p6", "2001:db8:248::/64")}
 WEB_CMD = ("mkdir -p /srv && head -c 10000 /dev/zero > /srv/10000.bin && head -c 100000 /dev/zero > /srv/100000.bin && "
-           "printf 'server { listen 80; root /srv; access_log off; }\\n' > /etc/nginx/sites-enabled/default && "
+           "printf 'server { listen 80; LISTEN6root /srv; access_log off; }\\n' > /etc/nginx/sites-enabled/default && "
            "exec nginx -g 'daemon off;'")
 
 
@@ -64,9 +68,9 @@ class Engine:
     """One engine as the tests use it: its own network, containers named rlct-*, all
     removed by name afterwards."""
 
-    def __init__(self, name, image):
+    def __init__(self, name, image, ipv6=False):
         self.name, self.image = name, image if name == "docker" else f"localhost/{image}"
-        self.net, self.subnet, self.bridge = NETWORKS[name]
+        self.net, self.subnet, self.bridge, self.subnet6 = (NETWORKS6 if ipv6 else NETWORKS)[name]
         self.made = []
 
     def __call__(self, *args, check=True):
@@ -75,12 +79,14 @@ class Engine:
     def network(self):
         if self.name == "docker":
             self("network", "rm", self.net, check=False)
-            self("network", "create", "--driver", "bridge", "--subnet", self.subnet, "--internal",
+            v6 = ["--ipv6", "--subnet", self.subnet6] if self.subnet6 else []
+            self("network", "create", "--driver", "bridge", "--subnet", self.subnet, *v6, "--internal",
                  "-o", f"com.docker.network.bridge.name={self.bridge}", self.net)
         else:  # a CNI bridge of its own: no gateway, no masquerading, no firewall or portmap plugin
+            ranges = [[{"subnet": s}] for s in (self.subnet, self.subnet6) if s]
             conf = {"cniVersion": "0.4.0", "name": self.net, "plugins": [
                 {"type": "bridge", "bridge": self.bridge, "isGateway": False, "ipMasq": False, "hairpinMode": True,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": self.subnet}]]}}]}
+                 "ipam": {"type": "host-local", "ranges": ranges}}]}
             (CNI_DIR / f"{self.net}.conflist").write_text(json.dumps(conf, indent=1))
 
     def run(self, name, *args, network=None):
@@ -97,9 +103,12 @@ class Engine:
     def address(self, name):
         return self.address_on(name, self.net)
 
-    def address_on(self, name, network):
+    def address_on(self, name, network, key="IPAddress"):
         data = json.loads(self("inspect", name).stdout)[0]
-        return data["NetworkSettings"]["Networks"][network]["IPAddress"]
+        return data["NetworkSettings"]["Networks"][network][key]
+
+    def address6(self, name):
+        return self.address_on(name, self.net, "GlobalIPv6Address")
 
     def remove(self):
         for name in reversed(self.made):
@@ -133,7 +142,8 @@ def web_and_client(e, timestamps=False, prefix="rlct-"):
     """PREFIXweb (nginx) and PREFIXclient on the engine's network; web's address."""
     web_name, client_name = f"{prefix}web", f"{prefix}client"
     # no TCP metrics kept between connections: each fetch starts as the first did
-    e.run(web_name, "--sysctl", "net.ipv4.tcp_no_metrics_save=1", e.image, "sh", "-c", WEB_CMD)
+    web_cmd = WEB_CMD.replace("LISTEN6", "listen [::]:80; " if e.subnet6 else "")
+    e.run(web_name, "--sysctl", "net.ipv4.tcp_no_metrics_save=1", e.image, "sh", "-c", web_cmd)
     # the link model's client: no TCP timestamps behind a header-compressing modem link
     e.run(client_name, "--sysctl", f"net.ipv4.tcp_timestamps={int(timestamps)}", e.image, "sleep", "600")
     web = e.address(web_name)

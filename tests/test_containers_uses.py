@@ -7,12 +7,15 @@
 - the compose example (examples/compose/) with Debian's docker-compose, run as its README
   says: one ratelimit command puts both clients behind modems, a fetch within 3% of the model;
 - dockerd stopped, and a Docker socket that is not there: one line naming docker and what to
-  do, the router as it was, and Podman's containers found all the same.
+  do, the router as it was, and Podman's containers found all the same;
+- IPv6 (2001:db8::/32) beside IPv4 on the network: a v6 fetch shaped as the v4 one, each
+  within 3% of the model for its packets, as a server (Podman) and as one user (Docker).
 
 Names of their own (``rlct2-``), removed after each test, passed or failed.  The module
 is in the ``containers`` group with tests/test_containers_engines.py: one dockerd.
 """
 
+import dataclasses
 import json
 import os
 import re
@@ -25,7 +28,7 @@ import pytest
 from ratelimit.kernel.probe import probe
 from ratelimit.linkmodel import LinkModel
 
-from enginekit import ENGINES_SH, ROOT, Engine, fetch, qdiscs, ratelimit, run_dir, sh, web_and_client
+from enginekit import ENGINES_SH, ROOT, Engine, delay_args, fetch, model, qdiscs, ratelimit, run_dir, sh, web_and_client
 from test_pytest_plugin import run_pytest
 
 pytestmark = [pytest.mark.netns, pytest.mark.alone]
@@ -209,3 +212,56 @@ def test_a_docker_daemon_that_is_down_is_one_line_and_changes_nothing(engines_up
         assert router() == before
     finally:
         pod.remove()
+
+
+# ---------------------------------------------------------------- IPv6
+
+
+@pytest.fixture
+def engine6(request, engines_up):
+    """The engine's network with IPv6 too (2001:db8::/32), removed after the test."""
+    e = Engine(request.param, engines_up, ipv6=True)
+    e.network()
+    try:
+        yield e
+    finally:
+        e.remove()
+
+
+@pytest.mark.parametrize("engine6,use", [("podman", "server"), ("docker", "user")], indirect=["engine6"])
+def test_a_v6_fetch_is_shaped_as_a_v4_one(engine6, use, ct_state):
+    """On a network with IPv4 and IPv6, a container's two addresses are two links of the
+    profile, and a fetch over each takes what the model gives for its packets."""
+    e = engine6
+    web4 = web_and_client(e, prefix=P)
+    web6, client4, client6 = e.address6(f"{P}web"), e.address(f"{P}client"), e.address6(f"{P}client")
+    assert web6.startswith("2001:db8:") and client6.startswith("2001:db8:"), (web6, client6)
+    for _ in range(50):  # the address is usable once duplicate address detection is over
+        if e("exec", f"{P}client", "curl", "-sg", "-o", "/dev/null", f"http://[{web6}]/", check=False).returncode == 0:
+            break
+        time.sleep(0.1)
+    before = qdiscs(e, f"{P}web", f"{P}client")
+    shaped = f"{P}web" if use == "server" else f"{P}client"
+    hosts = ["--hosts", f"container:{P}client"] if use == "server" else []
+    r = ratelimit("--container", shaped, *hosts, "--profile", "modem-28k8", *delay_args())
+    assert r.returncode == 0, r.stderr
+    try:
+        listed = json.loads(ratelimit("--container", shaped, "--list", "--json").stdout)
+        applied = listed["applied"]
+        assert listed["container"]["use"] == use and sorted(applied["hosts"]) == sorted([client4, client6])
+        assert applied["links"] == 4  # each address its own link, each way
+        v4 = model(applied)
+        for web, m in ((web4, v4), (f"[{web6}]", dataclasses.replace(v4, ipv6=True))):
+            d = fetch(e, web, f"{P}client")
+            assert (d.http_code, d.bytes) == (200, 10_000)
+            expected = d.model_seconds(m)
+            print(f"{e.name}, {use}, IPv{6 if m.ipv6 else 4}: {d.seconds:.3f} s, the model {expected:.3f} s "
+                  f"({d.seconds / expected:.3f})")
+            assert 0.97 < d.seconds / expected < 1.03, (web, d.seconds, expected)
+        rows = json.loads(ratelimit("--container", shaped, "--stats", "--json").stdout)["links"]
+        carried = {r["host"]: r["bytes"] for r in rows if r["direction"] == "dest"}
+        assert carried[client4] > 10_000 and carried[client6] > 10_000, carried
+    finally:
+        r = ratelimit("--container", shaped, "--clean")
+    assert r.returncode == 0, r.stderr
+    assert qdiscs(e, f"{P}web", f"{P}client") == before

@@ -47,7 +47,7 @@ CURL_FORMAT = ("%{http_code} %{size_download} %{time_connect} %{time_starttransf
 
 def curl_argv(url: str, timeout: float) -> list[str]:
     """curl's command line for one timed download of ``url`` (``read_curl`` reads what it prints)."""
-    return ["curl", "-sS", "-o", "/dev/null", "--max-time", f"{timeout:g}", "-w", CURL_FORMAT, url]
+    return ["curl", "-sSg", "-o", "/dev/null", "--max-time", f"{timeout:g}", "-w", CURL_FORMAT, url]
 
 
 def read_curl(url: str, client: str, r) -> Download | None:
