@@ -88,6 +88,8 @@ def both_targets(name: str, *, network: str | None = None, engine: str | None = 
         note = (c.engine, c.name, owner.id, endpoint.network)
         _forget_gone(c, owner, notice)
         with containers.attached(owner) as ns:
+            from .ctlife import forget_if_gone
+            forget_if_gone(c, ns, wired.inside, notice or (lambda text: None))
             try:
                 yield (Target("server", owner.pid, wired.inside, ns, None, (), note + ("server",)),
                        Target("user", owner.pid, wired.veth, None, None, (), note + ("user",)))

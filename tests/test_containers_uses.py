@@ -22,6 +22,7 @@ import re
 import shutil
 import textwrap
 import time
+from pathlib import Path
 
 import pytest
 
@@ -265,3 +266,64 @@ def test_a_v6_fetch_is_shaped_as_a_v4_one(engine6, use, ct_state):
         r = ratelimit("--container", shaped, "--clean")
     assert r.returncode == 0, r.stderr
     assert qdiscs(e, f"{P}web", f"{P}client") == before
+
+
+# ---------------------------------------------------------------- restarts, save and restore
+
+
+@pytest.mark.parametrize("engine", ["podman"], indirect=True)  # the same code with Docker: one engine's time
+def test_restarts_save_and_restore_follow_the_containers(engine, ct_state, tmp_path):
+    """A restarted server's links went with its namespace: --list says so and forgets the
+    record; ``save`` keeps both uses' links by container, ``restore`` puts them where the
+    containers are now (new namespace, new veth, addresses resolved again) and skips, with
+    a notice, a container that is not running."""
+    e = engine
+    web_and_client(e, prefix=P)
+    web, client = f"{P}web", f"{P}client"
+    before = qdiscs(e, web, client)
+
+    def listed(name):
+        r = ratelimit("--container", name, "--list", "--json")
+        assert r.returncode == 0, r.stderr
+        return [json.loads(line) for line in r.stdout.splitlines()], r.stderr
+    try:
+        assert ratelimit("--container", web, "--hosts", f"container:{client}", "--rate", "1mbit",
+                         "--mode", "shape").returncode == 0
+        e("restart", "-t", "0", web)
+        shown, said = listed(web)
+        assert said == (f"ratelimit: podman container '{web}': the links recorded on its eth0 went with its network "
+                        f"namespace (the container was restarted); record removed: apply again to put them back\n")
+        assert not any(d["applied"] for d in shown) and not list(ct_state.rglob("*.json"))
+        assert listed(web)[1] == ""  # said once
+        # save both uses, restart both containers, restore
+        for argv in ([web, "--hosts", f"container:{client}", "--rate", "1mbit"], [client, "--rate", "2mbit"]):
+            r = ratelimit("--container", *argv, "--mode", "shape")
+            assert r.returncode == 0, r.stderr
+        veth = listed(client)[0][0]["container"]["interface"]
+        saved = tmp_path / "links.json"
+        r = ratelimit("save", str(saved))
+        assert r.returncode == 0 and "saved 2 link configuration(s)" in r.stdout, r.stdout + r.stderr
+        assert sorted(link["container"][4] for link in json.loads(saved.read_text())["links"]) == ["server", "user"]
+        e("restart", "-t", "0", web, client)
+        r = ratelimit("restore", str(saved))
+        assert r.returncode == 0, r.stderr
+        server_now, user_now = listed(web)[0][0], listed(client)[0][0]
+        address = e.address(client)
+        assert server_now["applied"]["named"] == {client: [address]} and server_now["applied"]["hosts"] == [address]
+        assert user_now["container"]["use"] == "user" and user_now["applied"]["hosts"] == [address]
+        assert user_now["container"]["interface"] != veth  # the veth of this start, not the one saved
+        assert not Path(f"/sys/class/net/{veth}").exists()
+        # a container that is not running is skipped with a notice
+        e("stop", "-t", "0", client)
+        r = ratelimit("restore", str(saved))
+        assert r.returncode == 3, r.stderr
+        assert f"ratelimit: podman container '{client}' is not running (exited; start it first): its links are " \
+               f"left out (run this again once it runs)\n" in r.stderr
+        assert f"not restored (restore: cohort main: hosts: podman container '{client}' is not running" in r.stderr
+    finally:
+        e("start", client, check=False)  # a stopped user's IFB device goes with its record on its next run
+        for name in (web, client):
+            ratelimit("--container", name, "--clean")
+    def host(text):  # the veths are the restarts' own
+        return sorted(re.sub(r"dev veth\w+", "dev veth", line) for line in text.splitlines())
+    assert host(qdiscs(e, web, client)[0]) == host(before[0]) and not list(ct_state.rglob("*.json"))
