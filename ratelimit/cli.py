@@ -251,9 +251,12 @@ def _dispatch(argv, con) -> int:
                 args.hosts, named = containers.expand_hosts(args.hosts, server=None, network=args.network,
                                                             engine=args.engine)
             return _run(args, action, con, named=named)
-    if args.engine is not None or args.network is not None:
-        raise UsageError("--engine/--network: they go with --container or container:NAME in --hosts")
+    if (args.engine is not None or args.network is not None) and (action is not None or args.scenario is None):
+        raise UsageError(ENGINE_NETWORK_ALONE)
     return _run(args, action, con)
+
+
+ENGINE_NETWORK_ALONE = "--engine/--network: they go with --container, or container:NAME in --hosts or a scenario's hosts"
 
 
 def _run(args, action, con, target=None, named=()) -> int:
@@ -279,12 +282,18 @@ def _run(args, action, con, target=None, named=()) -> int:
             con.out(render_table(data, counters=action == "stats"))
         return 0
     per = args.per or ("host" if args.mix is not None else "port")
+    asks = None if args.scenario is None else scenarios.load(args.scenario)
+    if asks is not None:
+        from .targets import scenario_hosts
+        asks = scenario_hosts(asks, target, network=args.network, engine=args.engine)
+        if target is None and (args.engine or args.network) and not any(a.named for a in asks):
+            raise UsageError(ENGINE_NETWORK_ALONE)
     req = service.make_request(
         args.interface, hosts=args.hosts, ports=args.ports, profile=args.profile, netns=args.netns,
         mode=args.mode, direction=args.direction, rate=args.rate, burst=args.burst,
         bandwidth=args.bandwidth, mtu=args.mtu, avpkt=args.avpkt, mpu=args.mpu, queue=args.queue,
         per=per, link=args.link, mix=args.mix, servers=args.servers, server_ports=args.server_ports,
-        scenario=None if args.scenario is None else scenarios.load(args.scenario),
+        scenario=asks,
         **{name: getattr(args, name) for name in service.IMPAIRMENTS})
     if target is not None or named:
         req = service.for_container(req, None if target is None else target.container,

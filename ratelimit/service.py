@@ -143,7 +143,7 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
     hosts = ask.hosts if isinstance(ask.hosts, tuple) else parse_hosts(ask.hosts, named("hosts"))
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
                   ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
-                  server_ports=server_ports)
+                  server_ports=server_ports, named=ask.named)
 
 
 def _require_root() -> None:

@@ -31,6 +31,9 @@ Fixtures:
 ``make_emulated_link``
     The factory behind it: ``make_emulated_link(profile=..., clients=...)``, as
     many labs as a test needs, all removed afterwards.
+``container_link`` and ``make_container_link``
+    A running Docker or Podman container behind an emulated link, as the server of
+    other containers or as one user (``ratelimit --container``; ``container_link.py``).
 
 ``no_delay="auto"`` leaves out a profile's delay and loss when the kernel lacks
 netem (with a warning, and ``link.delay_left_out`` set), so one test file
@@ -51,6 +54,7 @@ from collections.abc import Sequence
 import pytest
 
 from ..kernel.proc import stop
+from . import container_link as _containers
 from .servertcp import DEFAULT as DEFAULT_SERVER_TCP
 
 MARKER = "emulated_link"
@@ -85,6 +89,11 @@ def pytest_configure(config):
         "mix=None, profiles=None, scenario=None): "
         "the link the emulated_link fixture emulates and how its server's TCP starts "
         "(ratelimit; see docs/fixtures.md)")
+    config.addinivalue_line(
+        "markers",
+        f"{_containers.MARKER}(NAME, hosts=None, profile=None, engine=None, network=None, no_delay=False, ...): "
+        "the links the container_link fixture puts on a running container (ratelimit --container NAME; "
+        "docs/fixtures.md, Containers)")
 
 
 class EmulatedLink:
@@ -344,3 +353,8 @@ def emulated_link(request, make_emulated_link) -> EmulatedLink:
                         pytrace=False)
         options["profile"] = marker.args[0]
     return make_emulated_link(**options)
+
+
+# a container behind an emulated link (ratelimit --container): lab/container_link.py
+container_link = _containers.container_link
+make_container_link = _containers.make_container_link
