@@ -35,9 +35,10 @@ from dataclasses import dataclass, fields, replace
 from ipaddress import ip_address
 from pathlib import Path
 
-from ratelimit.compile import compile_plan, link_flows
+from ratelimit.compile import compile_plan
 from ratelimit.kernel.counters import FlowTable
 from ratelimit.kernel.executor import Executor
+from ratelimit.layout import GROUP_LINKS
 from ratelimit.model import LinkParams, Request
 
 from . import blast
@@ -168,18 +169,18 @@ def perf_top(seconds: float, n: int = 12) -> list | None:
     return out
 
 
-def measure_row(k: int, queues: int, cfg: Config) -> dict:
+def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = None) -> dict:
     sender_exe = blast.compiled(PACE)
     if sender_exe is None:
         raise BenchError("pace.c: no C compiler (apt-get install gcc)")
     with Path3(queues) as path:
         req = request(k, queues, cfg.rate_bps, path.router)
-        plan = compile_plan(req)
+        plan = compile_plan(req) if group_links is None else compile_plan(req, group_links=group_links)
         t0 = time.perf_counter()
         with Executor(path.router) as ex:
             ex.apply(plan.ops)
         setup_s = time.perf_counter() - t0
-        table = FlowTable.of(type(plan)(req, (), link_flows(req)))
+        table = FlowTable.of(plan)  # one flow per link: its class
         cpus = os.cpu_count() or 1
         pps = k * LOAD * cfg.rate_bps / 8 / FRAME_BYTES
         run_s = cfg.warm_s + cfg.window_s + cfg.perf_s + 2
@@ -204,11 +205,15 @@ def measure_row(k: int, queues: int, cfg: Config) -> dict:
         if p.returncode != 0:
             raise BenchError(f"pace exited {p.returncode}: {err.strip()[-300:]}")
     window = t_1 - t_0
+    if table.rows != k:
+        raise BenchError(f"the plan has {table.rows} flows for {k} links")
     shares = sorted((b1["bytes"][i] - b0["bytes"][i]) * 8 / window / cfg.rate_bps for i in range(k))
     delivered = sum(b1["packets"][i] - b0["packets"][i] for i in range(k)) / window
     cpu = cpu_shares(c0, c1)
+    if cpu["machine"]["user"] > 0.05:  # the router's work is softirq and system time; pace.c sleeps
+        say(NAME, f"warning: {cpu['machine']['user']:.0%} user time in the window: something else ran")
     sent = [o.split() for o, _ in outs]
-    return {"links": k, "queues": queues, "rate_bps": cfg.rate_bps, "setup_s": round(setup_s, 2),
+    return {"links": k, "queues": queues, "group_links": group_links or GROUP_LINKS, "rate_bps": cfg.rate_bps, "setup_s": round(setup_s, 2),
             "window_s": round(window, 2), "step": round(FRAME_BYTES * 8 / window / cfg.rate_bps, 4),
             "share_mean": sum(shares) / k, "share_p5": percentile(shares, 5), "share_p50": percentile(shares, 50),
             "share_min": shares[0], "delivered_pps": round(delivered),
