@@ -19,7 +19,8 @@ filters come first answers, and removing the old tree's root filters (or adding 
 new ones ahead of them) switches every flow of a protocol in one kernel step.  Then the
 old groups are held still, and the old tables and groups removed.  Another link layer,
 direction or ingress layout, or two generations that do not fit side by side in the
-16-bit handles: None, and the caller rebuilds.
+16-bit handles: None, and the caller rebuilds.  So does a plan with several tx queues (not
+switched make-before-break yet; changed in place like any other).
 """
 
 from dataclasses import dataclass, replace
@@ -196,10 +197,19 @@ def _paired(old: list, new: list) -> tuple[list, list] | None:
     return changes, backs
 
 
+def _queued(old: Plan, new: Plan) -> bool:
+    """Either plan has several tx queues: not switched make-before-break yet (its groups hang
+    under per-queue trees and its flows are pinned by a map, not a root u32 tree), so an
+    apply that is not a change in place rebuilds."""
+    return old.request.queues > 1 or new.request.queues > 1
+
+
 def rebuilt_groups(old: Plan, new: Plan) -> set:
     """The groups (device, class) both plans have under the same handles but that a change
     in place cannot turn into each other (another queue kind, other flows, ...): a re-apply
     must give them other handles (``layout.replaced``'s ``move``) to build them beside."""
+    if _queued(old, new):
+        return set()
     _, before = _units(old)
     _, after = _units(new)
     return {key for key in before.keys() & after.keys() if _paired(before[key], after[key]) is None}
@@ -214,7 +224,7 @@ def make_before_break(old: Plan, new: Plan) -> Switch | None:
     police-mode netem stage where shape mode hangs its groups), a kept group that cannot
     change in place, or handles that clash (together they need more than the handle
     space)."""
-    if old.request.generation == new.request.generation:
+    if old.request.generation == new.request.generation or _queued(old, new):
         return None
     shared = _paired([op for op in old.ops if _shared(op)], [op for op in new.ops if _shared(op)])
     if shared is None:
