@@ -26,6 +26,7 @@ from ratelimit.layout import TREE_BASE, Layout
 from ratelimit.linkmodel import LinkModel
 from ratelimit.model import Cohort, LinkParams, Request
 from ratelimit.summary import summary
+from downloads import download, serve
 
 pytestmark = pytest.mark.netns
 
@@ -188,42 +189,17 @@ def test_the_default_cohort_takes_every_other_packet_and_clean_removes_it_all(ro
             raise AssertionError(f"program {prog} is still loaded")
 
 
-def _serve(server, payload, connections):
-    srv = netns.netns_socket(server, socket.AF_INET, socket.SOCK_STREAM)
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((SERVER4, 0))
-    srv.listen(8)
-
-    def run():
-        for _ in range(connections):
-            conn, _ = srv.accept()
-            threading.Thread(target=lambda c=conn: (c.sendall(payload), c.close()), daemon=True).start()
-        srv.close()
-    threading.Thread(target=run, daemon=True).start()
-    return srv.getsockname()[1]
-
-
-def _download(client, port, local_port, out):
-    c = netns.netns_socket(client, socket.AF_INET, socket.SOCK_STREAM)
-    c.settimeout(60)
-    c.bind((CLIENT4[0], local_port))
-    t0 = time.perf_counter()
-    c.connect((SERVER4, port))
-    got = 0
-    while chunk := c.recv(65536):
-        got += len(chunk)
-    c.close()
-    out[local_port] = (got, time.perf_counter() - t0)
-
-
 SIZE = 100_000
 
 
 def _timed(server, client, req, local_ports):
     """Downloads of SIZE bytes at once on ``local_ports``, each against the link model."""
-    port = _serve(server, b"d" * SIZE, len(local_ports))
+    port = serve(netns.netns_socket(server, socket.AF_INET, socket.SOCK_STREAM), SERVER4, b"d" * SIZE,
+                 len(local_ports))
     results: dict = {}
-    threads = [threading.Thread(target=_download, args=(client, port, lp, results)) for lp in local_ports]
+    threads = [threading.Thread(target=download, args=(netns.netns_socket(client, socket.AF_INET, socket.SOCK_STREAM),
+                                                       (CLIENT4[0], lp), (SERVER4, port), results, lp))
+               for lp in local_ports]
     for t in threads:
         t.start()
     for t in threads:

@@ -102,10 +102,14 @@ class Links:
             found = self._names[index] = cstr(buf, find(buf, off + IFINFOMSG.size, end, IFLA_IFNAME)) or None
         return found
 
+    def _of(self, name: str):
+        """The kernel's RTM_NEWLINK answer for device ``name`` (as ``_get``), or None."""
+        index = self.index(name)
+        return None if index is None else self._get(index)
+
     def state(self, name: str) -> dict | None:
         """{"kind": its link kind ("" for a plain device), "up": administratively up}, or None."""
-        index = self.index(name)
-        got = None if index is None else self._get(index)
+        got = self._of(name)
         if got is None:
             return None
         buf, off, end = got
@@ -125,8 +129,7 @@ class Links:
 
     def tx_queues(self, name: str) -> int | None:
         """How many transmit queues device ``name`` has (IFLA_NUM_TX_QUEUES), or None."""
-        index = self.index(name)
-        got = None if index is None else self._get(index)
+        got = self._of(name)
         if got is None:
             return None
         buf, off, end = got
