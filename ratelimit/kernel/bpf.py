@@ -21,6 +21,7 @@ _SYSCALL = {"x86_64": 321, "aarch64": 280, "armv7l": 386, "riscv64": 280, "ppc64
             "i686": 357, "loongarch64": 280}
 MAP_CREATE, MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, MAP_DELETE_ELEM = 0, 1, 2, 3
 PROG_LOAD, PROG_GET_FD_BY_ID, MAP_GET_FD_BY_ID, OBJ_GET_INFO_BY_FD = 5, 13, 14, 15
+MAP_UPDATE_BATCH = 26
 MAP_TYPE_HASH, PROG_TYPE_SCHED_CLS = 1, 3
 ATTR_BYTES = 144  # union bpf_attr as this code fills it (the kernel takes a shorter one, zero-padded)
 LOG_BYTES = 1 << 16
@@ -32,12 +33,17 @@ _libc = None
 class BpfError(OSError):
     """The kernel refused a bpf(2) command; ``log`` is the verifier's, for a program."""
 
-    def __init__(self, err: int, what: str, log: str = ""):
+    def __init__(self, err: int, what: str, log: str = "", done: int = 0):
         super().__init__(err, f"{what}: {os.strerror(err)}" + (f" ({log.strip()[-300:]})" if log else ""))
-        self.log = log
+        self.log, self.done = log, done  # done: the entries of a batch the kernel took before refusing
 
 
 def _bpf(cmd: int, attr: bytes, what: str) -> int:
+    return _bpf_buffer(cmd, ctypes.create_string_buffer(attr.ljust(ATTR_BYTES, b"\0"), ATTR_BYTES), what)
+
+
+def _bpf_buffer(cmd: int, buf, what: str) -> int:
+    """bpf(2) on the attributes in ``buf`` (a ctypes buffer the kernel may write back into)."""
     global _libc
     if _libc is None:
         _libc = ctypes.CDLL(None, use_errno=True)
@@ -45,7 +51,6 @@ def _bpf(cmd: int, attr: bytes, what: str) -> int:
     if number is None:
         raise KernelMissing(f"bpf: ratelimit does not know the bpf(2) system call on {platform.machine()}; "
                             "use --queues 1", "bpf")
-    buf = ctypes.create_string_buffer(attr.ljust(ATTR_BYTES, b"\0"), ATTR_BYTES)
     result = _libc.syscall(number, cmd, buf, ATTR_BYTES)
     if result < 0:
         err = ctypes.get_errno()
@@ -72,6 +77,26 @@ def map_update(fd: int, key: bytes, value: bytes) -> None:
     k, v = ctypes.create_string_buffer(key, len(key)), ctypes.create_string_buffer(value, len(value))
     _bpf(MAP_UPDATE_ELEM, struct.pack("=IIQQQ", fd, 0, ctypes.addressof(k), ctypes.addressof(v), 0),
          "adding a map entry")
+
+
+def map_update_batch(fd: int, keys: bytes, values: bytes, count: int) -> int:
+    """Add or replace ``count`` entries (``keys`` and ``values`` packed one after another) in
+    one call (Linux 5.6 and later); how many the kernel took.  A kernel without batches:
+    one call per entry."""
+    k, v = ctypes.create_string_buffer(keys, len(keys)), ctypes.create_string_buffer(values, len(values))
+    attr = ctypes.create_string_buffer(struct.pack("=QQQQIIQQ", 0, 0, ctypes.addressof(k), ctypes.addressof(v),
+                                                   count, fd, 0, 0).ljust(ATTR_BYTES, b"\0"), ATTR_BYTES)
+    try:
+        _bpf_buffer(MAP_UPDATE_BATCH, attr, f"adding {count} map entries")
+    except BpfError as e:
+        done = struct.unpack_from("=I", attr.raw, 32)[0]
+        if e.errno in (errnos.EINVAL, errnos.ENOTSUP, 524) and not done:  # 524: ENOTSUPP, the kernel's own
+            key_bytes, value_bytes = len(keys) // count, len(values) // count
+            for i in range(count):
+                map_update(fd, keys[i * key_bytes:(i + 1) * key_bytes], values[i * value_bytes:(i + 1) * value_bytes])
+            return count
+        raise BpfError(e.errno, f"adding map entry {done + 1} of {count}", done=done) from None
+    return count
 
 
 def map_lookup(fd: int, key: bytes, value_bytes: int) -> bytes | None:

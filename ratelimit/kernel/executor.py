@@ -131,10 +131,30 @@ class Executor(Reader):
                 raise StepFailed(i, ops[i], err, msg, total)
             batch, where, starts = bytearray(), [], []
 
+        entries: list[int] = []  # a run of map entries, added in one call
+
+        def add_entries():
+            if not entries:
+                return
+            try:
+                _queue_entries(self, [ops[i] for i in entries])
+            except bpf.BpfError as e:
+                at = entries[min(e.done, len(entries) - 1)]
+                raise StepFailed(at, ops[at], e.errno, "", total) from None
+            entries.clear()
+
         for i, op in enumerate(ops):
             if echo is not None:
                 for line in op.lines():
                     echo(line)
+            if type(op) is QueueEntry:
+                flush()
+                if entries and (ops[entries[0]].dev != op.dev or len(entries) >= BATCH_MSGS * 16):
+                    add_entries()
+                    report(i)
+                entries.append(i)
+                continue
+            add_entries()
             packer = _BATCHED.get(type(op))
             if packer is not None and not (type(op) is NetemQdisc and op.parent in (TC_H_ROOT, TC_H_INGRESS)):
                 try:
@@ -166,6 +186,7 @@ class Executor(Reader):
                 raise StepFailed(i, op, errnos.ENODEV, f"no device {e.name}", total) from None
             report(i + 1)
         flush()
+        add_entries()
         report(total, final=True)
 
     def remove(self, ops) -> None:
@@ -273,8 +294,10 @@ def _queue_map(ex: Executor, op: QueueMap) -> None:
     ex._maps[op.dev] = fd
 
 
-def _queue_entry(ex: Executor, op: QueueEntry) -> None:
-    bpf.map_update(ex.queue_map(op.dev), op.key(), op.value())
+def _queue_entries(ex: Executor, ops: list) -> None:
+    """Entries of one device's map, in one call."""
+    bpf.map_update_batch(ex.queue_map(ops[0].dev), b"".join(op.key() for op in ops),
+                         b"".join(op.value() for op in ops), len(ops))
 
 
 def _queue_program(ex: Executor, op: QueueProgram) -> None:
@@ -325,7 +348,6 @@ _ALONE = {
     ClsactQdisc: _alone(Encoder.clsact_qdisc),
     MqQdisc: _alone(Encoder.mq_qdisc),
     QueueMap: _queue_map,
-    QueueEntry: _queue_entry,
     QueueProgram: _queue_program,
     DelQdisc: _alone(Encoder.del_qdisc),
     DelClass: _alone(Encoder.del_class),
