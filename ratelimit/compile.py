@@ -157,9 +157,10 @@ def _egress(req, lay, dev, direction, ops, links):
         for q, held in enumerate(lay.queue_links()):
             tree = tree_handle(q)
             ops.append(HtbQdisc(dev, tree, stab=_stab(lay.base), parent=ROOT | (q + 1)))
-            if held:  # the tree's share of the bandwidth: no tree borrows another's
-                share = max(8, bw * held // lay.links)
-                ops.append(HtbClass(dev, tree, tree | 1, share, share, pool_burst, base_mtu, lay.base.mpu_bytes))
+            # the tree's share of the bandwidth, no tree borrowing another's; a tree without
+            # links has a pool all the same (HTB's least rate), for a re-apply to place some there
+            share = max(8, bw * held // lay.links)
+            ops.append(HtbClass(dev, tree, tree | 1, share, share, pool_burst, base_mtu, lay.base.mpu_bytes))
     else:
         ops.append(HtbQdisc(dev, ROOT, stab=_stab(lay.base)))
         ops.append(HtbClass(dev, ROOT, POOL_CLASS, bw, bw, pool_burst, base_mtu, lay.base.mpu_bytes))

@@ -255,7 +255,8 @@ class QueueEntry(_Bpf):
 @dataclass(frozen=True)
 class QueueProgram(_Bpf):
     """The program (``program(direction)``) loaded with the device's map and attached as a
-    direct-action filter to its clsact qdisc's egress hook."""
+    direct-action filter to its clsact qdisc's egress hook -- or, when a program is there
+    (a make-before-break switch), put in its place in one kernel step."""
 
     dev: str
     direction: str

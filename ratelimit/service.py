@@ -306,7 +306,7 @@ def _cohorts_of(plan, groups: set) -> set:
     """The names of the cohorts whose groups are among ``groups`` ((device, class) pairs)."""
     lay = layout.Layout.of(plan.request)
     return {s.cohort.name for s in lay.spans for g in range(s.groups) for dev, classid in groups
-            if classid == layout.ROOT | (s.place.group_minor + g)}
+            if classid == lay.group_class_of(s, g)}
 
 
 def preview(req: Request) -> tuple[tuple, str]:

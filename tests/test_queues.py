@@ -13,8 +13,8 @@ from ratelimit.errors import FieldError, UsageError
 from ratelimit.linklayer import layer
 from ratelimit.layout import GROUP_LINKS, MAX_QUEUES, ROOT, TREE_BASE, Layout, queue_of, tree_handle
 from ratelimit.model import Cohort, LinkParams, Request
-from ratelimit.plan import (TC_H_CLSACT_INGRESS, TC_H_INGRESS, TC_H_ROOT, AddIfb, ClsactQdisc, DelLink, DelQdisc,
-                            HtbClass, HtbQdisc, IngressQdisc, MqQdisc)
+from ratelimit.plan import (TC_H_CLSACT_INGRESS, TC_H_INGRESS, TC_H_ROOT, AddIfb, ClsactQdisc, DelClass, DelLink,
+                            DelQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc)
 from ratelimit.filters import U32Filter
 from ratelimit.queuepin import QueueEntry, QueueMap, QueueProgram, key
 from ratelimit.scenario import load as load_scenario
@@ -86,16 +86,17 @@ def test_each_queue_gets_a_tree_with_the_size_table_and_its_share_of_the_bandwid
     for q, links in enumerate(held):
         pool = pools[tree_handle(q) | 1]
         assert pool.rate_bps == pool.ceil_bps == req.bandwidth_bps * links // 768
-    assert sum(p.rate_bps for p in pools.values()) <= req.bandwidth_bps
+    assert sum(p.rate_bps for p in pools.values()) <= req.bandwidth_bps  # (no tree is empty here)
     groups = [op for op in plan.ops if type(op) is HtbClass and op.parent in pools]
     assert {g.classid & 0xFFFF for g in groups} == {0x10, 0x11, 0x12}
 
 
-def test_a_tree_without_links_has_no_pool_and_nothing_reaches_it_classified():
+def test_a_tree_without_links_has_the_least_pool_and_nothing_reaches_it_classified():
     plan = compile_plan(_request(_cohort("a", ["198.18.0.2"]), queues=4))
     pools = [op for op in plan.ops if type(op) is HtbClass and op.classid & 0xFFFF == 1 and _is_tree(op.classid)]
-    assert len(pools) == 1
-    assert {op.queue for op in plan.ops if type(op) is QueueEntry} == {(pools[0].classid >> 16) - TREE_BASE}
+    used = [p for p in pools if p.rate_bps > 8]
+    assert len(pools) == 4 and len(used) == 1 and used[0].rate_bps == 100_000_000
+    assert {op.queue for op in plan.ops if type(op) is QueueEntry} == {(used[0].classid >> 16) - TREE_BASE}
 
 
 def test_no_root_u32_tree_but_one_map_entry_per_flow_naming_its_groups_queue_and_class():
@@ -163,17 +164,34 @@ def test_teardown_fingerprint_and_record():
 # ---------------------------------------------------------------- re-applies
 
 
-def test_other_numbers_change_in_place_and_other_links_rebuild():
-    req = _request(_cohort("a", ["198.18.0.2", "198.18.0.3"]), queues=2, direction="both")
+def test_other_numbers_change_in_place_and_other_links_switch_with_the_program():
+    req = _request(_cohort("a", ["198.18.0.2", "198.18.0.3"]), _cohort("b", ["198.18.0.9"]), queues=2,
+                   direction="both")
     old = compile_plan(req)
-    faster = dataclasses.replace(req, cohorts=(dataclasses.replace(req.cohorts[0], down=LinkParams(56000)),),
-                                 bandwidth_bps=200_000_000)
+    faster = dataclasses.replace(req, cohorts=(dataclasses.replace(req.cohorts[0], down=LinkParams(56000)),
+                                               req.cohorts[1]), bandwidth_bps=200_000_000)
     changes = diff.in_place(old, compile_plan(faster))
     assert changes and all(type(c.op) is HtbClass for c in changes)
-    grown = _request(_cohort("a", ["198.18.0.2", "198.18.0.3", "198.18.0.4"]), queues=2, direction="both")
+    # a grows: built beside in free handles, b stays; the map and program switch last
+    grown = _request(_cohort("a", ["198.18.0.2", "198.18.0.3", "198.18.0.4"]), _cohort("b", ["198.18.0.9"]),
+                     queues=2, direction="both")
     plan, changes, switch = service._over(old, compile_plan(grown))
-    assert changes is None and switch is None  # not make-before-break yet: rebuilt
-    assert diff.make_before_break(old, compile_plan(dataclasses.replace(grown, generation=1))) is None
+    assert changes is None and switch is not None
+    b_before = {op for op in old.ops if type(op) is HtbClass and op.dev == "eth0"
+                and op.classid == Layout.of(old.request).group_class(2 * GROUP_LINKS)}
+    assert b_before and not any(type(op) is DelClass and op in b_before for op in switch.removal)
+    for dev in ("eth0", ifb_name("eth0")):
+        mine = [type(op) for op in switch.adds if getattr(op, "dev", None) == dev]
+        assert mine[-1] is QueueProgram and QueueMap in mine
+        first_pin = mine.index(QueueMap)
+        assert set(mine[first_pin:]) == {QueueMap, QueueEntry, QueueProgram}
+    assert {type(op) for op in switch.removal} == {DelClass}
+    assert {op.classid for op in switch.removal} == \
+        {Layout.of(old.request).group_class(link) for link in range(2 * GROUP_LINKS)}
+    entries = {op.key(): op for op in switch.adds if type(op) is QueueEntry and op.dev == "eth0"}
+    assert len(entries) == 4 * GROUP_LINKS
+    # another number of queues, or one queue against several: rebuilt
+    assert diff.make_before_break(old, compile_plan(dataclasses.replace(grown, queues=3, generation=1))) is None
     one = compile_plan(dataclasses.replace(req, queues=1))
     assert diff.in_place(one, old) is None and service._over(one, old)[1:] == (None, None)
 

@@ -9,6 +9,7 @@ select passes untouched; a rate changes in place; a download takes the link mode
 
 import io
 import itertools
+import json
 import os
 import re
 import socket
@@ -89,13 +90,14 @@ HOSTS = ("hosts", (CLIENT4[1],), None, "host", False)
 OTHERS = ("rest", (), None, "shared", True)
 
 
-def _probe(server, client, host, port):
-    """``PROBES`` datagrams each way between the server and client address ``host``, port
-    ``port``, each end's socket open throughout (no ICMP port-unreachable comes back)."""
+def _probe(server, client, host, port, server_port=SERVER_PORT):
+    """``PROBES`` datagrams each way between the server (port ``server_port``) and client
+    address ``host``, port ``port``, each end's socket open throughout (no ICMP
+    port-unreachable comes back)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     ends = []
     try:
-        for ns, addr in ((server, (SERVER6 if family == socket.AF_INET6 else SERVER4, SERVER_PORT)), (client, (host, port))):
+        for ns, addr in ((server, (SERVER6 if family == socket.AF_INET6 else SERVER4, server_port)), (client, (host, port))):
             s = netns.netns_socket(ns, family, socket.SOCK_DGRAM)
             ends.append(s)
             s.bind(addr)
@@ -255,3 +257,56 @@ def test_a_bad_queue_count_is_one_line_and_leaves_the_router_as_it_was(routed):
     assert picture() == before
     assert run("--queues", "auto") == (0, "")
     assert readout.applied("r0", router).queues == 2
+
+
+def _direct(router, dev) -> int:
+    """Packets the trees of ``dev`` let through unclassified (HTB's direct queue)."""
+    out = subprocess.run(["tc", "-n", router, "-s", "qdisc", "show", "dev", dev], check=True, capture_output=True,
+                         text=True).stdout
+    return sum(int(n) for major, n in re.findall(r"qdisc htb ([0-9a-f]+): parent 52:\S+ .*direct_packets_stat (\d+)",
+                                                  out))
+
+
+def test_a_grown_cohort_switches_make_before_break_and_no_packet_passes_unclassified(routed):
+    """Cohort a grows while packets of a and b flow both ways: a is built beside, the queue
+    program and its map switch in one step, b's groups stay where they are (their counters
+    carry on), and no packet of either flow goes through a tree unclassified meanwhile."""
+    server, router, client = routed
+    for ns, dev, peer_ns, peer_dev, addrs in ((router, "r0", client, "c0", CLIENT4),
+                                              (client, "c0", router, "r0", ("198.18.1.1",))):
+        mac = json.loads(subprocess.run(["ip", "-n", peer_ns, "-j", "link", "show", peer_dev], check=True,
+                                        capture_output=True, text=True).stdout)[0]["address"]
+        for a in addrs:  # no ARP through the trees during the test
+            _sh("ip", "-n", ns, "neigh", "replace", a, "lladdr", mac, "dev", dev, "nud", "permanent")
+    a = ("a", (CLIENT4[0],), ((10000, 10299),), "port", False)
+    b = ("b", (CLIENT4[0],), ((20000, 20255),), "port", False)
+    service.apply(_request(router, a, b))
+    with Executor(router) as ex:
+        programs = [ex.queue_program(dev) for dev in ("r0", "rl-r0")]
+    before = {(r["direction"], r["port"]): r["packets"] for r in _settled(router)}
+    stop = threading.Event()
+
+    def flow(port):
+        while not stop.is_set():
+            _probe(server, client, CLIENT4[0], port, server_port=port)
+    senders = [threading.Thread(target=flow, args=(port,)) for port in (10005, 20005)]
+    for t in senders:
+        t.start()
+    try:
+        time.sleep(0.3)
+        grown = ("a", (CLIENT4[0],), ((10000, 10599),), "port", False)
+        plan = service.apply(_request(router, grown, b))
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in senders:
+            t.join(10)
+    assert plan.how == "make-before-break"
+    with Executor(router) as ex:
+        assert all(ex.queue_program(dev) not in (None, old) for dev, old in zip(("r0", "rl-r0"), programs))
+    _probe(server, client, CLIENT4[0], 10500)  # a new link of a's
+    after = {(r["direction"], r["port"]): r["packets"] for r in _settled(router)}
+    for direction in ("dest", "source"):
+        assert after[direction, 20005] > before[direction, 20005]  # b's link: the same class, counting on
+        assert after[direction, 10500] == PROBES
+    assert _direct(router, "r0") == 0 and _direct(router, "rl-r0") == 0

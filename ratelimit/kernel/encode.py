@@ -127,9 +127,11 @@ class Encoder:
         return NLMSGHDR.pack(16 + len(body), RTM_NEWTFILTER, flags | _ADD, seq, 0) + body
 
     def bpf_filter(self, dev: str, prio: int, handle: int, prog_fd: int, name: str, seq: int, flags: int) -> bytes:
-        """A direct-action program ``prog_fd`` on ``dev``'s clsact egress hook, for every protocol."""
+        """A direct-action program ``prog_fd`` on ``dev``'s clsact egress hook, for every
+        protocol: added, or put in place of the program of the filter there (no NLM_F_EXCL:
+        cls_bpf swaps the program in one step)."""
         body = TCMSG.pack(0, self.ifindex(dev), handle, TC_H_CLSACT_EGRESS, (prio << 16) | htons(protocol_number("all")))
-        return message(RTM_NEWTFILTER, flags | _ADD, seq, body + bpf.options(prog_fd, name))
+        return message(RTM_NEWTFILTER, flags | NLM_F_CREATE, seq, body + bpf.options(prog_fd, name))
 
     # -- changes in place
 

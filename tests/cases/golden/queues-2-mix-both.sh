@@ -5,6 +5,7 @@ ip link set dev rl-eth0 up
 tc -batch - <<'EOF'
 qdisc add dev eth0 root handle 52: mq
 qdisc add dev eth0 parent 52:1 handle 54: stab overhead -46 linklayer ethernet htb default 0
+class add dev eth0 parent 54: classid 54:1 htb rate 8bit ceil 8bit burst 125000b cburst 125000b quantum 1468
 qdisc add dev eth0 parent 52:2 handle 55: stab overhead -46 linklayer ethernet htb default 0
 class add dev eth0 parent 55: classid 55:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
 class add dev eth0 parent 55:1 classid 55:10 htb rate 53728bit ceil 100mbit burst 125000b cburst 125000b quantum 1468
@@ -187,6 +188,7 @@ tc -batch - <<'EOF'
 filter add dev eth0 parent ffff:fff2 prio 1 handle ::1 protocol all u32 match u32 0x00000000 0x00000000 at 0 action mirred egress redirect dev rl-eth0
 qdisc add dev rl-eth0 root handle 52: mq
 qdisc add dev rl-eth0 parent 52:1 handle 54: stab overhead -46 linklayer ethernet htb default 0
+class add dev rl-eth0 parent 54: classid 54:1 htb rate 8bit ceil 8bit burst 125000b cburst 125000b quantum 1468
 qdisc add dev rl-eth0 parent 52:2 handle 55: stab overhead -46 linklayer ethernet htb default 0
 class add dev rl-eth0 parent 55: classid 55:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
 class add dev rl-eth0 parent 55:1 classid 55:10 htb rate 53728bit ceil 100mbit burst 125000b cburst 125000b quantum 1468

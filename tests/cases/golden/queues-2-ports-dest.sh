@@ -5,6 +5,7 @@ qdisc add dev eth0 root handle 52: mq
 qdisc add dev eth0 parent 52:1 handle 54: stab overhead -46 linklayer ethernet htb default 0
 class add dev eth0 parent 54: classid 54:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
 qdisc add dev eth0 parent 52:2 handle 55: stab overhead -46 linklayer ethernet htb default 0
+class add dev eth0 parent 55: classid 55:1 htb rate 8bit ceil 8bit burst 125000b cburst 125000b quantum 1468
 class add dev eth0 parent 54:1 classid 54:10 htb rate 53728bit ceil 100mbit burst 125000b cburst 125000b quantum 1468
 qdisc add dev eth0 parent 54:10 handle fffe: htb default 0
 class add dev eth0 parent fffe: classid fffe:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
