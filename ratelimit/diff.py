@@ -80,12 +80,15 @@ class Switch:
     installed one and then removes the old: ``adds`` (the shared parts' new numbers, the
     new generation, the old groups held still, then the new root filters), ``removal`` (the
     old generation: its root filters first -- the switch -- then its tables and groups).
-    ``undo_removal`` and ``undo_changes`` take back ``adds``."""
+    ``undo_pins``, ``undo_removal`` and ``undo_changes`` take back ``adds``: with several
+    queues, the old queue maps and programs first (a device whose program the switch had
+    replaced gets the old one back before the new groups go)."""
 
     adds: tuple
     removal: tuple
     undo_removal: tuple
     undo_changes: tuple
+    undo_pins: tuple = ()
 
     def ops(self) -> tuple:
         return self.adds + self.removal
@@ -263,4 +266,5 @@ def make_before_break(old: Plan, new: Plan) -> Switch | None:
     adds = tuple(changes) + tuple(op for op in new_gen if not _root_filter(op)) + tuple(_held(held)) + \
         tuple(op for op in new_gen if _root_filter(op))
     undo = tuple(backs) + tuple(Change(op) for op in held)  # the old groups' own rates back
-    return Switch(adds, _removal(old, new, held), _removal(new, old, [ops[0] for ops in built]), undo)
+    return Switch(adds, _removal(old, new, held), _removal(new, old, [ops[0] for ops in built]), undo,
+                  tuple(op for op in old.ops if type(op) in _PINS))

@@ -129,6 +129,7 @@ def _taking_back(undo, switch):
     None when only rebuilding the old plan does."""
     if switch is not None:
         def take_back(ex):
+            ex.apply(switch.undo_pins)
             ex.remove(switch.undo_removal)
             ex.apply(switch.undo_changes)
         return take_back

@@ -310,3 +310,37 @@ def test_a_grown_cohort_switches_make_before_break_and_no_packet_passes_unclassi
         assert after[direction, 20005] > before[direction, 20005]  # b's link: the same class, counting on
         assert after[direction, 10500] == PROBES
     assert _direct(router, "r0") == 0 and _direct(router, "rl-r0") == 0
+
+
+def test_a_switch_refused_half_way_puts_the_old_program_back(routed, monkeypatch):
+    """The IFB device refuses the new program after the interface's has taken over: the
+    apply rolls back -- the old map and program back on both devices first, then the new
+    groups removed -- and every flow is in its old link again."""
+    from ratelimit.errors import ApplyError
+    from ratelimit.kernel import executor
+    from ratelimit.kernel.transport import KernelError
+    from ratelimit.queuepin import QueueProgram
+    server, router, client = routed
+    a = ("a", (CLIENT4[0],), ((10000, 10299),), "port", False)
+    b = ("b", (CLIENT4[0],), ((20000, 20255),), "port", False)
+    old = service.apply(_request(router, a, b))
+    classes = _tree_classes(router, "r0", TREE_BASE) | _tree_classes(router, "r0", TREE_BASE + 1)
+    real, refused = executor._ALONE[QueueProgram], []
+
+    def flaky(ex, op):
+        if op.dev == "rl-r0" and not refused:
+            refused.append(op)
+            raise KernelError(1, "injected")
+        real(ex, op)
+    monkeypatch.setitem(executor._ALONE, QueueProgram, flaky)
+    grown = ("a", (CLIENT4[0],), ((10000, 10599),), "port", False)
+    with pytest.raises(ApplyError, match="back as it was"):
+        service.apply(_request(router, grown, b))
+    assert refused
+    assert readout.applied("r0", router) == old.request
+    assert (_tree_classes(router, "r0", TREE_BASE) | _tree_classes(router, "r0", TREE_BASE + 1)).keys() == \
+        classes.keys()
+    for port in (10005, 20005):
+        _probe(server, client, CLIENT4[0], port)
+    after = {(r["direction"], r["port"]): r["packets"] for r in _settled(router)}
+    assert all(after[d, p] == PROBES for d in ("dest", "source") for p in (10005, 20005))
