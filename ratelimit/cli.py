@@ -145,6 +145,9 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument(f"--{name}", help=what)
     g.add_argument("--queue", help="each link's queue (shape mode): packets (10, 10p), bytes (3250b) or a time "
                    "at the rate (1s); default: the profile's, else the larger of 10 packets and 200 ms")
+    g.add_argument("--queues", default="1", metavar="N|auto",
+                   help="shape mode: spread the links over N tx queues of the interface, each with its own tree "
+                        "(auto: all it has; default 1)")
     g.add_argument("--per", default=None, choices=GRANULARITIES,
                    help="link granularity: a link per (host, port) as in v0.3, one per host shared by "
                         "all its connections, or one shared by every selected host (an office behind one "
@@ -293,7 +296,7 @@ def _run(args, action, con, target=None, named=()) -> int:
         mode=args.mode, direction=args.direction, rate=args.rate, burst=args.burst,
         bandwidth=args.bandwidth, mtu=args.mtu, avpkt=args.avpkt, mpu=args.mpu, queue=args.queue,
         per=per, link=args.link, mix=args.mix, servers=args.servers, server_ports=args.server_ports,
-        scenario=asks,
+        queues=args.queues, scenario=asks,
         **{name: getattr(args, name) for name in service.IMPAIRMENTS})
     if target is not None or named:
         req = service.for_container(req, None if target is None else target.container,
