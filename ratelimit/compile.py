@@ -51,7 +51,8 @@ from dataclasses import replace
 
 from .errors import FieldError
 from .filters import Key, Police, U32Filter
-from .layout import GENERATIONS, GROUP_LINKS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, Layout, carried, tree_handle
+from .layout import (GENERATIONS, GROUP_LINKS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, Layout, carried,
+                     ingress_policing, tree_handle)
 from .linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES, ETHERNET_HEADER_BYTES
 from .model import Cohort, LinkParams, Request
 from .plan import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, TC_H_CLSACT_INGRESS, AddIfb, FifoQdisc, Flow, HtbClass,
@@ -69,12 +70,6 @@ def ifb_name(interface: str) -> str:
     while len(head.encode()) > 4:  # whole characters, at most 4 bytes
         head = head[:-1]
     return f"rl-{head}{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
-
-
-def ingress_policing(req: Request) -> bool:
-    """True when ``source`` traffic is policed on the ingress qdisc (v0.3's way): police
-    mode, no netem stage, and Ethernet framing (the ingress hook has no size table)."""
-    return req.mode == "police" and all(not c.up.needs_netem() and c.link.is_ethernet for c in req.cohorts)
 
 
 def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:

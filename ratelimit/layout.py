@@ -216,11 +216,16 @@ def carried(req: Request, c: Cohort, params: LinkParams) -> int:
     return c.link.carried_bps(params.rate_bps or req.bandwidth_bps)
 
 
+def ingress_policing(req: Request) -> bool:
+    """True when ``source`` traffic is policed on the ingress qdisc (v0.3's way): police
+    mode, no netem stage, and Ethernet framing (the ingress hook has no size table)."""
+    return req.mode == "police" and all(not c.up.needs_netem() and c.link.is_ethernet for c in req.cohorts)
+
+
 def links_rate_bps(req: Request) -> dict[str, int]:
     """What the rate-limited links' rates add up to, per direction the device's
     ``--bandwidth`` pools ("dest", "source"; not a source policed on the ingress qdisc,
     which has no pool): the most they can take of it at once."""
-    from .compile import ingress_policing  # compile builds on this module
     out = {}
     for direction in ("dest", "source"):
         if req.direction in (direction, "both") and not (direction == "source" and ingress_policing(req)):

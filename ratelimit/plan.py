@@ -8,6 +8,10 @@ filters, policers) are in ``filters``.  Handles are ints inside
 (``0x520000`` is ``52:``).  Each operation says which kernel parts it needs
 (``features``, names as ``kernel.probe`` knows them) and what removes it
 (``undo``; None when it goes with the qdisc it hangs under).
+
+Over 400 lines: every operation type of a plan in one place, each a small frozen class with
+its tc text, features and undo; the classification operations are already apart (``filters``,
+``queuepin``).
 """
 
 from dataclasses import dataclass
