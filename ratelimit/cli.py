@@ -26,6 +26,7 @@ from .errors import PermissionDenied, RatelimitError, UsageError
 from .model import GRANULARITIES
 from .getopt import long_options
 from .summary import describe, summary
+from .layout import oversubscribed
 
 EXIT_INTERNAL = 70
 SUBCOMMANDS = ("profiles", "save", "restore", "vm", "lab", "web")  # web: registered by the webui package
@@ -253,9 +254,12 @@ def _dispatch(argv, con) -> int:
                 args.hosts, named = containers.expand_hosts(args.hosts, server=None, network=args.network,
                                                             engine=args.engine)
             return _run(args, action, con, named=named)
-    if args.engine is not None or args.network is not None:
-        raise UsageError("--engine/--network: they go with --container or container:NAME in --hosts")
+    if (args.engine is not None or args.network is not None) and (action is not None or args.scenario is None):
+        raise UsageError(ENGINE_NETWORK_ALONE)
     return _run(args, action, con)
+
+
+ENGINE_NETWORK_ALONE = "--engine/--network: they go with --container, or container:NAME in --hosts or a scenario's hosts"
 
 
 def _run(args, action, con, target=None, named=()) -> int:
@@ -281,13 +285,18 @@ def _run(args, action, con, target=None, named=()) -> int:
             con.out(render_table(data, counters=action == "stats"))
         return 0
     per = args.per or ("host" if args.mix is not None else "port")
+    asks = None if args.scenario is None else scenarios.load(args.scenario)
+    if asks is not None:
+        from .targets import scenario_hosts
+        asks = scenario_hosts(asks, target, network=args.network, engine=args.engine)
+        if target is None and (args.engine or args.network) and not any(a.named for a in asks):
+            raise UsageError(ENGINE_NETWORK_ALONE)
     req = service.make_request(
         args.interface, hosts=args.hosts, ports=args.ports, profile=args.profile, netns=args.netns,
         mode=args.mode, direction=args.direction, rate=args.rate, burst=args.burst,
         bandwidth=args.bandwidth, mtu=args.mtu, avpkt=args.avpkt, mpu=args.mpu, queue=args.queue,
         per=per, link=args.link, mix=args.mix, servers=args.servers, server_ports=args.server_ports,
-        queues=args.queues,
-        scenario=None if args.scenario is None else scenarios.load(args.scenario),
+        queues=args.queues, scenario=asks,
         **{name: getattr(args, name) for name in service.IMPAIRMENTS})
     if target is not None or named:
         req = service.for_container(req, None if target is None else target.container,
@@ -298,6 +307,9 @@ def _run(args, action, con, target=None, named=()) -> int:
         text = script(ops, req.netns)  # refuses a name tc -batch cannot carry before anything is printed
         con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(summary(req))}")
         con.out(f"# {how}")
+        warning = oversubscribed(req)
+        if warning:
+            con.out(f"# warning: {warning}")
         if target is not None and target.netns:
             from .names import shell_word
             con.out(f"# the container's namespace has this name only while ratelimit runs; first: "

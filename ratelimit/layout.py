@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from .model import Cohort, LinkParams, Request
 from .u32tree import FIRST, SECOND, TreeIds
+from .units import format_rate
 
 ROOT = 0x520000  # 52:
 POOL_CLASS = 0x520001  # 52:1
@@ -213,6 +214,33 @@ class Layout:
 def carried(req: Request, c: Cohort, params: LinkParams) -> int:
     """The rate the link's frames get (its line rate less the line's own coding)."""
     return c.link.carried_bps(params.rate_bps or req.bandwidth_bps)
+
+
+def links_rate_bps(req: Request) -> dict[str, int]:
+    """What the rate-limited links' rates add up to, per direction the device's
+    ``--bandwidth`` pools ("dest", "source"; not a source policed on the ingress qdisc,
+    which has no pool): the most they can take of it at once."""
+    from .compile import ingress_policing  # compile builds on this module
+    out = {}
+    for direction in ("dest", "source"):
+        if req.direction in (direction, "both") and not (direction == "source" and ingress_policing(req)):
+            out[direction] = sum(carried(req, c, p) * c.link_count() for c in req.cohorts
+                                 for p in ((c.down if direction == "dest" else c.up),) if p.rate_bps)
+    return out
+
+
+def oversubscribed(req: Request) -> str | None:
+    """The warning for links whose rates add up to more than ``--bandwidth``: while they
+    are all busy, the pool holds them to a share each, not their rates."""
+    over = {d: bps for d, bps in links_rate_bps(req).items() if bps > req.bandwidth_bps}
+    if not over:
+        return None
+    direction, total = max(over.items(), key=lambda kv: kv[1])
+    need = -(-total // 1_000_000) * 1_000_000
+    return (f"--bandwidth: the {req.link_count():,} links' rates add up to {format_rate(total)} "
+            f"{'to' if direction == 'dest' else 'from'} the hosts, more than the device's "
+            f"{format_rate(req.bandwidth_bps)}: while all are busy each gets a share, not its rate "
+            f"(--bandwidth {format_rate(need)} carries them)")
 
 
 def replaced(req: Request, old: Request, move=frozenset(), group_links: int = GROUP_LINKS) -> tuple | None:

@@ -69,6 +69,7 @@ class Ask:
     servers: object = None  # text or list of texts: the far side's addresses or prefixes (None: any)
     others: bool = False  # the default cohort: every flow no other cohort selects, one link
     server_ports: object = None  # text: the far side's port ranges (None: any)
+    named: tuple = ()  # ((container name, (address, ...)), ...): hosts given as container:NAME, for the record
 
 
 def find(value: str) -> Path:

@@ -176,7 +176,7 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
     hosts = ask.hosts if isinstance(ask.hosts, tuple) else parse_hosts(ask.hosts, named("hosts"))
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
                   ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
-                  server_ports=server_ports)
+                  server_ports=server_ports, named=ask.named)
 
 
 def _require_root() -> None:
@@ -220,10 +220,14 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     up with the new plan whole, or as it was (``recovery.Change``): on a refused step, an
     exception, SIGINT or SIGTERM.
     ``lock_timeout``: seconds to wait for another run on the interface (default: as long as
-    it takes).  ``notice(message)`` hears about repairs of a killed run, and about devices
-    that merge received frames, which the links would meter as one (default: stderr)."""
+    it takes).  ``notice(message)`` hears about links whose rates add up to more than
+    ``--bandwidth``, repairs of a killed run, and devices that merge received frames,
+    which the links would meter as one (default: stderr)."""
     plan = compile_plan(req)
     _require_root()
+    warning = layout.oversubscribed(req)
+    if warning:
+        (notice or recovery.notice_to_stderr)(warning)
     with executor(req.netns) as ex, state.lock(req.netns, req.interface, on_wait, lock_timeout):
         check_interface(ex, req, req.netns)
         _check_queues(ex, req)
