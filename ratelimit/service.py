@@ -37,7 +37,7 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
                  mode: str | None = None, direction: str = "both", rate=None, burst=None,
                  bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=None, queue=None, per: str = "port",
                  link: str | None = None, scenario=None, mix=None, servers=None, server_ports=None, queues=1,
-                 **impairments) -> Request:
+                 device_queues: int | None = None, **impairments) -> Request:
     """Validate what a person typed and return the request (resolves host names).
 
     ``mode`` None: shape with a profile (the links it describes queue), police without
@@ -47,8 +47,9 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
     over the profile's.  ``ports`` None or "all" with ``per`` "host": every packet of each
     host.  ``servers``, ``server_ports``: only the flows to and from these address prefixes
     and ports (default any).  ``queues``: the tx queues the links are spread over, each with
-    its own tree (shape mode), or "auto": every tx queue of the interface (read here, once; 1
-    in police mode).
+    its own tree (shape mode), or "auto": every tx queue of the interface (read here, once,
+    unless the caller says how many it has, ``device_queues``: the lab makes its devices; 1 in
+    police mode or with cohorts that select servers).
     ``scenario`` (a list of ``scenario.Ask``) or ``mix`` (``--mix`` text, over ``hosts``)
     make a request of several cohorts; the link options given here then apply to every
     cohort, over its own."""
@@ -90,21 +91,23 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
                             profile, servers=servers, server_ports=server_ports)
         mode = mode or ("shape" if profile else "police")
         req = Request(interface, (_cohort(ask, mode, overrides, burst, link, mpu),), mode=mode, **device)
-    req = dataclasses.replace(req, queues=_queues(queues, interface, netns, req.mode))
+    req = dataclasses.replace(req, queues=_queues(queues, req, device_queues))
     check(req)  # every remaining check, before anything touches the router (apply compiles it)
     return req
 
 
-def _queues(queues, interface: str, netns: str | None, mode: str) -> int:
-    """--queues: a number, or "auto": the interface's tx queues (shape mode; police mode has
-    one tree, so 1)."""
+def _queues(queues, req: Request, count: int | None) -> int:
+    """--queues: a number, or "auto": the interface's tx queues (``count``, else read) where
+    several trees can be used (shape mode, no cohort selecting servers), else 1."""
     if str(queues).strip().lower() != "auto":
         return parse_count(queues, "--queues", 1, layout.MAX_QUEUES)
-    if mode != "shape":
+    if req.mode != "shape" or any(c.servers is not None or c.server_ports is not None for c in req.cohorts):
         return 1
-    with executor(netns) as ex:
-        check_interface(ex, interface, netns)
-        count = ex.links.tx_queues(interface)
+    interface, netns = req.interface, req.netns
+    if count is None:
+        with executor(netns) as ex:
+            check_interface(ex, interface, netns)
+            count = ex.links.tx_queues(interface)
     if count > layout.MAX_QUEUES:
         raise FieldError("--queues", "auto", f"finds {count} tx queues on {interface}, more than the "
                          f"{layout.MAX_QUEUES} ratelimit spreads links over; give --queues N")

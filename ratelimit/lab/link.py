@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from .. import layout, profiles, service
 from ..errors import FieldError, KernelMissing, UsageError
+from .topology import QUEUES as DEVICE_QUEUES  # the router's client-facing bridge has one per CPU
 
 MODES = ("shape", "police")  # the lab shapes by default: it queues like the real link
 GRANULARITIES = ("host", "port")  # a lab client is a machine (per host) unless asked otherwise
@@ -39,6 +40,7 @@ class LinkSpec:
     queue: str | None = None  # each link's queue over the profile's
     mix: str | None = None  # --mix PROFILE:SHARE,...: the clients split between profiles
     scenario: str | None = None  # --scenario FILE|NAME: cohorts selecting clients by address
+    queues: str = "auto"  # the router's tx queues the links are spread over (service.make_request)
 
     @property
     def audience(self) -> bool:
@@ -86,14 +88,16 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, clients: 
     check_choice("--per", spec.per, GRANULARITIES)
     if spec.audience:
         from . import audience
-        req = service.make_request(interface, netns=netns, mode=mode, burst=spec.burst,
-                                   scenario=audience.asks(spec, clients, ports), **spec.overrides())
+        req = service.make_request(interface, netns=netns, mode=mode, burst=spec.burst, queues=spec.queues,
+                                   device_queues=DEVICE_QUEUES, scenario=audience.asks(spec, clients, ports),
+                                   **spec.overrides())
     else:
         if spec.profile is not None:
             profiles.load(spec.profile)  # unknown profile: the profiles module's one line
         hosts = [a4 for a4, _ in clients] + [a6 for _, a6 in clients]
         req = service.make_request(interface, hosts=hosts, ports=ports, profile=spec.profile, netns=netns,
-                                   mode=mode, burst=spec.burst, per=spec.per, **spec.overrides())
+                                   mode=mode, burst=spec.burst, per=spec.per, queues=spec.queues,
+                                   device_queues=DEVICE_QUEUES, **spec.overrides())
     if spec.bandwidth is None:  # the router carries every link at its rate
         need = max(layout.links_rate_bps(req).values(), default=0)
         if need > req.bandwidth_bps:
@@ -103,12 +107,12 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, clients: 
         what = f"profile '{rateless[0].profile}'" if rateless[0].profile else f"cohort '{rateless[0].name}'"
         raise UsageError(f"--no-delay: {what} has no rate, so nothing would be left to "
                          f"emulate; run it with --vm (full kernel) instead")
-    needed = _features_needed(req) & {"netem", "police", "ifb", "mirred", "htb", "u32", "ingress"}
+    kinds = ("netem", "police", "ifb", "mirred", "htb", "u32", "ingress", "clsact", "bpf")
+    needed = _features_needed(req) & set(kinds)
     if in_vm():
         _modprobe(needed)
     have = probe(sorted(needed))
-    lacking = [f for f in ("netem", "police", "ifb", "mirred", "htb", "u32", "ingress")
-               if f in needed and not have[f]]
+    lacking = [f for f in kinds if f in needed and not have[f]]
     if lacking:
         if not set(lacking) <= {"netem", "police"}:
             raise KernelMissing(missing_message(lacking[0]), lacking[0])

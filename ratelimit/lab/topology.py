@@ -23,6 +23,8 @@ prefix ``rl-NAME-``, so ``destroy(NAME)`` finds it again even after a crash)::
   clients and the server route everything (``default``) via the router.
 - Addresses are from 198.18.0.0/15 (RFC 2544 benchmark range) and 2001:db8::/32
   (documentation range): never a range a real LAN uses.
+- Every lab link has a transmit queue per CPU: ratelimit spreads the links over them
+  (``--queues auto``, the lab's default), shaping on every CPU.
 - Unless ``offload=True``, every lab link has ``gso_max_segs 1``: TCP then hands
   the router MTU-sized packets, as a real wire would, instead of 64 kB
   super-packets that a per-packet policer or netem would treat as one.
@@ -49,6 +51,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import ApplyError, ConflictError, FieldError, NotFoundError, PermissionDenied
 from ..kernel import netns as ns_
+from ..layout import MAX_QUEUES
 
 PREFIX = "rl-"
 IFNAMSIZ = 16  # including the terminating NUL: names of at most 15 characters
@@ -136,14 +139,26 @@ def _route(gateway: str) -> Step:
             lambda ipr: ipr.route("add", dst=dst, gateway=gateway, family=socket.AF_INET6 if v6 else socket.AF_INET))
 
 
+QUEUES = min(os.cpu_count() or 1, MAX_QUEUES)  # every lab link's transmit (and receive) queues: one per CPU
+
+
+def _queues() -> dict:
+    """A transmit and a receive queue per CPU, so that ratelimit can shape on every CPU
+    (``--queues auto``)."""
+    return {"num_tx_queues": QUEUES, "num_rx_queues": QUEUES}
+
+
 def _link(name: str, kind: str, gso: dict, **attrs) -> Step:
-    return f"link add {name} type {kind}", lambda ipr: ipr.link("add", ifname=name, kind=kind, **gso, **attrs)
+    q = _queues()
+    return (f"link add {name} numtxqueues {q['num_tx_queues']} type {kind}",
+            lambda ipr: ipr.link("add", ifname=name, kind=kind, **gso, **q, **attrs))
 
 
 def _veth(name: str, peer_netns: str, gso: dict) -> Step:
-    return (f"link add {name} type veth peer name {HOST_IF} netns {peer_netns}",
-            lambda ipr: ipr.link("add", ifname=name, kind="veth", **gso,
-                                 peer={"ifname": HOST_IF, "net_ns_fd": peer_netns, **gso}))
+    q = _queues()
+    return (f"link add {name} numtxqueues {q['num_tx_queues']} type veth peer name {HOST_IF} netns {peer_netns}",
+            lambda ipr: ipr.link("add", ifname=name, kind="veth", **gso, **q,
+                                 peer={"ifname": HOST_IF, "net_ns_fd": peer_netns, **gso, **q}))
 
 
 def _master(name: str, bridge: str) -> Step:
