@@ -25,7 +25,7 @@ direction or ingress layout, or two generations that do not fit side by side in 
 from dataclasses import dataclass, replace
 
 from .layout import POOL_CLASS, POOL_NETEM, ROOT
-from .plan import INGRESS_HANDLE, TC_H_ROOT, U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, Plan, netem_groups, u32_handle
+from .plan import INGRESS_HANDLE, TC_H_ROOT, U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, Plan, TbfQdisc, netem_groups, u32_handle
 from .filters import U32Filter, U32Table
 
 # What must be equal for an operation to be changed in place, per type; the rest are its
@@ -34,6 +34,7 @@ _FIXED = {
     HtbClass: ("dev", "parent", "classid"),
     NetemQdisc: ("dev", "parent", "handle"),
     FifoQdisc: ("dev", "parent", "handle", "kind"),
+    TbfQdisc: ("dev", "parent", "handle"),
     U32Filter: ("dev", "parent", "prio", "protocol", "ht", "bucket", "node", "keys", "hashkey", "link", "classid",
                 "redirect"),
 }
@@ -112,7 +113,7 @@ def _keys(ops) -> set:
         t = type(op)
         if t is HtbClass:
             out.add(("class", op.dev, op.classid))
-        elif t in (HtbQdisc, NetemQdisc, FifoQdisc):
+        elif t in (HtbQdisc, NetemQdisc, FifoQdisc, TbfQdisc):
             out.add(("qdisc", op.dev, op.handle))
         elif t is U32Table and _on_shared(op):
             out.add(("table", op.dev, op.parent, op.ht))

@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from . import recovery, state
+from . import follow, recovery, state
 from .compile import compiled, link_flows
 from .errors import NotFoundError, StateError
 from .installed import check_interface, executor, find_installed
@@ -94,7 +94,8 @@ def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
                 "rate_bps": (), "cohorts": (), "counters": {}}
     cols = ex.counters(table.flows)
     return {"interface": interface, "netns": netns, "time": time.time(), "applied": copy.deepcopy(table.summary),
-            "keys": table.keys, "rate_bps": table.rate_bps, "cohorts": table.cohorts, "counters": cols}
+            "keys": table.keys, "rate_bps": table.rate_bps, "cohorts": table.cohorts, "counters": cols,
+            "driver": follow.report(req, netns, interface)}
 
 
 def counters(interface: str, netns: str | None = None, notice=None) -> dict:
@@ -103,7 +104,8 @@ def counters(interface: str, netns: str | None = None, notice=None) -> dict:
         {"interface", "netns", "time", "applied": summary() or None,
          "keys": ((direction, host, port or None, dev), ...), "rate_bps": (configured rate, ...),
          "cohorts": ((cohort, profile), ...),
-         "counters": {"bytes": array, "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"}}
+         "counters": {"bytes": array, "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"},
+         "driver": follow.report() of a traced plan's driver, else None}
 
     ``keys`` and ``rate_bps`` are the same objects while the configuration stays.  The
     record is checked against the kernel first (root and ingress qdiscs), and a run killed

@@ -22,7 +22,7 @@ import errno as errnos
 import time
 
 from ..errors import ApplyError
-from ..plan import U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc
+from ..plan import U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, TbfQdisc
 from ..filters import U32Filter, U32Table
 from . import replay
 from .encode import Encoder
@@ -289,6 +289,7 @@ _BATCHED = {
     HtbClass: Encoder.htb_class,
     NetemQdisc: Encoder.netem_qdisc,
     FifoQdisc: Encoder.fifo_qdisc,
+    TbfQdisc: Encoder.tbf_qdisc,
     U32Table: Encoder.u32_table,
     U32Filter: Encoder.u32_filter,
     Change: Encoder.change,
