@@ -160,16 +160,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "their (host, port) links) between profiles by share, e.g. modem-28k8:60%%,modem-56k:30%%,isdn-64k:10%%")
     g.add_argument("--link", help="link layer over the profile's: ethernet, ppp-vj (modem), ppp-sync-vj (ISDN) "
                                    "or atm (DSL)")
-    g.add_argument("--trace-down", metavar="FILE", help="the links' downlink rate follows this mahimahi trace "
-                   "(a file, or a shipped one: lte-drive.down, 3g-walk.down, tunnel.down); docs/profiles.md, Traces")
-    g.add_argument("--trace-up", metavar="FILE", help="the uplink's trace (lte-drive.up, ...)")
-    g.add_argument("--schedule", metavar="FILE", help="both directions follow this schedule (TOML steps; shipped: "
-                   "train)")
-    g.add_argument("--trace-scale", metavar="X", help="each link gets X of the trace's capacity (default 1; 0.01: a "
-                   "hundredth)")
-    g.add_argument("--phase", metavar="random|same|TIME", help="where each link starts in its trace: random (the "
-                   "default, drawn from the link and --phase-seed), same (in lock-step) or a time (12s)")
-    g.add_argument("--phase-seed", metavar="N", help="the seed of random phases (default 0)")
+    from .tracespec import add_options
+    add_options(g)
     g.add_argument("--no-follow", action="store_true", help="with traces: do not start the trace driver (a "
                    "supervisor runs 'ratelimit follow')")
     g.add_argument("--netns", help="network namespace the interface is in")
@@ -409,8 +401,9 @@ def render_table(data: dict, counters: bool) -> str:
         cols += ["bytes", "packets", "drops", "overlimits", "backlog"]
     rows = []
     for link in data["links"]:
-        row = [link["direction"], link["host"] or "others", "all" if link["port"] is None else str(link["port"]),
-               format_rate(link["rate_bps"]) if link["rate_bps"] else "unlimited"]
+        rate = f"follows {link['trace']}" if link.get("trace") else \
+            format_rate(link["rate_bps"]) if link["rate_bps"] else "unlimited"
+        row = [link["direction"], link["host"] or "others", "all" if link["port"] is None else str(link["port"]), rate]
         if counters:
             row += [str(link["bytes"]), str(link["packets"]), str(link["drops"]), str(link["overlimits"]),
                     f"{link['backlog_bytes']}b/{link['backlog_pkts']}p"]

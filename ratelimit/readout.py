@@ -60,6 +60,7 @@ class LinkTable:
     rate_bps: tuple
     cohorts: tuple  # each link's (cohort, profile)
     flows: object  # kernel.counters.FlowTable
+    traces: tuple = ()  # each link's trace or schedule (its file's name), None for a static rate
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -76,8 +77,12 @@ def link_table(req: Request) -> LinkTable:
     cohort = {c.name: c for c in req.cohorts}
     rates = {(c.name, "dest"): c.down.rate_bps for c in req.cohorts} | \
         {(c.name, "source"): c.up.rate_bps for c in req.cohorts}
-    return LinkTable(summary(req), keys, tuple(rates[f.cohort, f.direction] for f in plan.flows),
-                     tuple((f.cohort, cohort[f.cohort].profile) for f in plan.flows), FlowTable.of(plan))
+    traces = {(c.name, d): None if c.trace is None or c.trace.source(d) is None else c.trace.source(d).name
+              for c in req.cohorts for d in ("dest", "source")}
+    return LinkTable(summary(req), keys,
+                     tuple(None if traces[f.cohort, f.direction] else rates[f.cohort, f.direction] for f in plan.flows),
+                     tuple((f.cohort, cohort[f.cohort].profile) for f in plan.flows), FlowTable.of(plan),
+                     tuple(traces[f.cohort, f.direction] for f in plan.flows))
 
 
 @dataclass(frozen=True)
@@ -95,7 +100,7 @@ def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
     cols = ex.counters(table.flows)
     return {"interface": interface, "netns": netns, "time": time.time(), "applied": copy.deepcopy(table.summary),
             "keys": table.keys, "rate_bps": table.rate_bps, "cohorts": table.cohorts, "counters": cols,
-            "driver": follow.report(req, netns, interface)}
+            "traces": table.traces, "driver": follow.report(req, netns, interface)}
 
 
 def counters(interface: str, netns: str | None = None, notice=None) -> dict:
@@ -153,8 +158,10 @@ def statistics(interface: str, netns: str | None = None, notice=None) -> dict:
     data = counters(interface, netns, notice)
     cols = data.pop("counters")
     keys, rates, cohorts = data.pop("keys"), data.pop("rate_bps"), data.pop("cohorts")
+    traces = data.pop("traces", None) or (None,) * len(keys)
     names = tuple(cols)
     data["links"] = [{"direction": d, "host": h, "port": p, "dev": dev, **dict(zip(names, values)), "rate_bps": r,
-                      "cohort": cohort, "profile": profile}
-                     for (d, h, p, dev), r, (cohort, profile), *values in zip(keys, rates, cohorts, *cols.values())]
+                      "cohort": cohort, "profile": profile, **({"trace": trace} if trace else {})}
+                     for (d, h, p, dev), r, (cohort, profile), trace, *values
+                     in zip(keys, rates, cohorts, traces, *cols.values())]
     return data

@@ -167,6 +167,26 @@ class TraceAsk:
         return f"{self.where}{key}" if self.where else OPTIONS[key]
 
 
+HELP = {  # the command line's options (``add_options``): what each says
+    "trace_down": ("FILE", "the links' downlink follows this mahimahi trace (a file, or a shipped one: lte-drive.down, "
+                           "3g-walk.down, tunnel.down); docs/profiles.md, Traces"),
+    "trace_up": ("FILE", "the uplink's trace (lte-drive.up, ...)"),
+    "schedule": ("FILE", "both directions follow this schedule (TOML steps; shipped: train)"),
+    "trace_scale": ("X", "each link gets X of the trace's capacity (default 1; 0.01: a hundredth)"),
+    "phase": ("random|same|TIME", "where each link starts in its trace: random (the default, drawn from the link "
+                                  "and --phase-seed), same (in lock-step) or a time (12s)"),
+    "phase_seed": ("N", "the seed of random phases (default 0)"),
+}
+
+
+def add_options(group) -> None:
+    """The trace options (``OPTIONS``) on an argparse parser or group (the main command line,
+    ``lab up`` and ``lab apply``)."""
+    for key in KEYS:
+        metavar, text = HELP[key]
+        group.add_argument(OPTIONS[key], metavar=metavar, help=text)
+
+
 def ask(table: dict, keys, base: str = "", where: str = "") -> TraceAsk | None:
     """The trace options of ``table`` (a TOML table, or the command line's values) among
     ``keys``, None-valued ones left out; None when there are none."""

@@ -144,18 +144,53 @@ def test_each_step_sets_the_windows_capacity_and_only_what_changed():
 
 def test_a_step_across_an_edge_gets_the_windows_average():
     s, _ = stepper(square(), step_ms=300)
-    assert rates(s.changes(6, resend=True))[0] == ("HtbClass", 280_000, 280_000)  # 1.8-2.1 s: 200 ms high, 100 low
+    assert s.links[0].rates_from(6, 2, 300) == [280_000, 40_000]  # 1.8-2.1 s: 200 ms high, 100 low
 
 
 def test_no_capacity_shuts_the_gate_first_and_capacity_opens_it_after_the_class():
     s, _ = stepper(square(schedule=str(CASES / "tunnel.toml")))
-    s.changes(9, resend=True)
+    s.changes(8, resend=True)
+    before = rates(s.changes(9))  # the frame the gate lets out as it shuts, paid for before it
+    assert before == [("HtbClass", 2_000_000 - 121_120, 2_000_000 - 121_120)] * 2
     shut = s.changes(10)
     assert rates(shut) == [("TbfQdisc", gate.SHUT_BPS, None)] * 2 and s.shut_count() == 2
     assert s.changes(11) == ()
-    assert rates(s.changes(20)) == [("TbfQdisc", gate.OPEN_BPS, None)] * 2  # its class kept its rate
-    s.forget()  # after a failed step: the class and the gate, in that order
     assert rates(s.changes(20)) == [("HtbClass", 2_000_000, 2_000_000)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2
+    assert s.changes(21) == ()
+    s.forget()  # after a failed step: every class and gate again, the class first
+    assert rates(s.changes(22)) == [("HtbClass", 2_000_000, 2_000_000)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2
+
+
+def test_a_rise_is_held_by_the_gate_for_a_frames_time_before_it():
+    s, _ = stepper(square())  # 40 kbit/s: a 1,514-byte frame takes 303 ms, so the rise at 4 s is seen from 3.6 s
+    s.changes(30, resend=True)
+    assert [s.changes(k) for k in range(31, 36)] == [()] * 5
+    hold = rates(s.changes(36))  # the gate passes 40 kbit/s, the class is at the coming 400 kbit/s already
+    assert hold == [("TbfQdisc", 40_000, None)] * 2 + [("HtbClass", 400_000, 400_000)] * 2
+    assert s.links[0].delivering_bps() == 40_000 and s.held_count() == 2
+    assert [s.changes(k) for k in (37, 38, 39)] == [()] * 3
+    rise = s.changes(40)  # the gate opens; the half frame it lets out at once is paid from the class
+    paid = round(400_000 - 0.5 * 1514 * 0.9 * 8 / 0.1)
+    assert rates(rise) == [("HtbClass", paid, paid)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2
+    assert rates(s.changes(41)) == [("HtbClass", 400_000, 400_000)] * 2 and s.held_count() == 0
+
+
+def test_a_fall_is_paid_for_in_the_window_before_it():
+    s, _ = stepper(square())
+    s.changes(18, resend=True)
+    paid = round(400_000 - 0.5 * 1514 * 0.9 * 8 / 0.1)  # half a frame, nine tenths of it the fall's
+    assert rates(s.changes(19)) == [("HtbClass", paid, paid)] * 2
+    assert rates(s.changes(20)) == [("HtbClass", 40_000, 40_000)] * 2
+
+
+def test_a_change_that_lands_late_is_owed_what_it_missed():
+    s, _ = stepper(square())
+    s.changes(35, resend=True)
+    s.changes(36)  # the hold: the link passes 40 kbit/s
+    s.changes(40)  # ... and 400 kbit/s from the opening
+    before = s.links[0].ahead_bytes
+    s.landed(20.0, 0.0)  # landed 20 ms late: 20 ms at 40 kbit/s instead of the paid 400 kbit/s
+    assert s.links[0].ahead_bytes == pytest.approx(before + 0.020 * (40_000 - (400_000 - 54_504)) / 8)
 
 
 def test_a_plan_in_other_handles_is_followed_in_those():
@@ -200,3 +235,41 @@ def test_a_driver_that_died_is_reported_with_its_step_and_an_outage_left_in_plac
     assert "ratelimit follow --interface veth0" in dead["notice"] and "\n" not in dead["notice"]
     other = follow.report(tracespec.stamped(square(), None, 2_000), None, "veth0")  # another apply's traces
     assert other["step"] is None and "has not followed these traces" in other["notice"]
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def run_cli(*argv):
+    import io
+    from ratelimit.cli import Console, main
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), Console(out, err))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_dry_run_shows_the_gates_and_what_the_links_follow():
+    code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000-2001", "-d", "dest", "--trace-down",
+                             "lte-drive.down", "--trace-scale", "0.01", "--phase-seed", "9", "--dry-run")
+    assert code == 0 and err == ""
+    assert "down follows trace lte-drive.down" in out.splitlines()[0]
+    assert "# cohort main: down trace lte-drive.down x0.01, phase random seed 9; a driver ('ratelimit follow')" in out
+    assert out.count(" tbf rate 10gbit burst 1514b limit ") == 2
+
+
+def test_a_bad_trace_on_the_command_line_is_one_line_and_nothing_is_applied(tmp_path, monkeypatch):
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    bad = tmp_path / "bad.down"
+    bad.write_text("5\n3\n")
+    code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000", "--trace-down", str(bad))
+    assert code == 2 and out == ""
+    assert err == f"ratelimit: --trace-down {bad}: line 2: 3 is less than 5 on line 1 (timestamps never decrease)\n"
+    assert not (tmp_path / "state").exists()  # it never reached the kernel or the record
+
+
+def test_the_time_a_capacity_takes_to_carry_bytes():
+    from ratelimit.capacity import ScheduleCapacity, carried_by_ms
+    cap = ScheduleCapacity(tracespec.load(square().cohorts[0].trace.down), "down")  # 400 kbit/s 2 s, 40 kbit/s 2 s
+    assert carried_by_ms(cap, 0, 50_000) == pytest.approx(1000, abs=1)  # 50 kB at 50 kB/s
+    assert carried_by_ms(cap, 1000, 60_000) == pytest.approx(2000 + 2000, abs=1)  # 50 kB, then 10 kB at 5 kB/s
+    assert carried_by_ms(cap, 0, 0) == 0
