@@ -239,10 +239,11 @@ def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: flo
     return out
 
 
-def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, schedule: str, payload: int = 1472,
+def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: int = 1472,
                factor: float = 1.1, prefill: int = 4, settle_s: float = 1.5, **request) -> dict:
-    """Apply ``links`` traced links following ``schedule`` (a link per client port, ``--direction
-    dest``, the driver started by the apply), pace each at ``factor`` times its capacity for
+    """Apply ``links`` traced links (a link per client port, ``--direction dest``; ``request``:
+    the rest of ``service.make_request``'s options, a ``schedule`` or ``trace_down`` among
+    them; the driver started by the apply), pace each at ``factor`` times its capacity for
     ``seconds``, remove it all; the score over the run less its first ``settle_s`` and last
     half second (``score``), the sender's counts and the driver's last status."""
     from ratelimit import follow, service, state, tracespec
@@ -251,7 +252,7 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, schedule:
     ns = topology(tag)
     try:
         req = service.make_request(DEV, netns=ns["rtr"], hosts=CLIENT, ports=f"{PORT0}-{PORT0 + links - 1}",
-                                   direction="dest", schedule=schedule, **request)
+                                   direction="dest", **request)
         service.apply(req)
         req = state.load(ns["rtr"], DEV).request
         started = req.cohorts[0].trace.started_ms
@@ -268,3 +269,31 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, schedule:
             service.clean(DEV, ns["rtr"])
         finally:
             cleanup(tag)
+
+
+def main(argv=None) -> int:
+    """``python -m bench.traceload --links N --seconds S (--schedule F | --trace-down F) [...]``:
+    one ``traced_run``, its score as JSON (root; namespaces rltr-<pid>-*)."""
+    import argparse
+    import tempfile
+    p = argparse.ArgumentParser(prog="python -m bench.traceload", description=traced_run.__doc__)
+    p.add_argument("--links", type=int, default=1000)
+    p.add_argument("--seconds", type=float, default=12.0)
+    p.add_argument("--settle", type=float, default=1.5, help="seconds left out at the start")
+    for option in ("--schedule", "--trace-down", "--trace-scale", "--phase", "--phase-seed"):
+        p.add_argument(option)
+    p.add_argument("--queue", default="6056b")
+    p.add_argument("--bandwidth", default="1gbit")
+    args = p.parse_args(argv)
+    request = {k: v for k, v in vars(args).items() if k in ("schedule", "trace_down", "trace_scale", "phase",
+                                                            "phase_seed", "queue", "bandwidth") and v is not None}
+    with tempfile.TemporaryDirectory() as workdir:
+        os.environ.setdefault("RATELIMIT_STATE_DIR", str(Path(workdir) / "state"))  # the driver's too
+        r = traced_run(f"b{os.getpid()}", args.seconds, Path(workdir), links=args.links, settle_s=args.settle,
+                       **request)
+    print(json.dumps(r, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
