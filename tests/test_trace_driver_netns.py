@@ -202,3 +202,25 @@ def test_the_driver_follows_a_plan_built_beside_in_other_handles(tag):
     time.sleep(0.3)
     klass, _ = kernel_rates(ns, new[-1])  # the new plan's last link: the driver's rate (around 400 or 40
     assert klass != new[-1].klass.ceil_bps == 220_000  # kbit/s), not the plan's first (the schedule's mean)
+
+
+def test_a_rollback_leaves_the_driver_following_the_old_plan(tag):
+    """The kernel refuses a step of a make-before-break half way (a real refusal,
+    ``bench.faults.inject``); the apply rolls back to the old plan and its record, and the
+    driver, which only ever reads the record, goes on following the old plan's classes."""
+    from bench.faults import inject
+    from ratelimit.errors import ApplyError
+    ns = traceload.topology(tag)
+    service.apply(request(ns, "square.toml", links=50))
+    status_when(ns, lambda st: st.get("links") == 50 and st.get("step", 0) >= 2)
+    before = state.load(ns["rtr"], traceload.DEV).request
+    with inject(40), pytest.raises(ApplyError):
+        service.apply(request(ns, "square.toml", links=300))
+    assert state.load(ns["rtr"], traceload.DEV).request == before  # rolled back, record and all
+    now = follow.read_status(ns["rtr"], traceload.DEV)
+    later = status_when(ns, lambda st: st.get("step", 0) >= now["step"] + 3)
+    assert later["links"] == 50 and later["state"] == "following" and later["pid"] == now["pid"]
+    links = traced_links(compile_plan(before), {before.cohorts[0].trace.down.path:
+                                                tracespec.load(before.cohorts[0].trace.down)})
+    klass, _ = kernel_rates(ns, links[0])
+    assert klass != links[0].klass.ceil_bps == 220_000  # the driver's rate, on the old plan's class
