@@ -401,8 +401,10 @@ def render_table(data: dict, counters: bool) -> str:
         cols += ["bytes", "packets", "drops", "overlimits", "backlog"]
     rows = []
     for link in data["links"]:
-        rate = f"follows {link['trace']}" if link.get("trace") else \
-            format_rate(link["rate_bps"]) if link["rate_bps"] else "unlimited"
+        rate = format_rate(link["rate_bps"]) if link["rate_bps"] else "unlimited"
+        if link.get("trace"):
+            now = link.get("trace_bps")
+            rate = f"follows {link['trace']}" + ("" if now is None else f" (now {format_rate(now) if now else 'shut'})")
         row = [link["direction"], link["host"] or "others", "all" if link["port"] is None else str(link["port"]), rate]
         if counters:
             row += [str(link["bytes"]), str(link["packets"]), str(link["drops"]), str(link["overlimits"]),

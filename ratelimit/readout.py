@@ -164,4 +164,21 @@ def statistics(interface: str, netns: str | None = None, notice=None) -> dict:
                       "cohort": cohort, "profile": profile, **({"trace": trace} if trace else {})}
                      for (d, h, p, dev), r, (cohort, profile), trace, *values
                      in zip(keys, rates, cohorts, traces, *cols.values())]
+    if data.get("driver"):
+        _trace_now(data, interface, netns)
     return data
+
+
+def _trace_now(data: dict, interface: str, netns) -> None:
+    """Each traced link's ``trace_bps``: its class rate for the step of the clock now, as the
+    trace gives it (the driver's step length), for ``--stats`` beside its counters."""
+    from .steps import now_bps
+    try:
+        req = state.load(netns, interface).request
+        now = now_bps(req, data["time"] * 1000, data["driver"]["step_ms"] or follow.DEFAULT_STEP_MS)
+    except (StateError, AttributeError) as err:
+        data["driver"]["trace_now_error"] = str(err)
+        return
+    for row in data["links"]:
+        if row.get("trace"):
+            row["trace_bps"] = now.get((row["direction"], row["host"], row["port"]))

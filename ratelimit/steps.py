@@ -236,3 +236,19 @@ class Stepper:
 
     def held_count(self) -> int:
         return sum(1 for link in self.links if link.gate_bps not in (None, gate.OPEN_BPS, gate.SHUT_BPS))
+
+
+def now_bps(req, now_ms: float, step_ms: int) -> dict:
+    """The class rate each traced link of ``req`` (a record's request) should have in the step
+    of ``now_ms``, by (direction, host as text or None, port): what ``--stats`` shows as the
+    trace's rate now beside the driver's state.  Reads the trace files (StateError if one
+    changed)."""
+    from .compile import compiled
+    from .tracespec import load
+    loaded = {s.path: load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+    starts = [c.trace.started_ms for c in req.cohorts if c.trace is not None]
+    if None in starts:
+        return {}
+    k = max(0, int((now_ms - min(starts)) // step_ms))
+    return {(link.direction, None if link.host is None else str(link.host), link.port):
+            link.rates_from(k, 1, step_ms)[0] for link in traced_links(compiled(req), loaded)}

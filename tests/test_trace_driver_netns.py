@@ -202,6 +202,11 @@ def test_the_driver_follows_a_plan_built_beside_in_other_handles(tag):
     time.sleep(0.3)
     klass, _ = kernel_rates(ns, new[-1])  # the new plan's last link: the driver's rate (around 400 or 40
     assert klass != new[-1].klass.ceil_bps == 220_000  # kbit/s), not the plan's first (the schedule's mean)
+    data = readout.statistics(traceload.DEV, ns["rtr"])  # --stats: each link's trace and its rate now
+    assert len(data["links"]) == 300 and {row["trace"] for row in data["links"]} == {"square.toml"}
+    assert {row["trace_bps"] for row in data["links"]} <= {400_000, 40_000} and data["driver"]["running"]
+    from ratelimit.cli import render_table
+    assert re.search(r"follows square\.toml \(now (400|40)kbit\)", render_table(data, counters=True))
 
 
 def test_a_rollback_leaves_the_driver_following_the_old_plan(tag):
