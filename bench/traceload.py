@@ -240,7 +240,7 @@ def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: flo
 
 
 def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: int = 1472,
-               factor: float = 1.1, prefill: int = 4, settle_s: float = 1.5, **request) -> dict:
+               factor: float = 1.1, prefill: int = 4, settle_s: float = 3.0, **request) -> dict:
     """Apply ``links`` traced links (a link per client port, ``--direction dest``; ``request``:
     the rest of ``service.make_request``'s options, a ``schedule`` or ``trace_down`` among
     them; the driver started by the apply), pace each at ``factor`` times its capacity for
@@ -279,7 +279,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.traceload", description=traced_run.__doc__)
     p.add_argument("--links", type=int, default=1000)
     p.add_argument("--seconds", type=float, default=12.0)
-    p.add_argument("--settle", type=float, default=1.5, help="seconds left out at the start")
+    p.add_argument("--settle", type=float, default=3.0, help="seconds left out at the start")
     for option in ("--schedule", "--trace-down", "--trace-scale", "--phase", "--phase-seed"):
         p.add_argument(option)
     p.add_argument("--queue", default="6056b")
