@@ -11,6 +11,7 @@
     python -m bench faults [--quick]     refusals at every step, SIGKILL mid-apply
     python -m bench switch [--quick]     a download across a profile switch: in place vs rebuild
     python -m bench cohorts [--quick]    16 cohorts vs one (setup, per packet); whole hosts vs per port
+    python -m bench shaped-load [--quick]  K backlogged links through the router: 1 tx queue vs 2
     python -m bench soak [--minutes N]   the dashboard's memory over an hour under load (not in all)
     python -m bench report               docs/benchmarks.md from bench/results/
 
@@ -29,13 +30,14 @@ import traceback
 
 from . import common, results, sandbox
 
-PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "audience", "faults", "switch", "cohorts")
+PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "audience", "faults", "switch", "cohorts",
+         "shaped-load")
 SOLO = ("soak",)  # run on their own only: not part of ``all`` (an hour)
 
 
 _MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "metrics": "metrics_cost",
             "fidelity": "fidelity", "dialup": "dialup", "audience": "audience", "faults": "faults", "switch": "switch",
-            "cohorts": "cohorts", "soak": "soak"}
+            "cohorts": "cohorts", "shaped-load": "shaped_load", "soak": "soak"}
 
 
 def _module(part: str):
@@ -55,7 +57,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="DIR",
                    help=f"results directory (default {results.RESULTS_DIR})")
     p.add_argument("--flows", type=int, nargs="+", metavar="N",
-                   help="flow counts (setup, packet, stats) or link counts (metrics) instead of the defaults")
+                   help="flow counts (setup, packet, stats) or link counts (metrics, shaped-load) instead of the defaults")
     p.add_argument("--clients", type=int, nargs="+", metavar="X",
                    help="simultaneous connections (dialup; audience: the dial-up mix only) or downloads (fidelity) "
                         "instead of the defaults")

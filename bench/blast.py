@@ -21,18 +21,18 @@ SOURCE = Path(__file__).with_name("blast.c")
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", "/tmp")) / "ratelimit-bench"
 
 
-def compiled() -> str | None:
-    """Path of the compiled sender (built once per source version), or None."""
+def compiled(source: Path = SOURCE) -> str | None:
+    """Path of a sender compiled from ``source`` (built once per source version), or None."""
     cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None or not SOURCE.exists():
+    if cc is None or not source.exists():
         return None
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:12]
-    exe = CACHE / f"blast-{digest}"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    exe = CACHE / f"{source.stem}-{digest}"
     if exe.exists():
         return str(exe)
     CACHE.mkdir(parents=True, exist_ok=True)
     tmp = exe.with_name(exe.name + f".{os.getpid()}")
-    r = subprocess.run([cc, "-O2", "-o", str(tmp), str(SOURCE)], capture_output=True, text=True, check=False)
+    r = subprocess.run([cc, "-O2", "-o", str(tmp), str(source)], capture_output=True, text=True, check=False)
     if r.returncode != 0:
         return None
     tmp.replace(exe)

@@ -21,9 +21,11 @@
 # Its log is $RL_ENGINES_DIR/dockerd.log; dockerd starts its own containerd.
 #
 # Podman (rootful) needs no daemon.  Debian 12's podman 4.3 uses CNI plugins
-# (containernetworking-plugins) when netavark is not installed; `podman network
-# create --internal` writes a CNI bridge without masquerading, gateway or
-# firewall plugin, which touches no iptables rule and no sysctl.
+# (containernetworking-plugins) when netavark is not installed.  `podman network
+# create --internal` writes a CNI list with the portmap and firewall plugins,
+# which add iptables chains; the tests write their own list instead (the bridge
+# plugin alone, no gateway, no masquerading), which touches no iptables rule and
+# no sysctl (docs/lab.md, "Container engines").
 #
 # The image (`image`): Debian bookworm minbase with nginx-light, curl and
 # iproute2, made by mmdebstrap into $RL_IMAGE_CACHE/rootfs-KEY.tar (KEY: a hash

@@ -26,6 +26,7 @@ from .errors import PermissionDenied, RatelimitError, UsageError
 from .model import GRANULARITIES
 from .getopt import long_options
 from .summary import describe, summary
+from .layout import oversubscribed
 
 EXIT_INTERNAL = 70
 SUBCOMMANDS = ("profiles", "save", "restore", "vm", "lab", "web", "follow")  # web: registered by the webui package
@@ -145,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
         g.add_argument(f"--{name}", help=what)
     g.add_argument("--queue", help="each link's queue (shape mode): packets (10, 10p), bytes (3250b) or a time "
                    "at the rate (1s); default: the profile's, else the larger of 10 packets and 200 ms")
+    g.add_argument("--queues", default="1", metavar="N|auto",
+                   help="shape mode: spread the links over N tx queues of the interface, each with its own tree "
+                        "(auto: all it has; default 1)")
     g.add_argument("--per", default=None, choices=GRANULARITIES,
                    help="link granularity: a link per (host, port) as in v0.3, one per host shared by "
                         "all its connections, or one shared by every selected host (an office behind one "
@@ -255,9 +259,12 @@ def _dispatch(argv, con) -> int:
                 args.hosts, named = containers.expand_hosts(args.hosts, server=None, network=args.network,
                                                             engine=args.engine)
             return _run(args, action, con, named=named)
-    if args.engine is not None or args.network is not None:
-        raise UsageError("--engine/--network: they go with --container or container:NAME in --hosts")
+    if (args.engine is not None or args.network is not None) and (action is not None or args.scenario is None):
+        raise UsageError(ENGINE_NETWORK_ALONE)
     return _run(args, action, con)
+
+
+ENGINE_NETWORK_ALONE = "--engine/--network: they go with --container, or container:NAME in --hosts or a scenario's hosts"
 
 
 def _run(args, action, con, target=None, named=()) -> int:
@@ -283,12 +290,18 @@ def _run(args, action, con, target=None, named=()) -> int:
             con.out(render_table(data, counters=action == "stats"))
         return 0
     per = args.per or ("host" if args.mix is not None else "port")
+    asks = None if args.scenario is None else scenarios.load(args.scenario)
+    if asks is not None:
+        from .targets import scenario_hosts
+        asks = scenario_hosts(asks, target, network=args.network, engine=args.engine)
+        if target is None and (args.engine or args.network) and not any(a.named for a in asks):
+            raise UsageError(ENGINE_NETWORK_ALONE)
     req = service.make_request(
         args.interface, hosts=args.hosts, ports=args.ports, profile=args.profile, netns=args.netns,
         mode=args.mode, direction=args.direction, rate=args.rate, burst=args.burst,
         bandwidth=args.bandwidth, mtu=args.mtu, avpkt=args.avpkt, mpu=args.mpu, queue=args.queue,
         per=per, link=args.link, mix=args.mix, servers=args.servers, server_ports=args.server_ports,
-        scenario=None if args.scenario is None else scenarios.load(args.scenario),
+        queues=args.queues, scenario=asks,
         **{name: getattr(args, name) for name in service.IMPAIRMENTS}, **_traces(args))
     if target is not None or named:
         req = service.for_container(req, None if target is None else target.container,
@@ -299,6 +312,9 @@ def _run(args, action, con, target=None, named=()) -> int:
         text = script(ops, req.netns)  # refuses a name tc -batch cannot carry before anything is printed
         con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(summary(req))}")
         con.out(f"# {how}")
+        warning = oversubscribed(req)
+        if warning:
+            con.out(f"# warning: {warning}")
         if target is not None and target.netns:
             from .names import shell_word
             con.out(f"# the container's namespace has this name only while ratelimit runs; first: "

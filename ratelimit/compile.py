@@ -29,6 +29,13 @@ the other tables.  A re-apply that changes some cohorts keeps the others' groups
 they stand and puts the changed ones in free handles (``Request.places``,
 ``layout.replaced``).
 
+With several tx queues (``Request.queues``, shape mode) the root is ``mq`` instead, with one
+tree per queue: the HTB qdisc ``(54 + q):`` [stab] under ``52:(q + 1)``, its pool class
+``(54 + q):1`` holding its share of the bandwidth (in proportion to the links it holds), and
+under it the groups ``layout.queue_of`` places there (``(54 + q):10..``; their qdiscs, links
+and queues as above).  No u32 tree at the root: the eBPF program of ``queuepin`` names each
+packet's queue and group.
+
 The u32 tree (``u32tree``) classifies: policers ride on its exact filters in
 police mode; in shape mode the root's tree names the link's group and each
 group's own tree (on its HTB qdisc) the link's class.  ``dest`` is the
@@ -45,10 +52,12 @@ from dataclasses import replace
 from . import gate
 from .errors import FieldError
 from .filters import Key, Police, U32Filter
-from .layout import GENERATIONS, GROUP_LINKS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, Layout, carried
+from .layout import GENERATIONS, GROUP_LINKS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, Layout, carried, tree_handle
 from .linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES, ETHERNET_HEADER_BYTES
 from .model import Cohort, LinkParams, Request
-from .plan import INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, AddIfb, FifoQdisc, Flow, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, Plan, Stab
+from .plan import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, TC_H_CLSACT_INGRESS, AddIfb, FifoQdisc, Flow, HtbClass,
+                   HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc, Plan, Stab)
+from .queuepin import pins
 from .u32tree import FIRST, OTHERS_FAMILY, Terminal, build, catch_all, table_ids
 from .validate import check
 
@@ -84,9 +93,13 @@ def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
                           overhead_bytes=ETHERNET_HEADER_BYTES)  # count the frame, as egress does
         else:
             ifb = ifb_name(req.interface)
-            ops.insert(0, AddIfb(ifb))
-            ops.append(IngressQdisc(req.interface))
-            ops.append(U32Filter(req.interface, INGRESS_HANDLE, 1, "all", 0, 0, 1,
+            ops.insert(0, AddIfb(ifb, req.queues))
+            hook = INGRESS_HANDLE
+            if req.queues > 1 and req.direction == "both":
+                hook = TC_H_CLSACT_INGRESS  # the interface's clsact qdisc (its egress program's) has the hook
+            else:
+                ops.append(IngressQdisc(req.interface))
+            ops.append(U32Filter(req.interface, hook, 1, "all", 0, 0, 1,
                                  (Key(0, 0, 0),), redirect=ifb))
             _egress(req, lay, ifb, "source", ops, links)
     return Plan(req, tuple(ops), tuple(links))
@@ -135,12 +148,23 @@ def _side(c: Cohort, direction: str) -> LinkParams:
 
 
 def _egress(req, lay, dev, direction, ops, links):
-    """An HTB root on ``dev`` with the pool class, the tree, and per-link classes."""
-    ops.append(HtbQdisc(dev, ROOT, stab=_stab(lay.base)))
+    """An HTB root on ``dev`` with the pool class, the tree, and per-link classes (several
+    queues: an mq root with an HTB tree and pool class per queue, and the queue pins)."""
     bw = req.bandwidth_bps
     base_mtu = req.line_mtu_bytes(lay.base)
     pool_burst = max(base_mtu, bw // 800)  # 10 ms at the device's bandwidth
-    ops.append(HtbClass(dev, ROOT, POOL_CLASS, bw, bw, pool_burst, base_mtu, lay.base.mpu_bytes))
+    if req.queues > 1:
+        ops.append(MqQdisc(dev, ROOT))
+        for q, held in enumerate(lay.queue_links()):
+            tree = tree_handle(q)
+            ops.append(HtbQdisc(dev, tree, stab=_stab(lay.base), parent=ROOT | (q + 1)))
+            # the tree's share of the bandwidth, no tree borrowing another's; a tree without
+            # links has a pool all the same (HTB's least rate), for a re-apply to place some there
+            share = max(8, bw * held // lay.links)
+            ops.append(HtbClass(dev, tree, tree | 1, share, share, pool_burst, base_mtu, lay.base.mpu_bytes))
+    else:
+        ops.append(HtbQdisc(dev, ROOT, stab=_stab(lay.base)))
+        ops.append(HtbClass(dev, ROOT, POOL_CLASS, bw, bw, pool_burst, base_mtu, lay.base.mpu_bytes))
     if req.mode == "police":
         params = _side(req.cohorts[0], direction)
         if params.needs_netem():  # one stage for every cohort (``_validate``: they share it)
@@ -155,6 +179,9 @@ def _egress(req, lay, dev, direction, ops, links):
     ids = table_ids(h.tree)
     for span in lay.spans:
         _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst)
+    if req.queues > 1:
+        ops += pins(lay, dev, direction)
+        return
     # the root's trees: a flow's group
     for pairs, owner, whole in ((lay.port_flows, lay.port_link, False), (lay.whole_flows, lay.whole_link, True)):
         def terminal(i, owner=owner):
@@ -179,8 +206,9 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
     over, atm = lay.overhead(c)
     for g, first in enumerate(range(0, n, lay.group_links)):
         members = range(first, min(first + lay.group_links, n))
-        group, qdisc = ROOT | (at.group_minor + g), (at.group_top - g) << 16
-        ops.append(HtbClass(dev, POOL_CLASS, group, min(bw, guaranteed * len(members)), bw, pool_burst, mtu, mpu,
+        group, qdisc = lay.group_class_of(span, g), (at.group_top - g) << 16
+        pool = group & 0xFFFF0000 | 1  # its tree's pool class (52:1 with one queue)
+        ops.append(HtbClass(dev, pool, group, min(bw, guaranteed * len(members)), bw, pool_burst, mtu, mpu,
                             over, atm))
         ops.append(HtbQdisc(dev, qdisc, parent=group))
         # the group qdisc's root class lets its links borrow up to their ceilings (the pool

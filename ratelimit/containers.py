@@ -9,7 +9,7 @@ its networks is meant.  The other half runs the engine
 (argv, never a shell), follows a container that uses another's namespace to the
 one that owns it (a Podman pod's infra container, compose's
 ``network_mode: service:``), and finds its interface on a network and that
-interface's host-side veth through netlink: the container's device whose MAC
+interface's host-side veth through netlink (``kernel.peers``): the container's device whose MAC
 address the engine reports, its ``IFLA_LINK`` (the peer's index) and
 ``IFLA_LINK_NETNSID``, checked from the host's side (the peer is a veth whose own
 link is the container's device, in the container's namespace).  No device is
@@ -52,6 +52,8 @@ NAME_ALLOWED = "is not a container name or id (a letter or digit, then letters, 
 HOST_PREFIX = "container:"  # in --hosts: container:NAME
 NETNS_PREFIX = "rl-ct-"  # the names ``attached`` gives container namespaces
 ENGINE_TIMEOUT_S = 30
+DOCKERD_HINT = ("start it (systemctl start docker; where no init system runs, dockerd: docs/lab.md, "
+                "Container engines without an init system), or set DOCKER_HOST to its socket")
 
 
 class ContainerError(NotFoundError):
@@ -159,7 +161,7 @@ def refusal(c: Container) -> str | None:
     return None
 
 
-def choose_network(c: Container, network: str | None) -> Endpoint:
+def choose_network(c: Container, network: str | None, field_name: str = "--container") -> Endpoint:
     """The endpoint links go on: the one network ``c`` is on, or the one named."""
     names = [e.network for e in c.networks]
     if network is not None:
@@ -169,22 +171,22 @@ def choose_network(c: Container, network: str | None) -> Endpoint:
                                  f"(it is on: {', '.join(names) or 'none'})")
         return found
     if len(c.networks) != 1:
-        raise ContainerError(f"--container: {c.label()} is on {len(names)} networks ({', '.join(names)}); "
+        raise ContainerError(f"{field_name}: {c.label()} is on {len(names)} networks ({', '.join(names)}); "
                              f"name one with --network")
     return c.networks[0]
 
 
-def shared_network(a: Container, b: Container, network: str | None) -> str:
+def shared_network(a: Container, b: Container, network: str | None, field_name: str = "--hosts") -> str:
     """The network ``a`` and ``b`` are both on: the one named, or the only one they share."""
     shared = [e.network for e in a.networks if b.endpoint(e.network) is not None]
     if network is not None:
         if network not in shared:
-            raise ContainerError(f"--hosts: {b.label()} and {a.label()} do not share network '{network}' "
+            raise ContainerError(f"{field_name}: {b.label()} and {a.label()} do not share network '{network}' "
                                  f"(they share: {', '.join(shared) or 'none'})")
         return network
     if len(shared) != 1:
         listed = ", ".join(shared)
-        raise ContainerError(f"--hosts: {b.label()} and {a.label()} share "
+        raise ContainerError(f"{field_name}: {b.label()} and {a.label()} share "
                              + (f"{len(shared)} networks ({listed}); name one with --network" if shared
                                 else "no network"))
     return shared[0]
@@ -230,7 +232,8 @@ class Engine:
                 return None
             if self.name == "docker" and re.search(r"cannot connect to the docker daemon|is the docker daemon running",
                                                    text, re.I):
-                raise ContainerError(f"--container: docker is installed but its daemon does not answer ({text})")
+                raise ContainerError(f"--container: docker is installed but its daemon does not answer ({text}); "
+                                     f"{DOCKERD_HINT}")
             raise ContainerError(f"--container: {self.name} container inspect '{name}' failed: {text or f'exit {code}'}")
         return parse_inspect(self.name, out, name, self.rootless())
 
@@ -326,58 +329,28 @@ class Wiring:
     addresses: tuple
 
 
-def _attr(msg, name):
-    return msg.get_attr(name) if hasattr(msg, "get_attr") else None
-
-
 def wiring(owner: Container, endpoint: Endpoint) -> Wiring:
     """The device of ``owner`` on ``endpoint``'s network and its host-side veth, read with
-    netlink from both sides: the device whose MAC address the engine reports; its peer by
-    ``IFLA_LINK`` in the namespace ``IFLA_LINK_NETNSID`` names, which must be the host's;
-    and that peer a veth whose own ``IFLA_LINK`` is the device, in the container's namespace."""
-    from pyroute2 import IPRoute
-    from .kernel.links import link_kind
-    from .kernel.netns import off_loop
+    netlink from both sides (``kernel.peers``): the device whose MAC address the engine
+    reports; its peer by ``IFLA_LINK`` in the namespace ``IFLA_LINK_NETNSID`` names, which
+    must be the host's; and that peer a veth whose own ``IFLA_LINK`` is the device, in the
+    container's namespace."""
+    from .kernel import peers
     label = owner.label()
     if not endpoint.mac:
         raise ContainerError(f"--container: {label} reports no MAC address on network '{endpoint.network}'")
-
-    def read():
-        with IPRoute(netns=netns_path(owner.pid), flags=0) as inside:
-            links = inside.get_links()
-            dev = next((m for m in links if (_attr(m, "IFLA_ADDRESS") or "").lower() == endpoint.mac.lower()), None)
-            if dev is None:
-                raise ContainerError(f"--container: {label} has no device with the MAC address "
-                                     f"{endpoint.mac} its engine reports on network '{endpoint.network}'")
-            name, index = _attr(dev, "IFLA_IFNAME"), dev["index"]
-            peer_index, peer_nsid = _attr(dev, "IFLA_LINK"), _attr(dev, "IFLA_LINK_NETNSID")
-            if link_kind(dev) != "veth" or not peer_index or peer_nsid is None:
-                raise ContainerError(f"--container: {label}'s {name} is not one end of a veth pair "
-                                     f"into another namespace ({link_kind(dev) or 'no kind'})")
-        fd = os.open(netns_path(owner.pid), os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            with IPRoute() as host:
-                nsid = _host_nsid(host, fd)
-                found = host.get_links(peer_index) if peer_index else []
-        except Exception as err:  # the index is not a device here: the peer is in another namespace
-            if isinstance(err, RatelimitError):
-                raise
-            found = []
-        finally:
-            os.close(fd)
-        peer = found[0] if found else None
-        if (peer is None or link_kind(peer) != "veth" or _attr(peer, "IFLA_LINK") != index
-                or _attr(peer, "IFLA_LINK_NETNSID") != nsid):
-            raise ContainerError(f"--container: the peer of {label}'s {name} (index {peer_index}) is not a veth "
-                                 f"in this (the host's) network namespace")
-        return Wiring(endpoint.network, name, index, _attr(peer, "IFLA_IFNAME"), peer_index, endpoint.addresses())
-    return off_loop(read)
-
-
-def _host_nsid(ipr, fd: int) -> int | None:
-    """The id the host's namespace gives the namespace open at ``fd`` (RTM_GETNSID)."""
-    nsid = (ipr.get_netnsid(fd=fd) or {}).get("nsid")
-    return None if nsid is None or nsid >= 0xFFFFFFFF else nsid
+    dev = peers.by_mac(netns_path(owner.pid), endpoint.mac)
+    if dev is None:
+        raise ContainerError(f"--container: {label} has no device with the MAC address "
+                             f"{endpoint.mac} its engine reports on network '{endpoint.network}'")
+    if dev.kind != "veth" or not dev.link or dev.link_nsid is None:
+        raise ContainerError(f"--container: {label}'s {dev.name} is not one end of a veth pair "
+                             f"into another namespace ({dev.kind or 'no kind'})")
+    peer, nsid = peers.in_host(dev.link, netns_path(owner.pid))
+    if peer is None or peer.kind != "veth" or peer.link != dev.index or peer.link_nsid != nsid:
+        raise ContainerError(f"--container: the peer of {label}'s {dev.name} (index {dev.link}) is not a veth "
+                             f"in this (the host's) network namespace")
+    return Wiring(endpoint.network, dev.name, dev.index, peer.name, peer.index, endpoint.addresses())
 
 
 # ---------------------------------------------------------------- a name for one run
@@ -398,18 +371,11 @@ def turn():
 def attached(owner: Container):
     """A name in /run/netns for ``owner``'s namespace while the block runs (``netns_name``),
     removed afterwards; call it within ``turn``.  A name a killed run left is replaced."""
-    from pyroute2 import netns as pyroute2_netns
-    from .kernel.netns import NETNS_DIR, off_loop
+    from .kernel import peers
     name = netns_name(owner)
-    path = os.path.join(NETNS_DIR, name)
-    if os.path.exists(path):
-        off_loop(pyroute2_netns.remove, name)
-    os.makedirs(NETNS_DIR, exist_ok=True)
     try:
-        off_loop(pyroute2_netns.attach, name, owner.pid)
+        path = peers.attach(name, owner.pid)
     except OSError as err:
-        if os.path.exists(path):
-            os.unlink(path)  # the mount point of a bind that failed
         raise ContainerError(f"--container: cannot name {owner.label()}'s namespace ({err})") from None
     try:
         st = os.stat(path)
@@ -417,8 +383,7 @@ def attached(owner: Container):
             raise ContainerError(f"--container: {owner.label()}'s namespace changed while it was being named")
         yield name
     finally:
-        if os.path.exists(path):
-            off_loop(pyroute2_netns.remove, name)
+        peers.detach(name)
 
 
 def tidy(netns: str | None, interface: str) -> None:
@@ -489,7 +454,8 @@ def expand_hosts(text, *, server: Container | None, network: str | None, engine:
             continue
         name = item[len(HOST_PREFIX):]
         c, owner = resolve(check_name(name, field_name), engine, field_name)
-        net = shared_network(server, owner, network) if server is not None else choose_network(owner, network).network
+        net = shared_network(server, owner, network, field_name) if server is not None else \
+            choose_network(owner, network, field_name).network
         addrs = owner.endpoint(net).addresses()
         if not addrs:
             raise ContainerError(f"{field_name}: {c.label()} has no address on network '{net}'")

@@ -19,14 +19,21 @@ filters come first answers, and removing the old tree's root filters (or adding 
 new ones ahead of them) switches every flow of a protocol in one kernel step.  Then the
 old groups are held still, and the old tables and groups removed.  Another link layer,
 direction or ingress layout, or two generations that do not fit side by side in the
-16-bit handles: None, and the caller rebuilds.
+16-bit handles: None, and the caller rebuilds.  With several tx queues (``queuepin``) the
+switch is the queue program's: a new map and program take the old one's place on each
+device's clsact egress hook in one kernel step (another number of queues is rebuilt).
 """
 
 from dataclasses import dataclass, replace
 
-from .layout import POOL_CLASS, POOL_NETEM, ROOT
-from .plan import INGRESS_HANDLE, TC_H_ROOT, U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, Plan, TbfQdisc, netem_groups, u32_handle
+from .layout import MAX_QUEUES, POOL_CLASS, POOL_NETEM, ROOT, TREE_BASE
+from .plan import (INGRESS_HANDLE, TC_H_ROOT, U32_ROOT_TABLE, AddIfb, Change, ClsactQdisc, DelClass, DelFilter, FifoQdisc,
+                   HtbClass, HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc, Plan, TbfQdisc, netem_groups,
+                   u32_handle)
 from .filters import U32Filter, U32Table
+from .queuepin import QueueEntry, QueueMap, QueueProgram
+
+_PINS = (QueueMap, QueueEntry, QueueProgram)  # several queues: the classifier, switched whole
 
 # What must be equal for an operation to be changed in place, per type; the rest are its
 # numbers.  A type missing here must be equal as a whole.
@@ -75,33 +82,48 @@ class Switch:
     installed one and then removes the old: ``adds`` (the shared parts' new numbers, the
     new generation, the old groups held still, then the new root filters), ``removal`` (the
     old generation: its root filters first -- the switch -- then its tables and groups).
-    ``undo_removal`` and ``undo_changes`` take back ``adds``."""
+    ``undo_pins``, ``undo_removal`` and ``undo_changes`` take back ``adds``: with several
+    queues, the old queue maps and programs first (a device whose program the switch had
+    replaced gets the old one back before the new groups go)."""
 
     adds: tuple
     removal: tuple
     undo_removal: tuple
     undo_changes: tuple
+    undo_pins: tuple = ()
 
     def ops(self) -> tuple:
         return self.adds + self.removal
 
 
+def _tree(handle: int) -> bool:
+    """A handle of one of the per-queue trees (several queues): ``(54 + q):``."""
+    return TREE_BASE <= handle >> 16 < TREE_BASE + MAX_QUEUES
+
+
+def _pool(classid: int) -> bool:
+    """The pool class: ``52:1``, or a per-queue tree's ``(54 + q):1``."""
+    return classid == POOL_CLASS or (classid & 0xFFFF == 1 and _tree(classid))
+
+
 def _shared(op) -> bool:
-    """Parts both generations use: the devices, the root and ingress qdiscs, the pool class
-    and its netem stage, the ingress redirect."""
+    """Parts both generations use: the devices, the root and ingress (or clsact) qdiscs, the
+    per-queue trees, the pool classes and the police netem stage, the ingress redirect."""
     t = type(op)
-    return (t in (AddIfb, IngressQdisc) or (t is HtbQdisc and op.parent == TC_H_ROOT)
-            or (t is HtbClass and op.classid == POOL_CLASS) or (t is NetemQdisc and op.handle == POOL_NETEM)
+    return (t in (AddIfb, IngressQdisc, MqQdisc, ClsactQdisc) or (t is HtbQdisc and (op.parent == TC_H_ROOT
+                                                                                   or _tree(op.handle)))
+            or (t is HtbClass and _pool(op.classid)) or (t is NetemQdisc and op.handle == POOL_NETEM)
             or (t is U32Filter and op.redirect is not None))
 
 
 def _on_shared(op) -> bool:
-    """A generation's part that hangs directly on a shared qdisc or class."""
+    """A generation's part that hangs directly on a shared qdisc or class (the queue map
+    and program count as the root's tree)."""
     if _shared(op):
         return False
     if type(op) in (U32Table, U32Filter):
         return op.parent in (ROOT, INGRESS_HANDLE)
-    return type(op) is HtbClass and op.parent == POOL_CLASS
+    return type(op) in _PINS or (type(op) is HtbClass and _pool(op.parent))
 
 
 def _keys(ops) -> set:
@@ -125,7 +147,9 @@ def _keys(ops) -> set:
 
 
 def _root_filter(op) -> bool:
-    return type(op) is U32Filter and op.ht == 0 and _on_shared(op)
+    """What switches to a tree, sent last: its root filters, or (several queues) its map and
+    program, which take the old program's place in one step."""
+    return (type(op) is U32Filter and op.ht == 0 and _on_shared(op)) or type(op) in _PINS
 
 
 def _filter_lists(plan: Plan) -> dict:
@@ -146,10 +170,10 @@ def _units(plan: Plan) -> tuple[list, dict]:
     for op in plan.ops:
         if _shared(op):
             unit = None
-        elif type(op) is HtbClass and op.parent == POOL_CLASS:
+        elif type(op) is HtbClass and _pool(op.parent):
             unit = groups.setdefault((op.dev, op.classid), [])
             unit.append(op)
-        elif type(op) in (U32Table, U32Filter) and _on_shared(op):
+        elif type(op) in (U32Table, U32Filter, *_PINS) and _on_shared(op):
             trees.append(op)
         else:
             unit.append(op)
@@ -174,7 +198,7 @@ def _removal(plan: Plan, keep: Plan, groups: list) -> tuple:
     3. the groups: each class with its qdisc, links, queues and filters."""
     kept = _filter_lists(keep)
     roots = [DelFilter(op.dev, op.parent, op.prio, op.protocol, u32_handle(U32_ROOT_TABLE, 0, op.node))
-             for op in plan.ops if _root_filter(op)]
+             for op in plan.ops if type(op) is U32Filter and _root_filter(op)]
     tables = [DelFilter(op.dev, op.parent, op.prio, op.protocol, u32_handle(op.ht)) for op in plan.ops
               if type(op) is U32Table and _on_shared(op)]
     whole = [DelFilter(*head) for head in _filter_lists(plan) if head not in kept]
@@ -215,7 +239,7 @@ def make_before_break(old: Plan, new: Plan) -> Switch | None:
     police-mode netem stage where shape mode hangs its groups), a kept group that cannot
     change in place, or handles that clash (together they need more than the handle
     space)."""
-    if old.request.generation == new.request.generation:
+    if old.request.generation == new.request.generation or old.request.queues != new.request.queues:
         return None
     shared = _paired([op for op in old.ops if _shared(op)], [op for op in new.ops if _shared(op)])
     if shared is None:
@@ -244,4 +268,5 @@ def make_before_break(old: Plan, new: Plan) -> Switch | None:
     adds = tuple(changes) + tuple(op for op in new_gen if not _root_filter(op)) + tuple(_held(held)) + \
         tuple(op for op in new_gen if _root_filter(op))
     undo = tuple(backs) + tuple(Change(op) for op in held)  # the old groups' own rates back
-    return Switch(adds, _removal(old, new, held), _removal(new, old, [ops[0] for ops in built]), undo)
+    return Switch(adds, _removal(old, new, held), _removal(new, old, [ops[0] for ops in built]), undo,
+                  tuple(op for op in old.ops if type(op) in _PINS))

@@ -15,7 +15,7 @@ missing device, else ``{"root": (kind, handle) | None, "ingress": kind | None,
 
 import hashlib
 
-from .plan import AddIfb, HtbClass, HtbQdisc, IngressQdisc, tc_handle
+from .plan import AddIfb, ClsactQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc, tc_handle
 
 TC_H_ROOT = 0xFFFFFFFF
 
@@ -39,8 +39,10 @@ def of_plan(plan) -> dict:
     for op in plan.ops:
         if type(op) is HtbQdisc and op.parent == TC_H_ROOT:  # (a group's qdisc hangs under a class)
             out.setdefault(op.dev, {})["root"] = _root_text("htb", op.handle)
-        elif type(op) is IngressQdisc:
-            out.setdefault(op.dev, {})["ingress"] = "ingress"
+        elif type(op) is MqQdisc:  # several tx queues: a tree each under it
+            out.setdefault(op.dev, {})["root"] = _root_text("mq", op.handle)
+        elif type(op) in (IngressQdisc, ClsactQdisc):
+            out.setdefault(op.dev, {})["ingress"] = "ingress" if type(op) is IngressQdisc else "clsact"
         elif type(op) is AddIfb:
             out.setdefault(op.name, {})["device"] = True
         elif type(op) is HtbClass:

@@ -3,17 +3,35 @@ cohort's span of links and groups, the flows the trees select, and the device's 
 (``compile`` builds the operations from it; ``validate`` checks it fits).
 """
 
+import zlib
 from bisect import bisect_left
 from dataclasses import dataclass, replace
 
 from .model import Cohort, LinkParams, Request
 from .u32tree import FIRST, SECOND, TreeIds
+from .units import format_rate
 
 ROOT = 0x520000  # 52:
 POOL_CLASS = 0x520001  # 52:1
 POOL_NETEM = 0x530000  # 53:
 GROUP_LINKS = 256  # links per group qdisc (docs/benchmarks.md, "Setup": the layout's curve)
 LINK_MINOR_BASE = 0x100  # the group's links are (fffe - g):100..
+TREE_BASE = 0x54  # with several tx queues: queue q's tree is the HTB qdisc (54 + q):, under mq class 52:(q + 1)
+MAX_QUEUES = 128  # the trees' majors stay below the groups' and queues' (MAJORS)
+
+
+def tree_handle(queue: int) -> int:
+    """The HTB qdisc of tx queue ``queue``'s tree (several queues; one queue: the root 52:)."""
+    return (TREE_BASE + queue) << 16
+
+
+def queue_of(cohort: str, group: int, queues: int) -> int:
+    """The tx queue (0-based) of a cohort's group ``group``: ``(crc32(name) + group) mod
+    queues``.  Pure and stable: a cohort's groups take the queues in turn from one its name
+    picks, so adding links to a cohort adds groups at its end and moves none of its other
+    groups, and no other cohort's; cohorts of one name land where they did whatever else the
+    request holds.  With one queue, 0."""
+    return (zlib.crc32(cohort.encode()) + group) % queues
 
 
 @dataclass(frozen=True)
@@ -104,6 +122,7 @@ class Layout:
     links: int
     groups: int
     group_links: int = GROUP_LINKS
+    queues: int = 1
 
     @classmethod
     def of(cls, req: Request, group_links: int = GROUP_LINKS) -> "Layout":
@@ -138,7 +157,7 @@ class Layout:
         plain = [c for c in req.cohorts if not c.link.cells] or list(req.cohorts)
         base = min(plain, key=lambda c: c.link.overhead_bytes)
         return cls(tuple(spans), tuple(port_flows), tuple(port_link), tuple(whole_flows), tuple(whole_link),
-                   tuple(link_cohort), base, link, group, group_links)
+                   tuple(link_cohort), base, link, group, group_links, req.queues)
 
     def overhead(self, c: Cohort) -> tuple[int, bool]:
         """What ``c``'s classes add to the length the device's size table gives a packet, and
@@ -146,9 +165,24 @@ class Layout:
         return c.link.overhead_bytes - self.base.link.overhead_bytes, c.link.cells and not self.base.link.cells
 
     def group_class(self, link: int) -> int:
-        """Link ``link``'s group's class under the pool."""
+        """Link ``link``'s group's class under its tree's pool."""
         span = self.spans[self.link_cohort[link]]
-        return ROOT | (span.place.group_minor + (link - span.first_link) // self.group_links)
+        return self.group_class_of(span, (link - span.first_link) // self.group_links)
+
+    def group_class_of(self, span: Span, group: int) -> int:
+        """The class of ``span``'s group ``group``: ``52:m`` with one queue, else ``(54 + q):m``
+        in the tree of its queue (``queue_of``); its minor ``m`` is the device's either way."""
+        tree = ROOT if self.queues == 1 else tree_handle(queue_of(span.cohort.name, group, self.queues))
+        return tree | (span.place.group_minor + group)
+
+    def queue_links(self) -> list[int]:
+        """How many links each tx queue's tree holds."""
+        out = [0] * self.queues
+        for span in self.spans:
+            n = span.cohort.link_count()
+            for g in range(span.groups):
+                out[queue_of(span.cohort.name, g, self.queues)] += min(self.group_links, n - g * self.group_links)
+        return out
 
     def link_class(self, link: int) -> int:
         """Link ``link``'s HTB class: in its group's qdisc, from LINK_MINOR_BASE."""
@@ -180,6 +214,33 @@ class Layout:
 def carried(req: Request, c: Cohort, params: LinkParams) -> int:
     """The rate the link's frames get (its line rate less the line's own coding)."""
     return c.link.carried_bps(params.rate_bps or req.bandwidth_bps)
+
+
+def links_rate_bps(req: Request) -> dict[str, int]:
+    """What the rate-limited links' rates add up to, per direction the device's
+    ``--bandwidth`` pools ("dest", "source"; not a source policed on the ingress qdisc,
+    which has no pool): the most they can take of it at once."""
+    from .compile import ingress_policing  # compile builds on this module
+    out = {}
+    for direction in ("dest", "source"):
+        if req.direction in (direction, "both") and not (direction == "source" and ingress_policing(req)):
+            out[direction] = sum(carried(req, c, p) * c.link_count() for c in req.cohorts
+                                 for p in ((c.down if direction == "dest" else c.up),) if p.rate_bps)
+    return out
+
+
+def oversubscribed(req: Request) -> str | None:
+    """The warning for links whose rates add up to more than ``--bandwidth``: while they
+    are all busy, the pool holds them to a share each, not their rates."""
+    over = {d: bps for d, bps in links_rate_bps(req).items() if bps > req.bandwidth_bps}
+    if not over:
+        return None
+    direction, total = max(over.items(), key=lambda kv: kv[1])
+    need = -(-total // 1_000_000) * 1_000_000
+    return (f"--bandwidth: the {req.link_count():,} links' rates add up to {format_rate(total)} "
+            f"{'to' if direction == 'dest' else 'from'} the hosts, more than the device's "
+            f"{format_rate(req.bandwidth_bps)}: while all are busy each gets a share, not its rate "
+            f"(--bandwidth {format_rate(need)} carries them)")
 
 
 def replaced(req: Request, old: Request, move=frozenset(), group_links: int = GROUP_LINKS) -> tuple | None:

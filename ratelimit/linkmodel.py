@@ -19,6 +19,7 @@ from .linklayer import LinkLayer
 
 MTU_BYTES = 1500
 IP_TCP_BYTES = 40
+IPV6_EXTRA_BYTES = 20  # an IPv6 header is 40 bytes, IPv4's 20
 TIMESTAMP_OPTION_BYTES = 12  # TCP timestamps (RFC 7323), with their padding
 SYN_OPTION_BYTES = 12  # MSS, SACK permitted, window scale (and NOPs); +12 with timestamps
 HTTP_REQUEST_BYTES = 80  # curl's GET of a file: request line, Host, User-Agent, Accept
@@ -35,6 +36,11 @@ class LinkModel:
     down_delay_us: int = 0
     up_delay_us: int = 0
     delay_stage: bool = True  # False: a kernel without netem (see the module docstring)
+    ipv6: bool = False  # the fetch's packets are IPv6: 20 bytes more IP header each, the same frames for them
+
+    @property
+    def ip_tcp_bytes(self) -> int:
+        return IP_TCP_BYTES + (IPV6_EXTRA_BYTES if self.ipv6 else 0)
 
     @classmethod
     def from_summary(cls, summary: dict, *, cohort: str | None = None, delay_stage: bool = True) -> "LinkModel":
@@ -55,11 +61,11 @@ class LinkModel:
 
     @property
     def mss_bytes(self) -> int:
-        return MTU_BYTES - IP_TCP_BYTES - (TIMESTAMP_OPTION_BYTES if self.timestamps else 0)
+        return MTU_BYTES - self.ip_tcp_bytes - (TIMESTAMP_OPTION_BYTES if self.timestamps else 0)
 
     def segments(self, payload: int) -> list[int]:
         """IP lengths of the TCP segments that carry ``payload`` bytes."""
-        header = IP_TCP_BYTES + (TIMESTAMP_OPTION_BYTES if self.timestamps else 0)
+        header = self.ip_tcp_bytes + (TIMESTAMP_OPTION_BYTES if self.timestamps else 0)
         full, rest = divmod(payload, self.mss_bytes)
         return [header + self.mss_bytes] * full + ([header + rest] if rest else [])
 
@@ -77,7 +83,7 @@ class LinkModel:
 
     def connect_seconds(self) -> float:
         """The TCP handshake: SYN up, SYN-ACK down."""
-        syn = IP_TCP_BYTES + SYN_OPTION_BYTES + (TIMESTAMP_OPTION_BYTES if self.timestamps else 0)
+        syn = self.ip_tcp_bytes + SYN_OPTION_BYTES + (TIMESTAMP_OPTION_BYTES if self.timestamps else 0)
         return self._burst([syn], self.up_bps) + self._burst([syn], self.down_bps) + self._delays(2)
 
     def call_seconds(self, body: int, *, header: int = HTTP_RESPONSE_HEADER_BYTES,

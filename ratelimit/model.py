@@ -243,6 +243,9 @@ class Request:
     # (engine, name, id, network, use) with use "server" (links on its own interface, in
     # its namespace) or "user" (one link for it on its host-side veth); None: no container
     container: tuple | None = None
+    # shape mode: the device's tx queues used, each with its own HTB tree under an mq root
+    # (``layout.queue_of`` places each group); 1: one tree at the root, as before queues
+    queues: int = 1
 
     @classmethod
     def single(cls, interface: str, hosts, ports, down: LinkParams, up: LinkParams, *, per: str = "port",

@@ -46,7 +46,7 @@ def save(path: Path | None = None, *, say=print, warn=_stderr) -> tuple[Path, in
     for netns, interface in state.targets():
         name = target_name(netns, interface)
         try:
-            req = readout.applied(interface, netns, notice=lambda m: warn(f"ratelimit: {m}"))
+            req = _applied(netns, interface, notice=lambda m: warn(f"ratelimit: {m}"))
         except RatelimitError as err:
             warn(f"ratelimit: {name}: not saved ({err})")
             continue
@@ -57,6 +57,20 @@ def save(path: Path | None = None, *, say=print, warn=_stderr) -> tuple[Path, in
     state.write_atomic(path, json.dumps({"version": VERSION, "saved": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                                          "links": links}, indent=1) + "\n")
     return path, len(links)
+
+
+def _applied(netns: str | None, interface: str, notice):
+    """What is applied on ``interface``; a container's namespace (``rl-ct-ID``, named only
+    while ratelimit runs) is named again for the reading, if its container runs."""
+    from . import containers
+    if not (netns or "").startswith(containers.NETNS_PREFIX):
+        return readout.applied(interface, netns, notice=notice)
+    record = state.load(netns, interface)
+    if record is None or record.request is None or record.request.container is None:
+        return None
+    from .ctlife import now
+    with now(record.request, notice) as req:
+        return None if req is None else readout.applied(req.interface, req.netns, notice=notice)
 
 
 def load(path: Path | None = None) -> list:
@@ -90,10 +104,24 @@ def restore(path: Path | None = None, *, force: bool = False, say=print, warn=_s
     for req in load(path):
         name = target_name(req.netns, req.interface)
         try:
-            service.apply(req, force=force, notice=lambda m: warn(f"ratelimit: {m}"))
+            done = _restore_one(req, force, notice=lambda m: warn(f"ratelimit: {m}"))
         except RatelimitError as err:
             warn(f"ratelimit: {name}: not restored ({err})")
             code = code or err.exit_code
             continue
-        say(f"{name}: {describe(summary(req))}")
+        if done is not None:
+            say(f"{target_name(done.netns, done.interface)}: {describe(summary(done))}")
     return code
+
+
+def _restore_one(req, force: bool, notice):
+    """Apply ``req``; one recorded for a container goes where that container is now
+    (``ctlife.now``), or nowhere (None) when it is not running."""
+    if req.container is None:
+        service.apply(req, force=force, notice=notice)
+        return req
+    from .ctlife import now
+    with now(req, notice) as again:
+        if again is not None:
+            service.apply(again, force=force, notice=notice)
+        return again

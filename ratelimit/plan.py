@@ -18,6 +18,7 @@ from .units import format_percent, format_rate, format_time
 
 TC_H_ROOT = 0xFFFFFFFF
 TC_H_INGRESS = 0xFFFFFFF1
+TC_H_CLSACT_INGRESS, TC_H_CLSACT_EGRESS = 0xFFFFFFF2, 0xFFFFFFF3  # clsact's two filter lists
 INGRESS_HANDLE = 0xFFFF0000
 SHARED_POLICE_INDEX_BASE = 0x40000000  # indexes ratelimit picks for policers filters share
 
@@ -65,16 +66,32 @@ class _Tc:
         return None  # removed with the root qdisc it hangs under
 
 
+class _Bpf:
+    """An operation carried out with bpf(2) (``queuepin``: a map, its entries, the program
+    that reads them): no ``tc`` line can carry it, so a script shows it as comments."""
+
+    features: frozenset = frozenset()
+
+    def lines(self) -> list[str]:
+        raise NotImplementedError
+
+    def undo(self):
+        return None  # goes with the clsact qdisc its program hangs on
+
+
 @dataclass(frozen=True)
 class AddIfb(_Ip):
-    """An IFB device that ingress traffic is redirected to, for shaping/delay."""
+    """An IFB device that ingress traffic is redirected to, for shaping/delay, with
+    ``queues`` transmit queues (one tree each, ``MqQdisc``)."""
 
     name: str
+    queues: int = 1
     features = frozenset({"ifb"})
 
     def shell(self) -> list[str]:
         name = shell_word(self.name)
-        return [f"ip link add name {name} type ifb", f"ip link set dev {name} up"]
+        queues = f" numtxqueues {self.queues}" if self.queues > 1 else ""
+        return [f"ip link add name {name}{queues} type ifb", f"ip link set dev {name} up"]
 
     def undo(self):
         return DelLink(self.name)
@@ -138,12 +155,45 @@ class IngressQdisc(_Tc):
 
 
 @dataclass(frozen=True)
+class ClsactQdisc(_Tc):
+    """The clsact qdisc: the ingress hook (``ffff:fff2``, where the IFB redirect goes when the
+    device has one) and the egress hook (``ffff:fff3``), where the program that pins each
+    link to its tx queue runs (``queuepin.QueueProgram``)."""
+
+    dev: str
+    features = frozenset({"clsact"})
+
+    def tc(self) -> str:
+        return f"qdisc add dev {batch_word(self.dev)} clsact"
+
+    def undo(self):
+        return DelQdisc(self.dev, TC_H_INGRESS, "clsact")
+
+
+@dataclass(frozen=True)
+class MqQdisc(_Tc):
+    """The root of a device with one tree per tx queue: ``mq`` gives each queue its own
+    qdisc (class ``handle:(q + 1)`` holds queue q's), each behind its own lock."""
+
+    dev: str
+    handle: int
+    features = frozenset({"mq"})
+
+    def tc(self) -> str:
+        return f"qdisc add dev {batch_word(self.dev)} root handle {tc_handle(self.handle)} mq"
+
+    def undo(self):
+        return DelQdisc(self.dev, TC_H_ROOT)
+
+
+@dataclass(frozen=True)
 class DelQdisc(_Tc):
     dev: str
     parent: int
+    kind: str = "ingress"  # at TC_H_INGRESS: the qdisc's kind (the kernel refuses a delete naming another)
 
     def tc(self) -> str:
-        where = "ingress" if self.parent == TC_H_INGRESS else "root"
+        where = self.kind if self.parent == TC_H_INGRESS else "root"
         return f"qdisc del dev {batch_word(self.dev)} {where}"
 
 
@@ -396,5 +446,5 @@ class Plan:
         return frozenset().union(*(op.features for op in self.ops))
 
     def has_ingress(self) -> bool:
-        """True if the plan puts an ingress qdisc on its interface."""
-        return any(type(op) is IngressQdisc for op in self.ops)
+        """True if the plan puts an ingress (or clsact) qdisc on its interface."""
+        return any(type(op) in (IngressQdisc, ClsactQdisc) and op.dev == self.request.interface for op in self.ops)

@@ -31,14 +31,17 @@ from .summary import describe, summary
 def teardown_of(parts: dict) -> tuple:
     """The operations that remove ``parts`` ({dev: {"root", "ingress", "device"}})."""
     ops = []
+    # the kernel deletes the qdisc at the ingress hook only when named by its kind: ingress
+    # or clsact, whichever it is (the other's delete is refused as not there)
     for dev, want in parts.items():
+        ingress = (DelQdisc(dev, TC_H_INGRESS), DelQdisc(dev, TC_H_INGRESS, "clsact"))
         if "device" in want:
-            ops += [DelQdisc(dev, TC_H_ROOT), DelQdisc(dev, TC_H_INGRESS), DelLink(dev)]
+            ops += [DelQdisc(dev, TC_H_ROOT), *ingress, DelLink(dev)]
             continue
         if "root" in want:
             ops.append(DelQdisc(dev, TC_H_ROOT))
         if "ingress" in want:
-            ops.append(DelQdisc(dev, TC_H_INGRESS))
+            ops += ingress
     return tuple(ops)
 
 
@@ -126,6 +129,7 @@ def _taking_back(undo, switch):
     None when only rebuilding the old plan does."""
     if switch is not None:
         def take_back(ex):
+            ex.apply(switch.undo_pins)
             ex.remove(switch.undo_removal)
             ex.apply(switch.undo_changes)
         return take_back

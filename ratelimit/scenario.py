@@ -71,6 +71,7 @@ class Ask:
     others: bool = False  # the default cohort: every flow no other cohort selects, one link
     server_ports: object = None  # text: the far side's port ranges (None: any)
     trace: object = None  # a tracespec.TraceAsk: traces or a schedule over the profile's
+    named: tuple = ()  # ((container name, (address, ...)), ...): hosts given as container:NAME, for the record
 
 
 def find(value: str) -> Path:

@@ -3,12 +3,13 @@ every name quoted for where it stands) and ``tc_batch`` (the traffic-control lin
 """
 
 from .names import check_batch_name, shell_word
-from .plan import DelFilter, _Ip, _Tc
+from .plan import DelFilter, _Bpf, _Ip, _Tc
 
 
 def script(ops, netns: str | None = None) -> str:
     """Shell text that performs ``ops`` in order: ``ip`` lines, and ``tc -batch`` blocks
-    for the traffic-control operations between them.  Every name is quoted for where it
+    for the traffic-control operations between them; the eBPF map, its entries and program
+    (several tx queues, ``queuepin``) as comments, which only ratelimit itself carries out.  Every name is quoted for where it
     stands (``names``); a device name no ``tc -batch`` line can carry is refused
     (UsageError) rather than printed."""
     ns = shell_word(netns) if netns else None
@@ -27,6 +28,10 @@ def script(ops, netns: str | None = None) -> str:
         if isinstance(op, _Ip):
             flush()
             lines += [ns_ip + s[3:] for s in op.shell()]
+            continue
+        if isinstance(op, _Bpf):  # ratelimit's own bpf(2) calls: shown, not runnable
+            flush()
+            lines += op.lines()
             continue
         for dev in (getattr(op, "dev", None), getattr(op, "redirect", None)):
             if dev and dev not in seen:

@@ -37,7 +37,7 @@ V03_BURST = "5"  # the bare command line's police burst, as in v0.3: rate x 5 / 
 def make_request(interface: str, *, hosts=None, ports=None, profile: str | None = None, netns: str | None = None,
                  mode: str | None = None, direction: str = "both", rate=None, burst=None,
                  bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=None, queue=None, per: str = "port",
-                 link: str | None = None, scenario=None, mix=None, servers=None, server_ports=None,
+                 link: str | None = None, scenario=None, mix=None, servers=None, server_ports=None, queues=1,
                  trace_down=None, trace_up=None, schedule=None, trace_scale=None, phase=None, phase_seed=None,
                  **impairments) -> Request:
     """Validate what a person typed and return the request (resolves host names).
@@ -48,7 +48,9 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
     police mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
     over the profile's.  ``ports`` None or "all" with ``per`` "host": every packet of each
     host.  ``servers``, ``server_ports``: only the flows to and from these address prefixes
-    and ports (default any).
+    and ports (default any).  ``queues``: the tx queues the links are spread over, each with
+    its own tree (shape mode), or "auto": every tx queue of the interface (read here, once; 1
+    in police mode).
     ``scenario`` (a list of ``scenario.Ask``) or ``mix`` (``--mix`` text, over ``hosts``)
     make a request of several cohorts; the link options given here then apply to every
     cohort, over its own.  ``trace_down``/``trace_up`` (mahimahi trace files) or ``schedule``
@@ -95,8 +97,36 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
                             profile, servers=servers, server_ports=server_ports)
         mode = mode or ("shape" if profile or traces else "police")
         req = Request(interface, (_cohort(ask, mode, overrides, burst, link, mpu, traces),), mode=mode, **device)
+    req = dataclasses.replace(req, queues=_queues(queues, interface, netns, req.mode))
     check(req)  # every remaining check, before anything touches the router (apply compiles it)
     return req
+
+
+def _queues(queues, interface: str, netns: str | None, mode: str) -> int:
+    """--queues: a number, or "auto": the interface's tx queues (shape mode; police mode has
+    one tree, so 1)."""
+    if str(queues).strip().lower() != "auto":
+        return parse_count(queues, "--queues", 1, layout.MAX_QUEUES)
+    if mode != "shape":
+        return 1
+    with executor(netns) as ex:
+        check_interface(ex, interface, netns)
+        count = ex.links.tx_queues(interface)
+    if count > layout.MAX_QUEUES:
+        raise FieldError("--queues", "auto", f"finds {count} tx queues on {interface}, more than the "
+                         f"{layout.MAX_QUEUES} ratelimit spreads links over; give --queues N")
+    return count
+
+
+def _check_queues(ex, req: Request) -> None:
+    """The interface has a tx queue for each tree (the IFB device ratelimit makes gets them)."""
+    if req.queues == 1 or req.direction == "source":
+        return
+    have = ex.links.tx_queues(req.interface)
+    if have < req.queues:
+        raise FieldError("--queues", req.queues, f"is more than {req.interface} has tx queues ({have}); use "
+                         f"--queues {have} or auto, or give the device more (e.g. ip link add ... numtxqueues "
+                         f"{req.queues})")
 
 
 def for_container(req: Request, container: tuple | None, named: tuple) -> Request:
@@ -152,7 +182,7 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None) -> C
     trace = tracespec.resolve((prof.trace if prof else None, ask.trace, traces))
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
                   ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
-                  server_ports=server_ports, trace=trace)
+                  server_ports=server_ports, named=ask.named, trace=trace)
 
 
 def _require_root() -> None:
@@ -162,7 +192,7 @@ def _require_root() -> None:
 
 def _check_kernel(plan) -> None:
     from .kernel.probe import missing_message, probe
-    risky = sorted(plan.features() & {"netem", "police", "ifb", "mirred", "tbf"})
+    risky = sorted(plan.features() & {"netem", "police", "ifb", "mirred", "clsact", "bpf", "tbf"})
     if not risky:
         return
     have = probe(risky)
@@ -196,14 +226,19 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     up with the new plan whole, or as it was (``recovery.Change``): on a refused step, an
     exception, SIGINT or SIGTERM.
     ``lock_timeout``: seconds to wait for another run on the interface (default: as long as
-    it takes).  ``notice(message)`` hears about repairs of a killed run, and about devices
-    that merge received frames, which the links would meter as one (default: stderr).
-    A plan with traces records when they start (``tracespec.stamped``) and, with
-    ``follow``, has its driver started unless one runs (``follow.start``)."""
+    it takes).  ``notice(message)`` hears about links whose rates add up to more than
+    ``--bandwidth``, repairs of a killed run, and devices that merge received frames,
+    which the links would meter as one (default: stderr).  A plan with traces records when
+    they start (``tracespec.stamped``) and, with ``follow``, has its driver started unless
+    one runs (``follow.start``)."""
     plan = compile_plan(req)
     _require_root()
+    warning = layout.oversubscribed(req)
+    if warning:
+        (notice or recovery.notice_to_stderr)(warning)
     with executor(req.netns) as ex, state.lock(req.netns, req.interface, on_wait, lock_timeout):
         check_interface(ex, req, req.netns)
+        _check_queues(ex, req)
         recovery.repair(ex, req.netns, req.interface, notice)
         installed = find_installed(ex, req.netns, req.interface, force=force)
         plan = dataclasses.replace(plan, request=tracespec.stamped(req, installed.request, int(time.time() * 1000)))
@@ -291,7 +326,7 @@ def _cohorts_of(plan, groups: set) -> set:
     """The names of the cohorts whose groups are among ``groups`` ((device, class) pairs)."""
     lay = layout.Layout.of(plan.request)
     return {s.cohort.name for s in lay.spans for g in range(s.groups) for dev, classid in groups
-            if classid == layout.ROOT | (s.place.group_minor + g)}
+            if classid == lay.group_class_of(s, g)}
 
 
 def preview(req: Request) -> tuple[tuple, str]:

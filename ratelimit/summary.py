@@ -25,6 +25,8 @@ def summary(req: Request) -> dict:
     out["cohorts"] = cohorts
     if req.container is not None:
         out["container"] = dict(zip(("engine", "name", "id", "network", "use"), req.container))
+    if req.queues > 1:
+        out["queues"] = req.queues
     return out
 
 
@@ -72,9 +74,11 @@ def describe(applied: dict) -> str:
 
 
 def _container(applied: dict) -> str:
-    """Which container the links are for, and the hosts given by name (--hosts container:NAME)."""
+    """The tx queues the links are spread over (several), which container the links are for,
+    and the hosts given by name (--hosts container:NAME)."""
     c = applied.get("container")
-    text = "" if c is None else (f"; {c['engine']} container {c['name']} ({c['id'][:12]}) on {c['network']}, as "
+    text = f" on {applied['queues']} tx queues" if applied.get("queues") else ""
+    text += "" if c is None else (f"; {c['engine']} container {c['name']} ({c['id'][:12]}) on {c['network']}, as "
                                  + ("the server" if c["use"] == "server" else "one user"))
     named = {n: a for co in applied.get("cohorts", ()) for n, a in (co.get("named") or {}).items()}
     return text + "".join(f"; {n} = {','.join(a)}" for n, a in named.items())

@@ -18,6 +18,7 @@ request takes them, and the record's note of the container.
 
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -36,6 +37,7 @@ class Target:
     hosts: list | None  # for make_request: addresses (user), or --hosts with container:NAME expanded (server)
     named: tuple  # ((name, (address, ...)), ...) for the record
     container: tuple  # Request.container: (engine, name, id, network, use)
+    owner: object = None  # the containers.Container that owns the namespace
 
 
 @contextmanager
@@ -63,7 +65,7 @@ def container_target(name: str, *, hosts=None, network: str | None = None, engin
                 raise containers.ContainerError(f"--container: {c.label()} has no address on network "
                                                 f"'{endpoint.network}'")
             try:
-                yield Target(use, owner.pid, wired.veth, None, addrs, ((c.name, tuple(addrs)),), note)
+                yield Target(use, owner.pid, wired.veth, None, addrs, ((c.name, tuple(addrs)),), note, owner)
             finally:
                 containers.tidy(None, wired.veth)
             return
@@ -71,7 +73,7 @@ def container_target(name: str, *, hosts=None, network: str | None = None, engin
             containers.expand_hosts(hosts, server=owner, network=endpoint.network, engine=engine or c.engine)
         with containers.attached(owner) as ns:
             try:
-                yield Target(use, owner.pid, wired.inside, ns, expanded, named, note)
+                yield Target(use, owner.pid, wired.inside, ns, expanded, named, note, owner)
             finally:
                 containers.tidy(ns, wired.inside)
 
@@ -86,6 +88,8 @@ def both_targets(name: str, *, network: str | None = None, engine: str | None = 
         note = (c.engine, c.name, owner.id, endpoint.network)
         _forget_gone(c, owner, notice)
         with containers.attached(owner) as ns:
+            from .ctlife import forget_if_gone
+            forget_if_gone(c, ns, wired.inside, notice or (lambda text: None))
             try:
                 yield (Target("server", owner.pid, wired.inside, ns, None, (), note + ("server",)),
                        Target("user", owner.pid, wired.veth, None, None, (), note + ("user",)))
@@ -99,3 +103,36 @@ def _forget_gone(c, owner, notice) -> None:
         if notice:
             notice(f"{c.label()}: the links recorded on {veth} went with that device "
                    f"(the container was restarted); record and IFB device removed")
+
+
+def names_containers(hosts) -> bool:
+    """Whether a --hosts value or a cohort's hosts (text or a list of texts) name a container."""
+    return isinstance(hosts, (str, list)) and \
+        any(h.lower().startswith(containers.HOST_PREFIX) for h in containers.host_items(hosts))
+
+
+def scenario_hosts(asks: list, target: Target | None, *, network: str | None, engine: str | None) -> list:
+    """A scenario's cohorts (``scenario.Ask``) with every ``container:NAME`` in their hosts
+    replaced by that container's addresses -- on the network it shares with the server
+    ``target`` (--container), else on its one network or ``network`` -- each cohort noting
+    the names for the record; errors name the cohort's hosts field.  Unchanged when no
+    cohort names a container."""
+    if not any(names_containers(a.hosts) for a in asks):
+        return asks
+    server = None if target is None else target.owner
+    net = network if target is None else target.container[3]
+    eng = engine or (None if target is None else target.container[0])
+
+    def expand() -> list:
+        out = []
+        for a in asks:
+            if names_containers(a.hosts):
+                hosts, named = containers.expand_hosts(a.hosts, server=server, network=net, engine=eng,
+                                                       field_name=f"{a.where} hosts")
+                a = dataclasses.replace(a, hosts=hosts, named=named)
+            out.append(a)
+        return out
+    if target is not None:  # its run holds the containers' turn already
+        return expand()
+    with containers.turn():
+        return expand()

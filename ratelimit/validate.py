@@ -8,7 +8,8 @@ import re
 from dataclasses import astuple
 
 from .errors import FieldError, UsageError
-from .layout import GENERATIONS, GROUP_LINKS, MAX_FLOWS, MAX_POLICED_HOSTS, Handles, Layout, Place, carried, max_shape_links
+from .layout import (GENERATIONS, GROUP_LINKS, MAX_FLOWS, MAX_POLICED_HOSTS, MAX_QUEUES, Handles, Layout, Place, carried,
+                     max_shape_links)
 from .model import DIRECTIONS, GRANULARITIES, MODES, Cohort, Request, min_police_burst
 from .names import check_target
 from .tracespec import check as check_trace
@@ -45,6 +46,7 @@ def _validate(req: Request) -> None:
             raise FieldError("cohort", f"'{c.name}'", "is named twice (each cohort needs its own name)")
         names.add(c.name)
     _refuse_overlaps(req.cohorts)
+    _validate_queues(req)
     n = req.flow_count()
     if n > MAX_FLOWS:
         raise FieldError("--hosts/--ports", f"{n} flows", f"are too many (at most {MAX_FLOWS})")
@@ -67,6 +69,23 @@ def _validate(req: Request) -> None:
         if len({(c.link.overhead_bytes, c.link.cells) for c in req.cohorts}) > 1:
             raise UsageError("--mode: police mode meters every link of a device with one link layer; cohorts "
                              f"{', '.join(c.name for c in req.cohorts)} have several; use shape mode")
+
+
+def _validate_queues(req: Request) -> None:
+    """Several tx queues: shape mode (a tree per queue), and flows told apart by the client's
+    address and port alone (the queue map's key)."""
+    q = req.queues
+    if type(q) is not int or not 1 <= q <= MAX_QUEUES:
+        raise FieldError("--queues", q, f"is not a number of tx queues from 1 to {MAX_QUEUES} (or auto)")
+    if q == 1:
+        return
+    if req.mode != "shape":
+        raise FieldError("--queues", q, "needs --mode shape (police mode's policers ride on one u32 tree); "
+                         "use --queues 1")
+    for c in req.cohorts:
+        if c.servers is not None or c.server_ports is not None:
+            raise FieldError("--queues", q, f"pins flows by the client's address and port only, and cohort "
+                             f"'{c.name}' also selects servers; use --queues 1")
 
 
 def _validate_cohort(req: Request, c: Cohort) -> None:

@@ -29,7 +29,8 @@ import tempfile
 
 import pytest
 
-pytest_plugins = ("schedule", "hostcheck")  # tests/schedule.py: workers, order, tiers; tests/hostcheck.py
+pytest_plugins = ("schedule", "hostcheck", "enginekit")  # tests/schedule.py: workers, order, tiers;
+# tests/hostcheck.py; tests/enginekit.py: the container engines' fixtures
 
 IN_VM = os.environ.get("RATELIMIT_IN_VM") == "1"
 RESULTS_ENV = "RATELIMIT_VM_RESULTS"  # in the VM: where to write each test's verdict

@@ -3,6 +3,7 @@ runs, ``inspect`` JSON read into a ``Container`` (tests/cases/containers/ holds 
 real engines printed), the one-line refusals, and the network two containers share.
 The half that runs engines is tests/test_containers_engines.py."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -141,3 +142,134 @@ def test_the_record_keeps_the_container_and_the_names_of_its_hosts():
     assert s["named"] == {"rlct-client": ["198.18.240.3"]}
     assert describe(s).endswith("; podman container rlct-web (abababababab) on rlct-net, as the server; "
                                 "rlct-client = 198.18.240.3")
+
+
+DOCKER_DOWN = "Cannot connect to the Docker daemon at unix:///run/rlct2-none.sock. Is the docker daemon running?"
+
+
+def fake_engine(tmp_path, name, stderr, code=1):
+    """An engine's command that answers every call as the real one did with its daemon down."""
+    path = tmp_path / name
+    path.write_text(f"#!/bin/sh\nprintf '%s\\n' {json.dumps(stderr)} >&2\nexit {code}\n")
+    path.chmod(0o755)
+    return containers.Engine(name, str(path))
+
+
+def test_a_docker_daemon_that_does_not_answer_is_one_line_saying_what_to_do(tmp_path, monkeypatch):
+    docker = fake_engine(tmp_path, "docker", DOCKER_DOWN)
+    with pytest.raises(ContainerError) as e:
+        docker.inspect("web")
+    assert str(e.value) == (f"--container: docker is installed but its daemon does not answer ({DOCKER_DOWN}); "
+                            f"start it (systemctl start docker; where no init system runs, dockerd: docs/lab.md, "
+                            f"Container engines without an init system), or set DOCKER_HOST to its socket")
+    # without --engine, podman is asked all the same, and the line says why docker was not
+    podman = fake_engine(tmp_path, "podman", "Error: no container with name or id \"web\" found: no such container",
+                         code=125)
+    monkeypatch.setattr(containers, "engines", lambda engine=None: [docker, podman] if engine is None else [docker])
+    with pytest.raises(ContainerError) as e:
+        containers.find("web")
+    says = str(e.value)
+    assert says.startswith("--container: no container 'web' in docker or podman (docker not asked: docker is "
+                           "installed but its daemon does not answer (Cannot connect") and "\n" not in says
+    assert says.endswith("or set DOCKER_HOST to its socket)")
+    with pytest.raises(ContainerError) as e:
+        containers.find("web", "docker", "--hosts")
+    assert str(e.value).startswith("--hosts: docker is installed but its daemon does not answer")
+
+
+# ---------------------------------------------------------------- container:NAME in a scenario's cohorts
+
+SCENARIO = """
+description = "two modems and a 3G phone, as containers"
+[cohort.modems]
+description = "28.8k modems"
+hosts = {modems}
+profile = "modem-28k8"
+[cohort.phone]
+description = "a 3G phone"
+hosts = {phone}
+profile = "3g"
+"""
+
+
+def fake_engine_with(monkeypatch, tmp_path, *known):
+    """containers.find answering from ``known`` (Containers in this process's namespace, so
+    that resolve's check of their namespaces holds), as one engine would."""
+    import os
+    by_name = {c.name: dataclasses.replace(c, pid=os.getpid()) for c in known}
+
+    def find(name, engine=None, field_name="--container"):
+        containers.check_name(name, field_name)
+        if name not in by_name:
+            raise ContainerError(f"{field_name}: no container '{name}' in podman")
+        return by_name[name]
+    monkeypatch.setattr(containers, "find", find)
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+
+
+def dry_run(tmp_path, modems, phone, *extra):
+    import io
+    from ratelimit.cli import Console, main
+    path = tmp_path / "audience.toml"
+    path.write_text(SCENARIO.format(modems=modems, phone=phone))
+    out, err = io.StringIO(), io.StringIO()
+    code = main(["--interface", "veth1", "--scenario", str(path), "--dry-run", *extra], Console(out, err))
+    return code, out.getvalue(), err.getvalue().strip(), str(path)
+
+
+def clients(*names, nets=("rlct-net",)):
+    return [Container("podman", f"{i:02d}" * 32, n, "running", 1, nets[0],
+                      tuple(Endpoint(net, f"198.18.24{j}.{i + 2}", None, "02:00:00:00:00:01") for j, net in enumerate(nets)))
+            for i, n in enumerate(names)]
+
+
+def test_a_scenario_naming_containers_plans_what_their_addresses_plan(monkeypatch, tmp_path):
+    fake_engine_with(monkeypatch, tmp_path, *clients("modem1", "modem2", "phone"))
+    code, named, err, _ = dry_run(tmp_path, '["container:modem1", "container:modem2"]', '"container:phone"')
+    assert code == 0, err
+    code, plain, err, _ = dry_run(tmp_path, '["198.18.240.2", "198.18.240.3"]', '"198.18.240.4"')
+    assert code == 0, err
+    strip = [line for line in named.splitlines() if not line.startswith("# ratelimit")]
+    assert strip == [line for line in plain.splitlines() if not line.startswith("# ratelimit")]
+    head = named.splitlines()[0]
+    assert "modem1 = 198.18.240.2; modem2 = 198.18.240.3; phone = 198.18.240.4" in head, head
+
+
+def test_each_cohort_keeps_the_names_of_its_containers(monkeypatch, tmp_path):
+    from ratelimit import scenario, service
+    from ratelimit.summary import summary
+    from ratelimit.targets import scenario_hosts
+    fake_engine_with(monkeypatch, tmp_path, *clients("modem1", "modem2", "phone"))
+    text = SCENARIO.format(modems='["container:modem1", "198.18.0.9"]', phone='"container:phone"')
+    asks = scenario_hosts(scenario.parse(text, "scenario a.toml"), None, network=None, engine=None)
+    assert [(a.hosts, a.named) for a in asks] == [
+        (["198.18.240.2", "198.18.0.9"], (("modem1", ("198.18.240.2",)),)),
+        (["198.18.240.4"], (("phone", ("198.18.240.4",)),))]
+    s = summary(service.make_request("veth1", scenario=asks))
+    assert [c.get("named") for c in s["cohorts"]] == [{"modem1": ["198.18.240.2"]}, {"phone": ["198.18.240.4"]}]
+    plain = scenario.parse(SCENARIO.format(modems='"198.18.0.9"', phone='"198.18.0.10"'))
+    assert scenario_hosts(plain, None, network=None, engine=None) is plain  # no container: no engine asked
+
+
+@pytest.mark.parametrize("modems,extra,says", [
+    ('["container:modem1", "container:bad;name"]', [],
+     "hosts: 'bad;name' is not a container name or id (a letter or digit, then letters, digits, '_', '.' or '-'; "
+     "128 at most)"),
+    ('"container:nobody"', [], "hosts: no container 'nobody' in podman"),
+    ('"container:twonets"', [], "hosts: podman container 'twonets' is on 2 networks (rlct-net, other); "
+                                "name one with --network"),
+    ('"container:twonets"', ["--network", "elsewhere"],
+     "--network: podman container 'twonets' is not on network 'elsewhere' (it is on: rlct-net, other)"),
+])
+def test_a_cohorts_container_that_cannot_be_resolved_names_the_field(monkeypatch, tmp_path, modems, extra, says):
+    fake_engine_with(monkeypatch, tmp_path, *clients("modem1", "phone"), *clients("twonets", nets=("rlct-net", "other")))
+    code, out, err, path = dry_run(tmp_path, modems, '"container:phone"', *extra)
+    where = "" if says.startswith("--network") else f"scenario {path}: [cohort.modems] "
+    assert (code, out, err) == (3 if "podman" in says else 2, "", f"ratelimit: {where}{says}")
+
+
+def test_engine_and_network_need_a_container_somewhere(monkeypatch, tmp_path):
+    fake_engine_with(monkeypatch, tmp_path)
+    code, out, err, _ = dry_run(tmp_path, '"198.18.0.9"', '"198.18.0.10"', "--network", "rlct-net")
+    assert (code, out, err) == (2, "", "ratelimit: --engine/--network: they go with --container, or container:NAME "
+                                       "in --hosts or a scenario's hosts")

@@ -18,180 +18,22 @@ dockerd for all of it, and fetches timed from userspace.
 
 import json
 import os
-import shutil
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from ratelimit.compile import ifb_name
 from ratelimit.kernel.probe import probe
-from ratelimit.lab.measure import Download
-from ratelimit.linkmodel import LinkModel
 
-ROOT = Path(__file__).resolve().parent.parent
-ENGINES_SH = ROOT / "containers" / "engines.sh"
-CNI_DIR = Path("/etc/cni/net.d")
-# limits root may set in our VMs (containers/containers.conf says why)
-PODMAN_ENV = {**os.environ, "CONTAINERS_CONF": str(ROOT / "containers" / "containers.conf")}
-PREFIX = "rlct-"
-NETWORKS = {"docker": ("rlct-net", "198.18.240.0/24", "rlct-d0"), "podman": ("rlct-net", "198.18.241.0/24", "rlct-p0")}
-WEB_CMD = ("mkdir -p /srv && head -c 10000 /dev/zero > /srv/10000.bin && head -c 100000 /dev/zero > /srv/100000.bin && "
-           "printf 'server { listen 80; root /srv; access_log off; }\\n' > /etc/nginx/sites-enabled/default && "
-           "exec nginx -g 'daemon off;'")
+from enginekit import delay_args, fetch, model, qdiscs, ratelimit, run_dir, sh, web_and_client
 
 pytestmark = [pytest.mark.netns, pytest.mark.alone]
-
-
-def sh(*argv, check=True, env=None, timeout=120):
-    r = subprocess.run([str(a) for a in argv], capture_output=True, text=True, env=env, timeout=timeout)
-    if check and r.returncode != 0:
-        raise AssertionError(f"{' '.join(map(str, argv))}: exit {r.returncode}: {r.stderr.strip()}")
-    return r
-
-
-def ratelimit(*argv, env=None):
-    return sh(sys.executable, "-m", "ratelimit", *argv, check=False, env=env)
-
-
-def why_not(engine):
-    if os.geteuid() != 0:
-        return "not root"
-    if shutil.which(engine) is None:
-        return f"{engine} is not installed (bash .ci/install installs it)"
-    if shutil.which("mmdebstrap") is None:
-        return "mmdebstrap is not installed (bash .ci/install installs it)"
-    return None
-
-
-@pytest.fixture(scope="session")
-def engines_up():
-    """dockerd (if docker is installed) and the test image in both engines: its name."""
-    for tool in ("docker", "podman", "mmdebstrap"):
-        if shutil.which(tool) is None:
-            pytest.fail(f"{tool} is not installed: bash .ci/install installs it")
-    if os.geteuid() != 0:
-        pytest.fail("needs root (container engines, namespaces)")
-    sh("sh", ENGINES_SH, "start", timeout=60)
-    try:
-        yield sh("sh", ENGINES_SH, "image", timeout=900).stdout.strip()
-    finally:
-        sh("sh", ENGINES_SH, "stop", check=False, timeout=60)
-
-
-class Engine:
-    """One engine as the tests use it: its own network, containers named rlct-*, all
-    removed by name afterwards."""
-
-    def __init__(self, name, image):
-        self.name, self.image = name, image if name == "docker" else f"localhost/{image}"
-        self.net, self.subnet, self.bridge = NETWORKS[name]
-        self.made = []
-
-    def __call__(self, *args, check=True):
-        return sh(self.name, *args, check=check, env=PODMAN_ENV if self.name == "podman" else None)
-
-    def network(self):
-        if self.name == "docker":
-            self("network", "rm", self.net, check=False)
-            self("network", "create", "--driver", "bridge", "--subnet", self.subnet, "--internal",
-                 "-o", f"com.docker.network.bridge.name={self.bridge}", self.net)
-        else:  # a CNI bridge of its own: no gateway, no masquerading, no firewall or portmap plugin
-            conf = {"cniVersion": "0.4.0", "name": self.net, "plugins": [
-                {"type": "bridge", "bridge": self.bridge, "isGateway": False, "ipMasq": False, "hairpinMode": True,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": self.subnet}]]}}]}
-            (CNI_DIR / f"{self.net}.conflist").write_text(json.dumps(conf, indent=1))
-
-    def run(self, name, *args, network=None):
-        self.made.append(name)
-        self.rm(name)
-        return self("run", "-d", "--name", name, "--network", network or self.net, *args)
-
-    def rm(self, name):
-        self("rm", "-f", *(["-t", "0"] if self.name == "podman" else []), name, check=False)
-
-    def pid(self, name):
-        return int(self("inspect", "-f", "{{.State.Pid}}", name).stdout)
-
-    def address(self, name):
-        data = json.loads(self("inspect", name).stdout)[0]
-        return data["NetworkSettings"]["Networks"][self.net]["IPAddress"]
-
-    def remove(self):
-        for name in reversed(self.made):
-            self.rm(name)
-        if self.name == "docker":
-            self("network", "rm", self.net, check=False)
-        else:  # CNI's bridge plugin leaves its bridge when the last container goes
-            (CNI_DIR / f"{self.net}.conflist").unlink(missing_ok=True)
-            shutil.rmtree(f"/var/lib/cni/networks/{self.net}", ignore_errors=True)
-            sh("ip", "link", "del", self.bridge, check=False)
-
-
-@pytest.fixture
-def state(tmp_path, monkeypatch):
-    """A state directory of the test's own, for every ratelimit it runs."""
-    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
-    return tmp_path / "state"
-
-
-@pytest.fixture(params=["podman", "docker"])
-def engine(request, engines_up):
-    e = Engine(request.param, engines_up)
-    e.network()
-    try:
-        yield e
-    finally:
-        e.remove()
-
-
-def web_and_client(e, timestamps=False):
-    # no TCP metrics kept between connections: each fetch starts as the first did
-    e.run("rlct-web", "--sysctl", "net.ipv4.tcp_no_metrics_save=1", e.image, "sh", "-c", WEB_CMD)
-    # the link model's client: no TCP timestamps behind a header-compressing modem link
-    e.run("rlct-client", "--sysctl", f"net.ipv4.tcp_timestamps={int(timestamps)}", e.image, "sleep", "600")
-    web = e.address("rlct-web")
-    for _ in range(50):  # nginx up
-        if e("exec", "rlct-client", "curl", "-s", "-o", "/dev/null", f"http://{web}/10000.bin", check=False).returncode == 0:
-            return web
-        time.sleep(0.1)
-    raise AssertionError(f"nginx in rlct-web did not answer: {e('logs', 'rlct-web', check=False).stderr}")
-
-
-def fetch(e, web):
-    r = e("exec", "rlct-client", "curl", "-sS", "-o", "/dev/null", "-w",
-          "%{http_code} %{size_download} %{time_total} %{local_port} %{size_header} %{size_request}",
-          f"http://{web}/10000.bin")
-    code, size, seconds, port, header, request = r.stdout.split()
-    return Download("", "rlct-client", int(code), int(size), float(seconds), 0, 0, int(port), int(header), int(request))
-
-
-def delay_args():
-    """The profile whole where the kernel has netem, else without its delay (as the lab's --no-delay)."""
-    return [] if probe(["netem"])["netem"] else ["--delay", "0ms"]
-
-
-def model(applied):
-    return LinkModel.from_summary(applied, delay_stage=probe(["netem"])["netem"])
-
-
-def qdiscs(e, *names):
-    """What a router inspection sees: every qdisc on the host and in the named containers."""
-    out = [sh("tc", "qdisc", "show").stdout]
-    out += [sh("nsenter", f"--net=/proc/{e.pid(n)}/ns/net", "tc", "qdisc", "show").stdout for n in names]
-    return out
-
-
-def run_dir():
-    return sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else []
 
 
 # ---------------------------------------------------------------- the two uses
 
 
-def test_a_web_container_serves_a_client_container_over_a_modem(engine, state):
+def test_a_web_container_serves_a_client_container_over_a_modem(engine, ct_state):
     e = engine
     web = web_and_client(e)
     before = qdiscs(e, "rlct-web", "rlct-client")
@@ -227,10 +69,10 @@ def test_a_web_container_serves_a_client_container_over_a_modem(engine, state):
     assert r.returncode == 0 and "eth0: removed what ratelimit installed" in r.stdout, r.stderr
     assert qdiscs(e, "rlct-web", "rlct-client") == before
     assert not [n for n in run_dir() if n.startswith("rl-ct-")]
-    assert not (state / f"rl-ct-{owner}").exists()  # no record, no lock file left behind
+    assert not (ct_state / f"rl-ct-{owner}").exists()  # no record, no lock file left behind
 
 
-def test_a_client_container_as_one_user_on_a_slow_link(engine, state):
+def test_a_client_container_as_one_user_on_a_slow_link(engine, ct_state):
     e = engine
     web = web_and_client(e)
     before = qdiscs(e, "rlct-web", "rlct-client")
@@ -253,11 +95,11 @@ def test_a_client_container_as_one_user_on_a_slow_link(engine, state):
         r = ratelimit("--container", "rlct-client", "--clean")
     assert r.returncode == 0, r.stderr
     assert qdiscs(e, "rlct-web", "rlct-client") == before
-    assert not list((state / "-").glob(f"{veth}.*"))
+    assert not list((ct_state / "-").glob(f"{veth}.*"))
 
 
 @pytest.mark.parametrize("engine", ["podman"], indirect=True)
-def test_a_restarted_users_links_went_with_its_veth(engine, state):
+def test_a_restarted_users_links_went_with_its_veth(engine, ct_state):
     """A restarted container comes back on a new veth: the record of the old one is
     forgotten with a notice, and nothing of it is left."""
     e = engine
@@ -265,19 +107,19 @@ def test_a_restarted_users_links_went_with_its_veth(engine, state):
     r = ratelimit("--container", "rlct-client", "--rate", "1mbit", "--mode", "shape")
     assert r.returncode == 0, r.stderr
     old = r.stdout.split(":", 1)[0]
-    assert (state / "-" / f"{old}.json").exists()
+    assert (ct_state / "-" / f"{old}.json").exists()
     e("restart", "-t", "0", "rlct-client")
     r = ratelimit("--container", "rlct-client", "--list")
     assert r.returncode == 0, r.stderr
     assert r.stderr == (f"ratelimit: podman container 'rlct-client': the links recorded on {old} went with that "
                         f"device (the container was restarted); record and IFB device removed\n")
     assert "nothing installed by ratelimit" in r.stdout and old not in r.stdout
-    assert not list((state / "-").glob(f"{old}.*"))
+    assert not list((ct_state / "-").glob(f"{old}.*"))
     assert not Path(f"/sys/class/net/{ifb_name(old)}").exists()  # the IFB device of its upload went too
 
 
 @pytest.mark.parametrize("engine", ["docker"], indirect=True)
-def test_container_hosts_on_an_interface_named_by_hand(engine, state):
+def test_container_hosts_on_an_interface_named_by_hand(engine, ct_state):
     """container:NAME in --hosts without --container: the address on the container's one
     network, resolved once; the record keeps the name beside it."""
     from ratelimit import containers
@@ -298,7 +140,7 @@ def test_container_hosts_on_an_interface_named_by_hand(engine, state):
 
 
 @pytest.mark.parametrize("engine", ["podman"], indirect=True)  # the link is the same whoever wired the veth
-def test_six_parallel_fetches_of_one_3g_user_share_its_one_link(engine, state):
+def test_six_parallel_fetches_of_one_3g_user_share_its_one_link(engine, ct_state):
     """The issue's 3G user: six downloads at once from the client container take as long as
     their frames need at the one link's rate (per host, every port)."""
     e = engine
@@ -363,14 +205,14 @@ def test_containers_sharing_a_namespace_lead_to_one(engine):
 # ---------------------------------------------------------------- bad input changes nothing
 
 
-def test_bad_containers_are_one_line_and_change_nothing(engine, state):
+def test_bad_containers_are_one_line_and_change_nothing(engine, ct_state):
     e = engine
     web_and_client(e)
     e.made.append("rlct-stopped")
     e("create", "--name", "rlct-stopped", "--network", e.net, e.image, "sleep", "600")
     e.run("rlct-hostnet", e.image, "sleep", "600", network="host")
     e.run("rlct-nonet", e.image, "sleep", "600", network="none")
-    records = sorted(str(p) for p in state.rglob("*.json")) if state.exists() else []
+    records = sorted(str(p) for p in ct_state.rglob("*.json")) if ct_state.exists() else []
     before = (qdiscs(e, "rlct-web", "rlct-client"), run_dir(), records)
     eng = e.name
     cases = [
@@ -400,5 +242,5 @@ def test_bad_containers_are_one_line_and_change_nothing(engine, state):
     r = ratelimit("--container", "rlct-web", "--engine", eng, "--profile", "modem-28k8", env=empty)
     assert r.returncode == 3 and r.stderr.startswith(f"ratelimit: --container: {eng} is not installed")
     assert not Path("/tmp/rlct-pwned").exists()
-    records = sorted(str(p) for p in state.rglob("*.json")) if state.exists() else []
+    records = sorted(str(p) for p in ct_state.rglob("*.json")) if ct_state.exists() else []
     assert (qdiscs(e, "rlct-web", "rlct-client"), run_dir(), records) == before

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.netns
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVS = ("rlh0", "rl-rlh0")
 BIG = ["-h", "198.18.1.2,198.18.1.3,198.18.1.4", "-p", "10000-17999", "--mode", "shape", "-d", "dest",
-       "-r", "100kbit"]  # 24,000 links: a few seconds to apply
+       "-r", "100kbit", "--bandwidth", "3gbit"]  # 24,000 links: a few seconds to apply
 
 
 def request(ns, **kw):

@@ -119,6 +119,20 @@ def curl(name, client, path):
 # ---------------------------------------------------------------- pure
 
 
+def test_the_model_counts_ipv6s_longer_header():
+    """An IPv6 segment carries 20 bytes more header than IPv4's for the same MSS-limited
+    payload: fewer payload bytes per full segment, so more bytes on the link."""
+    import dataclasses
+    from ratelimit.linklayer import layer
+    from ratelimit.linkmodel import LinkModel
+    v4 = LinkModel(layer("ethernet"), 1_000_000, 1_000_000)
+    v6 = dataclasses.replace(v4, ipv6=True)
+    assert (v4.mss_bytes, v6.mss_bytes) == (1448, 1428)
+    assert v6.segments(2856) == [1500, 1500] and v4.segments(2856) == [1500, 1460]
+    assert v6.response_frame_bytes(100_000) > v4.response_frame_bytes(100_000)
+    assert v6.connect_seconds() > v4.connect_seconds()
+
+
 def test_docroot_files_have_exact_sizes(tmp_path):
     paths = docroot.write(tmp_path / "www")
     sizes = {p.name: p.stat().st_size for p in paths}

@@ -398,7 +398,8 @@ def test_every_message_is_byte_for_byte_what_tc_sends(router_pair):
 
 ENCODER = {"HtbQdisc": "htb_qdisc", "IngressQdisc": "ingress_qdisc", "HtbClass": "htb_class",
            "NetemQdisc": "netem_qdisc", "FifoQdisc": "fifo_qdisc", "TbfQdisc": "tbf_qdisc", "U32Table": "u32_table",
-           "U32Filter": "u32_filter", "Change": "change"}
+           "U32Filter": "u32_filter", "Change": "change", "MqQdisc": "mq_qdisc", "ClsactQdisc": "clsact_qdisc",
+           "DelQdisc": "del_qdisc"}
 
 
 def assert_same_messages_as_tc(router, ops):
@@ -456,6 +457,24 @@ def test_changes_in_place_are_byte_for_byte_what_tc_change_sends(router_pair):
     ops += [Change(op) for op in police.ops if isinstance(op, U32Filter) and op.police]
     assert {type(c.op).__name__ for c in ops} == {"HtbClass", "NetemQdisc", "FifoQdisc", "U32Filter"}
     assert all(" change " in c.tc() for c in ops)
+    assert_same_messages_as_tc(router, ops)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to read tc's messages")
+def test_several_queues_messages_are_byte_for_byte_what_tc_sends(router_pair):
+    """The tc parts of a plan on two tx queues -- the mq root, each tree's HTB qdisc under it
+    with its size table, clsact and the IFB redirect on its ingress hook -- and the deletes
+    of clsact and ingress, as tc sends them (r0 has one queue: the kernel refuses the trees,
+    tc has sent them by then)."""
+    router, _ = router_pair
+    sh("ip", "-n", router, "link", "add", "rl-r0", "type", "ifb")
+    plan = plan_for(mode="shape", ports=(1024, 1025), link=linklayer.PPP_VJ, queues=2)
+    ops = [op for op in plan.ops if getattr(op, "dev", None) == "r0" and (
+        type(op).__name__ in ("MqQdisc", "ClsactQdisc") or type(op) is HtbQdisc and op.parent >> 16 == 0x52
+        or type(op) is U32Filter and op.redirect)]
+    assert [type(op).__name__ for op in ops] == ["MqQdisc", "HtbQdisc", "HtbQdisc", "ClsactQdisc", "U32Filter"]
+    ops += [DelQdisc("r0", 0xFFFFFFF1, "clsact"), DelQdisc("r0", 0xFFFFFFF1)]
     assert_same_messages_as_tc(router, ops)
 
 

@@ -36,7 +36,7 @@ def test_save_then_reboot_then_restore_brings_back_the_same_plans(rlhd, tmp_path
     monkeypatch.setenv("RATELIMIT_CONFIG_DIR", str(tmp_path / "etc"))
     one, two = rlhd(), rlhd()
     service.apply(service.make_request("rlh0", netns=one, hosts="198.18.1.2,2001:db8::2", ports="5000-5099",
-                                       mode="shape", direction="both", rate="1mbit"))
+                                       mode="shape", direction="both", rate="1mbit", bandwidth="200mbit"))
     service.apply(service.make_request("rlh0", netns=two, hosts="198.18.2.2,198.18.2.3,198.18.2.4", ports="40000-40999",
                                        mode="shape", direction="dest", per="host", link="atm", rate="2mbit",
                                        queue="30ms"))

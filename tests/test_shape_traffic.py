@@ -1,8 +1,6 @@
 """Shape mode on the host kernel, with real TCP through a client-router-server lab."""
 
-import socket
 import threading
-import time
 
 import pytest
 
@@ -10,6 +8,7 @@ from ratelimit import readout, service
 from ratelimit.summary import summary
 from ratelimit.kernel.probe import probe
 from ratelimit.linkmodel import LinkModel
+from downloads import download, serve
 
 pytestmark = pytest.mark.netns
 
@@ -18,32 +17,11 @@ SIZE = 100_000
 
 
 def _server(topo, payload, connections):
-    srv = topo.socket("server")
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind((topo.server_addr, 0))
-    srv.listen(16)
-
-    def run():
-        for _ in range(connections):
-            conn, _ = srv.accept()
-            threading.Thread(target=lambda c=conn: (c.sendall(payload), c.close()), daemon=True).start()
-        srv.close()
-
-    threading.Thread(target=run, daemon=True).start()
-    return srv.getsockname()[1]
+    return serve(topo.socket("server"), topo.server_addr, payload, connections)
 
 
 def _download(topo, client, port, local_port, out, key):
-    c = topo.socket(client)
-    c.settimeout(60)
-    c.bind((topo.addr(client), local_port))
-    t0 = time.perf_counter()
-    c.connect((topo.server_addr, port))
-    got = 0
-    while chunk := c.recv(65536):
-        got += len(chunk)
-    c.close()
-    out[key] = (got, time.perf_counter() - t0)
+    download(topo.socket(client), (topo.addr(client), local_port), (topo.server_addr, port), out, key)
 
 
 @pytest.mark.alone  # downloads timed from userspace against the link model, within 5%

@@ -12,9 +12,8 @@ from hypothesis import strategies as st
 from ratelimit.compile import INGRESS_HANDLE, compile_plan, ifb_name
 from ratelimit.layout import ROOT
 from ratelimit.model import LinkParams, Request
-from ratelimit.plan import TC_H_ROOT, HtbQdisc
 from ratelimit.u32tree import LEAF_MAX
-from u32model import Tree, ipv4_packet, ipv6_packet
+from u32model import Htb, ipv4_packet, ipv6_packet
 
 CLIENT4 = IPv4Address("198.19.0.9")
 SERVER6 = IPv6Address("2001:db8:ffff::9")
@@ -36,27 +35,6 @@ def _request(hosts, ranges, mode, direction, delay, per="port"):
     params = LinkParams(28800, delay_us=delay)
     return Request.single("eth0", tuple(dict.fromkeys(hosts)), tuple(merged), params, params,
                    mode=mode, direction=direction, per=per)
-
-
-class Htb:
-    """Classification as HTB does it: the root qdisc's filters, and when they name a class
-    whose queue is itself an HTB qdisc (a shape-mode group), that qdisc's filters next."""
-
-    def __init__(self, ops, dev, parent):
-        self.ops, self.dev, self.root = ops, dev, parent
-        self.inner = {op.parent: op.handle for op in ops if type(op) is HtbQdisc and op.dev == dev
-                      and op.parent != TC_H_ROOT}
-        self.trees = {}
-
-    def classify(self, packet, ethertype):
-        parent = self.root
-        while True:
-            if parent not in self.trees:
-                self.trees[parent] = Tree(self.ops, self.dev, parent)
-            hit = self.trees[parent].classify(packet, ethertype)
-            if hit is None or hit.classid not in self.inner:
-                return hit
-            parent = self.inner[hit.classid]
 
 
 def _trees(plan):

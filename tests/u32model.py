@@ -10,6 +10,7 @@ a node without a link is terminal.  Nodes in a bucket are tried in handle order.
 from collections import defaultdict
 
 from ratelimit.filters import U32Filter, U32Table
+from ratelimit.plan import TC_H_ROOT, HtbQdisc
 
 
 class Tree:
@@ -57,6 +58,27 @@ class Tree:
             if found is not None:
                 return found
         return None
+
+
+class Htb:
+    """Classification as HTB does it: the root qdisc's filters, and when they name a class
+    whose queue is itself an HTB qdisc (a shape-mode group), that qdisc's filters next."""
+
+    def __init__(self, ops, dev, parent):
+        self.ops, self.dev, self.root = ops, dev, parent
+        self.inner = {op.parent: op.handle for op in ops if type(op) is HtbQdisc and op.dev == dev
+                      and op.parent != TC_H_ROOT}
+        self.trees = {}
+
+    def classify(self, packet, ethertype):
+        parent = self.root
+        while True:
+            if parent not in self.trees:
+                self.trees[parent] = Tree(self.ops, self.dev, parent)
+            hit = self.trees[parent].classify(packet, ethertype)
+            if hit is None or hit.classid not in self.inner:
+                return hit
+            parent = self.inner[hit.classid]
 
 
 def _word(packet, off):

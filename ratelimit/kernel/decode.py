@@ -11,7 +11,7 @@ Counters (statistics) are read by ``counters``, built for tens of thousands of
 messages per dump.
 """
 
-from .kinds import fifo, htb, netem, stab, u32
+from .kinds import bpf, fifo, htb, netem, stab, u32
 from .nl import (TCA_CHAIN, TCA_STAB, TCA_FCNT, TCA_KIND, TCA_OPTIONS, TCA_PAD, TCA_RATE, TCA_STATS, TCA_STATS2,
                  TCA_XSTATS, attr_map, cstr, header, hexof, protocol_name, u32_at)
 
@@ -24,7 +24,7 @@ CLASSLESS = frozenset({"netem", "pfifo", "bfifo", "pfifo_fast", "pfifo_head_drop
 
 _QDISC_OPTS = {"htb": htb.decode_qdisc, "netem": netem.decode, "bfifo": fifo.decode, "pfifo": fifo.decode}
 _CLASS_OPTS = {"htb": htb.decode_class}
-_FILTER_OPTS = {"u32": u32.decode}
+_FILTER_OPTS = {"u32": u32.decode, "bpf": bpf.decode}
 
 
 def _raw(buf, s, e, *_names) -> tuple:

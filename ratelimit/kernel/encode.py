@@ -12,10 +12,10 @@ import struct
 from ..plan import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 
 from ..filters import U32Filter
-from .kinds import actions, fifo, htb, ingress, mirred, netem, police, stab, tbf, u32
+from .kinds import actions, bpf, fifo, htb, ingress, mirred, mq, netem, police, stab, tbf, u32
 from .nl import (NLMSGHDR, NLM_F_CREATE, NLM_F_EXCL, RTM_DELQDISC, RTM_DELTCLASS, RTM_DELTFILTER, RTM_NEWQDISC,
-                 RTM_NEWTCLASS, RTM_NEWTFILTER, TC_H_INGRESS, TCA_KIND, TCMSG, attr_str, htons, message,
-                 protocol_number, tcmsg)
+                 RTM_NEWTCLASS, RTM_NEWTFILTER, TC_H_CLSACT_EGRESS, TC_H_INGRESS, TCA_KIND, TCMSG, attr_str, htons,
+                 message, protocol_number, tcmsg)
 from .rates import Clock, clock
 
 _KIND_U32 = attr_str(TCA_KIND, "u32")
@@ -51,9 +51,15 @@ class Encoder:
     def ingress_qdisc(self, op, seq: int, flags: int) -> bytes:
         return message(RTM_NEWQDISC, flags | _ADD, seq, ingress.body(self.ifindex(op.dev)))
 
+    def clsact_qdisc(self, op, seq: int, flags: int) -> bytes:
+        return message(RTM_NEWQDISC, flags | _ADD, seq, ingress.body(self.ifindex(op.dev), "clsact"))
+
+    def mq_qdisc(self, op, seq: int, flags: int) -> bytes:
+        return message(RTM_NEWQDISC, flags | _ADD, seq, mq.body(self.ifindex(op.dev), op.handle))
+
     def del_qdisc(self, op, seq: int, flags: int) -> bytes:
-        if op.parent == TC_H_INGRESS:  # tc names the kind and handle for "del ... ingress"
-            body = ingress.body(self.ifindex(op.dev))
+        if op.parent == TC_H_INGRESS:  # tc names the kind and handle for "del ... ingress" (or clsact)
+            body = ingress.body(self.ifindex(op.dev), op.kind)
         else:
             body = tcmsg(self.ifindex(op.dev), 0, op.parent)
         return message(RTM_DELQDISC, flags, seq, body)
@@ -125,6 +131,13 @@ class Encoder:
         acts = self._actions(op.police, op.redirect) if (op.police is not None or op.redirect is not None) else b""
         body = TCMSG.pack(0, ifindex, op.handle, parent, info) + _KIND_U32 + self._u32.options(op, acts)
         return NLMSGHDR.pack(16 + len(body), RTM_NEWTFILTER, flags | _ADD, seq, 0) + body
+
+    def bpf_filter(self, dev: str, prio: int, handle: int, prog_fd: int, name: str, seq: int, flags: int) -> bytes:
+        """A direct-action program ``prog_fd`` on ``dev``'s clsact egress hook, for every
+        protocol: added, or put in place of the program of the filter there (no NLM_F_EXCL:
+        cls_bpf swaps the program in one step)."""
+        body = TCMSG.pack(0, self.ifindex(dev), handle, TC_H_CLSACT_EGRESS, (prio << 16) | htons(protocol_number("all")))
+        return message(RTM_NEWTFILTER, flags | NLM_F_CREATE, seq, body + bpf.options(prog_fd, name))
 
     # -- changes in place
 

@@ -19,12 +19,14 @@ the caller rolls back (the plan's teardown).
 
 import dataclasses
 import errno as errnos
+import os
 import time
 
 from ..errors import ApplyError
-from ..plan import U32_ROOT_TABLE, AddIfb, Change, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, NetemQdisc, TbfQdisc
+from ..plan import U32_ROOT_TABLE, AddIfb, Change, ClsactQdisc, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc, TbfQdisc
 from ..filters import U32Filter, U32Table
-from . import replay
+from ..queuepin import FILTER_HANDLE, FILTER_PRIO, KEY, PROGRAM_NAME, VALUE, QueueEntry, QueueMap, QueueProgram
+from . import bpf, replay
 from .encode import Encoder
 from .nl import NLM_F_REQUEST, RTM_GETTFILTER, SEQ_OFFSET, TC_H_INGRESS, TC_H_ROOT, TCMSG
 from .readback import Reader, without_gc
@@ -71,7 +73,25 @@ class Executor(Reader):
 
     def __init__(self, netns: str | None = None):
         super().__init__(netns)
+        self._maps: dict[str, int] = {}  # device -> the file descriptor of its queue map
         self._fresh()
+
+    def close(self) -> None:
+        for fd in self._maps.values():
+            os.close(fd)
+        self._maps.clear()
+        super().close()
+
+    def queue_map(self, dev: str) -> int:
+        """The file descriptor of ``dev``'s queue map: the one this executor made, else the
+        map of the program on the device's clsact egress hook."""
+        fd = self._maps.get(dev)
+        if fd is None:
+            found = self.queue_program(dev)
+            if found is None:
+                raise KernelError(errnos.ENOENT, f"no queue program on {dev}")
+            fd = self._maps[dev] = bpf.map_of_program(found)
+        return fd
 
     def _fresh(self) -> None:
         """Forget device indexes and everything packed with them (links may have changed)."""
@@ -111,10 +131,30 @@ class Executor(Reader):
                 raise StepFailed(i, ops[i], err, msg, total)
             batch, where, starts = bytearray(), [], []
 
+        entries: list[int] = []  # a run of map entries, added in one call
+
+        def add_entries():
+            if not entries:
+                return
+            try:
+                _queue_entries(self, [ops[i] for i in entries])
+            except bpf.BpfError as e:
+                at = entries[min(e.done, len(entries) - 1)]
+                raise StepFailed(at, ops[at], e.errno, "", total) from None
+            entries.clear()
+
         for i, op in enumerate(ops):
             if echo is not None:
                 for line in op.lines():
                     echo(line)
+            if type(op) is QueueEntry:
+                flush()
+                if entries and (ops[entries[0]].dev != op.dev or len(entries) >= BATCH_MSGS * 16):
+                    add_entries()
+                    report(i)
+                entries.append(i)
+                continue
+            add_entries()
             packer = _BATCHED.get(type(op))
             if packer is not None and not (type(op) is NetemQdisc and op.parent in (TC_H_ROOT, TC_H_INGRESS)):
                 try:
@@ -140,10 +180,13 @@ class Executor(Reader):
                 alone(self, op)
             except KernelError as e:
                 raise StepFailed(i, op, e.errno, e.message, total) from None
+            except bpf.BpfError as e:
+                raise StepFailed(i, op, e.errno, e.log.strip()[-300:], total) from None
             except _NoDevice as e:
                 raise StepFailed(i, op, errnos.ENODEV, f"no device {e.name}", total) from None
             report(i + 1)
         flush()
+        add_entries()
         report(total, final=True)
 
     def remove(self, ops) -> None:
@@ -236,8 +279,35 @@ class _Progress:
 
 
 def _add_ifb(ex: Executor, op: AddIfb) -> None:
-    ex.links.add_ifb(op.name)
+    ex.links.add_ifb(op.name, op.queues)
     ex._fresh()
+
+
+def _queue_map(ex: Executor, op: QueueMap) -> None:
+    """A new map for ``op.dev``'s program (a map made before by this executor is let go: the
+    program loaded with it, if any, keeps it while it is attached)."""
+    ex._ifindex(op.dev)
+    fd = bpf.map_create(KEY.size, VALUE.size, op.entries, "ratelimit_q")
+    old = ex._maps.pop(op.dev, None)
+    if old is not None:
+        os.close(old)
+    ex._maps[op.dev] = fd
+
+
+def _queue_entries(ex: Executor, ops: list) -> None:
+    """Entries of one device's map, in one call."""
+    bpf.map_update_batch(ex.queue_map(ops[0].dev), b"".join(op.key() for op in ops),
+                         b"".join(op.value() for op in ops), len(ops))
+
+
+def _queue_program(ex: Executor, op: QueueProgram) -> None:
+    """Load the program with the device's map, and attach it to the clsact egress hook."""
+    code = op.program().encode({"queues": ex.queue_map(op.dev)})
+    fd = bpf.prog_load(code, PROGRAM_NAME)
+    try:
+        ex.chan.request(ex.encoder.bpf_filter(op.dev, FILTER_PRIO, FILTER_HANDLE, fd, PROGRAM_NAME, 0, NLM_F_REQUEST))
+    finally:
+        os.close(fd)
 
 
 def _del_link(ex: Executor, op: DelLink) -> None:
@@ -275,6 +345,10 @@ _ALONE = {
     DelLink: _del_link,
     HtbQdisc: _alone(Encoder.htb_qdisc),
     IngressQdisc: _alone(Encoder.ingress_qdisc),
+    ClsactQdisc: _alone(Encoder.clsact_qdisc),
+    MqQdisc: _alone(Encoder.mq_qdisc),
+    QueueMap: _queue_map,
+    QueueProgram: _queue_program,
     DelQdisc: _alone(Encoder.del_qdisc),
     DelClass: _alone(Encoder.del_class),
     DelFilter: _del_filter,

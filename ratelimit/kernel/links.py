@@ -16,7 +16,8 @@ import errno as errnos
 
 from ..errors import NotFoundError, PermissionDenied
 from .netns import off_loop
-from .nl import IFINFOMSG, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, NLM_F_REQUEST, RTM_GETLINK, attr_str, cstr, find, message
+from .nl import (IFINFOMSG, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, IFLA_NUM_TX_QUEUES, NLM_F_REQUEST, RTM_GETLINK, U32,
+                 attr_str, cstr, find, message)
 from .transport import KernelError, check_netns
 
 IFF_UP = 0x1
@@ -101,10 +102,14 @@ class Links:
             found = self._names[index] = cstr(buf, find(buf, off + IFINFOMSG.size, end, IFLA_IFNAME)) or None
         return found
 
+    def _of(self, name: str):
+        """The kernel's RTM_NEWLINK answer for device ``name`` (as ``_get``), or None."""
+        index = self.index(name)
+        return None if index is None else self._get(index)
+
     def state(self, name: str) -> dict | None:
         """{"kind": its link kind ("" for a plain device), "up": administratively up}, or None."""
-        index = self.index(name)
-        got = None if index is None else self._get(index)
+        got = self._of(name)
         if got is None:
             return None
         buf, off, end = got
@@ -122,10 +127,20 @@ class Links:
             found.append((link.get_attr("IFLA_IFNAME"), link_kind(link)))
         return found
 
-    def add_ifb(self, name: str) -> None:
-        """Create the IFB device ``name`` and set it up."""
+    def tx_queues(self, name: str) -> int | None:
+        """How many transmit queues device ``name`` has (IFLA_NUM_TX_QUEUES), or None."""
+        got = self._of(name)
+        if got is None:
+            return None
+        buf, off, end = got
+        span = find(buf, off + IFINFOMSG.size, end, IFLA_NUM_TX_QUEUES)
+        return 1 if span is None else U32.unpack_from(buf, span[0])[0]
+
+    def add_ifb(self, name: str, queues: int = 1) -> None:
+        """Create the IFB device ``name`` (with ``queues`` transmit queues) and set it up."""
+        extra = {"num_tx_queues": queues} if queues > 1 else {}
         with _kernel_errors():
-            off_loop(lambda: self.ipr.link("add", ifname=name, kind="ifb"))
+            off_loop(lambda: self.ipr.link("add", ifname=name, kind="ifb", **extra))
             self.forget()
             off_loop(lambda: self.ipr.link("set", index=self.index(name), state="up"))
 

@@ -40,7 +40,7 @@ PROTOCOL_NAMES = {v: k for k, v in ETHERTYPES.items()}
 NLMSGHDR = struct.Struct("=IHHII")  # len, type, flags, seq, pid
 TCMSG = struct.Struct("=BxxxiIII")  # family, ifindex, handle, parent, info
 IFINFOMSG = struct.Struct("=BxHiII")  # family, type, index, flags, change
-RTM_GETLINK, IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND = 18, 3, 18, 1
+RTM_GETLINK, IFLA_IFNAME, IFLA_LINKINFO, IFLA_INFO_KIND, IFLA_NUM_TX_QUEUES = 18, 3, 18, 1, 31
 NLATTR = struct.Struct("=HH")
 U32 = struct.Struct("=I")
 U64 = struct.Struct("=Q")

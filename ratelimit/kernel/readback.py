@@ -13,10 +13,11 @@ from ..errors import ConflictError, NotFoundError
 from ..plan import INGRESS_HANDLE
 from . import decode, offload, replay
 from .counters import COLUMNS, FlowTable, read_classes, read_filters
+from .kinds import bpf
 from .links import Links
 from .netns import in_netns
 from .nl import (NLM_F_REQUEST, RTM_GETQDISC, RTM_GETTCLASS, RTM_GETTFILTER, TC_H_CLSACT_EGRESS, TC_H_CLSACT_INGRESS,
-                 TC_H_INGRESS, TC_H_ROOT, dump_request, header, message, tcmsg)
+                 TC_H_INGRESS, TC_H_ROOT, TCA_KIND, TCA_OPTIONS, attr_map, cstr, dump_request, header, message, tcmsg)
 from .rates import clock
 from .transport import Channel, DumpInterrupted, KernelError
 
@@ -272,6 +273,18 @@ class Reader:
         for handle, kind in qdiscs:
             if handle and kind not in decode.CLASSLESS:
                 yield from self._dump(dump_request(RTM_GETTCLASS, index, handle))
+
+    @consistent
+    def queue_program(self, dev: str) -> int | None:
+        """The id of ratelimit's queue program on ``dev``'s clsact egress hook, or None."""
+        from ..queuepin import PROGRAM_NAME
+        for data, off, end in list(self._filters(self._device(dev), TC_H_CLSACT_EGRESS)):
+            amap = attr_map(data, off + 36, end)
+            if cstr(data, amap.get(TCA_KIND)) == "bpf" and TCA_OPTIONS in amap:
+                found = bpf.program(data, *amap[TCA_OPTIONS])
+                if found is not None and found[0] == PROGRAM_NAME:
+                    return found[1]
+        return None
 
     @without_gc
     @consistent

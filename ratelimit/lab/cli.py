@@ -30,7 +30,7 @@ import time
 from ..errors import RatelimitError, UsageError
 from ..progress import terminal
 from ..tracespec import add_options as add_trace_options
-from ..units import format_rate, parse_burst, parse_queue
+from ..units import format_rate, parse_burst, parse_queue, parse_rate_bps
 from . import docroot, servertcp, store
 from .core import DEFAULT_PORTS, SERVERS, Lab
 from .link import GRANULARITIES, MODES, LinkSpec
@@ -76,6 +76,9 @@ def _link_opts(p, *, up: bool):
                    help="override each link's queue (shape mode): packets (10p), bytes (64kb) or a time at the "
                         "rate (1s)")
     p.add_argument("--delay", metavar="TIME", help="override the profile's one-way delay, e.g. 50ms")
+    p.add_argument("--bandwidth", metavar="RATE",
+                   help="the router's pool for all links together (default: what their rates add up to, at least "
+                        "100mbit; below that, busy links get a share each, not their rates)")
     p.add_argument("--no-delay", action="store_true",
                    help="leave out the profile's delay, jitter and loss (for kernels without sch_netem)")
     add_trace_options(p)  # the router's trace driver starts with the link
@@ -186,11 +189,13 @@ def _link_spec(args, profile) -> LinkSpec:
         parse_burst(args.burst, "--burst")  # a bad value is one line before anything is made
     if args.queue is not None:
         parse_queue(args.queue, "--queue")
+    if args.bandwidth is not None:
+        parse_rate_bps(args.bandwidth, "--bandwidth")
     spec = LinkSpec(profile=profile, mode=args.mode, per=args.per or "host", burst=args.burst, rate=args.rate,
                     delay=args.delay, no_delay=args.no_delay, queue=args.queue, mix=args.mix,
-                    scenario=args.scenario, trace_down=args.trace_down, trace_up=args.trace_up,
-                    schedule=args.schedule, trace_scale=args.trace_scale, phase=args.phase,
-                    phase_seed=args.phase_seed)
+                    scenario=args.scenario, bandwidth=args.bandwidth, trace_down=args.trace_down,
+                    trace_up=args.trace_up, schedule=args.schedule, trace_scale=args.trace_scale,
+                    phase=args.phase, phase_seed=args.phase_seed)
     if spec.audience:
         from .audience import check
         check(spec)

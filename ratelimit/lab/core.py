@@ -53,7 +53,7 @@ from ..kernel.netns import parent_only
 from . import docroot, servertcp, store, topology
 from .audience import client_cohorts
 from .link import LinkSpec, Say, check_choice, in_vm, resolve_link
-from .measure import Download, one_way_delays
+from .measure import Download, curl_argv, curl_failure, one_way_delays, read_curl
 from .store import DEFAULT_NAME, HOSTS_DIR, down, lab_path, list_labs, provision_dir, read_state
 
 DEFAULT_PORTS = "10000-10999"  # the clients' ephemeral range = the range the router limits
@@ -272,20 +272,14 @@ class Lab:
         if shutil.which("curl") is None:
             raise NotFoundError("curl is missing: apt-get install curl")
         host = self.client(client)
-        fmt = ("%{http_code} %{size_download} %{time_connect} %{time_starttransfer} %{time_total} %{local_port}"
-               " %{size_header} %{size_request}")
         try:
-            r = host.run(["curl", "-sS", "-o", "/dev/null", "--max-time", f"{timeout:g}", "-w", fmt, url],
-                         timeout=timeout + 30)
+            r = host.run(curl_argv(url, timeout), timeout=timeout + 30)
         except subprocess.TimeoutExpired:
             raise LabError(f"download of {url} from {host.name} did not finish within {timeout:g} s") from None
-        fields = r.stdout.split()
-        if r.returncode != 0 or len(fields) != 8:
-            raise LabError(f"download of {url} from {host.name} failed: "
-                           f"{' '.join(r.stderr.split()) or 'curl exited ' + str(r.returncode)}")
-        code, size, connect, first, total, port, header, request = fields
-        return Download(url, host.name, int(code), int(size), float(total), float(connect), float(first),
-                        int(port), int(header), int(request))
+        d = read_curl(url, host.name, r)
+        if d is None:
+            raise LabError(f"download of {url} from {host.name} failed: {curl_failure(r)}")
+        return d
 
     def handshakes(self, client: int = 1, *, count: int = 3) -> list[float]:
         """``count`` TCP handshake times (seconds, fastest first) from a client port in the

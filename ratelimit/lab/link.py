@@ -3,11 +3,12 @@ and overrides, checked against the kernel."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import profiles, service
+from .. import layout, profiles, service
 from ..errors import FieldError, KernelMissing, UsageError
 
 MODES = ("shape", "police")  # the lab shapes by default: it queues like the real link
@@ -34,7 +35,7 @@ class LinkSpec:
     rate: str | None = None
     delay: str | None = None
     no_delay: bool = False
-    bandwidth: str | None = None  # the router's (shape mode enforces it): e.g. benchmarks of 10,000 modems
+    bandwidth: str | None = None  # the router's pool; None: what the links' rates add up to (at least 100mbit)
     queue: str | None = None  # each link's queue over the profile's
     mix: str | None = None  # --mix PROFILE:SHARE,...: the clients split between profiles
     scenario: str | None = None  # --scenario FILE|NAME: cohorts selecting clients by address
@@ -108,6 +109,10 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, clients: 
         hosts = [a4 for a4, _ in clients] + [a6 for _, a6 in clients]
         req = service.make_request(interface, hosts=hosts, ports=ports, profile=spec.profile, netns=netns,
                                    mode=mode, burst=spec.burst, per=spec.per, **spec.overrides())
+    if spec.bandwidth is None:  # the router carries every link at its rate
+        need = max(layout.links_rate_bps(req).values(), default=0)
+        if need > req.bandwidth_bps:
+            req = dataclasses.replace(req, bandwidth_bps=-(-need // 1_000_000) * 1_000_000)
     rateless = [c for c in req.cohorts if not (c.down.rate_bps or c.up.rate_bps)]
     if spec.no_delay and rateless:
         what = f"profile '{rateless[0].profile}'" if rateless[0].profile else f"cohort '{rateless[0].name}'"

@@ -41,6 +41,30 @@ class Download:
         return {**asdict(self), "bps": self.bps}
 
 
+CURL_FORMAT = ("%{http_code} %{size_download} %{time_connect} %{time_starttransfer} %{time_total} %{local_port}"
+               " %{size_header} %{size_request}")
+
+
+def curl_argv(url: str, timeout: float) -> list[str]:
+    """curl's command line for one timed download of ``url`` (``read_curl`` reads what it prints)."""
+    return ["curl", "-sSg", "-o", "/dev/null", "--max-time", f"{timeout:g}", "-w", CURL_FORMAT, url]
+
+
+def read_curl(url: str, client: str, r) -> Download | None:
+    """The ``Download`` a finished ``curl_argv`` run (``r``: a CompletedProcess) measured, or
+    None when it failed (``curl_failure`` says why)."""
+    fields = r.stdout.split()
+    if r.returncode != 0 or len(fields) != 8:
+        return None
+    code, size, connect, first, total, port, header, request = fields
+    return Download(url, client, int(code), int(size), float(total), float(connect), float(first),
+                    int(port), int(header), int(request))
+
+
+def curl_failure(r) -> str:
+    return " ".join(r.stderr.split()) or f"curl exited {r.returncode}"
+
+
 def one_way_delays(tx: socket.socket, rx: socket.socket, count: int, gap_s: float,
                    timeout_s: float) -> list[float]:
     """Send ``count`` small datagrams ``gap_s`` apart from ``tx`` to ``rx``'s address; return

@@ -17,7 +17,7 @@ Fixtures:
     A namespace lab (``ratelimit.lab.core.Lab``) made for the test and removed
     after it, whatever happens.  Configure it with the marker
     ``@pytest.mark.emulated_link(profile=None, clients=1, mode="shape", per="host",
-    rate=None, delay=None, no_delay=False, burst=None, queue=None, ports="10000-10099",
+    rate=None, delay=None, no_delay=False, burst=None, queue=None, bandwidth=None, ports="10000-10099",
     server="none", server_tcp="linux", mix=None, profiles=None, scenario=None)``: a client is one
     person behind one link (``per="host"``);
     ``per="port"`` makes every connection its own link, as v0.3's benchmark clients;
@@ -34,6 +34,9 @@ Fixtures:
 ``make_emulated_link``
     The factory behind it: ``make_emulated_link(profile=..., clients=...)``, as
     many labs as a test needs, all removed afterwards.
+``container_link`` and ``make_container_link``
+    A running Docker or Podman container behind an emulated link, as the server of
+    other containers or as one user (``ratelimit --container``; ``container_link.py``).
 
 ``no_delay="auto"`` leaves out a profile's delay and loss when the kernel lacks
 netem (with a warning, and ``link.delay_left_out`` set), so one test file
@@ -54,12 +57,13 @@ from collections.abc import Sequence
 import pytest
 
 from ..kernel.proc import stop
+from . import container_link as _containers
 from .servertcp import DEFAULT as DEFAULT_SERVER_TCP
 
 MARKER = "emulated_link"
-_OPTIONS = ("profile", "clients", "mode", "per", "rate", "delay", "no_delay", "burst", "queue", "ports", "server",
-            "server_tcp", "mix", "profiles", "scenario", "trace_down", "trace_up", "schedule", "trace_scale", "phase",
-            "phase_seed")
+_OPTIONS = ("profile", "clients", "mode", "per", "rate", "delay", "no_delay", "burst", "queue", "bandwidth", "ports",
+            "server", "server_tcp", "mix", "profiles", "scenario", "trace_down", "trace_up", "schedule", "trace_scale",
+            "phase", "phase_seed")
 _counter = itertools.count(1)
 DEFAULT_PORTS = "10000-10099"  # 100 links per client: quick to build even in shape mode
 
@@ -84,10 +88,16 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers",
         f"{MARKER}(profile=None, clients=1, mode='shape', per='host', rate=None, delay=None, no_delay=False, "
-        f"burst=None, queue=None, ports='{DEFAULT_PORTS}', server='none', server_tcp='{DEFAULT_SERVER_TCP}', "
+        f"burst=None, queue=None, bandwidth=None, ports='{DEFAULT_PORTS}', server='none', "
+        f"server_tcp='{DEFAULT_SERVER_TCP}', "
         "mix=None, profiles=None, scenario=None): "
         "the link the emulated_link fixture emulates and how its server's TCP starts "
         "(ratelimit; see docs/fixtures.md)")
+    config.addinivalue_line(
+        "markers",
+        f"{_containers.MARKER}(NAME, hosts=None, profile=None, engine=None, network=None, no_delay=False, ...): "
+        "the links the container_link fixture puts on a running container (ratelimit --container NAME; "
+        "docs/fixtures.md, Containers)")
 
 
 class EmulatedLink:
@@ -258,7 +268,7 @@ class EmulatedLink:
     # -- changes -----------------------------------------------------------
     def apply(self, profile: str | None = None, **options) -> None:
         """Change the link live (options as the marker's: mode, per, rate, delay, no_delay, burst, queue,
-        mix, scenario)."""
+        bandwidth, mix, scenario)."""
         from .link import LinkSpec
         audience = options.get("mix") is not None or options.get("scenario") is not None
         options["no_delay"], _ = _resolve_no_delay(options.get("no_delay", False), profile, options.get("delay"),
@@ -291,8 +301,8 @@ def _resolve_no_delay(no_delay, profile, delay, audience: bool = False) -> tuple
 
 
 def _make(name: str, *, profile=None, clients=None, mode="shape", per="host", rate=None, delay=None, no_delay=False,
-          burst=None, queue=None, ports=None, server="none", server_tcp=DEFAULT_SERVER_TCP, mix=None, profiles=None,
-          scenario=None, workdir=None, **traces) -> EmulatedLink:
+          burst=None, queue=None, bandwidth=None, ports=None, server="none", server_tcp=DEFAULT_SERVER_TCP, mix=None,
+          profiles=None, scenario=None, workdir=None, **traces) -> EmulatedLink:
     from ..errors import RatelimitError
     from .core import Lab
     from .link import LinkSpec
@@ -303,7 +313,8 @@ def _make(name: str, *, profile=None, clients=None, mode="shape", per="host", ra
     try:
         lab = Lab.up(name, clients=clients, server=server, ports=ports or DEFAULT_PORTS, server_tcp=server_tcp,
                      link=LinkSpec(profile=profile, mode=mode, per=per, burst=burst, rate=rate, delay=delay,
-                                   no_delay=no_delay, queue=queue, mix=mix, scenario=scenario, **traces))
+                                   no_delay=no_delay, queue=queue, bandwidth=bandwidth, mix=mix,
+                                   scenario=scenario, **traces))
     except RatelimitError as err:
         pytest.fail(f"emulated_link: {err}", pytrace=False)
     return EmulatedLink(lab, delay_left_out=left_out)
@@ -372,3 +383,8 @@ def emulated_link(request, make_emulated_link) -> EmulatedLink:
                         pytrace=False)
         options["profile"] = marker.args[0]
     return make_emulated_link(**options)
+
+
+# a container behind an emulated link (ratelimit --container): lab/container_link.py
+container_link = _containers.container_link
+make_container_link = _containers.make_container_link

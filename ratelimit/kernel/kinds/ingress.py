@@ -1,4 +1,5 @@
-"""The ingress qdisc (``tc qdisc add dev DEV handle ffff: ingress``): where arriving packets are classified."""
+"""The ingress qdisc (``tc qdisc add dev DEV handle ffff: ingress``): where arriving packets are
+classified; and clsact (``tc qdisc add dev DEV clsact``), the same hook with an egress one beside it."""
 
 from ..nl import TC_H_INGRESS, TCA_KIND, attr_str, tcmsg
 
@@ -6,6 +7,7 @@ HANDLE = 0xFFFF0000
 KIND = attr_str(TCA_KIND, "ingress")
 
 
-def body(ifindex: int) -> bytes:
-    """tcmsg + kind, as tc sends for both ``add`` and ``del ... ingress``."""
-    return tcmsg(ifindex, HANDLE, TC_H_INGRESS) + KIND
+def body(ifindex: int, kind: str = "ingress") -> bytes:
+    """tcmsg + kind, as tc sends for both ``add`` and ``del ... ingress`` (``clsact``: the same
+    for ``... clsact``)."""
+    return tcmsg(ifindex, HANDLE, TC_H_INGRESS) + (KIND if kind == "ingress" else attr_str(TCA_KIND, kind))

@@ -1,0 +1,91 @@
+"""A container's recorded links over its life: ``save``, ``restore`` and ``--list`` after
+the container stopped, restarted or came back on another veth (docs/containers.md,
+"Restarts").
+
+A record made with ``--container`` notes the container (``Request.container``: engine,
+name, the id of the container that owns the namespace, network, use).  ``now`` finds that
+container again by its id and gives the request as it goes *now*: for the server use on
+its own interface in its namespace (named ``rl-ct-ID`` again, for the block); for the user
+use on the veth the engine wired this time, for the addresses it has this time.  Hosts
+given by name (``container:NAME``) are resolved again, with a notice when one moved: the
+names are what the person asked for, the addresses only what they were.  A container
+that is not running is no error: ``now`` yields None and says why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from contextlib import contextmanager
+from ipaddress import ip_address
+
+from . import containers
+from .errors import RatelimitError
+
+
+@contextmanager
+def now(req, notice):
+    """``req`` (recorded for a container) as it would be applied now, or None (with a
+    ``notice``) when its container is not running or is gone."""
+    engine, name, owner_id, network, use = req.container
+    try:
+        _, owner = containers.resolve(owner_id[:12], engine)
+    except containers.ContainerError as err:
+        notice(f"{_reason(err)}: its links are left out (run this again once it runs)")
+        yield None
+        return
+    with containers.turn():
+        endpoint = containers.choose_network(owner, network)
+        wired = containers.wiring(owner, endpoint)
+        if use == "user":
+            containers.gone_veths(owner.id)  # a record on the veth it had before it restarted
+            addrs = tuple(ip_address(a) for a in wired.addresses)
+            cohort = dataclasses.replace(req.cohorts[0], hosts=addrs,
+                                         named=((name, tuple(str(a) for a in addrs)),))
+            _moved(name, req.cohorts[0].hosts, addrs, notice)
+            yield dataclasses.replace(req, interface=wired.veth, netns=None, cohorts=(cohort,))
+            return
+        cohorts = tuple(_again(c, owner, network, engine, notice) for c in req.cohorts)
+        with containers.attached(owner) as ns:
+            yield dataclasses.replace(req, interface=wired.inside, netns=ns, cohorts=cohorts)
+
+
+def _reason(err: RatelimitError) -> str:
+    return str(err).split(": ", 1)[1] if ": " in str(err) else str(err)
+
+
+def _again(cohort, owner, network: str, engine: str, notice):
+    """``cohort`` with the containers it names resolved again on ``network``."""
+    if not cohort.named:
+        return cohort
+    old = {a for _, addrs in cohort.named for a in addrs}
+    hosts = [h for h in cohort.hosts if str(h) not in old]
+    named = []
+    for name, addrs in cohort.named:
+        found, more = containers.expand_hosts([f"{containers.HOST_PREFIX}{name}"], server=owner, network=network,
+                                              engine=engine, field_name=f"restore: cohort {cohort.name}: hosts")
+        _moved(name, tuple(ip_address(a) for a in addrs), tuple(ip_address(a) for a in found), notice)
+        hosts += [ip_address(a) for a in found]
+        named += more
+    return dataclasses.replace(cohort, hosts=tuple(dict.fromkeys(hosts)), named=tuple(named))
+
+
+def _moved(name: str, was: tuple, is_now: tuple, notice) -> None:
+    if sorted(map(str, was)) != sorted(map(str, is_now)):
+        notice(f"container '{name}' now has {', '.join(map(str, is_now)) or 'no address'} "
+               f"(was {', '.join(map(str, was)) or 'none'}): its links follow it")
+
+
+def forget_if_gone(c, ns: str, interface: str, notice) -> None:
+    """A server's record whose links the kernel no longer shows in its namespace (the
+    container restarted: a new namespace) is forgotten, with a notice (--list, --stats,
+    --clean with --container)."""
+    from . import readout, state
+    try:
+        record = state.load(ns, interface)
+        if record is None or record.request is None or readout.applied(interface, ns) is not None:
+            return
+    except RatelimitError:
+        return  # a record that cannot be read is reported by the read that follows
+    state.forget(ns, interface)
+    notice(f"{c.label()}: the links recorded on its {interface} went with its network namespace (the container "
+           f"was restarted); record removed: apply again to put them back")

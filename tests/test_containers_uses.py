@@ -1,0 +1,329 @@
+"""Containers as a user's suite uses them, with real engines (tests/enginekit.py):
+
+- the pytest fixture (``container_link``, ``make_container_link``) in a pytest run of its
+  own: a web container as the server of a client container over a modem, and the client as
+  one user, each download within 3% of the link model; the links gone after a failing test;
+  a refusal in one line;
+- the compose example (examples/compose/) with Debian's docker-compose, run as its README
+  says: one ratelimit command puts both clients behind modems, a fetch within 3% of the model;
+- dockerd stopped, and a Docker socket that is not there: one line naming docker and what to
+  do, the router as it was, and Podman's containers found all the same;
+- IPv6 (2001:db8::/32) beside IPv4 on the network: a v6 fetch shaped as the v4 one, each
+  within 3% of the model for its packets, as a server (Podman) and as one user (Docker).
+
+Names of their own (``rlct2-``), removed after each test, passed or failed.  The module
+is in the ``containers`` group with tests/test_containers_engines.py: one dockerd.
+"""
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ratelimit.kernel.probe import probe
+from ratelimit.linkmodel import LinkModel
+
+from enginekit import ENGINES_SH, ROOT, Engine, delay_args, fetch, model, qdiscs, ratelimit, run_dir, sh, web_and_client
+from test_pytest_plugin import run_pytest
+
+pytestmark = [pytest.mark.netns, pytest.mark.alone]
+
+P = "rlct2-"
+
+
+def leftovers(e, state):
+    """What a run could leave: every qdisc on the host and in the two containers, the named
+    namespaces, and records in the state directory."""
+    records = sorted(str(p.relative_to(state)) for p in state.rglob("*.json")) if state.exists() else []
+    return qdiscs(e, f"{P}web", f"{P}client"), run_dir(), records
+
+
+def test_the_fixture_puts_a_container_behind_a_modem(engine, tmp_path):
+    e = engine
+    web_and_client(e, prefix=P)
+    state = tmp_path / "state"  # run_pytest's
+    before = leftovers(e, state)
+    (tmp_path / "test_user.py").write_text(textwrap.dedent(f"""
+        import pytest
+
+        ENGINE = {e.name!r}
+
+        @pytest.mark.container_link("{P}web", hosts="container:{P}client", profile="modem-28k8", no_delay="auto",
+                                    engine=ENGINE)
+        def test_server(container_link):
+            link = container_link
+            assert (link.use, link.interface, link.engine) == ("server", "eth0", ENGINE)
+            d = link.fetch("/10000.bin")  # from the one client named, to web's address
+            assert (d.http_code, d.bytes, d.client) == (200, 10_000, "{P}client")
+            model = d.model_seconds(link.model)
+            print(f"RESULT server {{d.seconds:.3f}} {{model:.3f}}")
+            assert 0.97 < d.seconds / model < 1.03, (d.seconds, model)
+            assert sum(r["bytes"] for r in link.stats()["links"] if r["direction"] == "dest") > 10_000
+
+        @pytest.mark.container_link("{P}client", profile="modem-28k8", no_delay="auto", engine=ENGINE)
+        def test_user(container_link):
+            link = container_link
+            assert link.use == "user" and link.interface != "eth0"
+            d = link.fetch(link.url("/10000.bin", server="{P}web"))
+            model = d.model_seconds(link.model)
+            print(f"RESULT user {{d.seconds:.3f}} {{model:.3f}}")
+            assert 0.97 < d.seconds / model < 1.03, (d.seconds, model)
+
+        def test_fails_with_links_on(make_container_link):
+            make_container_link("{P}web", hosts="container:{P}client", rate="1mbit", mode="shape", engine=ENGINE)
+            make_container_link("{P}client", rate="2mbit", mode="shape", engine=ENGINE)
+            assert False, "the user's test fails"
+
+        @pytest.mark.container_link("{P}missing", profile="3g", engine=ENGINE)
+        def test_missing(container_link):
+            pass
+
+        @pytest.mark.container_link("{P}web", hosts="container:{P}client", profile="modem-28k8", colour="red")
+        def test_unknown_option(container_link):
+            pass
+    """))
+    r = run_pytest(tmp_path, "test_user.py", "-s")
+    out = r.stdout
+    print(out)
+    assert "PASSED test_user.py::test_server" in out and "PASSED test_user.py::test_user" in out, out + r.stderr
+    assert "AssertionError: the user's test fails" in out
+    assert f"container_link: --container: no container '{P}missing' in {e.name}" in out
+    assert "container_link: 'colour' is not an option (hosts, scenario, profile, " in out
+    assert "1 failed, 2 passed" in out and "2 errors in" in out
+    results = {use: (float(s), float(m)) for use, s, m in re.findall(r"RESULT (\w+) ([\d.]+) ([\d.]+)", out)}
+    assert set(results) == {"server", "user"}
+    for use, (seconds, expected) in results.items():
+        print(f"{e.name}, the fixture, {use}: {seconds:.3f} s, the model {expected:.3f} s ({seconds / expected:.3f})")
+    assert leftovers(e, state) == before
+
+
+# ---------------------------------------------------------------- the compose example
+
+EXAMPLE = ROOT / "examples" / "compose"
+
+
+def readme_commands() -> list[str]:
+    """The command lines of the example README's shell blocks, comments left out."""
+    blocks = re.findall(r"```sh\n(.*?)```", (EXAMPLE / "README.md").read_text(), re.S)
+    return [line.split("  #")[0].strip() for b in blocks for line in b.splitlines() if line.strip()]
+
+
+def test_the_compose_example_runs_as_its_readme_says(engines_up, tmp_path):
+    if shutil.which("docker-compose") is None:
+        pytest.fail("docker-compose is not installed: bash .ci/install installs it")
+    said = readme_commands()
+    name = f"{P}ex"
+    env = {**os.environ, "RL_IMAGE": engines_up, "RL_EXAMPLE": name, "RL_EXAMPLE_SUBNET": "198.18.246.0/24",
+           "RATELIMIT_STATE_DIR": str(tmp_path / "state")}
+
+    def step(line: str, *argv: str):
+        """Run the README's ``line`` (``argv``, our names in it), after checking the README says it."""
+        assert line in said, (line, said)
+        return sh(*argv, env=env)
+    compose = ["docker-compose", "-f", str(EXAMPLE / "compose.yaml")]
+    e = Engine("docker", engines_up)
+    try:
+        step("docker-compose -f examples/compose/compose.yaml up -d", *compose, "up", "-d")
+        web, client = f"{name}-web", f"{name}-client1"
+        for _ in range(50):  # nginx up, and the name service of the network
+            if e("exec", client, "curl", "-s", "-o", "/dev/null", f"http://{web}/", check=False).returncode in (0, 22):
+                break
+            time.sleep(0.1)
+        assert "ratelimit --container rl-example-web --hosts container:rl-example-client1,container:rl-example-client2 " \
+               "--profile modem-28k8" in said
+        shape = "ratelimit --container rl-example-web --scenario examples/compose/audience.toml"
+        assert shape in said
+        audience = tmp_path / "audience.toml"  # the example's, with our names
+        audience.write_text((EXAMPLE / "audience.toml").read_text().replace("rl-example", name))
+        no_netem = [] if probe(["netem"])["netem"] else ["--delay", "0ms", "--jitter", "0ms", "--loss", "0%"]
+        r = ratelimit("--container", web, "--scenario", str(audience), *no_netem, env=env)
+        assert r.returncode == 0, r.stderr
+        assert f"docker container {web}" in r.stdout and f"{name}-client1 = 198.18.246." in r.stdout
+        assert f"{name}-client2 = 198.18.246." in r.stdout
+        assert "docker exec rl-example-client1 curl -sS -o /dev/null -w '%{time_total} s\\n' " \
+               "http://rl-example-web/10000.bin" in said
+        d = fetch(e, web, client)
+        applied = json.loads(ratelimit("--container", web, "--list", "--json", env=env).stdout)["applied"]
+        cohorts = {c["name"]: c for c in applied["cohorts"]}
+        assert {k: (c["profile"], c["named"]) for k, c in cohorts.items()} == {
+            "modem": ("modem-28k8", {f"{name}-client1": [e.address_on(f"{name}-client1", f"{name}-lan")]}),
+            "phone": ("3g", {f"{name}-client2": [e.address_on(f"{name}-client2", f"{name}-lan")]})}
+        assert applied["links"] == 4
+        expected = d.model_seconds(LinkModel.from_summary(applied, cohort="modem",
+                                                          delay_stage=probe(["netem"])["netem"]))
+        print(f"the compose example (docker-compose): {d.seconds:.3f} s, the model {expected:.3f} s "
+              f"({d.seconds / expected:.3f})")
+        assert 0.97 < d.seconds / expected < 1.03, (d.seconds, expected)
+        assert "ratelimit --container rl-example-web --clean" in said
+        r = ratelimit("--container", web, "--clean", env=env)
+        assert r.returncode == 0 and "eth0: removed what ratelimit installed" in r.stdout, r.stderr
+        step("docker-compose -f examples/compose/compose.yaml down -t 0", *compose, "down", "-t", "0")
+        assert not e("ps", "-aq", "--filter", f"name={name}").stdout.strip()
+        assert e("network", "ls", "-q", "--filter", f"name={name}-lan").stdout.strip() == ""
+    finally:
+        sh(*compose, "down", "-t", "0", check=False, env=env)
+        sh("docker", "network", "rm", f"{name}-lan", check=False)
+
+
+# ---------------------------------------------------------------- a daemon that is down
+
+
+def test_a_docker_daemon_that_is_down_is_one_line_and_changes_nothing(engines_up, tmp_path):
+    state = tmp_path / "state"
+    env = {**os.environ, "RATELIMIT_STATE_DIR": str(state)}
+    hint = ("start it (systemctl start docker; where no init system runs, dockerd: docs/lab.md, Container engines "
+            "without an init system), or set DOCKER_HOST to its socket\n")
+    pod = Engine("podman", engines_up)
+    pod.network()
+    try:
+        pod.run(f"{P}pweb", pod.image, "sleep", "600")
+
+        def router():
+            records = sorted(str(p) for p in state.rglob("*.json")) if state.exists() else []
+            return qdiscs(pod, f"{P}pweb"), run_dir(), records
+        before = router()
+        sh("sh", ENGINES_SH, "stop", timeout=60)
+        try:
+            down = "ratelimit: --container: docker is installed but its daemon does not answer (Cannot connect to " \
+                   "the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?); "
+            for argv in (["--profile", "modem-28k8"], ["--hosts", "container:x", "--rate", "1mbit"], ["--clean"],
+                         ["--list"]):
+                r = ratelimit("--container", f"{P}web", "--engine", "docker", *argv, env=env)
+                assert (r.returncode, r.stdout, r.stderr) == (3, "", down + hint), (argv, r.stderr)
+            r = ratelimit("--container", f"{P}web", "--profile", "modem-28k8", env=env)
+            assert r.returncode == 3 and r.stderr.startswith(
+                f"ratelimit: --container: no container '{P}web' in docker or podman (docker not asked: docker is "
+                f"installed but its daemon does not answer (Cannot connect") and r.stderr.count("\n") == 1, r.stderr
+            # Podman has no daemon: its containers are found while Docker's is down
+            r = ratelimit("--container", f"{P}pweb", "--list", env=env)
+            assert r.returncode == 0 and "nothing installed by ratelimit" in r.stdout, r.stderr
+        finally:
+            sh("sh", ENGINES_SH, "start", timeout=60)
+        # a socket that is not there: the same, with its address
+        gone = {**env, "DOCKER_HOST": f"unix:///run/{P}none.sock"}
+        r = ratelimit("--container", f"{P}web", "--engine", "docker", "--profile", "modem-28k8", env=gone)
+        assert (r.returncode, r.stdout) == (3, ""), r.stderr
+        assert r.stderr == down.replace("/var/run/docker.sock", f"/run/{P}none.sock") + hint
+        assert router() == before
+    finally:
+        pod.remove()
+
+
+# ---------------------------------------------------------------- IPv6
+
+
+@pytest.fixture
+def engine6(request, engines_up):
+    """The engine's network with IPv6 too (2001:db8::/32), removed after the test."""
+    e = Engine(request.param, engines_up, ipv6=True)
+    e.network()
+    try:
+        yield e
+    finally:
+        e.remove()
+
+
+@pytest.mark.parametrize("engine6,use", [("podman", "server"), ("docker", "user")], indirect=["engine6"])
+def test_a_v6_fetch_is_shaped_as_a_v4_one(engine6, use, ct_state):
+    """On a network with IPv4 and IPv6, a container's two addresses are two links of the
+    profile, and a fetch over each takes what the model gives for its packets."""
+    e = engine6
+    web4 = web_and_client(e, prefix=P)
+    web6, client4, client6 = e.address6(f"{P}web"), e.address(f"{P}client"), e.address6(f"{P}client")
+    assert web6.startswith("2001:db8:") and client6.startswith("2001:db8:"), (web6, client6)
+    for _ in range(50):  # the address is usable once duplicate address detection is over
+        if e("exec", f"{P}client", "curl", "-sg", "-o", "/dev/null", f"http://[{web6}]/", check=False).returncode == 0:
+            break
+        time.sleep(0.1)
+    before = qdiscs(e, f"{P}web", f"{P}client")
+    shaped = f"{P}web" if use == "server" else f"{P}client"
+    hosts = ["--hosts", f"container:{P}client"] if use == "server" else []
+    r = ratelimit("--container", shaped, *hosts, "--profile", "modem-28k8", *delay_args())
+    assert r.returncode == 0, r.stderr
+    try:
+        listed = json.loads(ratelimit("--container", shaped, "--list", "--json").stdout)
+        applied = listed["applied"]
+        assert listed["container"]["use"] == use and sorted(applied["hosts"]) == sorted([client4, client6])
+        assert applied["links"] == 4  # each address its own link, each way
+        v4 = model(applied)
+        for web, m in ((web4, v4), (f"[{web6}]", dataclasses.replace(v4, ipv6=True))):
+            d = fetch(e, web, f"{P}client")
+            assert (d.http_code, d.bytes) == (200, 10_000)
+            expected = d.model_seconds(m)
+            print(f"{e.name}, {use}, IPv{6 if m.ipv6 else 4}: {d.seconds:.3f} s, the model {expected:.3f} s "
+                  f"({d.seconds / expected:.3f})")
+            assert 0.97 < d.seconds / expected < 1.03, (web, d.seconds, expected)
+        rows = json.loads(ratelimit("--container", shaped, "--stats", "--json").stdout)["links"]
+        carried = {r["host"]: r["bytes"] for r in rows if r["direction"] == "dest"}
+        assert carried[client4] > 10_000 and carried[client6] > 10_000, carried
+    finally:
+        r = ratelimit("--container", shaped, "--clean")
+    assert r.returncode == 0, r.stderr
+    assert qdiscs(e, f"{P}web", f"{P}client") == before
+
+
+# ---------------------------------------------------------------- restarts, save and restore
+
+
+@pytest.mark.parametrize("engine", ["podman"], indirect=True)  # the same code with Docker: one engine's time
+def test_restarts_save_and_restore_follow_the_containers(engine, ct_state, tmp_path):
+    """A restarted server's links went with its namespace: --list says so and forgets the
+    record; ``save`` keeps both uses' links by container, ``restore`` puts them where the
+    containers are now (new namespace, new veth, addresses resolved again) and skips, with
+    a notice, a container that is not running."""
+    e = engine
+    web_and_client(e, prefix=P)
+    web, client = f"{P}web", f"{P}client"
+    before = qdiscs(e, web, client)
+
+    def listed(name):
+        r = ratelimit("--container", name, "--list", "--json")
+        assert r.returncode == 0, r.stderr
+        return [json.loads(line) for line in r.stdout.splitlines()], r.stderr
+    try:
+        assert ratelimit("--container", web, "--hosts", f"container:{client}", "--rate", "1mbit",
+                         "--mode", "shape").returncode == 0
+        e("restart", "-t", "0", web)
+        shown, said = listed(web)
+        assert said == (f"ratelimit: podman container '{web}': the links recorded on its eth0 went with its network "
+                        f"namespace (the container was restarted); record removed: apply again to put them back\n")
+        assert not any(d["applied"] for d in shown) and not list(ct_state.rglob("*.json"))
+        assert listed(web)[1] == ""  # said once
+        # save both uses, restart both containers, restore
+        for argv in ([web, "--hosts", f"container:{client}", "--rate", "1mbit"], [client, "--rate", "2mbit"]):
+            r = ratelimit("--container", *argv, "--mode", "shape")
+            assert r.returncode == 0, r.stderr
+        veth = listed(client)[0][0]["container"]["interface"]
+        saved = tmp_path / "links.json"
+        r = ratelimit("save", str(saved))
+        assert r.returncode == 0 and "saved 2 link configuration(s)" in r.stdout, r.stdout + r.stderr
+        assert sorted(link["container"][4] for link in json.loads(saved.read_text())["links"]) == ["server", "user"]
+        e("restart", "-t", "0", web, client)
+        r = ratelimit("restore", str(saved))
+        assert r.returncode == 0, r.stderr
+        server_now, user_now = listed(web)[0][0], listed(client)[0][0]
+        address = e.address(client)
+        assert server_now["applied"]["named"] == {client: [address]} and server_now["applied"]["hosts"] == [address]
+        assert user_now["container"]["use"] == "user" and user_now["applied"]["hosts"] == [address]
+        assert user_now["container"]["interface"] != veth  # the veth of this start, not the one saved
+        assert not Path(f"/sys/class/net/{veth}").exists()
+        # a container that is not running is skipped with a notice
+        e("stop", "-t", "0", client)
+        r = ratelimit("restore", str(saved))
+        assert r.returncode == 3, r.stderr
+        assert f"ratelimit: podman container '{client}' is not running (exited; start it first): its links are " \
+               f"left out (run this again once it runs)\n" in r.stderr
+        assert f"not restored (restore: cohort main: hosts: podman container '{client}' is not running" in r.stderr
+    finally:
+        e("start", client, check=False)  # a stopped user's IFB device goes with its record on its next run
+        for name in (web, client):
+            ratelimit("--container", name, "--clean")
+    def host(text):  # the veths are the restarts' own
+        return sorted(re.sub(r"dev veth\w+", "dev veth", line) for line in text.splitlines())
+    assert host(qdiscs(e, web, client)[0]) == host(before[0]) and not list(ct_state.rglob("*.json"))

@@ -1,0 +1,346 @@
+"""Several tx queues on the host kernel: a server, a router whose client-facing veth has two
+tx queues, and a client with several addresses (namespaces ``rlq-<pid>-<n>-...``, removed
+even when a test fails).  Traffic goes through the router (forwarded, as on a real one):
+each selected flow's packets land in its own link class, in the tree of its queue, both
+ways, IPv4 and IPv6, per port, per host and the default cohort's; what the plan does not
+select passes untouched; a rate changes in place; a download takes the link model's time;
+``--clean`` removes the mq root, the clsact qdiscs, the IFB device and the program.
+"""
+
+import io
+import itertools
+import json
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+from ipaddress import ip_address
+
+import pytest
+
+from ratelimit import cli, readout, service
+from ratelimit.kernel import bpf, netns
+from ratelimit.kernel.executor import Executor
+from ratelimit.layout import TREE_BASE, Layout
+from ratelimit.linkmodel import LinkModel
+from ratelimit.model import Cohort, LinkParams, Request
+from ratelimit.summary import summary
+from downloads import download, serve
+
+pytestmark = pytest.mark.netns
+
+SERVER4, SERVER6 = "198.19.1.2", "2001:db8:19::2"
+CLIENT4, CLIENT6 = ("198.18.1.2", "198.18.1.3", "198.18.1.4"), ("2001:db8:1::2", "2001:db8:1::3")
+SERVER_PORT = 443
+PROBES = 5  # datagrams per flow and direction
+_counter = itertools.count(1)
+
+
+def _sh(*argv):
+    subprocess.run(argv, check=True, capture_output=True, text=True)
+
+
+@pytest.fixture
+def routed(tmp_path, monkeypatch):
+    """(server, router, client) namespaces: server s0 -- wan (router) r0 -- c0 client, the
+    router's r0 with two tx queues; forwarding on; removed at the end."""
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    base = f"rlq-{os.getpid()}-{next(_counter)}"
+    names = [f"{base}-s", f"{base}-r", f"{base}-c"]
+    server, router, client = names
+    try:
+        for ns in names:
+            _sh("ip", "netns", "add", ns)
+            _sh("ip", "-n", ns, "link", "set", "lo", "up")
+            netns.set_sysctl(ns, "net.ipv6.conf.default.accept_dad", 0)  # link-local addresses usable at once
+        _sh("ip", "-n", server, "link", "add", "s0", "type", "veth", "peer", "name", "wan", "netns", router)
+        _sh("ip", "-n", router, "link", "add", "r0", "numtxqueues", "2", "numrxqueues", "2", "type", "veth",
+            "peer", "name", "c0", "netns", client, "numtxqueues", "2", "numrxqueues", "2")
+        for ns, dev, addrs in ((server, "s0", (f"{SERVER4}/24", f"{SERVER6}/64")),
+                               (router, "wan", ("198.19.1.1/24", "2001:db8:19::1/64")),
+                               (router, "r0", ("198.18.1.1/24", "2001:db8:1::1/64")),
+                               (client, "c0", tuple(f"{a}/24" for a in CLIENT4) + tuple(f"{a}/64" for a in CLIENT6))):
+            for a in addrs:
+                _sh("ip", "-n", ns, "addr", "add", a, "dev", dev, *(("nodad",) if ":" in a else ()))
+            _sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1", "up")  # a wire's packets
+        for ns, via4, via6 in ((server, "198.19.1.1", "2001:db8:19::1"), (client, "198.18.1.1", "2001:db8:1::1")):
+            _sh("ip", "-n", ns, "route", "add", "default", "via", via4)
+            _sh("ip", "-n", ns, "-6", "route", "add", "default", "via", via6)
+        for key in ("net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"):
+            netns.set_sysctl(router, key, 1)
+        for host in CLIENT4 + CLIENT6:  # every neighbour resolved: no probe waits in a neighbour queue
+            far = SERVER6 if ":" in host else SERVER4
+            _sh("ip", "netns", "exec", client, "ping", "-c", "1", "-W", "2", "-I", host, far)
+        yield server, router, client
+    finally:
+        netns.delete_namespaces(names)
+
+
+def _request(router, *cohorts, queues=2):
+    link = LinkParams(1_000_000)
+    return Request("r0", tuple(Cohort(name, tuple(ip_address(h) for h in hosts), ports, link, link, per=per,
+                                      others=others) for name, hosts, ports, per, others in cohorts),
+                   mode="shape", direction="both", netns=router, queues=queues)
+
+
+PORTS = ("ports", (CLIENT4[0], CLIENT6[0]), ((10000, 10599),), "port", False)  # 1,200 links: 5 groups
+HOSTS = ("hosts", (CLIENT4[1],), None, "host", False)
+OTHERS = ("rest", (), None, "shared", True)
+
+
+def _probe(server, client, host, port, server_port=SERVER_PORT):
+    """``PROBES`` datagrams each way between the server (port ``server_port``) and client
+    address ``host``, port ``port``, each end's socket open throughout (no ICMP
+    port-unreachable comes back)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    ends = []
+    try:
+        for ns, addr in ((server, (SERVER6 if family == socket.AF_INET6 else SERVER4, server_port)), (client, (host, port))):
+            s = netns.netns_socket(ns, family, socket.SOCK_DGRAM)
+            ends.append(s)
+            s.bind(addr)
+        for a, b in ((ends[0], ends[1]), (ends[1], ends[0])):
+            for _ in range(PROBES):
+                a.sendto(b"q" * 100, b.getsockname()[:2])
+        time.sleep(0.05)  # received before the sockets close
+    finally:
+        for s in ends:
+            s.close()
+
+
+def _settled(router):
+    """Counters once every link's queue is empty."""
+    for _ in range(100):
+        links = readout.statistics("r0", router)["links"]
+        if not any(r["backlog_pkts"] for r in links):
+            return links
+        time.sleep(0.05)
+    raise AssertionError("the links' queues did not drain")
+
+
+def _tree_classes(router, dev, tree: int) -> dict:
+    """{classid: packets} of one tree's HTB qdisc, as ``tc -s class show`` prints them (its
+    HTB classes have no JSON output)."""
+    out = subprocess.run(["tc", "-n", router, "-s", "class", "show", "dev", dev, "parent", f"{tree:x}:"],
+                         check=True, capture_output=True, text=True).stdout
+    found = re.findall(r"class htb ([0-9a-f]+):([0-9a-f]+) .*\n Sent \d+ bytes (\d+) pkt", out)
+    return {int(major, 16) << 16 | int(minor, 16): int(pkts) for major, minor, pkts in found
+            if int(major, 16) == tree}
+
+
+def test_each_flows_packets_land_in_its_link_in_its_queues_tree_both_ways(routed):
+    server, router, client = routed
+    plan = service.apply(_request(router, PORTS, HOSTS))
+    lay = Layout.of(plan.request)
+    flows = {(f.direction, str(f.host), f.port): f for f in plan.flows}
+    selected = [(CLIENT4[0], 10000), (CLIENT4[0], 10300), (CLIENT4[0], 10599), (CLIENT6[0], 10000),
+                (CLIENT6[0], 10450), (CLIENT4[1], 7)]
+    unselected = [(CLIENT4[0], 20000), (CLIENT4[2], 10000), (CLIENT6[1], 10000)]
+    for host, port in selected + unselected:
+        _probe(server, client, host, port)
+    links = {(r["direction"], r["host"], r["port"]): r for r in _settled(router)}
+    groups: dict = {}
+    for direction in ("dest", "source"):
+        for host, port in selected:
+            key = (direction, host, None if host == CLIENT4[1] else port)
+            assert links[key]["packets"] == PROBES, key
+            classid = flows[key].classid
+            link = next(i for i in range(lay.links) if lay.link_class(i) == classid)
+            group = lay.group_class(link)
+            groups[direction, group] = groups.get((direction, group), 0) + PROBES
+        assert sum(r["packets"] for r in links.values() if r["direction"] == direction) == PROBES * len(selected)
+    assert {g >> 16 for _, g in groups} == {TREE_BASE, TREE_BASE + 1}  # both queues' trees carry links
+    for dev, direction in (("r0", "dest"), ("rl-r0", "source")):
+        for tree in (TREE_BASE, TREE_BASE + 1):
+            seen = _tree_classes(router, dev, tree)
+            want = {g: n for (d, g), n in groups.items() if d == direction and g >> 16 == tree}
+            assert {g: seen[g] for g in want} == want, (dev, tree)
+            assert sum(n for c, n in seen.items() if c & 0xFFFF != 1) == sum(want.values())
+
+
+def test_the_default_cohort_takes_every_other_packet_and_clean_removes_it_all(routed):
+    server, router, client = routed
+    plan = service.apply(_request(router, PORTS, OTHERS))
+    with Executor(router) as ex:
+        programs = [ex.queue_program(dev) for dev in ("r0", "rl-r0")]
+    assert all(programs)
+    _probe(server, client, CLIENT4[2], 5000)
+    _probe(server, client, CLIENT6[1], 5000)
+    _probe(server, client, CLIENT4[0], 10001)
+    links = {(r["direction"], r["host"], r["port"]): r for r in _settled(router)}
+    for direction in ("dest", "source"):
+        assert links[direction, None, None]["packets"] >= 2 * PROBES  # and neighbour discovery, ICMPv6
+        assert links[direction, CLIENT4[0], 10001]["packets"] == PROBES
+    assert plan.request.queues == 2
+    assert service.clean("r0", router)
+    assert subprocess.run(["tc", "-n", router, "qdisc", "show", "dev", "r0"], capture_output=True,
+                          text=True).stdout.split()[:2] == ["qdisc", "noqueue"]
+    assert "clsact" not in subprocess.run(["tc", "-n", router, "qdisc", "show", "dev", "r0", "ingress"],
+                                          capture_output=True, text=True).stdout
+    assert subprocess.run(["ip", "-n", router, "link", "show", "rl-r0"], capture_output=True).returncode != 0
+    for prog in programs:  # freed with their filters (after an RCU grace period)
+        for _ in range(100):
+            try:
+                os.close(bpf.prog_fd(prog))
+            except OSError:
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError(f"program {prog} is still loaded")
+
+
+SIZE = 100_000
+
+
+def _timed(server, client, req, local_ports):
+    """Downloads of SIZE bytes at once on ``local_ports``, each against the link model."""
+    port = serve(netns.netns_socket(server, socket.AF_INET, socket.SOCK_STREAM), SERVER4, b"d" * SIZE,
+                 len(local_ports))
+    results: dict = {}
+    threads = [threading.Thread(target=download, args=(netns.netns_socket(client, socket.AF_INET, socket.SOCK_STREAM),
+                                                       (CLIENT4[0], lp), (SERVER4, port), results, lp))
+               for lp in local_ports]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    model = LinkModel.from_summary(summary(req), delay_stage=False)
+    expected = model.connect_seconds() + model.transfer_seconds(SIZE)
+    for lp in local_ports:
+        got, seconds = results[lp]
+        print(f"port {lp}: {SIZE} bytes in {seconds:.3f} s; the model {expected:.3f} s")
+        assert got == SIZE and 0.95 <= seconds / expected <= 1.05
+
+
+@pytest.mark.alone  # downloads timed from userspace against the link model, within 5%
+def test_links_in_both_queues_keep_the_link_model_and_change_rate_in_place(routed):
+    """Two connections whose links are in different queues' trees each take the model's
+    time at 400 kbit/s; after a change in place to 800 kbit/s (the program and its map
+    untouched), again.  Each link queues more than the download (as in test_shape_traffic)."""
+    server, router, client = routed
+    req = service.make_request("r0", netns=router, hosts=CLIENT4[0], ports="10000-10599", rate="400kbit",
+                               mode="shape", direction="dest", queue=f"{2 * SIZE}b", queues="2")
+    plan = service.apply(req)
+    lay = Layout.of(plan.request)
+    assert {lay.group_class(0) >> 16, lay.group_class(300) >> 16} == {TREE_BASE, TREE_BASE + 1}
+    with Executor(router) as ex:
+        program = ex.queue_program("r0")
+    _timed(server, client, req, (10000, 10300))
+    faster = service.make_request("r0", netns=router, hosts=CLIENT4[0], ports="10000-10599", rate="800kbit",
+                                  mode="shape", direction="dest", queue=f"{2 * SIZE}b", queues="2")
+    assert service.apply(faster).how == "in place"
+    with Executor(router) as ex:
+        assert ex.queue_program("r0") == program
+    _timed(server, client, faster, (10001, 10301))
+
+
+def test_a_bad_queue_count_is_one_line_and_leaves_the_router_as_it_was(routed):
+    _, router, _ = routed
+
+    def run(*argv):
+        out, err = io.StringIO(), io.StringIO()
+        code = cli.main(["--netns", router, "--if", "r0", "-h", CLIENT4[0], "-p", "10000-10009", "--mode", "shape",
+                         *argv], cli.Console(out, err))
+        return code, err.getvalue()
+
+    def picture():
+        return [subprocess.run(["tc", "-n", router, *what], capture_output=True, text=True).stdout
+                for what in (("qdisc", "show"), ("class", "show", "dev", "r0"), ("filter", "show", "dev", "r0"))]
+    before = picture()
+    code, err = run("--queues", "3")
+    assert code == 2 and err == ("ratelimit: --queues: 3 is more than r0 has tx queues (2); use --queues 2 or "
+                                 "auto, or give the device more (e.g. ip link add ... numtxqueues 3)\n")
+    code, err = run("--queues", "many")
+    assert code == 2 and err == "ratelimit: --queues: 'many' is not a whole number from 1 to 128\n"
+    assert picture() == before
+    assert run("--queues", "auto") == (0, "")
+    assert readout.applied("r0", router).queues == 2
+
+
+def _direct(router, dev) -> int:
+    """Packets the trees of ``dev`` let through unclassified (HTB's direct queue)."""
+    out = subprocess.run(["tc", "-n", router, "-s", "qdisc", "show", "dev", dev], check=True, capture_output=True,
+                         text=True).stdout
+    return sum(int(n) for major, n in re.findall(r"qdisc htb ([0-9a-f]+): parent 52:\S+ .*direct_packets_stat (\d+)",
+                                                  out))
+
+
+def test_a_grown_cohort_switches_make_before_break_and_no_packet_passes_unclassified(routed):
+    """Cohort a grows while packets of a and b flow both ways: a is built beside, the queue
+    program and its map switch in one step, b's groups stay where they are (their counters
+    carry on), and no packet of either flow goes through a tree unclassified meanwhile."""
+    server, router, client = routed
+    for ns, dev, peer_ns, peer_dev, addrs in ((router, "r0", client, "c0", CLIENT4),
+                                              (client, "c0", router, "r0", ("198.18.1.1",))):
+        mac = json.loads(subprocess.run(["ip", "-n", peer_ns, "-j", "link", "show", peer_dev], check=True,
+                                        capture_output=True, text=True).stdout)[0]["address"]
+        for a in addrs:  # no ARP through the trees during the test
+            _sh("ip", "-n", ns, "neigh", "replace", a, "lladdr", mac, "dev", dev, "nud", "permanent")
+    a = ("a", (CLIENT4[0],), ((10000, 10299),), "port", False)
+    b = ("b", (CLIENT4[0],), ((20000, 20255),), "port", False)
+    service.apply(_request(router, a, b))
+    with Executor(router) as ex:
+        programs = [ex.queue_program(dev) for dev in ("r0", "rl-r0")]
+    before = {(r["direction"], r["port"]): r["packets"] for r in _settled(router)}
+    stop = threading.Event()
+
+    def flow(port):
+        while not stop.is_set():
+            _probe(server, client, CLIENT4[0], port, server_port=port)
+    senders = [threading.Thread(target=flow, args=(port,)) for port in (10005, 20005)]
+    for t in senders:
+        t.start()
+    try:
+        time.sleep(0.3)
+        grown = ("a", (CLIENT4[0],), ((10000, 10599),), "port", False)
+        plan = service.apply(_request(router, grown, b))
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in senders:
+            t.join(10)
+    assert plan.how == "make-before-break"
+    with Executor(router) as ex:
+        assert all(ex.queue_program(dev) not in (None, old) for dev, old in zip(("r0", "rl-r0"), programs))
+    _probe(server, client, CLIENT4[0], 10500)  # a new link of a's
+    after = {(r["direction"], r["port"]): r["packets"] for r in _settled(router)}
+    for direction in ("dest", "source"):
+        assert after[direction, 20005] > before[direction, 20005]  # b's link: the same class, counting on
+        assert after[direction, 10500] == PROBES
+    assert _direct(router, "r0") == 0 and _direct(router, "rl-r0") == 0
+
+
+def test_a_switch_refused_half_way_puts_the_old_program_back(routed, monkeypatch):
+    """The IFB device refuses the new program after the interface's has taken over: the
+    apply rolls back -- the old map and program back on both devices first, then the new
+    groups removed -- and every flow is in its old link again."""
+    from ratelimit.errors import ApplyError
+    from ratelimit.kernel import executor
+    from ratelimit.kernel.transport import KernelError
+    from ratelimit.queuepin import QueueProgram
+    server, router, client = routed
+    a = ("a", (CLIENT4[0],), ((10000, 10299),), "port", False)
+    b = ("b", (CLIENT4[0],), ((20000, 20255),), "port", False)
+    old = service.apply(_request(router, a, b))
+    classes = _tree_classes(router, "r0", TREE_BASE) | _tree_classes(router, "r0", TREE_BASE + 1)
+    real, refused = executor._ALONE[QueueProgram], []
+
+    def flaky(ex, op):
+        if op.dev == "rl-r0" and not refused:
+            refused.append(op)
+            raise KernelError(1, "injected")
+        real(ex, op)
+    monkeypatch.setitem(executor._ALONE, QueueProgram, flaky)
+    grown = ("a", (CLIENT4[0],), ((10000, 10599),), "port", False)
+    with pytest.raises(ApplyError, match="back as it was"):
+        service.apply(_request(router, grown, b))
+    assert refused
+    assert readout.applied("r0", router) == old.request
+    assert (_tree_classes(router, "r0", TREE_BASE) | _tree_classes(router, "r0", TREE_BASE + 1)).keys() == \
+        classes.keys()
+    for port in (10005, 20005):
+        _probe(server, client, CLIENT4[0], port)
+    after = {(r["direction"], r["port"]): r["packets"] for r in _settled(router)}
+    assert all(after[d, p] == PROBES for d in ("dest", "source") for p in (10005, 20005))
