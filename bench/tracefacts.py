@@ -89,31 +89,32 @@ def sh(*argv, check=True, ns=None):
     return subprocess.run(argv, check=check, capture_output=True, text=True)
 
 
-def cleanup() -> None:
-    for name in NS.values():
+def cleanup(ns: dict = NS) -> None:
+    for name in ns.values():
         sh("ip", "netns", "del", name, check=False)
 
 
-def topology() -> None:
-    """Client -- router -- server, 198.18.70.0/24 on the client side, .71 on the server's."""
-    cleanup()
-    for name in NS.values():
+def topology(ns: dict = NS) -> None:
+    """Client -- router -- server (namespaces ``ns``: cli, rtr, srv), 198.18.70.0/24 on the
+    client side, .71 on the server's; the router's devices ``rltr-c`` and ``rltr-s``."""
+    cleanup(ns)
+    for name in ns.values():
         sh("ip", "netns", "add", name)
         sh("ip", "-n", name, "link", "set", "lo", "up")
-    sh("ip", "-n", NS["rtr"], "link", "add", "rltr-c", "type", "veth", "peer", "name", "rltr-c0", "netns", NS["cli"])
-    sh("ip", "-n", NS["rtr"], "link", "add", "rltr-s", "type", "veth", "peer", "name", "rltr-s0", "netns", NS["srv"])
-    for ns, dev, addr, gw in ((NS["cli"], "rltr-c0", "198.18.70.2/24", "198.18.70.1"),
-                              (NS["srv"], "rltr-s0", "198.18.71.2/24", "198.18.71.1")):
-        sh("ip", "-n", ns, "addr", "add", addr, "dev", dev)
-        sh("ip", "-n", ns, "link", "set", dev, "up")
-        sh("ip", "-n", ns, "route", "add", "default", "via", gw)
-    sh("ip", "-n", NS["rtr"], "addr", "add", "198.18.70.1/24", "dev", "rltr-c")
-    sh("ip", "-n", NS["rtr"], "addr", "add", "198.18.71.1/24", "dev", "rltr-s")
+    sh("ip", "-n", ns["rtr"], "link", "add", "rltr-c", "type", "veth", "peer", "name", "rltr-c0", "netns", ns["cli"])
+    sh("ip", "-n", ns["rtr"], "link", "add", "rltr-s", "type", "veth", "peer", "name", "rltr-s0", "netns", ns["srv"])
+    for name, dev, addr, gw in ((ns["cli"], "rltr-c0", "198.18.70.2/24", "198.18.70.1"),
+                                (ns["srv"], "rltr-s0", "198.18.71.2/24", "198.18.71.1")):
+        sh("ip", "-n", name, "addr", "add", addr, "dev", dev)
+        sh("ip", "-n", name, "link", "set", dev, "up")
+        sh("ip", "-n", name, "route", "add", "default", "via", gw)
+    sh("ip", "-n", ns["rtr"], "addr", "add", "198.18.70.1/24", "dev", "rltr-c")
+    sh("ip", "-n", ns["rtr"], "addr", "add", "198.18.71.1/24", "dev", "rltr-s")
     for dev in ("rltr-c", "rltr-s"):
-        sh("ip", "-n", NS["rtr"], "link", "set", dev, "up")
-    sh("sysctl", "-qw", "net.ipv4.ip_forward=1", ns=NS["rtr"])
+        sh("ip", "-n", ns["rtr"], "link", "set", dev, "up")
+    sh("sysctl", "-qw", "net.ipv4.ip_forward=1", ns=ns["rtr"])
     # one segment per packet through the router (the link meters packets as frames)
-    sh("ip", "-n", NS["srv"], "link", "set", "rltr-s0", "gso_max_segs", "1")
+    sh("ip", "-n", ns["srv"], "link", "set", "rltr-s0", "gso_max_segs", "1")
 
 
 def shaped_link(leaf: list[str]) -> list[list[str]]:

@@ -7,6 +7,9 @@ Package map (docs/design.md has one line per module):
   compile, u32tree, plan, diff                request -> plan of tc operations, pure; changes in place
   service, state, progress, cli               apply/clean/list/stats, their state and command line
   fingerprint, recovery, signals, persist     what ratelimit owns; rollback and repair; save/restore
+  tracefile, schedulefile, capacity, phases,  links that change over time: the inputs, the capacity,
+  tracespec, gate, steps, follow              each link's phase, a cohort's traces, the tbf gate,
+                                              each step's changes, the driver (ratelimit follow)
   kernel/   the executor (the only code that changes traffic control), netlink encoding and
             decoding, namespaces and devices through pyroute2, the kernel probe, the VM runner
   lab/      the namespace lab, its demo, the docroot server and the pytest fixtures

@@ -181,3 +181,24 @@ def step_rates_bps(capacity, step_ms: float, count: int, start_ms: float = 0.0) 
     if not step_ms > 0:
         raise ValueError(f"step {step_ms!r} ms is not positive")
     return [capacity.rate_bps(start_ms + k * step_ms, start_ms + (k + 1) * step_ms) for k in range(count)]
+
+
+def carried_by_ms(capacity, t0_ms: float, nbytes: float, most_ms: float = 24 * 3600 * 1000) -> float | None:
+    """The time (ms, in ``capacity``'s time) by which a window starting at ``t0_ms`` has
+    carried ``nbytes`` (``capacity.bytes``, to the millisecond); None if not within
+    ``most_ms``.  What a backlogged sender starting at ``t0_ms`` needs to move ``nbytes``."""
+    if nbytes <= 0:
+        return t0_ms
+    span = 1.0
+    while capacity.bytes(t0_ms, t0_ms + span) < nbytes:
+        span *= 2
+        if span > most_ms:
+            return None
+    lo, hi = span / 2 if span > 1 else 0.0, span
+    while hi - lo > 1:
+        mid = (lo + hi) / 2
+        if capacity.bytes(t0_ms, t0_ms + mid) >= nbytes:
+            hi = mid
+        else:
+            lo = mid
+    return t0_ms + hi

@@ -29,7 +29,7 @@ from .summary import describe, summary
 from .layout import oversubscribed
 
 EXIT_INTERNAL = 70
-SUBCOMMANDS = ("profiles", "save", "restore", "vm", "lab", "web")  # web: registered by the webui package
+SUBCOMMANDS = ("profiles", "save", "restore", "vm", "lab", "web", "follow")  # web: registered by the webui package
 PLUGIN_GROUP = "ratelimit.subcommands"
 ACTIONS = {"clean": "clean", "list": "list", "stats": "stats", "statistics": "stats"}
 
@@ -42,6 +42,7 @@ ratelimit [options]                      apply limits (needs --hosts and --ports
        ratelimit lab up|status|exec|apply|clean|down|demo ...  namespace lab
        ratelimit web [--listen ADDR:PORT] ...    live dashboard (ratelimit web --help)
        ratelimit vm [--memory 1G] -- COMMAND     run COMMAND in a full-kernel VM
+       ratelimit follow --interface IF [--netns NS] [--step 100ms]  the trace driver
 """
 
 
@@ -163,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "their (host, port) links) between profiles by share, e.g. modem-28k8:60%%,modem-56k:30%%,isdn-64k:10%%")
     g.add_argument("--link", help="link layer over the profile's: ethernet, ppp-vj (modem), ppp-sync-vj (ISDN) "
                                    "or atm (DSL)")
+    from .tracespec import add_options
+    add_options(g)
+    g.add_argument("--no-follow", action="store_true", help="with traces: do not start the trace driver (a "
+                   "supervisor runs 'ratelimit follow')")
     g.add_argument("--netns", help="network namespace the interface is in")
     g.add_argument("--container", metavar="NAME|ID", help="a Docker or Podman container: with --hosts (or a "
                    "scenario) it is the server and the links go on its own interface; without, it is one user "
@@ -297,7 +302,7 @@ def _run(args, action, con, target=None, named=()) -> int:
         bandwidth=args.bandwidth, mtu=args.mtu, avpkt=args.avpkt, mpu=args.mpu, queue=args.queue,
         per=per, link=args.link, mix=args.mix, servers=args.servers, server_ports=args.server_ports,
         queues=args.queues, scenario=asks,
-        **{name: getattr(args, name) for name in service.IMPAIRMENTS})
+        **{name: getattr(args, name) for name in service.IMPAIRMENTS}, **_traces(args))
     if target is not None or named:
         req = service.for_container(req, None if target is None else target.container,
                                     named if target is None else target.named)
@@ -314,15 +319,35 @@ def _run(args, action, con, target=None, named=()) -> int:
             from .names import shell_word
             con.out(f"# the container's namespace has this name only while ratelimit runs; first: "
                     f"ip netns attach {shell_word(target.netns)} {target.pid}")
+        for line in traced_lines(req):
+            con.out(f"# {line}")
         con.out(text.rstrip("\n"))
         return 0
     started = time.monotonic()
     plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo, notice=notice,
-                         on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"))
+                         on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"),
+                         follow=not args.no_follow)
     sent = f"{len(plan.ops)} operations" if plan.changed is None else \
         f"{_HOW[plan.how]} ({len(plan.changed)} operations)"
     con.out(f"{req.interface}: {describe(summary(req))}; {sent} in {time.monotonic() - started:.2f} s")
     return 0
+
+
+def _traces(args) -> dict:
+    """The trace options as ``service.make_request`` takes them."""
+    from .tracespec import KEYS
+    return {key: getattr(args, key) for key in KEYS}
+
+
+def traced_lines(req) -> list[str]:
+    """What a traced plan's links follow, for --dry-run: per traced cohort its traces and
+    phases, and that a driver sets the classes and gates the script builds."""
+    lines = []
+    for c in req.cohorts:
+        if c.trace is not None:
+            lines.append(f"cohort {c.name}: {c.trace.text()}; a driver ('ratelimit follow') changes its classes' "
+                         "rates and shuts and opens their tbf gates every step, from the apply on")
+    return lines
 
 
 def _as_json(data: dict, action: str) -> str:
@@ -382,13 +407,21 @@ def render_table(data: dict, counters: bool) -> str:
     if not applied:
         return f"{data['interface']}: nothing installed by ratelimit"
     head = f"{applied['interface']}: {describe(applied)}"
+    driver = data.get("driver")
+    if driver:
+        head += "\n" + (f"trace driver: following (pid {driver['pid']}, a step every {driver['step_ms']} ms, at step "
+                        f"{driver['step']}; {driver['shut']} of {driver['links']} traced links shut)"
+                        if driver["running"] else f"trace driver: NOT RUNNING: {driver['notice']}")
     cols = ["direction", "host", "port", "rate"]
     if counters:
         cols += ["bytes", "packets", "drops", "overlimits", "backlog"]
     rows = []
     for link in data["links"]:
-        row = [link["direction"], link["host"] or "others", "all" if link["port"] is None else str(link["port"]),
-               format_rate(link["rate_bps"]) if link["rate_bps"] else "unlimited"]
+        rate = format_rate(link["rate_bps"]) if link["rate_bps"] else "unlimited"
+        if link.get("trace"):
+            now = link.get("trace_bps")
+            rate = f"follows {link['trace']}" + ("" if now is None else f" (now {format_rate(now) if now else 'shut'})")
+        row = [link["direction"], link["host"] or "others", "all" if link["port"] is None else str(link["port"]), rate]
         if counters:
             row += [str(link["bytes"]), str(link["packets"]), str(link["drops"]), str(link["overlimits"]),
                     f"{link['backlog_bytes']}b/{link['backlog_pkts']}p"]
@@ -436,6 +469,31 @@ def _restore(argv, con) -> int:
     return persist.restore(args.file, force=args.force, say=con.out, warn=con.err)
 
 
+def _follow_parser() -> _Parser:
+    p = _subparser("follow", "The trace driver: keep the traced links of the interface's plan following their "
+                             "traces, step by step, until the plan is removed (docs/profiles.md, The driver). An "
+                             "apply starts it; run it by hand or from a supervisor after --no-follow or a crash.")
+    p.add_argument("--interface", "--if", required=True, help="the interface whose plan to follow")
+    p.add_argument("--netns", help="network namespace the interface is in")
+    p.add_argument("--step", default=None, metavar="TIME", help="time between changes (default 100ms; 10ms-10s)")
+    return p
+
+
+def _follow(argv, con) -> int:
+    from . import follow
+    from .names import check_target
+    from .units import parse_seconds
+    args = _parse_sub(_follow_parser(), argv, con)
+    if args is None:
+        return 0
+    interface, netns = check_target(args.interface, args.netns)
+    step_ms = follow.DEFAULT_STEP_MS if args.step is None else \
+        round(1000 * parse_seconds(args.step, "--step", follow.MIN_STEP_MS / 1000, follow.MAX_STEP_MS / 1000))
+    if os.geteuid() != 0:
+        raise PermissionDenied("follow: needs root (it changes traffic control)")
+    return follow.run(netns, interface, step_ms, say=con.err)
+
+
 def _vm(argv, con) -> int:
     from .kernel.vm import vm_main
     return vm_main(argv)
@@ -447,7 +505,8 @@ def _lab(argv, con) -> int:
 
 
 def _subcommand(name, argv, con) -> int:
-    own = {"profiles": _profiles, "save": _save, "restore": _restore, "vm": _vm, "lab": _lab}.get(name)
+    own = {"profiles": _profiles, "save": _save, "restore": _restore, "vm": _vm, "lab": _lab,
+           "follow": _follow}.get(name)
     if own is not None:
         return own(argv, con)
     return _registered(name)(argv)

@@ -49,6 +49,7 @@ import math
 import zlib
 from dataclasses import replace
 
+from . import gate
 from .errors import FieldError
 from .filters import Key, Police, U32Filter
 from .layout import (GENERATIONS, GROUP_LINKS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, Layout, carried,
@@ -192,16 +193,10 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
     a class and queue per link, and the tree that finds a flow's link class."""
     c, bw, at = span.cohort, req.bandwidth_bps, span.place
     params = _side(c, direction)
-    rate = carried(req, c, params)
+    traced = gate.traced(c, direction)
+    rate = carried(req, c, params) if traced is None else gate.first_rate_bps(c, traced)
     n = c.link_count()
-    # A link's own rate is a guarantee only while every link fits the bandwidth; beyond
-    # that each is guaranteed its share and borrows up to its rate, so the pool class
-    # holds them all to --bandwidth.
-    guaranteed = min(rate, max(8, bw // lay.links))
-    # with a netem stage, netem serializes the link exactly; a second shaper at the same
-    # rate would only add its timer's lateness, so the class may go up to the bandwidth
-    ceil = max(rate, bw) if params.needs_netem() else rate
-    burst = req.burst_bytes(params, rate, c)
+    guaranteed, ceil, burst = link_rates(req, lay, c, params, rate)
     mtu, mpu = req.line_mtu_bytes(c), c.mpu_bytes
     over, atm = lay.overhead(c)
     for g, first in enumerate(range(0, n, lay.group_links)):
@@ -217,7 +212,8 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
         for link in members:
             classid = qdisc | (LINK_MINOR_BASE + link - first)
             ops.append(HtbClass(dev, qdisc | 1, classid, guaranteed, ceil, burst, mtu, mpu, over, atm))
-            ops.append(_leaf(req, lay, c, params, rate, dev, classid, (at.leaf_base + link) << 16))
+            leaf = _leaf if traced is None else _gate
+            ops.append(leaf(req, lay, c, params, rate, dev, classid, (at.leaf_base + link) << 16))
         # the group's own trees: a flow's link class, which reports for it
         ports, wholes = lay.group_flows(span.first_link + first, span.first_link + members.stop)
         ids = table_ids(FIRST)  # a group's trees have its qdisc to themselves
@@ -239,6 +235,19 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
             links.append(Flow(direction, None, None, dev, OTHERS_FAMILY[4][0], 0, link_class, c.name))
 
 
+def link_rates(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int) -> tuple[int, int, int]:
+    """A link class's (rate, ceil, burst) for a link at ``rate`` (a traced link's driver
+    sets them step by step, ``gate``)."""
+    # A link's own rate is a guarantee only while every link fits the bandwidth; beyond
+    # that each is guaranteed its share and borrows up to its rate, so the pool class
+    # holds them all to --bandwidth.
+    guaranteed = min(rate, max(8, req.bandwidth_bps // lay.links))
+    # with a netem stage, netem serializes the link exactly; a second shaper at the same
+    # rate would only add its timer's lateness, so the class may go up to the bandwidth
+    ceil = max(rate, req.bandwidth_bps) if params.needs_netem() else rate
+    return guaranteed, ceil, req.burst_bytes(params, rate, c)
+
+
 def _leaf(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, dev: str, parent: int, handle: int):
     """A link's queue: a netem stage that also serializes (in order) at the link's rate,
     or a fifo when there is nothing for netem to do.  Both see a packet's length as the
@@ -253,10 +262,21 @@ def _leaf(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, d
                           over, *cells)
     if params.queue is not None and params.queue.unit == "pkts":
         return FifoQdisc(dev, parent, handle, "pfifo", params.queue.amount)
+    return FifoQdisc(dev, parent, handle, "bfifo", queue_limit_bytes(req, lay, c, params, rate))
+
+
+def _gate(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, dev: str, parent: int, handle: int):
+    """A traced link's queue: a token bucket, wide open, as its gate (``gate``), holding the
+    queue a byte fifo would."""
+    return gate.opened(dev, parent, handle, gate.burst_bytes(req, lay), queue_limit_bytes(req, lay, c, params, rate))
+
+
+def queue_limit_bytes(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int) -> int:
+    """A link's queue in bytes as the device's size table gives them (a byte fifo's limit)."""
     limit = req.queue_bytes(params, rate, c)
     if lay.overhead(c) != (0, False):
         limit = math.ceil(limit * req.line_mtu_bytes(lay.base) / req.line_mtu_bytes(c))
-    return FifoQdisc(dev, parent, handle, "bfifo", limit)
+    return limit
 
 
 def _pool_limit(req: Request, lay: Layout, direction: str) -> int:

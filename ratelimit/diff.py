@@ -28,7 +28,8 @@ from dataclasses import dataclass, replace
 
 from .layout import MAX_QUEUES, POOL_CLASS, POOL_NETEM, ROOT, TREE_BASE
 from .plan import (INGRESS_HANDLE, TC_H_ROOT, U32_ROOT_TABLE, AddIfb, Change, ClsactQdisc, DelClass, DelFilter, FifoQdisc,
-                   HtbClass, HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc, Plan, netem_groups, u32_handle)
+                   HtbClass, HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc, Plan, TbfQdisc, netem_groups,
+                   u32_handle)
 from .filters import U32Filter, U32Table
 from .queuepin import QueueEntry, QueueMap, QueueProgram
 
@@ -40,6 +41,7 @@ _FIXED = {
     HtbClass: ("dev", "parent", "classid"),
     NetemQdisc: ("dev", "parent", "handle"),
     FifoQdisc: ("dev", "parent", "handle", "kind"),
+    TbfQdisc: ("dev", "parent", "handle"),
     U32Filter: ("dev", "parent", "prio", "protocol", "ht", "bucket", "node", "keys", "hashkey", "link", "classid",
                 "redirect"),
 }
@@ -133,7 +135,7 @@ def _keys(ops) -> set:
         t = type(op)
         if t is HtbClass:
             out.add(("class", op.dev, op.classid))
-        elif t in (HtbQdisc, NetemQdisc, FifoQdisc):
+        elif t in (HtbQdisc, NetemQdisc, FifoQdisc, TbfQdisc):
             out.add(("qdisc", op.dev, op.handle))
         elif t is U32Table and _on_shared(op):
             out.add(("table", op.dev, op.parent, op.ht))

@@ -125,6 +125,7 @@ class Profile:
     link: LinkLayer = ETHERNET
     reference_bps: int | None = None  # payload rate a real device of this kind reached (bits/s)
     path: str = ""
+    trace: object = None  # a tracespec.TraceAsk: its links follow traces or a schedule (read when applied)
 
     def as_dict(self) -> dict:
         return {"name": self.name, "description": self.description, "source": self.source, "path": self.path,
@@ -170,6 +171,7 @@ class Cohort:
     # hosts given by name that resolve to addresses once, at apply (--hosts container:NAME):
     # ((name, (address, ...)), ...), kept for the record; the addresses are among ``hosts``
     named: tuple = ()
+    trace: object = None  # a tracespec.TraceSpec: the links' rates follow traces or a schedule
 
     def servers_for(self, family: int) -> tuple:
         """The server prefixes a host of ``family`` (4 or 6) talks to: (None,) for any."""

@@ -44,7 +44,10 @@ def parse_phase(value, field: str = "phase") -> Phase:
         return Phase(value.strip().lower())
     if isinstance(value, str) and value.strip().startswith("-"):
         raise FieldError(field, f"'{value}'", allowed)
-    us = parse_time_us(value, field)
+    try:
+        us = parse_time_us(value, field)
+    except FieldError:
+        raise FieldError(field, f"'{value}'", allowed) from None
     if us % 1000:
         raise FieldError(field, f"'{value}'", allowed)
     return Phase(FIXED, us // 1000)

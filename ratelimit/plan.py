@@ -371,11 +371,31 @@ class FifoQdisc(_Tc):
 
 
 @dataclass(frozen=True)
+class TbfQdisc(_Tc):
+    """A token bucket as a traced link's leaf (``gate``): wide open it passes what the HTB
+    class above sends, shut (a few bit/s) it holds the link's packets in its own byte
+    queue of ``limit_bytes`` (tbf's bfifo) like a tunnel.  ``burst_bytes`` must hold the
+    largest frame: tbf drops a larger packet on arrival."""
+
+    dev: str
+    parent: int
+    handle: int
+    rate_bps: int
+    burst_bytes: int
+    limit_bytes: int
+    features = frozenset({"tbf"})
+
+    def tc(self) -> str:
+        return (f"qdisc add dev {batch_word(self.dev)} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
+                f" tbf rate {format_rate(self.rate_bps)} burst {self.burst_bytes}b limit {self.limit_bytes}")
+
+
+@dataclass(frozen=True)
 class Change(_Tc):
     """Set an existing class, leaf qdisc or u32 filter to ``op``'s parameters in place
     (``tc ... change``): its queue, its place in the tree and its classification stay."""
 
-    op: object  # an HtbClass, NetemQdisc, FifoQdisc or filters.U32Filter
+    op: object  # an HtbClass, NetemQdisc, FifoQdisc, TbfQdisc or filters.U32Filter
 
     @property
     def features(self) -> frozenset:

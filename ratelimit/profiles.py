@@ -11,7 +11,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from . import linklayer
+from . import linklayer, tracespec
 from .errors import FieldError, NotFoundError, UsageError
 from .model import LinkParams, Profile
 from .units import parse_burst, parse_percent, parse_queue, parse_rate_bps, parse_time_us
@@ -37,7 +37,7 @@ SIDE_FIELDS = {
     "queue": ("queue", parse_queue),
     "burst": ("burst", parse_burst),
 }
-_TOP_FIELDS = {"description", "source", "down", "up", "link", "reference_rate"}
+_TOP_FIELDS = {"description", "source", "down", "up", "link", "reference_rate", *tracespec.PROFILE_KEYS}
 _LINK_FIELDS = {"layer", "overhead"}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
 
@@ -86,7 +86,8 @@ def parse_file(path: Path) -> Profile:
     unknown = set(data) - _TOP_FIELDS
     if unknown:
         raise FieldError(f"profile {where}", f"'{sorted(unknown)[0]}'",
-                         "is not a field (allowed: description, source, reference_rate, [link], [down], [up])")
+                         "is not a field (allowed: description, source, reference_rate, "
+                         f"{', '.join(tracespec.PROFILE_KEYS)}, [link], [down], [up])")
     sides = {}
     for side in ("down", "up"):
         table = data.get(side, {})
@@ -108,7 +109,8 @@ def parse_file(path: Path) -> Profile:
                    source=data.get("source", ""), down=sides["down"], up=sides["up"],
                    link=_link(data.get("link", {}), where),
                    reference_bps=None if reference is None else parse_rate_bps(reference, f"profile {where}: reference_rate"),
-                   path=where)
+                   path=where,
+                   trace=tracespec.ask(data, tracespec.PROFILE_KEYS, str(Path(path).parent), f"profile {where}: "))
 
 
 def _link(table, where: str) -> linklayer.LinkLayer:

@@ -9,7 +9,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from . import recovery, state
+from . import follow, recovery, state
 from .compile import compiled, link_flows
 from .errors import NotFoundError, StateError
 from .installed import check_interface, executor, find_installed
@@ -60,6 +60,7 @@ class LinkTable:
     rate_bps: tuple
     cohorts: tuple  # each link's (cohort, profile)
     flows: object  # kernel.counters.FlowTable
+    traces: tuple = ()  # each link's trace or schedule (its file's name), None for a static rate
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -76,8 +77,12 @@ def link_table(req: Request) -> LinkTable:
     cohort = {c.name: c for c in req.cohorts}
     rates = {(c.name, "dest"): c.down.rate_bps for c in req.cohorts} | \
         {(c.name, "source"): c.up.rate_bps for c in req.cohorts}
-    return LinkTable(summary(req), keys, tuple(rates[f.cohort, f.direction] for f in plan.flows),
-                     tuple((f.cohort, cohort[f.cohort].profile) for f in plan.flows), FlowTable.of(plan))
+    traces = {(c.name, d): None if c.trace is None or c.trace.source(d) is None else c.trace.source(d).name
+              for c in req.cohorts for d in ("dest", "source")}
+    return LinkTable(summary(req), keys,
+                     tuple(None if traces[f.cohort, f.direction] else rates[f.cohort, f.direction] for f in plan.flows),
+                     tuple((f.cohort, cohort[f.cohort].profile) for f in plan.flows), FlowTable.of(plan),
+                     tuple(traces[f.cohort, f.direction] for f in plan.flows))
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,8 @@ def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
                 "rate_bps": (), "cohorts": (), "counters": {}}
     cols = ex.counters(table.flows)
     return {"interface": interface, "netns": netns, "time": time.time(), "applied": copy.deepcopy(table.summary),
-            "keys": table.keys, "rate_bps": table.rate_bps, "cohorts": table.cohorts, "counters": cols}
+            "keys": table.keys, "rate_bps": table.rate_bps, "cohorts": table.cohorts, "counters": cols,
+            "traces": table.traces, "driver": follow.report(req, netns, interface)}
 
 
 def counters(interface: str, netns: str | None = None, notice=None) -> dict:
@@ -103,7 +109,8 @@ def counters(interface: str, netns: str | None = None, notice=None) -> dict:
         {"interface", "netns", "time", "applied": summary() or None,
          "keys": ((direction, host, port or None, dev), ...), "rate_bps": (configured rate, ...),
          "cohorts": ((cohort, profile), ...),
-         "counters": {"bytes": array, "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"}}
+         "counters": {"bytes": array, "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"},
+         "driver": follow.report() of a traced plan's driver, else None}
 
     ``keys`` and ``rate_bps`` are the same objects while the configuration stays.  The
     record is checked against the kernel first (root and ingress qdiscs), and a run killed
@@ -151,8 +158,27 @@ def statistics(interface: str, netns: str | None = None, notice=None) -> dict:
     data = counters(interface, netns, notice)
     cols = data.pop("counters")
     keys, rates, cohorts = data.pop("keys"), data.pop("rate_bps"), data.pop("cohorts")
+    traces = data.pop("traces", None) or (None,) * len(keys)
     names = tuple(cols)
     data["links"] = [{"direction": d, "host": h, "port": p, "dev": dev, **dict(zip(names, values)), "rate_bps": r,
-                      "cohort": cohort, "profile": profile}
-                     for (d, h, p, dev), r, (cohort, profile), *values in zip(keys, rates, cohorts, *cols.values())]
+                      "cohort": cohort, "profile": profile, **({"trace": trace} if trace else {})}
+                     for (d, h, p, dev), r, (cohort, profile), trace, *values
+                     in zip(keys, rates, cohorts, traces, *cols.values())]
+    if data.get("driver"):
+        _trace_now(data, interface, netns)
     return data
+
+
+def _trace_now(data: dict, interface: str, netns) -> None:
+    """Each traced link's ``trace_bps``: its class rate for the step of the clock now, as the
+    trace gives it (the driver's step length), for ``--stats`` beside its counters."""
+    from .steps import now_bps
+    try:
+        req = state.load(netns, interface).request
+        now = now_bps(req, data["time"] * 1000, data["driver"]["step_ms"] or follow.DEFAULT_STEP_MS)
+    except (StateError, AttributeError) as err:
+        data["driver"]["trace_now_error"] = str(err)
+        return
+    for row in data["links"]:
+        if row.get("trace"):
+            row["trace_bps"] = now.get((row["direction"], row["host"], row["port"]))

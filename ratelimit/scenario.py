@@ -39,6 +39,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import tracespec
 from .errors import FieldError, UsageError
 from .model import GRANULARITIES
 from .profiles import SHIPPED as SHIPPED_PROFILES
@@ -46,7 +47,7 @@ from .profiles import SIDE_FIELDS, check_name
 from .units import decimal
 
 COHORT_KEYS = {"description", "source", "hosts", "ports", "servers", "server_ports", "per", "profile", "link",
-               "mpu"} | set(SIDE_FIELDS)
+               "mpu"} | set(SIDE_FIELDS) | set(tracespec.KEYS)
 TOP_KEYS = {"description", "source", "cohort", "default"}
 NOT_DEFAULT_KEYS = {"hosts", "ports", "servers", "server_ports", "per"}  # the default cohort takes what no cohort selects, as one link
 MAX_BYTES = 1 << 20  # a scenario file or API text larger than this is refused unread
@@ -69,6 +70,7 @@ class Ask:
     servers: object = None  # text or list of texts: the far side's addresses or prefixes (None: any)
     others: bool = False  # the default cohort: every flow no other cohort selects, one link
     server_ports: object = None  # text: the far side's port ranges (None: any)
+    trace: object = None  # a tracespec.TraceAsk: traces or a schedule over the profile's
     named: tuple = ()  # ((container name, (address, ...)), ...): hosts given as container:NAME, for the record
 
 
@@ -102,11 +104,12 @@ def load(path: str) -> list[Ask]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise FieldError("--scenario", f"'{path}'", "is not UTF-8 text") from None
-    return parse(text, f"scenario {path}")
+    return parse(text, f"scenario {path}", str(p.parent))
 
 
-def parse(text, where: str = "scenario") -> list[Ask]:
-    """The cohorts of a scenario's TOML ``text``; ``where`` starts every error."""
+def parse(text, where: str = "scenario", base: str = "") -> list[Ask]:
+    """The cohorts of a scenario's TOML ``text``; ``where`` starts every error; a trace's
+    relative path starts from ``base`` (the file's directory)."""
     if not isinstance(text, str):
         raise FieldError(where, type(text).__name__, "is not text (a scenario is TOML text)")
     if len(text.encode("utf-8", "replace")) > MAX_BYTES:
@@ -124,16 +127,16 @@ def parse(text, where: str = "scenario") -> list[Ask]:
     tables = data.get("cohort")
     if not isinstance(tables, dict) or not tables:
         raise UsageError(f"{where}: no cohorts (each is a table [cohort.NAME] with hosts and a profile)")
-    asks = [_ask(name, body, f"{where}: [cohort.{name}]") for name, body in tables.items()]
+    asks = [_ask(name, body, f"{where}: [cohort.{name}]", base=base) for name, body in tables.items()]
     if "default" in data:
-        asks.append(_ask(DEFAULT_COHORT, data["default"], f"{where}: [default]", default=True))
+        asks.append(_ask(DEFAULT_COHORT, data["default"], f"{where}: [default]", default=True, base=base))
     return asks
 
 
 DEFAULT_COHORT = "default"
 
 
-def _ask(name: str, body, where: str, default: bool = False) -> Ask:
+def _ask(name: str, body, where: str, default: bool = False, base: str = "") -> Ask:
     if not isinstance(body, dict):
         raise FieldError(where, type(body).__name__, "is not a table (hosts = ..., profile = ...)")
     allowed = COHORT_KEYS - NOT_DEFAULT_KEYS if default else COHORT_KEYS
@@ -156,8 +159,8 @@ def _ask(name: str, body, where: str, default: bool = False) -> Ask:
     ports = body.get("ports", "all")
     if not isinstance(ports, (str, int)) or isinstance(ports, bool):
         raise FieldError(f"{where} ports", ports, "is not text (ranges like 1024-2047, or all)")
-    if "profile" not in body and "rate" not in body:
-        raise UsageError(f"{where}: needs a profile or a rate")
+    if "profile" not in body and "rate" not in body and not any(k in body for k in tracespec.SOURCES):
+        raise UsageError(f"{where}: needs a profile, a rate, or traces")
     profile = check_name(body["profile"], f"{where} profile") if "profile" in body else None
     per = body.get("per", "host")
     if per not in GRANULARITIES:
@@ -173,7 +176,8 @@ def _ask(name: str, body, where: str, default: bool = False) -> Ask:
     if server_ports is not None and (not isinstance(server_ports, (str, int)) or isinstance(server_ports, bool)):
         raise FieldError(f"{where} server_ports", server_ports, "is not text (ranges like 80,443 or 8000-8099)")
     return Ask(name, where, () if default else hosts, _ports(ports), per, profile, body.get("link"),
-               body.get("mpu"), options, servers, default, None if server_ports is None else str(server_ports))
+               body.get("mpu"), options, servers, default, None if server_ports is None else str(server_ports),
+               tracespec.ask(body, tracespec.KEYS, base, f"{where} "))
 
 
 def _ports(value):

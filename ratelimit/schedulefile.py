@@ -100,14 +100,22 @@ def load(path, field: str = "schedule") -> Schedule:
     """The schedule in the file ``path`` (profiles by name from the profile search path);
     ``field`` starts every error."""
     where = f"{field} {path}"
-    raw = userfile.read(path, MAX_BYTES, where, "a schedule file (TOML text)")
+    return from_bytes(userfile.read(path, MAX_BYTES, where, WHAT), where, str(path))
+
+
+WHAT = "a schedule file (TOML text)"
+
+
+def from_bytes(raw: bytes, where: str, path: str = "") -> Schedule:
+    """The schedule in a file's bytes ``raw`` (at most ``MAX_BYTES + 1`` of them, as
+    ``userfile.read`` gives them); ``where`` starts every error."""
     if len(raw) > MAX_BYTES:
         raise UsageError(f"{where}: is more than {MAX_BYTES:,} bytes, the most it may hold")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UsageError(f"{where}: is not UTF-8 text (byte {e.start + 1} is not)") from None
-    return parse(text, where, str(path))
+    return parse(text, where, path)
 
 
 def parse(text: str, where: str = "schedule", path: str = "", profile=profiles.load) -> Schedule:

@@ -12,8 +12,9 @@ recorded (``fingerprint``).
 
 import dataclasses
 import os
+import time
 
-from . import diff, layout, linklayer, profiles, recovery, state
+from . import diff, layout, linklayer, profiles, recovery, state, tracespec
 from . import scenario as scenarios
 from .compile import compile_plan, compiled, ifb_name
 from .validate import check
@@ -37,7 +38,9 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
                  mode: str | None = None, direction: str = "both", rate=None, burst=None,
                  bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=None, queue=None, per: str = "port",
                  link: str | None = None, scenario=None, mix=None, servers=None, server_ports=None, queues=1,
-                 device_queues: int | None = None, **impairments) -> Request:
+                 device_queues: int | None = None,
+                 trace_down=None, trace_up=None, schedule=None, trace_scale=None, phase=None, phase_seed=None,
+                 **impairments) -> Request:
     """Validate what a person typed and return the request (resolves host names).
 
     ``mode`` None: shape with a profile (the links it describes queue), police without
@@ -52,7 +55,10 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
     police mode or with cohorts that select servers).
     ``scenario`` (a list of ``scenario.Ask``) or ``mix`` (``--mix`` text, over ``hosts``)
     make a request of several cohorts; the link options given here then apply to every
-    cohort, over its own."""
+    cohort, over its own.  ``trace_down``/``trace_up`` (mahimahi trace files) or ``schedule``
+    (a schedule file), with ``trace_scale``, ``phase`` and ``phase_seed``, make every
+    cohort's links follow them, over a profile's or a cohort's own (``tracespec``; shape
+    mode by default)."""
     interface, netns = check_target(interface, netns)
     if direction not in _DIRECTION_WORDS:
         raise FieldError("--direction", direction, "is not a direction (source, dest[ination], both)")
@@ -72,6 +78,8 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
                   mtu_bytes=parse_size_bytes(mtu, "--mtu"), avpkt_bytes=parse_size_bytes(avpkt, "--avpkt"))
     if scenario is not None and mix is not None:
         raise UsageError("--scenario and --mix: give one of them")
+    traces = tracespec.ask(dict(trace_down=trace_down, trace_up=trace_up, schedule=schedule, trace_scale=trace_scale,
+                                phase=phase, phase_seed=phase_seed), tracespec.KEYS)
     if scenario is not None or mix is not None:
         if profile is not None:
             raise UsageError("--profile: a scenario or a mix names each cohort's profile")
@@ -82,15 +90,15 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
             [dataclasses.replace(a, servers=servers, server_ports=server_ports) for a in
              scenarios.mix(mix, parse_hosts(hosts), None if _all_ports(ports) else parse_ports(ports), per)]
         mode = mode or "shape"
-        cohorts = tuple(_cohort(a, mode, overrides, burst, link, mpu) for a in asks)
+        cohorts = tuple(_cohort(a, mode, overrides, burst, link, mpu, traces) for a in asks)
         req = Request(interface, cohorts, mode=mode, **device)
     else:
         if per == "port" and ports is not None and _all_ports(ports):
             raise UsageError("--ports: all (every packet of a host) needs --per host or shared")
         ask = scenarios.Ask(MAIN_COHORT, "", hosts, None if _all_ports(ports) and per != "port" else ports, per,
                             profile, servers=servers, server_ports=server_ports)
-        mode = mode or ("shape" if profile else "police")
-        req = Request(interface, (_cohort(ask, mode, overrides, burst, link, mpu),), mode=mode, **device)
+        mode = mode or ("shape" if profile or traces else "police")
+        req = Request(interface, (_cohort(ask, mode, overrides, burst, link, mpu, traces),), mode=mode, **device)
     req = dataclasses.replace(req, queues=_queues(queues, req, device_queues))
     check(req)  # every remaining check, before anything touches the router (apply compiles it)
     return req
@@ -137,8 +145,9 @@ def _all_ports(ports) -> bool:
     return ports is None or str(ports).strip().lower() == "all"
 
 
-def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
-    """One cohort: its profile, its own options over it, then the command line's over both."""
+def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None) -> Cohort:
+    """One cohort: its profile, its own options over it, then the command line's over both
+    (``traces``: the command line's ``tracespec.TraceAsk``)."""
     at = f"{ask.where} " if ask.where else ""
 
     def named(key: str) -> str:  # the field's name in errors: --key on the command line
@@ -174,9 +183,10 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu) -> Cohort:
     servers = None if ask.servers is None else parse_servers(ask.servers, named("servers"))
     server_ports = None if ask.server_ports is None else parse_ports(ask.server_ports, named("server-ports"))
     hosts = ask.hosts if isinstance(ask.hosts, tuple) else parse_hosts(ask.hosts, named("hosts"))
+    trace = tracespec.resolve((prof.trace if prof else None, ask.trace, traces))
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
                   ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
-                  server_ports=server_ports, named=ask.named)
+                  server_ports=server_ports, named=ask.named, trace=trace)
 
 
 def _require_root() -> None:
@@ -186,7 +196,7 @@ def _require_root() -> None:
 
 def _check_kernel(plan) -> None:
     from .kernel.probe import missing_message, probe
-    risky = sorted(plan.features() & {"netem", "police", "ifb", "mirred", "clsact", "bpf"})
+    risky = sorted(plan.features() & {"netem", "police", "ifb", "mirred", "clsact", "bpf", "tbf"})
     if not risky:
         return
     have = probe(risky)
@@ -213,7 +223,7 @@ def _refuse_foreign(plan, foreign: dict, installed: Installed) -> None:
 
 
 def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wait=None, lock_timeout=None,
-          notice=None):
+          notice=None, follow: bool = True):
     """Install ``req``; returns the plan installed (``how``: "built", "in place" or
     "make-before-break", with ``changed`` the operations sent for the last two; its
     ``request.generation`` may differ from ``req``'s: see ``_over``).  The interface ends
@@ -222,7 +232,9 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     ``lock_timeout``: seconds to wait for another run on the interface (default: as long as
     it takes).  ``notice(message)`` hears about links whose rates add up to more than
     ``--bandwidth``, repairs of a killed run, and devices that merge received frames,
-    which the links would meter as one (default: stderr)."""
+    which the links would meter as one (default: stderr).  A plan with traces records when
+    they start (``tracespec.stamped``) and, with ``follow``, has its driver started unless
+    one runs (``follow.start``)."""
     plan = compile_plan(req)
     _require_root()
     warning = layout.oversubscribed(req)
@@ -233,6 +245,7 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
         _check_queues(ex, req)
         recovery.repair(ex, req.netns, req.interface, notice)
         installed = find_installed(ex, req.netns, req.interface, force=force)
+        plan = dataclasses.replace(plan, request=tracespec.stamped(req, installed.request, int(time.time() * 1000)))
         foreign = installed.foreign(req.interface)
         if not force:
             _refuse_foreign(plan, foreign, installed)
@@ -255,6 +268,10 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     if merging:
         from .kernel.offload import advice
         (notice or recovery.notice_to_stderr)(advice(merging))
+    if follow:
+        from . import follow as driver
+        if driver.traced(plan.request):
+            driver.start(req.netns, req.interface)
     if changes is not None:
         return dataclasses.replace(plan, changed=changes, how="in place")
     if switch is not None:
@@ -368,6 +385,14 @@ def clean(interface: str, netns: str | None = None, *, force: bool = False, echo
             if echo:
                 echo(op.lines()[0])
         recovery.remove(ex, netns, interface, teardown, old=installed.plan, forced=force)
+        _stop_driver(netns, interface)
         return True
+
+
+def _stop_driver(netns, interface) -> None:
+    """The interface's trace driver stops with the plan it follows (it would on its next
+    step, finding no record; this makes it so before clean returns)."""
+    from . import follow
+    follow.stop(netns, interface)
 
 

@@ -24,7 +24,7 @@ from dataclasses import asdict, astuple, dataclass, fields
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
-from . import linklayer
+from . import linklayer, tracespec
 from .errors import ConflictError, StateError
 from .layout import Place
 from .model import MAIN_COHORT, Burst, Cohort, LinkParams, Request
@@ -72,7 +72,8 @@ def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:
         servers=None if data.get("servers") is None else tuple(ip_network(s) for s in data["servers"]),
         others=bool(data.get("others", False)),
         server_ports=None if data.get("server_ports") is None else tuple(tuple(p) for p in data["server_ports"]),
-        named=tuple((str(n), tuple(str(a) for a in addrs)) for n, addrs in data.get("named") or ()))
+        named=tuple((str(n), tuple(str(a) for a in addrs)) for n, addrs in data.get("named") or ()),
+        trace=tracespec.from_json(data.get("trace")))
 
 
 def from_json(data: dict) -> Request:

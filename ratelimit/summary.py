@@ -47,7 +47,18 @@ def _cohort(req: Request, c: Cohort, directions: int) -> dict:
             "servers": None if c.servers is None else [str(s) for s in c.servers],
             "server_ports": None if c.server_ports is None else format_ports(c.server_ports),
             "flows": c.flow_count() * directions, "links": c.link_count() * directions,
-            "down": side(c.down), "up": side(c.up), **({"named": {n: list(a) for n, a in c.named}} if c.named else {})}
+            "down": side(c.down), "up": side(c.up), **({"named": {n: list(a) for n, a in c.named}} if c.named else {}),
+            **({"trace": _trace(c.trace)} if c.trace is not None else {})}
+
+
+def _trace(spec) -> dict:
+    """A traced cohort's traces, as data: per side the file it follows (kind, name, path,
+    period, mean), the scale, the phases and the start."""
+    def source(s):
+        return None if s is None else {"kind": s.kind, "name": s.name, "path": s.path, "period_ms": s.period_ms,
+                                       "mean_bps": s.mean_bps}
+    return {"down": source(spec.down), "up": source(spec.up), "scale": spec.scale, "phase": spec.phase.text(),
+            "seed": spec.seed, "started_ms": spec.started_ms, "text": spec.text()}
 
 
 def describe(applied: dict) -> str:
@@ -78,6 +89,10 @@ def _single(applied: dict) -> str:
     for name, used in (("down", ("dest", "both")), ("up", ("source", "both"))):
         p = applied[name]
         if applied["direction"] not in used:
+            continue
+        traced = (applied.get("trace") or {}).get(name)
+        if traced:
+            sides.append(f"{name} follows {traced['kind']} {traced['name']}")
             continue
         text = f"{name} {format_rate(p['rate_bps']) if p.get('rate_bps') else 'unlimited'}"
         if p.get("delay_us"):

@@ -12,6 +12,7 @@ from .layout import (GENERATIONS, GROUP_LINKS, MAX_FLOWS, MAX_POLICED_HOSTS, MAX
                      max_shape_links)
 from .model import DIRECTIONS, GRANULARITIES, MODES, Cohort, Request, min_police_burst
 from .names import check_target
+from .tracespec import check as check_trace
 
 
 def check(req: Request, *, group_links: int = GROUP_LINKS) -> Layout:
@@ -137,6 +138,8 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
             fail("--ports", f"{lo}-{hi}", "is a reversed range (low-high)")
     if not 0 <= c.mpu_bytes <= 65535:
         fail("--mpu", c.mpu_bytes, "is out of range (0-65535)")
+    if c.trace is not None:
+        check_trace(c.trace, req.mode, c.down.needs_netem(), c.up.needs_netem(), where)
     for side, params in (("down", c.down), ("up", c.up)):
         if params.reorder_pct and not params.delay_us:
             raise UsageError(f"{where}--reorder: {params.reorder_pct:g}% needs a delay ({side}link delay is 0)")

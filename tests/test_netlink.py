@@ -31,7 +31,7 @@ from ratelimit.kernel.executor import Executor, StepFailed, shorten
 from ratelimit.kernel.encode import Encoder
 from ratelimit.kernel.rates import Clock, percent
 from ratelimit import linklayer
-from ratelimit.plan import AddIfb, Change, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc, Plan
+from ratelimit.plan import AddIfb, Change, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc, Plan, TbfQdisc
 from ratelimit.script import script, tc_batch
 from ratelimit.filters import Key, Police, U32Filter, U32Table
 
@@ -397,8 +397,9 @@ def test_every_message_is_byte_for_byte_what_tc_sends(router_pair):
 
 
 ENCODER = {"HtbQdisc": "htb_qdisc", "IngressQdisc": "ingress_qdisc", "HtbClass": "htb_class",
-           "NetemQdisc": "netem_qdisc", "FifoQdisc": "fifo_qdisc", "U32Table": "u32_table", "U32Filter": "u32_filter",
-           "Change": "change", "MqQdisc": "mq_qdisc", "ClsactQdisc": "clsact_qdisc", "DelQdisc": "del_qdisc"}
+           "NetemQdisc": "netem_qdisc", "FifoQdisc": "fifo_qdisc", "TbfQdisc": "tbf_qdisc", "U32Table": "u32_table",
+           "U32Filter": "u32_filter", "Change": "change", "MqQdisc": "mq_qdisc", "ClsactQdisc": "clsact_qdisc",
+           "DelQdisc": "del_qdisc"}
 
 
 def assert_same_messages_as_tc(router, ops):
@@ -475,3 +476,17 @@ def test_several_queues_messages_are_byte_for_byte_what_tc_sends(router_pair):
     assert [type(op).__name__ for op in ops] == ["MqQdisc", "HtbQdisc", "HtbQdisc", "ClsactQdisc", "U32Filter"]
     ops += [DelQdisc("r0", 0xFFFFFFF1, "clsact"), DelQdisc("r0", 0xFFFFFFF1)]
     assert_same_messages_as_tc(router, ops)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to read tc's messages")
+def test_a_traced_links_gate_is_byte_for_byte_what_tc_sends(router_pair):
+    """The token bucket a traced link's leaf is (``gate``): added open, shut and opened
+    again in place, and one over 2**32 bytes/s (TCA_TBF_RATE64), as tc sends them."""
+    router, _ = router_pair
+    open_, shut = (TbfQdisc("r0", 0x520001, 0x990000, rate, 1514, 15140) for rate in (10**10, 64))
+    ops = [open_, Change(shut), Change(open_), TbfQdisc("r0", 0x520001, 0x980000, 8 * 2**33, 100_000, 200_000)]
+    assert [op.tc().split(" tbf ")[1] for op in ops[:2]] == ["rate 10gbit burst 1514b limit 15140",
+                                                           "rate 64bit burst 1514b limit 15140"]
+    assert_same_messages_as_tc(router, [HtbQdisc("r0", 0x520000), HtbClass("r0", 0x520000, 0x520001, 10**6, 10**6,
+                                                                             1514, 1514)] + ops)

@@ -183,3 +183,42 @@ def test_a_mix_gives_each_client_its_cohort_and_model(tmp_path):
     assert "PASSED test_mix.py::test_mix" in out and "PASSED test_mix.py::test_profiles" in out, out + r.stderr
     assert "clients=2 but profiles= names 1 (one per client)" in out, out
     assert fixture_labs() == before
+
+
+@pytest.mark.netns
+@pytest.mark.alone  # a download timed from userspace against the schedule's capacity, within 15%
+def test_a_traced_link_in_the_fixture_times_a_download_against_its_schedule(tmp_path):
+    """``schedule=`` in the marker: the router's driver runs while the lab is up, and a
+    download takes what the schedule's capacity from its start says (``link.trace_seconds``)."""
+    (tmp_path / "slow-then-fast.toml").write_text(textwrap.dedent("""
+        description = "3 s at 200 kbit/s, then 2 Mbit/s for good"
+        loop = false
+        [[step]]
+        duration = "3s"
+        down = { rate = "200kbit" }
+        up = { rate = "200kbit" }
+        [[step]]
+        duration = "1s"
+        down = { rate = "2mbit" }
+        up = { rate = "2mbit" }
+    """))
+    (tmp_path / "test_traced.py").write_text(textwrap.dedent(f"""
+        import time, pytest
+
+        @pytest.mark.emulated_link(schedule={str(tmp_path / "slow-then-fast.toml")!r}, phase="same",
+                                   server="builtin")
+        def test_traced(emulated_link):
+            link = emulated_link
+            driver = link.stats()["driver"]
+            assert driver["running"], driver
+            at = time.time()
+            d = link.measure_download("/1000000.bin")
+            expected = link.trace_seconds(d.bytes, at)
+            print(f"{{d.bytes:,}} bytes in {{d.seconds:.2f}} s, the schedule's capacity {{expected:.2f}} s")
+            # at the plan's mean (650 kbit/s) it would take 12 s; at 2 Mbit/s from the start, 4.2 s
+            assert 0.85 < d.seconds / expected < 1.15, (d, expected)
+    """))
+    before = fixture_labs()
+    r = run_pytest(tmp_path, "test_traced.py", "-s")
+    assert "PASSED test_traced.py::test_traced" in r.stdout, r.stdout + r.stderr
+    assert fixture_labs() == before

@@ -181,7 +181,7 @@ BAD_SCENARIOS = [
     ("cohorts = 1", "'cohorts' is not a field"),
     ("[cohort.a]\nhosts = '198.18.0.2'\nprofile = 'modem-28k8'", "[cohort.a]: needs a description or its source"),
     ("[cohort.a]\ndescription = 'x'\nprofile = 'modem-28k8'", "[cohort.a]: hosts: none given"),
-    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'", "[cohort.a]: needs a profile or a rate"),
+    ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'", "[cohort.a]: needs a profile, a rate, or traces"),
     ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = '../etc/passwd'", "[cohort.a] profile: '../etc/passwd' is not a profile name"),
     ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = '/etc/passwd'", "[cohort.a] profile"),
     ("[cohort.a]\ndescription = 'x'\nhosts = '198.18.0.2'\nprofile = 'nope'", "nope"),

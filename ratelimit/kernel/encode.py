@@ -9,10 +9,10 @@ documented there (HTB's rate tables, netem's wide delays).
 
 import struct
 
-from ..plan import FifoQdisc, HtbClass, NetemQdisc
+from ..plan import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 
 from ..filters import U32Filter
-from .kinds import actions, bpf, fifo, htb, ingress, mirred, mq, netem, police, stab, u32
+from .kinds import actions, bpf, fifo, htb, ingress, mirred, mq, netem, police, stab, tbf, u32
 from .nl import (NLMSGHDR, NLM_F_CREATE, NLM_F_EXCL, RTM_DELQDISC, RTM_DELTCLASS, RTM_DELTFILTER, RTM_NEWQDISC,
                  RTM_NEWTCLASS, RTM_NEWTFILTER, TC_H_CLSACT_EGRESS, TC_H_INGRESS, TCA_KIND, TCMSG, attr_str, htons,
                  message, protocol_number, tcmsg)
@@ -72,6 +72,12 @@ class Encoder:
 
     def fifo_qdisc(self, op, seq: int, flags: int) -> bytes:
         body = tcmsg(self.ifindex(op.dev), op.handle, op.parent) + fifo.options(op.kind, op.limit)
+        return message(RTM_NEWQDISC, flags | _ADD, seq, body)
+
+    def tbf_qdisc(self, op, seq: int, flags: int) -> bytes:
+        """A traced link's gate; with ``htb_tables`` (tc's own messages) its rate table too."""
+        body = (tcmsg(self.ifindex(op.dev), op.handle, op.parent)
+                + tbf.options(op.rate_bps, op.burst_bytes, op.limit_bytes, self.clock, self.htb_tables))
         return message(RTM_NEWQDISC, flags | _ADD, seq, body)
 
     # -- classes
@@ -144,4 +150,4 @@ class Encoder:
 
 
 _CHANGEABLE = {HtbClass: Encoder.htb_class, NetemQdisc: Encoder.netem_qdisc, FifoQdisc: Encoder.fifo_qdisc,
-               U32Filter: Encoder.u32_filter}
+               TbfQdisc: Encoder.tbf_qdisc, U32Filter: Encoder.u32_filter}

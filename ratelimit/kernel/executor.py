@@ -23,7 +23,7 @@ import os
 import time
 
 from ..errors import ApplyError
-from ..plan import U32_ROOT_TABLE, AddIfb, Change, ClsactQdisc, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc
+from ..plan import U32_ROOT_TABLE, AddIfb, Change, ClsactQdisc, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc, TbfQdisc
 from ..filters import U32Filter, U32Table
 from ..queuepin import FILTER_HANDLE, FILTER_PRIO, KEY, PROGRAM_NAME, VALUE, QueueEntry, QueueMap, QueueProgram
 from . import bpf, replay
@@ -363,6 +363,7 @@ _BATCHED = {
     HtbClass: Encoder.htb_class,
     NetemQdisc: Encoder.netem_qdisc,
     FifoQdisc: Encoder.fifo_qdisc,
+    TbfQdisc: Encoder.tbf_qdisc,
     U32Table: Encoder.u32_table,
     U32Filter: Encoder.u32_filter,
     Change: Encoder.change,

@@ -29,6 +29,7 @@ import time
 
 from ..errors import RatelimitError, UsageError
 from ..progress import terminal
+from ..tracespec import add_options as add_trace_options
 from ..units import format_rate, parse_burst, parse_queue, parse_rate_bps
 from . import docroot, servertcp, store
 from .core import DEFAULT_PORTS, SERVERS, Lab
@@ -80,6 +81,7 @@ def _link_opts(p, *, up: bool):
                         "100mbit; below that, busy links get a share each, not their rates)")
     p.add_argument("--no-delay", action="store_true",
                    help="leave out the profile's delay, jitter and loss (for kernels without sch_netem)")
+    add_trace_options(p)  # the router's trace driver starts with the link
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -191,7 +193,9 @@ def _link_spec(args, profile) -> LinkSpec:
         parse_rate_bps(args.bandwidth, "--bandwidth")
     spec = LinkSpec(profile=profile, mode=args.mode, per=args.per or "host", burst=args.burst, rate=args.rate,
                     delay=args.delay, no_delay=args.no_delay, queue=args.queue, mix=args.mix,
-                    scenario=args.scenario, bandwidth=args.bandwidth)
+                    scenario=args.scenario, bandwidth=args.bandwidth, trace_down=args.trace_down,
+                    trace_up=args.trace_up, schedule=args.schedule, trace_scale=args.trace_scale,
+                    phase=args.phase, phase_seed=args.phase_seed)
     if spec.audience:
         from .audience import check
         check(spec)
@@ -330,9 +334,9 @@ def _exec(args, argv, cmd_after) -> int:
 
 def _apply(args, argv, cmd_after) -> int:
     if args.profile is None and args.rate is None and args.delay is None and args.mix is None \
-            and args.scenario is None:
+            and args.scenario is None and args.trace_down is None and args.trace_up is None and args.schedule is None:
         raise UsageError("lab apply: no PROFILE given (e.g. ratelimit lab apply modem-28k8; "
-                         "see ratelimit profiles), nor --mix/--scenario/--rate/--delay")
+                         "see ratelimit profiles), nor --mix/--scenario/--rate/--delay/--trace-down/--schedule")
     lab = Lab.open(_pick_name(args.name))
     lab.apply(_link_spec(args, args.profile), say=say, progress=_progress())
     print(f"lab '{lab.name}': link: {_link_text(lab.info['link'])}")

@@ -41,6 +41,18 @@ class LinkSpec:
     mix: str | None = None  # --mix PROFILE:SHARE,...: the clients split between profiles
     scenario: str | None = None  # --scenario FILE|NAME: cohorts selecting clients by address
     queues: str = "auto"  # the router's tx queues the links are spread over (service.make_request)
+    # traces or a schedule the links follow (``tracespec``; the router's driver starts with the apply)
+    trace_down: str | None = None
+    trace_up: str | None = None
+    schedule: str | None = None
+    trace_scale: str | None = None
+    phase: str | None = None
+    phase_seed: str | None = None
+
+    def traces(self) -> dict:
+        """The trace options given, as ``service.make_request`` takes them."""
+        from ..tracespec import KEYS
+        return {k: getattr(self, k) for k in KEYS if getattr(self, k) is not None}
 
     @property
     def audience(self) -> bool:
@@ -55,11 +67,12 @@ class LinkSpec:
             kw["delay"] = self.delay
         if self.rate is not None:
             kw["rate"] = self.rate
-        return kw
+        return {**kw, **self.traces()}
 
     @property
     def empty(self) -> bool:
-        return self.profile is None and self.rate is None and self.delay is None and not self.audience
+        return self.profile is None and self.rate is None and self.delay is None and not self.audience \
+            and not self.traces()
 
     def what(self) -> str:
         """The link as a person named it: its profile, mix or scenario."""
@@ -67,7 +80,9 @@ class LinkSpec:
             return f"mix {self.mix}"
         if self.scenario is not None:
             return f"scenario {self.scenario}"
-        return self.profile or "custom link"
+        traced = [f"{k.replace('_', ' ')} {v}" for k, v in self.traces().items() if k in ("trace_down", "trace_up",
+                                                                                           "schedule")]
+        return (self.profile or "custom link") + (f" following {', '.join(traced)}" if traced else "")
 
 
 def _features_needed(req) -> set[str]:

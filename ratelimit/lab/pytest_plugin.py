@@ -28,6 +28,9 @@ Fixtures:
     each client its own (one per client; ``clients`` defaults to their number);
     ``scenario=`` a scenario file or shipped name.  ``link.cohort(i)``, ``link.model_of(i)``
     and ``link.expected_seconds(n, client=i)`` then tell a client's cohort and link model.
+    Links that change over time: ``trace_down=``, ``trace_up=`` (mahimahi traces) or
+    ``schedule=``, with ``trace_scale=``, ``phase=`` and ``phase_seed=``, as on the command
+    line (docs/profiles.md, Traces); the router's trace driver runs while the lab is up.
 ``make_emulated_link``
     The factory behind it: ``make_emulated_link(profile=..., clients=...)``, as
     many labs as a test needs, all removed afterwards.
@@ -59,7 +62,8 @@ from .servertcp import DEFAULT as DEFAULT_SERVER_TCP
 
 MARKER = "emulated_link"
 _OPTIONS = ("profile", "clients", "mode", "per", "rate", "delay", "no_delay", "burst", "queue", "bandwidth", "ports",
-            "server", "server_tcp", "mix", "profiles", "scenario")
+            "server", "server_tcp", "mix", "profiles", "scenario", "trace_down", "trace_up", "schedule", "trace_scale",
+            "phase", "phase_seed")
 _counter = itertools.count(1)
 DEFAULT_PORTS = "10000-10099"  # 100 links per client: quick to build even in shape mode
 
@@ -153,6 +157,32 @@ class EmulatedLink:
         if not link or not link["summary"]["down"].get("rate_bps"):
             raise RuntimeError("emulated_link: no rate is applied, so no time is expected")
         return self.lab.link_model()
+
+    def trace_seconds(self, nbytes: int, at: float, client: int = 1, mss_bytes: int = 1448) -> float:
+        """How long a download of ``nbytes`` of payload that started at ``at`` (``time.time()``)
+        takes on client ``client``'s traced downlink: until the capacity its trace or schedule
+        gives from then has carried the payload in full-size segments (``mss_bytes`` each, on
+        the wire a full frame as the trace counts it: ``capacity``), TCP's own start left out."""
+        from .. import state, tracespec
+        from ..capacity import FULL_IP_BYTES, carried_by_ms
+        from ..tracefile import PACKET_BYTES
+        from ..compile import compile_plan
+        from ..steps import traced_links
+        req = state.load(self.lab.topo.router, self.lab.topo.router_client_if).request
+        loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+        host = self.client(client).address
+        links = [link for link in traced_links(compile_plan(req), loaded)
+                 if link.direction == "dest" and str(link.host) == host]
+        if not links:
+            raise RuntimeError(f"emulated_link: client {client}'s downlink follows no trace")
+        link = links[0]
+        # a full-size packet is an opportunity of a trace, a frame of a schedule's line (Ethernet)
+        frames = -(-nbytes // mss_bytes) * (PACKET_BYTES if link.source.kind == "trace" else FULL_IP_BYTES + 14)
+        t0 = at * 1000 - min(c.trace.started_ms for c in req.cohorts if c.trace) - link.offset_ms
+        done = carried_by_ms(link.capacity, t0, frames)
+        if done is None:
+            raise RuntimeError(f"emulated_link: the trace does not carry {nbytes} bytes within a day")
+        return (done - t0) / 1000
 
     def cohort(self, client: int = 1) -> dict | None:
         """Client ``client``'s cohort: ``{"cohort": name, "profile": name}``, or None when no
@@ -272,7 +302,7 @@ def _resolve_no_delay(no_delay, profile, delay, audience: bool = False) -> tuple
 
 def _make(name: str, *, profile=None, clients=None, mode="shape", per="host", rate=None, delay=None, no_delay=False,
           burst=None, queue=None, bandwidth=None, ports=None, server="none", server_tcp=DEFAULT_SERVER_TCP, mix=None,
-          profiles=None, scenario=None, workdir=None) -> EmulatedLink:
+          profiles=None, scenario=None, workdir=None, **traces) -> EmulatedLink:
     from ..errors import RatelimitError
     from .core import Lab
     from .link import LinkSpec
@@ -284,7 +314,7 @@ def _make(name: str, *, profile=None, clients=None, mode="shape", per="host", ra
         lab = Lab.up(name, clients=clients, server=server, ports=ports or DEFAULT_PORTS, server_tcp=server_tcp,
                      link=LinkSpec(profile=profile, mode=mode, per=per, burst=burst, rate=rate, delay=delay,
                                    no_delay=no_delay, queue=queue, bandwidth=bandwidth, mix=mix,
-                                   scenario=scenario))
+                                   scenario=scenario, **traces))
     except RatelimitError as err:
         pytest.fail(f"emulated_link: {err}", pytrace=False)
     return EmulatedLink(lab, delay_left_out=left_out)

@@ -1,0 +1,254 @@
+"""A traced plan's steps, pure: each traced link's rate in each step, and the changes that set it.
+
+Time is the plan's: 0 is the earliest of its traced cohorts' starts (``TraceSpec.started_ms``,
+wall clock; a cohort kept from an earlier apply keeps its own, ``offset_ms`` later or
+earlier than a new one) and step ``k`` is the window ``[k x step_ms, (k + 1) x step_ms)``.  In step ``k`` a traced
+link's class gets the window's average capacity (``capacity``; from the link's phase,
+``phases``), as the HTB rate that passes it (``gate.class_rate_bps``), and its gate shuts
+when the window has none (``gate``).  ``Stepper.changes(k)`` gives the ``Change``
+operations that take the kernel there from the step before: only what differs, or every
+traced link's class and gate (``resend``: after a start, a restart or a new plan, when what
+the kernel holds is not known).
+
+**A rise is held by the gate.**  HTB charges a packet after sending it, in time at the
+rate in force, and a change keeps what a class owes: a class that sent a packet at a low
+rate may not send again for that packet's time at that rate, whatever its new rate (and
+the debt it shows in a dump is that of its last packet, not what is left of it).  At a
+10:1 rise that costs a link up to nine packets at the new rate (measured: 3.6% of the
+bytes of a 2 s / 2 s square wave on 100 links).  So a link with a window ``RISE`` times
+this one's rate or more coming within the time a full frame takes at this rate (at most
+``LOOKAHEAD`` windows) is *held*: its class already gets the highest rate coming, and its
+gate, a token bucket that charges a packet before it sends it, passes this window's rate;
+when the rise comes the gate opens and the class owes only a packet's time at the new
+rate.  (A token bucket refills its bucket, one frame, whenever it is changed; with HTB's
+debt at the hold's start the two came out even on full-size packets: measured.)
+
+**A change is paid for.**  HTB sends a packet at the start of the time it charges for it,
+so a backlogged link runs between none and one packet ahead of its capacity.  When its rate
+changes from ``r_old`` to ``r`` the packet in hand is charged at ``r_old``, so the lead
+moves by what is left of it times ``1 - r / r_old``: about ``CHANGE_GAIN`` of a packet
+times that, on average (a 10:1 fall: 0.45 packet more than the capacity).  A held rise
+gains the same way as the gate opens (the packet the bucket was saving up for goes at
+once: ``1 - r_held / r``), and a gate that shuts lets out the frame its bucket holds
+(``SHUT_GAIN``).  The driver counts each in full frames, the packets a trace counts
+(``Traced.ahead_bytes``), in the window before the change when it can (a fall, a shut) or
+in the window of it (an opening), and pays it back from the class rates of that window and
+the next, by at most ``PAYBACK`` of each.  A change that lands late (or early) is paid for too: the
+driver says when its round began and how long it took (``Stepper.landed``), each change is
+taken to land at its place in the round, and a link that ran at its old rate for that long
+is owed (or owes) the difference.
+
+A link is found in the plan, never in the kernel: its class and gate are the plan's
+operations for it (``compile``), so a plan built in other handles (make-before-break) is
+followed in those.
+"""
+
+import dataclasses
+from dataclasses import dataclass
+
+RISE = 1.25  # a coming window this many times this one's rate, or more, is a rise the gate holds
+LOOKAHEAD = 10  # the most windows a link looks ahead for a rise
+CHANGE_GAIN = 0.5  # of a full frame times 1 - r / r_old: what a change of rate lets out beyond the capacity
+SHUT_GAIN = 1.0  # of a full frame: what a gate lets out as it shuts
+PAYBACK = 0.5  # the most of a window's rate a class gives (or gets) to pay back what a change let out
+
+from . import gate
+from .capacity import ScheduleCapacity, TraceCapacity
+from .compile import link_flows, link_rates
+from .phases import identity, link_phase_ms
+from .plan import Change, HtbClass, TbfQdisc
+from .tracespec import SIDES
+from .validate import check
+
+
+@dataclass
+class Traced:
+    """One traced link in one direction: its class and gate as the plan builds them, what it
+    follows (``capacity``: phase and scale included), and what the kernel was last told."""
+
+    cohort: str
+    host: object
+    port: int | None
+    direction: str  # "dest" (down) or "source" (up)
+    klass: HtbClass
+    gate: TbfQdisc
+    capacity: object  # capacity.TraceCapacity or ScheduleCapacity
+    source: object  # tracespec.Source
+    phase_ms: int
+    rates: object  # rate -> (guaranteed, ceil, burst) of its class (``compile.link_rates``)
+    layer: object
+    offset_ms: int = 0  # its cohort's start after the plan's first
+    rate_bps: int | None = None  # the class rate last set (None: not known)
+    gate_bps: int | None = None  # the gate's rate as last set: OPEN_BPS, SHUT_BPS or a held rate (None: not known)
+    ahead_bytes: float = 0.0  # what changes let out beyond the capacity (below 0: short of it), not yet paid back
+    counted: int | None = None  # the window whose coming change is counted in ``ahead_bytes``
+    coming: list = dataclasses.field(default_factory=list)  # [(window, its rate), ...] computed ahead
+
+    @property
+    def shut(self) -> bool:
+        return self.gate_bps == gate.SHUT_BPS
+
+    def gain(self, ahead_bytes: float) -> None:
+        """Count what a change lets out beyond the capacity (below 0: short of it), at most
+        two frames either way."""
+        frame = self.gate.burst_bytes
+        self.ahead_bytes = max(-2 * frame, min(2 * frame, self.ahead_bytes + ahead_bytes))
+
+    def delivering_bps(self) -> int | None:
+        """The rate the link passes as last set: its gate's when shut or held, else its class's."""
+        if self.gate_bps is None or self.rate_bps is None and self.gate_bps == gate.OPEN_BPS:
+            return None
+        if self.gate_bps == gate.SHUT_BPS:
+            return 0
+        return self.gate_bps if self.gate_bps != gate.OPEN_BPS else self.rate_bps
+
+    def rates_from(self, k: int, count: int, step_ms: int) -> list[int]:
+        """The class rates of windows ``k`` .. ``k + count - 1`` (each window computed once
+        while the steps follow each other)."""
+        coming = [(i, r) for i, r in self.coming if i >= k]
+        if not coming or coming[0][0] != k:
+            coming = []
+        for i in range(k + len(coming), k + count):
+            coming.append((i, self.window_bps(i * step_ms, (i + 1) * step_ms)))
+        self.coming = coming
+        return [r for _, r in coming[:count]]
+
+    def window_bps(self, t0_ms: float, t1_ms: float) -> int:
+        """The class rate for the plan's window (0: no capacity, the gate shuts)."""
+        t0_ms, t1_ms = t0_ms - self.offset_ms, t1_ms - self.offset_ms
+        return gate.class_rate_bps(self.source, self.capacity.rate_bps(t0_ms, t1_ms), self.layer)
+
+    def klass_at(self, rate_bps: int) -> HtbClass:
+        guaranteed, ceil, burst = self.rates(rate_bps)
+        return dataclasses.replace(self.klass, rate_bps=guaranteed, ceil_bps=ceil, burst_bytes=burst)
+
+
+def traced_links(plan, loaded) -> list[Traced]:
+    """Every traced link of ``plan`` in every direction it has, in plan order; ``loaded``
+    maps a source's path to its ``tracefile.Trace`` or ``schedulefile.Schedule``."""
+    req = plan.request
+    if req.mode != "shape" or not any(c.trace is not None for c in req.cohorts):
+        return []
+    lay = check(req)
+    cohorts = {c.name: c for c in req.cohorts}
+    first = min((c.trace.started_ms or 0 for c in req.cohorts if c.trace is not None), default=0)
+    classes = {(op.dev, op.classid): op for op in plan.ops if type(op) is HtbClass}
+    gates = {(op.dev, op.parent): op for op in plan.ops if type(op) is TbfQdisc}
+    out = []
+    for flow in link_flows(req):
+        c = cohorts[flow.cohort]
+        src = gate.traced(c, flow.direction)
+        if src is None:
+            continue
+        spec = c.trace
+        link = identity(c.name, flow.host if flow.host is not None else "others", flow.port)
+        phase = link_phase_ms(spec.phase, spec.seed, link, spec.period_ms)
+        followed = loaded[src.path]
+        if src.kind == "trace":
+            capacity = TraceCapacity(followed, spec.scale, phase % src.period_ms, src.loop)
+        else:
+            capacity = ScheduleCapacity(followed, SIDES[flow.direction], phase % src.period_ms, spec.scale)
+        params = c.down if flow.direction == "dest" else c.up
+        out.append(Traced(c.name, flow.host, flow.port, flow.direction, classes[flow.dev, flow.classid],
+                          gates[flow.dev, flow.classid], capacity, src, phase,
+                          _rates(req, lay, c, params), c.link, (spec.started_ms or 0) - first))
+    return out
+
+
+def _rates(req, lay, c, params):
+    return lambda rate_bps: link_rates(req, lay, c, params, rate_bps)
+
+
+class Stepper:
+    """The changes of each step for the traced links of one plan (``traced_links``)."""
+
+    def __init__(self, links: list[Traced], step_ms: int):
+        if step_ms <= 0:
+            raise ValueError(f"step {step_ms!r} ms is not positive")
+        self.links, self.step_ms = links, step_ms
+        self._sent: list = []
+
+    def window(self, k: int) -> tuple[int, int]:
+        return k * self.step_ms, (k + 1) * self.step_ms
+
+    def changes(self, k: int, resend: bool = False) -> tuple:
+        """The operations that set every traced link to step ``k``: the gates that shut or
+        hold first, then the classes' new rates, then the gates that open (a class has its
+        rate before it sends again; a held link never runs at its class's rate early).
+        ``resend``: every link's class and gate, whatever was set before."""
+        step_s = self.step_ms / 1000
+        closing, classes, opening = [], [], []
+        self._sent = []
+        for link in self.links:
+            before = link.delivering_bps()
+            rate = link.rates_from(k, 1, self.step_ms)[0]
+            frame_windows = LOOKAHEAD if rate == 0 else -(-link.gate.burst_bytes * 8 * 1000 // (rate * self.step_ms))
+            coming = link.rates_from(k, 1 + min(LOOKAHEAD, frame_windows), self.step_ms)[1:]
+            peak = max(coming)
+            if rate == 0:
+                klass, gate_bps = None, gate.SHUT_BPS
+                link.ahead_bytes = 0.0  # an outage: nothing owed is worth keeping
+            elif peak >= RISE * rate:
+                klass, gate_bps = peak, rate
+            else:
+                frame = link.gate.burst_bytes
+                if link.gate_bps not in (None, gate.OPEN_BPS, gate.SHUT_BPS):  # a held rise: the gate opens now
+                    link.gain(CHANGE_GAIN * frame * (1 - link.gate_bps / rate))
+                if coming[0] != rate and k != link.counted:  # the change after this window, paid before it
+                    link.gain(SHUT_GAIN * frame if coming[0] == 0 else CHANGE_GAIN * frame * (1 - coming[0] / rate))
+                    link.counted = k
+                pay = max(-PAYBACK * rate, min(PAYBACK * rate, link.ahead_bytes * 8 / step_s))
+                klass, gate_bps = round(rate - pay), gate.OPEN_BPS
+                link.ahead_bytes -= pay * step_s / 8
+            if klass is not None and (resend or klass != link.rate_bps):
+                classes.append(Change(link.klass_at(klass)))
+                link.rate_bps = klass
+            if resend or gate_bps != link.gate_bps:
+                opens = gate_bps == gate.OPEN_BPS
+                (opening if opens else closing).append(Change(dataclasses.replace(link.gate, rate_bps=gate_bps)))
+                link.gate_bps = gate_bps
+            if before is not None and before != link.delivering_bps():
+                self._sent.append((link, before, link.delivering_bps(), (opening or closing or classes)[-1]))
+        ops = closing + classes + opening
+        where = {id(op): i for i, op in enumerate(ops)}
+        self._sent = [(link, old, new, where[id(op)], len(ops)) for link, old, new, op in self._sent]
+        return tuple(ops)
+
+    def landed(self, first_ms: float, round_ms: float) -> None:
+        """The changes of the last ``changes`` went out from ``first_ms`` after their window
+        began (below 0: before) over ``round_ms``: each link owes (or is owed) what it sent at
+        its old rate instead of its new one until its change landed, taken at its place in
+        the round."""
+        for link, old, new, at, count in self._sent:
+            link.gain((first_ms + round_ms * (at + 1) / count) / 1000 * (old - new) / 8)
+        self._sent = []
+
+    def forget(self) -> None:
+        """What the kernel holds is no longer known (a change failed part way)."""
+        for link in self.links:
+            link.rate_bps = link.gate_bps = None
+            link.ahead_bytes = 0.0
+            link.counted = None
+            link.coming = []
+
+    def shut_count(self) -> int:
+        return sum(1 for link in self.links if link.shut)
+
+    def held_count(self) -> int:
+        return sum(1 for link in self.links if link.gate_bps not in (None, gate.OPEN_BPS, gate.SHUT_BPS))
+
+
+def now_bps(req, now_ms: float, step_ms: int) -> dict:
+    """The class rate each traced link of ``req`` (a record's request) should have in the step
+    of ``now_ms``, by (direction, host as text or None, port): what ``--stats`` shows as the
+    trace's rate now beside the driver's state.  Reads the trace files (StateError if one
+    changed)."""
+    from .compile import compiled
+    from .tracespec import load
+    loaded = {s.path: load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+    starts = [c.trace.started_ms for c in req.cohorts if c.trace is not None]
+    if None in starts:
+        return {}
+    k = max(0, int((now_ms - min(starts)) // step_ms))
+    return {(link.direction, None if link.host is None else str(link.host), link.port):
+            link.rates_from(k, 1, step_ms)[0] for link in traced_links(compiled(req), loaded)}

@@ -1,0 +1,231 @@
+"""The trace driver against the host kernel (namespaces ``rltr-<pid>-<n>-*``, removed even when a
+test fails; traffic in 198.18.70.0/24 and 198.18.71.0/24 only): a square wave on 1,000 links
+with paced UDP senders, an outage in the middle of a TCP download, a driver killed and
+started again, and a plan that moves to other handles while the driver follows it.
+
+Each test applies with ``service.apply``, which starts the driver as a process of its own
+(``ratelimit follow``), as it does for a user."""
+
+import itertools
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench import tracefacts, traceload
+from ratelimit import follow, readout, service, state, tracespec
+from ratelimit.compile import compile_plan
+from ratelimit.plan import tc_handle
+from ratelimit.steps import traced_links
+
+pytestmark = pytest.mark.netns
+
+CASES = Path(__file__).resolve().parent / "cases" / "traces"
+_counter = itertools.count(1)
+
+
+@pytest.fixture
+def tag(tmp_path, monkeypatch):
+    """A tag for this test's namespaces, and a private state directory; the namespaces and
+    the driver go at the end, whatever happened."""
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    name = f"{os.getpid()}-{next(_counter)}"
+    yield name
+    ns = traceload.names(name)
+    try:
+        follow.stop(ns["rtr"], traceload.DEV)
+    finally:
+        traceload.cleanup(name)
+
+
+def request(ns, schedule, links=1, **kw):
+    args = dict(hosts=traceload.CLIENT, ports=f"{traceload.PORT0}-{traceload.PORT0 + links - 1}", direction="dest",
+                schedule=str(CASES / schedule), phase="same")
+    args.update(kw)
+    return service.make_request(traceload.DEV, netns=ns["rtr"], **args)
+
+
+def status_when(ns, ready, timeout_s=10.0) -> dict:
+    """The driver's status once ``ready(status)`` holds."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        st = follow.read_status(ns["rtr"], traceload.DEV)
+        if st and ready(st):
+            return st
+        time.sleep(0.01)
+    raise AssertionError(f"the driver's status never got there: {follow.read_status(ns['rtr'], traceload.DEV)}")
+
+
+def kernel_rates(ns, link) -> tuple[int, int]:
+    """(the class's ceil, the gate's rate) of a traced link, as tc shows them, in bit/s."""
+    dev = ("dev", traceload.DEV)
+    klass = subprocess.run(["tc", "-n", ns["rtr"], "class", "show", *dev, "classid", tc_handle(link.klass.classid)],
+                           capture_output=True, text=True, check=True).stdout
+    qdisc = subprocess.run(["tc", "-n", ns["rtr"], "qdisc", "show", *dev], capture_output=True, text=True,
+                           check=True).stdout
+    gate = re.search(rf"qdisc tbf {tc_handle(link.gate.handle)} .*? rate (\S+)", qdisc).group(1)
+    return _bps(re.search(r" ceil (\S+)", klass).group(1)), _bps(gate)
+
+
+def _bps(text: str) -> int:
+    number, unit = re.fullmatch(r"([\d.]+)(\w*)", text).groups()
+    return round(float(number) * {"bit": 1, "Kbit": 1e3, "Mbit": 1e6, "Gbit": 1e9}[unit])
+
+
+# ---------------------------------------------------------------- the square wave
+
+
+@pytest.mark.alone  # the paced senders and the driver's timing against the clock need the machine to themselves
+def test_a_square_wave_on_1000_links_is_followed_within_its_tolerances(tag, tmp_path):
+    """2 s high, 2 s low, 10:1, a step of 100 ms, 1,000 links each with a UDP sender paced at
+    1.1 times its capacity (full-size datagrams: what a trace counts), each link at its own
+    phase (in lock-step, one link's rounding to whole datagrams would be every link's: the
+    mean would measure one link).  Each tolerance is the percentage or one datagram,
+    whichever is larger."""
+    r = traceload.traced_run(tag, 12.0, tmp_path, links=1000, schedule=str(CASES / "square-frames.toml"),
+                             phase_seed="23", queue="6056b", bandwidth="1gbit")
+    print(json.dumps({k: v for k, v in r.items() if k != "driver"}), r["driver"])
+    assert r["received"] > 100_000 and r["sent"]["errors"] == 0
+    assert abs(r["mean_ratio"] - 1) <= 0.01, r  # the mean within 1% of the schedule's capacity
+    assert r["p95_tolerances_1000ms"] <= 1.0, r  # per 1 s window, within 2% (p95 over links and windows)
+    assert r["p95_tolerances_100ms"] <= 1.0, r  # per 100 ms window, within 10%
+    assert r["driver"]["links"] == 1000 and r["driver"]["step_ms"] == 100
+
+
+# ---------------------------------------------------------------- an outage
+
+
+def test_an_outage_holds_a_tcp_download_and_it_resumes_when_capacity_returns(tag):
+    """4 s at 2 Mbit/s, 3 s of nothing (the driver shuts the link's gate), then 2 Mbit/s: the
+    download is not reset, nothing reaches the client during the outage, and it goes on at
+    the link's rate afterwards."""
+    ns = traceload.topology(tag)
+    service.apply(request(ns, "outage.toml", per="host", ports="all"))
+    started = state.load(ns["rtr"], traceload.DEV).request.cohorts[0].trace.started_ms
+    wall = time.time() - time.monotonic()  # the client stamps its receives with the monotonic clock
+    total = 10.0 - (time.time() * 1000 - started) / 1000  # the run ends 10 s after the traces' start
+    server = subprocess.Popen(["ip", "netns", "exec", ns["srv"], sys.executable, "-c", tracefacts.SERVER,
+                               str(tracefacts.PORT), str(total)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        time.sleep(0.3)
+        client = subprocess.run(["ip", "netns", "exec", ns["cli"], sys.executable, "-c", tracefacts.CLIENT,
+                                 str(tracefacts.PORT), str(total + 1)], capture_output=True, text=True, timeout=60)
+        _, err = server.communicate(timeout=30)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    got = json.loads(client.stdout)
+    assert got["error"] is None and err == "", (got["error"], err)  # not reset
+    samples = [((t + wall) * 1000 - started, n) for t, n in got["samples"]]  # ms into the traces, bytes so far
+
+    def received(a_ms, b_ms):
+        before = [n for t, n in samples if t < a_ms]
+        upto = [n for t, n in samples if t < b_ms]
+        return (upto[-1] if upto else 0) - (before[-1] if before else 0)
+    assert received(3000, 4000) > 150_000  # the link at work before (2 Mbit/s: 250 kB/s)
+    # nothing passes while the tunnel lasts (the frame the gate lets out as it shuts, and one
+    # step's lateness of the driver's round, are in its first 200 ms)
+    assert received(4200, 7000) == 0
+    after = [t for t, n in samples if t >= 7000]
+    assert after and after[0] < 8500  # the download resumes
+    payload_bps = received(8000, 9800) * 8 / 1.8
+    assert payload_bps / (2_000_000 * 1448 / 1514) == pytest.approx(1.0, abs=0.1)  # at the link's rate
+
+
+# ---------------------------------------------------------------- a driver that dies
+
+
+def test_a_killed_driver_is_reported_at_its_step_and_a_new_one_resumes_within_a_step(tag):
+    """1 s at 2 Mbit/s, 1 s of nothing, over and over, on 100 links: the driver is killed
+    while the links are shut; --list names the step they were left at and calls the outage
+    left in place the worst case; a driver started again sends the step the clock says at
+    once, and the kernel holds that step's rates."""
+    ns = traceload.topology(tag)
+    service.apply(request(ns, "tunnel.toml", links=100))
+    shut = status_when(ns, lambda st: st.get("shut") == 100 and st.get("step", 0) >= 3)
+    os.kill(shut["pid"], signal.SIGKILL)
+    time.sleep(0.3)
+    left = follow.read_status(ns["rtr"], traceload.DEV)
+    data = readout.statistics(traceload.DEV, ns["rtr"])
+    driver = data["driver"]
+    assert not driver["running"] and driver["step"] == left["step"] and driver["shut"] == 100
+    assert f"the links were left at step {left['step']}" in driver["notice"]
+    assert "100 of them shut -- an outage left in place, the worst case" in driver["notice"]
+    req = state.load(ns["rtr"], traceload.DEV).request
+    plan = compile_plan(req)
+    loaded = {s.path: tracespec.load(s) for s in (req.cohorts[0].trace.down,)}
+    links = traced_links(plan, loaded)
+    assert kernel_rates(ns, links[0])[1] == 64  # still shut: nobody opens it
+
+    follow.start(ns["rtr"], traceload.DEV)
+    first = status_when(ns, lambda st: st.get("pid") != shut["pid"] and st.get("step") is not None)
+    clock_step = int((first["step_at_ms"] - req.cohorts[0].trace.started_ms) // 100)
+    assert first["step"] in (clock_step, clock_step + 1)  # the step the clock says (or the next, sent early)
+    assert first["late_ms"] < 100  # within one step of its time
+    klass, gate = kernel_rates(ns, links[0])
+    if first["step"] % 20 < 10:  # 1 s at 2 Mbit/s: the gate open, the class at the rate (less what it pays back)
+        assert gate == 10**10 and abs(klass - 2_000_000) <= 2_000_000 * 0.1
+    else:  # 1 s of nothing: shut
+        assert gate == 64
+
+    assert service.clean(traceload.DEV, ns["rtr"])  # --clean stops the driver
+    assert not follow.alive(ns["rtr"], traceload.DEV)
+    assert follow.read_status(ns["rtr"], traceload.DEV)["why"] == "SIGTERM"
+
+
+# ---------------------------------------------------------------- a new plan
+
+
+def test_the_driver_follows_a_plan_built_beside_in_other_handles(tag):
+    """A cohort that grows is built beside in free handles and switched to (make-before-break);
+    the driver reads the new record and follows the new plan's classes, not the old."""
+    ns = traceload.topology(tag)
+    service.apply(request(ns, "square.toml", links=50))
+    status_when(ns, lambda st: st.get("links") == 50 and st.get("step", 0) >= 2)
+    old = compile_plan(state.load(ns["rtr"], traceload.DEV).request)
+    plan = service.apply(request(ns, "square.toml", links=300))
+    assert plan.how == "make-before-break"
+    req = state.load(ns["rtr"], traceload.DEV).request
+    new = traced_links(compile_plan(req), {s.path: tracespec.load(s) for s in (req.cohorts[0].trace.down,)})
+    assert {link.klass.classid for link in new}.isdisjoint(
+        {op.classid for op in old.ops if type(op).__name__ == "HtbClass" and op.classid & 0xFFFF >= 0x100})
+    st = status_when(ns, lambda st: st.get("links") == 300)
+    assert st["step"] is not None
+    time.sleep(0.3)
+    klass, _ = kernel_rates(ns, new[-1])  # the new plan's last link: the driver's rate (around 400 or 40
+    assert klass != new[-1].klass.ceil_bps == 220_000  # kbit/s), not the plan's first (the schedule's mean)
+    data = readout.statistics(traceload.DEV, ns["rtr"])  # --stats: each link's trace and its rate now
+    assert len(data["links"]) == 300 and {row["trace"] for row in data["links"]} == {"square.toml"}
+    assert {row["trace_bps"] for row in data["links"]} <= {400_000, 40_000} and data["driver"]["running"]
+    from ratelimit.cli import render_table
+    assert re.search(r"follows square\.toml \(now (400|40)kbit\)", render_table(data, counters=True))
+
+
+def test_a_rollback_leaves_the_driver_following_the_old_plan(tag):
+    """The kernel refuses a step of a make-before-break half way (a real refusal,
+    ``bench.faults.inject``); the apply rolls back to the old plan and its record, and the
+    driver, which only ever reads the record, goes on following the old plan's classes."""
+    from bench.faults import inject
+    from ratelimit.errors import ApplyError
+    ns = traceload.topology(tag)
+    service.apply(request(ns, "square.toml", links=50))
+    status_when(ns, lambda st: st.get("links") == 50 and st.get("step", 0) >= 2)
+    before = state.load(ns["rtr"], traceload.DEV).request
+    with inject(40), pytest.raises(ApplyError):
+        service.apply(request(ns, "square.toml", links=300))
+    assert state.load(ns["rtr"], traceload.DEV).request == before  # rolled back, record and all
+    now = follow.read_status(ns["rtr"], traceload.DEV)
+    later = status_when(ns, lambda st: st.get("step", 0) >= now["step"] + 3)
+    assert later["links"] == 50 and later["state"] == "following" and later["pid"] == now["pid"]
+    links = traced_links(compile_plan(before), {before.cohorts[0].trace.down.path:
+                                                tracespec.load(before.cohorts[0].trace.down)})
+    klass, _ = kernel_rates(ns, links[0])
+    assert klass != links[0].klass.ceil_bps == 220_000  # the driver's rate, on the old plan's class

@@ -1,0 +1,275 @@
+"""Traced links in the plan and the driver's steps, pure (no kernel): where traces are named
+(command line, scenario, profile), what the record keeps, each link's phase, the changes
+of each step, and what --list says of a driver that is not running."""
+
+import dataclasses
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ratelimit import follow, gate, phases, scenario, state, tracespec
+from ratelimit.compile import compile_plan
+from ratelimit.errors import StateError
+from ratelimit.plan import Change, HtbClass, TbfQdisc
+from ratelimit.service import make_request
+from ratelimit.steps import Stepper, traced_links
+
+ROOT = Path(__file__).resolve().parent.parent
+CASES = ROOT / "tests" / "cases" / "traces"
+
+
+@pytest.fixture(autouse=True)
+def at_root(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    monkeypatch.setenv("RATELIMIT_PROFILE_PATH", "")
+    monkeypatch.setenv("HOME", "/nonexistent")
+
+
+def square(**kw):
+    args = dict(hosts="198.18.1.2", ports="2000-2001", direction="dest", schedule=str(CASES / "square.toml"),
+                phase="same")
+    args.update(kw)
+    return make_request("veth0", **args)
+
+
+def stepper(req, step_ms=100, started_ms=0):
+    req = tracespec.stamped(req, None, started_ms)
+    plan = compile_plan(req)
+    loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+    return Stepper(traced_links(plan, loaded), step_ms), plan
+
+
+def rates(ops):
+    return [(type(op.op).__name__, op.op.rate_bps, op.op.ceil_bps if type(op.op) is HtbClass else None) for op in ops]
+
+
+# ---------------------------------------------------------------- the plan and the record
+
+
+def test_a_traced_link_has_a_wide_open_gate_and_its_class_at_the_traces_mean():
+    plan = compile_plan(square())
+    gates = [op for op in plan.ops if type(op) is TbfQdisc]
+    links = [op for op in plan.ops if type(op) is HtbClass and op.classid >> 16 == 0xFFFE and op.classid & 0xFFFF >= 0x100]
+    assert len(gates) == len(links) == 2
+    assert all(g.rate_bps == gate.OPEN_BPS and g.burst_bytes == 1514 for g in gates)
+    assert [g.parent for g in gates] == [k.classid for k in links]
+    assert {(k.rate_bps, k.ceil_bps) for k in links} == {(220_000, 220_000)}  # (400k + 40k) / 2, Ethernet
+
+
+def test_the_record_keeps_the_traces_their_hashes_the_phases_and_the_start():
+    req = tracespec.stamped(square(phase="random", phase_seed="7", trace_scale="0.5"), None, 1_795_000_000_000)
+    data = json.loads(json.dumps(state.to_json(req)))
+    back = state.request_from_json(data, "test")
+    assert back == req
+    spec = back.cohorts[0].trace
+    assert spec.down.path == str(CASES / "square.toml") and spec.down.kind == "schedule" and len(spec.down.sha256) == 64
+    assert (spec.scale, spec.phase.kind, spec.seed, spec.started_ms) == (0.5, "random", 7, 1_795_000_000_000)
+
+
+def test_a_damaged_trace_in_a_record_is_refused_in_one_line():
+    data = state.to_json(square())
+    data["cohorts"][0]["trace"]["down"]["sha256"] = "not a hash"
+    with pytest.raises(StateError) as err:
+        state.request_from_json(data, "state file X")
+    assert str(err.value).startswith("state file X: does not hold a ratelimit request") and "\n" not in str(err.value)
+
+
+def test_a_reapply_of_the_same_traces_keeps_their_start_and_other_traces_start_again():
+    old = tracespec.stamped(square(), None, 1000)
+    assert tracespec.stamped(square(queue="30"), old, 5000).cohorts[0].trace.started_ms == 1000
+    assert tracespec.stamped(square(trace_scale="0.5"), old, 5000).cohorts[0].trace.started_ms == 5000
+
+
+def test_a_scenario_names_traces_relative_to_its_file_and_a_static_cohort_beside_them():
+    req = make_request("veth0", scenario=scenario.load(str(CASES / "traced.toml")))
+    phones, fixed = req.cohorts
+    assert fixed.trace is None and phones.trace.scale == 0.5 and phones.trace.phase.kind == "same"
+    assert phones.trace.down.path == phones.trace.up.path == str(CASES / "tunnel.toml")
+    assert (phones.trace.down.mean_bps, phones.trace.up.mean_bps) == (1_000_000, 500_000)
+    ops = compile_plan(req).ops
+    assert sum(type(op) is TbfQdisc for op in ops) == 4  # two hosts, both directions; the fixed line has fifos
+
+
+def test_a_profile_names_traces_and_the_command_line_overrides_them(tmp_path, monkeypatch):
+    (tmp_path / "mine.down").write_text("1\n2\n")
+    (tmp_path / "phone.toml").write_text('description = "x"\ntrace_down = "mine.down"\ntrace_up = "lte-drive.up"\n'
+                                         'trace_scale = 0.1\n[down]\nrate = "1mbit"\n[up]\nrate = "1mbit"\n')
+    monkeypatch.setenv("RATELIMIT_PROFILE_PATH", str(tmp_path))
+    spec = make_request("veth0", hosts="198.18.1.2", ports="2000", profile="phone").cohorts[0].trace
+    assert (spec.down.path, spec.up.name, spec.scale) == (str(tmp_path / "mine.down"), "lte-drive.up", 0.1)
+    assert spec.down.mean_bps == 2 * 1504 * 8 * 1000 / 2  # two opportunities in a period of 2 ms
+    over = make_request("veth0", hosts="198.18.1.2", ports="2000", profile="phone",
+                        schedule=str(CASES / "tunnel.toml")).cohorts[0].trace
+    assert over.down.kind == over.up.kind == "schedule" and over.scale == 0.1  # the scale stays the profile's
+
+
+def test_the_driver_refuses_a_trace_whose_bytes_changed(tmp_path):
+    path = tmp_path / "t.down"
+    path.write_text("1\n2\n")
+    spec = make_request("veth0", hosts="198.18.1.2", ports="2000", trace_down=str(path)).cohorts[0].trace
+    assert tracespec.load(spec.down).period_ms == 2
+    path.write_text("1\n3\n")
+    with pytest.raises(StateError, match="changed since it was applied"):
+        tracespec.load(spec.down)
+
+
+# ---------------------------------------------------------------- phases
+
+
+def test_each_link_has_its_own_seeded_phase_and_same_puts_them_in_step():
+    req = make_request("veth0", hosts="198.18.1.2", ports="2000-2099", direction="dest", trace_down="lte-drive.down",
+                       phase_seed="3")
+    links = stepper(req)[0].links
+    expected = [phases.link_phase_ms(phases.Phase(), 3, phases.identity("main", link.host, link.port), 60_000)
+                for link in links]
+    assert [link.phase_ms for link in links] == expected
+    assert len(set(expected)) > 90  # spread over the trace's minute
+    assert {link.phase_ms for link in stepper(square())[0].links} == {0}
+
+
+# ---------------------------------------------------------------- steps
+
+
+def test_each_step_sets_the_windows_capacity_and_only_what_changed():
+    s, _ = stepper(square())
+    first = s.changes(0, resend=True)
+    assert rates(first) == [("HtbClass", 400_000, 400_000)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2
+    assert all(type(op) is Change for op in first)
+    assert s.changes(1) == ()  # the same rate: nothing to send
+    assert rates(s.changes(20)) == [("HtbClass", 40_000, 40_000)] * 2  # 2 s in: the low half
+    assert rates(s.changes(40)) == [("HtbClass", 400_000, 400_000)] * 2
+
+
+def test_a_step_across_an_edge_gets_the_windows_average():
+    s, _ = stepper(square(), step_ms=300)
+    assert s.links[0].rates_from(6, 2, 300) == [280_000, 40_000]  # 1.8-2.1 s: 200 ms high, 100 low
+
+
+def test_no_capacity_shuts_the_gate_first_and_capacity_opens_it_after_the_class():
+    s, _ = stepper(square(schedule=str(CASES / "tunnel.toml")))
+    s.changes(8, resend=True)
+    before = rates(s.changes(9))  # the frame the gate lets out as it shuts, paid for before it
+    assert before == [("HtbClass", 2_000_000 - 121_120, 2_000_000 - 121_120)] * 2
+    shut = s.changes(10)
+    assert rates(shut) == [("TbfQdisc", gate.SHUT_BPS, None)] * 2 and s.shut_count() == 2
+    assert s.changes(11) == ()
+    assert rates(s.changes(20)) == [("HtbClass", 2_000_000, 2_000_000)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2
+    assert s.changes(21) == ()
+    s.forget()  # after a failed step: every class and gate again, the class first
+    assert rates(s.changes(22)) == [("HtbClass", 2_000_000, 2_000_000)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2
+
+
+def test_a_rise_is_held_by_the_gate_for_a_frames_time_before_it():
+    s, _ = stepper(square())  # 40 kbit/s: a 1,514-byte frame takes 303 ms, so the rise at 4 s is seen from 3.6 s
+    s.changes(30, resend=True)
+    assert [s.changes(k) for k in range(31, 36)] == [()] * 5
+    hold = rates(s.changes(36))  # the gate passes 40 kbit/s, the class is at the coming 400 kbit/s already
+    assert hold == [("TbfQdisc", 40_000, None)] * 2 + [("HtbClass", 400_000, 400_000)] * 2
+    assert s.links[0].delivering_bps() == 40_000 and s.held_count() == 2
+    assert [s.changes(k) for k in (37, 38, 39)] == [()] * 3
+    rise = s.changes(40)  # the gate opens; the half frame it lets out at once is paid from the class
+    paid = round(400_000 - 0.5 * 1514 * 0.9 * 8 / 0.1)
+    assert rates(rise) == [("HtbClass", paid, paid)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2
+    assert rates(s.changes(41)) == [("HtbClass", 400_000, 400_000)] * 2 and s.held_count() == 0
+
+
+def test_a_fall_is_paid_for_in_the_window_before_it():
+    s, _ = stepper(square())
+    s.changes(18, resend=True)
+    paid = round(400_000 - 0.5 * 1514 * 0.9 * 8 / 0.1)  # half a frame, nine tenths of it the fall's
+    assert rates(s.changes(19)) == [("HtbClass", paid, paid)] * 2
+    assert rates(s.changes(20)) == [("HtbClass", 40_000, 40_000)] * 2
+
+
+def test_a_change_that_lands_late_is_owed_what_it_missed():
+    s, _ = stepper(square())
+    s.changes(35, resend=True)
+    s.changes(36)  # the hold: the link passes 40 kbit/s
+    s.changes(40)  # ... and 400 kbit/s from the opening
+    before = s.links[0].ahead_bytes
+    s.landed(20.0, 0.0)  # landed 20 ms late: 20 ms at 40 kbit/s instead of the paid 400 kbit/s
+    assert s.links[0].ahead_bytes == pytest.approx(before + 0.020 * (40_000 - (400_000 - 54_504)) / 8)
+
+
+def test_a_plan_in_other_handles_is_followed_in_those():
+    req = square()
+    plan_1 = compile_plan(dataclasses.replace(tracespec.stamped(req, None, 0), generation=1))
+    loaded = {req.cohorts[0].trace.down.path: tracespec.load(req.cohorts[0].trace.down)}
+    links = traced_links(plan_1, loaded)
+    assert {link.klass.classid >> 16 for link in links} == {0x7FFF}  # generation 1's first group
+    ops = Stepper(links, 100).changes(0, resend=True)
+    assert {op.op.classid for op in ops if type(op.op) is HtbClass} == {link.klass.classid for link in links}
+
+
+def test_a_cohort_applied_earlier_keeps_its_own_start():
+    req = make_request("veth0", scenario=scenario.load(str(CASES / "traced.toml")))
+    early = tracespec.stamped(req, None, 10_000)
+    phones = dataclasses.replace(early.cohorts[0], trace=dataclasses.replace(early.cohorts[0].trace, started_ms=9_000))
+    later = dataclasses.replace(early, cohorts=(phones, early.cohorts[1]))
+    loaded = {phones.trace.down.path: tracespec.load(phones.trace.down)}
+    links = traced_links(compile_plan(later), loaded)
+    assert {link.offset_ms for link in links} == {0}  # one cohort: the plan's start is its own
+    s = Stepper(links, 100)
+    assert s.changes(10, resend=True)[0].op.rate_bps == gate.SHUT_BPS  # 1.0-1.1 s into its tunnel schedule
+
+
+# ---------------------------------------------------------------- what --list says
+
+
+def test_a_driver_that_died_is_reported_with_its_step_and_an_outage_left_in_place(tmp_path, monkeypatch):
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path))
+    req = tracespec.stamped(square(), None, 1_000)
+    assert follow.report(square(trace_scale=None, schedule=None, phase=None, rate="1mbit"), None, "veth0") is None
+    never = follow.report(req, None, "veth0")
+    assert not never["running"] and "has not followed these traces" in never["notice"]
+    path = follow.status_path(None, "veth0")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"version": 1, "pid": os.getpid(), "step_ms": 100, "state": "following",
+                                "started_ms": 1_000, "step": 37, "step_at_ms": 4_700, "links": 2, "shut": 2}))
+    dead = follow.report(req, None, "veth0", now_ms=6_700)
+    assert not dead["running"] and dead["step"] == 37 and dead["shut"] == 2
+    assert "stopped 2.0 s ago" in dead["notice"] and "step 37 (3.7 s into the traces)" in dead["notice"]
+    assert "an outage left in place, the worst case" in dead["notice"]
+    assert "ratelimit follow --interface veth0" in dead["notice"] and "\n" not in dead["notice"]
+    other = follow.report(tracespec.stamped(square(), None, 2_000), None, "veth0")  # another apply's traces
+    assert other["step"] is None and "has not followed these traces" in other["notice"]
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def run_cli(*argv):
+    import io
+    from ratelimit.cli import Console, main
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(argv), Console(out, err))
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_dry_run_shows_the_gates_and_what_the_links_follow():
+    code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000-2001", "-d", "dest", "--trace-down",
+                             "lte-drive.down", "--trace-scale", "0.01", "--phase-seed", "9", "--dry-run")
+    assert code == 0 and err == ""
+    assert "down follows trace lte-drive.down" in out.splitlines()[0]
+    assert "# cohort main: down trace lte-drive.down x0.01, phase random seed 9; a driver ('ratelimit follow')" in out
+    assert out.count(" tbf rate 10gbit burst 1514b limit ") == 2
+
+
+def test_a_bad_trace_on_the_command_line_is_one_line_and_nothing_is_applied(tmp_path, monkeypatch):
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    bad = tmp_path / "bad.down"
+    bad.write_text("5\n3\n")
+    code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000", "--trace-down", str(bad))
+    assert code == 2 and out == ""
+    assert err == f"ratelimit: --trace-down {bad}: line 2: 3 is less than 5 on line 1 (timestamps never decrease)\n"
+    assert not (tmp_path / "state").exists()  # it never reached the kernel or the record
+
+
+def test_the_time_a_capacity_takes_to_carry_bytes():
+    from ratelimit.capacity import ScheduleCapacity, carried_by_ms
+    cap = ScheduleCapacity(tracespec.load(square().cohorts[0].trace.down), "down")  # 400 kbit/s 2 s, 40 kbit/s 2 s
+    assert carried_by_ms(cap, 0, 50_000) == pytest.approx(1000, abs=1)  # 50 kB at 50 kB/s
+    assert carried_by_ms(cap, 1000, 60_000) == pytest.approx(2000 + 2000, abs=1)  # 50 kB, then 10 kB at 5 kB/s
+    assert carried_by_ms(cap, 0, 0) == 0
