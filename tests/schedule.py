@@ -285,7 +285,9 @@ class LongestFirst(LoadScheduling):
         for node in self.nodes:
             if self.units:
                 self._deal(node, self.units.pop(0))
-            short = [k for k, unit in enumerate(self.units) if unit[0] not in alone]
+            # a worker starts its first unit once it holds a second: the shortest that is not
+            # alone, else the last (with fewer units than twice the workers all may be alone)
+            short = [k for k, unit in enumerate(self.units) if unit[0] not in alone] or list(range(len(self.units)))
             if short and len(self.node2pending[node]) < 2:
                 self._deal(node, self.units.pop(short[-1]))
         for node in self.nodes:

@@ -79,3 +79,37 @@ def test_a_real_xdist_run_keeps_groups_together_and_runs_alone_tests_alone(tmp_p
     _, a0, a1 = runs["alone"]
     assert [n for n, (_, s, e) in runs.items() if n != "alone" and s < a1 and e > a0] == []
     assert len({w for w, _, _ in runs.values()}) == 2  # side by side, not one after another
+
+
+def test_a_run_of_mostly_alone_tests_on_more_workers_than_pairs_of_units_ends(tmp_path):
+    """Seven tests, six of them alone, on six workers: every worker is dealt a second unit
+    before it starts its first, alone or not, so none waits for ever; no two alone tests
+    overlap (it hung before: six workers held one unit each and the seventh was never dealt)."""
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["schedule"]\n')
+    (tmp_path / "test_few.py").write_text(textwrap.dedent('''
+        import json, os, time
+        import pytest
+
+        def record(name):
+            start = time.monotonic()
+            time.sleep(0.2)
+            with open(os.environ["LOG"], "a") as f:
+                f.write(json.dumps([name, start, time.monotonic()]) + "\\n")
+
+        def test_plain(): record("plain")
+
+        @pytest.mark.alone
+        @pytest.mark.parametrize("n", range(6))
+        def test_quiet(n): record(f"alone{n}")
+    '''))
+    log = tmp_path / "log.jsonl"
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, "LOG": str(log),
+           "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]), "RATELIMIT_HOST_CHECK": "0"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "6", "-p", "no:cacheprovider", "-q",
+                        "-W", "ignore::pytest.PytestUnknownMarkWarning", "-p", "no:randomly", str(tmp_path)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    runs = sorted((start, end, name) for name, start, end in map(json.loads, log.read_text().splitlines()))
+    assert len(runs) == 7
+    alone = [(s, e) for s, e, name in runs if name.startswith("alone")]
+    assert all(e0 <= s1 for (_, e0), (s1, _) in zip(alone, alone[1:]))
