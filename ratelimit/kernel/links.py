@@ -12,23 +12,17 @@ reads, so a process that looks names up once a second (the dashboard's poller)
 grows without end (3.3 KB a read at 16,384 links, mostly heap the kept messages pin).
 """
 
-import ctypes
 import errno as errnos
-import fcntl
-import socket
-import struct
 
 from ..errors import NotFoundError, PermissionDenied
 from .netns import in_netns, off_loop
+from .offload import tx_channels
 from .nl import (IFINFOMSG, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, IFLA_NUM_TX_QUEUES, NLM_F_REQUEST, RTM_GETLINK, U32,
                  attr_str, cstr, find, message)
 from .transport import KernelError, check_netns
 
 IFF_UP = 0x1
 IFF_LOOPBACK = 0x8
-SIOCETHTOOL, ETHTOOL_GCHANNELS = 0x8946, 0x3c
-ETHTOOL_CHANNELS = struct.Struct("=9I")  # cmd, max_rx/tx/other/combined, rx/tx/other/combined_count
-IFREQ = struct.Struct("16sP16x")  # ifr_name, ifr_data (a pointer), the rest of the union
 
 
 class Links:
@@ -147,7 +141,7 @@ class Links:
         buf, off, end = got
         span = find(buf, off + IFINFOMSG.size, end, IFLA_NUM_TX_QUEUES)
         made = 1 if span is None else U32.unpack_from(buf, span[0])[0]
-        active = ethtool_channels(self.netns, name)
+        active = tx_channels(name) if self.netns is None else in_netns(self.netns, tx_channels, name)
         return made if not active else min(made, active)
 
     def add_ifb(self, name: str, queues: int = 1) -> None:
@@ -164,25 +158,6 @@ class Links:
                 off_loop(lambda: self.ipr.link("del", ifname=name))
         finally:
             self.forget()
-
-
-def ethtool_channels(netns: str | None, name: str) -> int:
-    """The tx queues device ``name``'s channels use (combined + tx-only, ``ethtool -l``'s
-    current settings), or 0 where the driver has no channels to report."""
-    def ask() -> int:
-        data = ctypes.create_string_buffer(ETHTOOL_CHANNELS.size)
-        ETHTOOL_CHANNELS.pack_into(data, 0, ETHTOOL_GCHANNELS, *[0] * 8)
-        ifreq = IFREQ.pack(name.encode(), ctypes.addressof(data))
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as sock:
-            try:
-                fcntl.ioctl(sock, SIOCETHTOOL, ifreq)
-            except OSError as e:
-                if e.errno in (errnos.EOPNOTSUPP, errnos.ENOTSUP, errnos.EINVAL):
-                    return 0
-                raise
-        fields = ETHTOOL_CHANNELS.unpack(data.raw)
-        return fields[6] + fields[8]  # tx_count + combined_count
-    return ask() if netns is None else in_netns(netns, ask)
 
 
 def link_kind(link) -> str:
