@@ -58,6 +58,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"results directory (default {results.RESULTS_DIR})")
     p.add_argument("--flows", type=int, nargs="+", metavar="N",
                    help="flow counts (setup, packet, stats) or link counts (metrics, shaped-load) instead of the defaults")
+    p.add_argument("--queues", type=int, nargs="+", metavar="Q",
+                   help="shaped-load: tx queue counts, each measured beside the others (default 1 2)")
     p.add_argument("--clients", type=int, nargs="+", metavar="X",
                    help="simultaneous connections (dialup; audience: the dial-up mix only) or downloads (fidelity) "
                         "instead of the defaults")
