@@ -6,6 +6,7 @@ from __future__ import annotations
 from .sections import _machine_line, table
 
 SATURATED = 0.95  # the machine's busy share from which a row is read as saturated
+OTHER_WORK = 0.05  # user time above this in a window: something besides the router and pace.c ran
 
 
 def section_shaped(doc: dict | None) -> list[str]:
@@ -58,6 +59,8 @@ def _reading(rows: list[dict]) -> list[str]:
             if m["busy"] >= SATURATED:
                 what += (f", saturated: the machine {m['busy']:.0%} busy, {m['softirq']:.0%} of it in softirq "
                          f"(the router's shaping), {m['user']:.0%} user (the senders)")
+            if m["user"] > OTHER_WORK:
+                what += f" (the window had {m['user']:.0%} user time: something else ran)"
             parts.append(what)
         lines.append(f"{k:,} links: " + "; ".join(parts) + ".")
     if not lines:
