@@ -164,7 +164,7 @@
       {label: "rate now", stroke: "#1f6fd1", width: 1.5, value: (u, v) => bits(v), scale: "bps"},
       {label: "drops/s", stroke: "#c0392b", width: 1, value: (u, v) => rate(v), scale: "drops"},
       // a traced link's trace: what a backlogged sender would get (null for a static rate)
-      {label: "trace capacity", stroke: "#111111", width: 1.5, dash: [6, 3], value: (u, v) => bits(v), scale: "bps"},
+      {label: "trace capacity", stroke: "#1a9850", width: 1.5, dash: [6, 3], value: (u, v) => bits(v), scale: "bps"},
     ], [{}, Object.assign({scale: "bps"}, bitAxis), Object.assign({scale: "drops", side: 1, grid: {show: false}}, dropAxis)]);
     window.addEventListener("resize", () => {
       for (const [key, id] of Object.entries(CHART_IDS)) {
