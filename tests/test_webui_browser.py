@@ -693,32 +693,17 @@ def _stop(web, procs) -> None:
 # ---------------------------------------------------------------- traced links: a square wave, a driver killed
 
 TRACE_GREEN = (26, 152, 80)  # the "trace capacity" series stroke in dashboard.js
-SQUARE_WAVE = """description = "a square wave, 4:1: 2 s at 2 Mbit/s, 2 s at 500 kbit/s (dashboard test)"
-loop = true
 
-[[step]]
-duration = "2s"
-down = { rate = "2mbit" }
-up = { rate = "2mbit" }
 
-[[step]]
-duration = "2s"
-down = { rate = "500kbit" }
-up = { rate = "500kbit" }
-"""
-TUNNEL = """description = "1 s at 2 Mbit/s, 1 s of nothing (dashboard test)"
-loop = true
+def two_steps(description, first, second, seconds):
+    """A looping schedule of two steps of ``seconds`` each, the same rate both ways."""
+    steps = "".join(f'\n[[step]]\nduration = "{seconds}s"\ndown = {{ rate = "{r}" }}\nup = {{ rate = "{r}" }}\n'
+                    for r in (first, second))
+    return f'description = "{description}"\nloop = true\n{steps}'
 
-[[step]]
-duration = "1s"
-down = { rate = "2mbit" }
-up = { rate = "2mbit" }
 
-[[step]]
-duration = "1s"
-down = { rate = "0" }
-up = { rate = "0" }
-"""
+SQUARE_WAVE = two_steps("a square wave, 4:1: 2 s at 2 Mbit/s, 2 s at 500 kbit/s", "2mbit", "500kbit", 2)
+TUNNEL = two_steps("1 s at 2 Mbit/s, 1 s of nothing", "2mbit", "0", 1)
 
 
 _traced_labs = itertools.count(1)
