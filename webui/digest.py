@@ -13,6 +13,12 @@ the last seconds, and its state this interval:
   backlog: the application sends less; or 50-90% with a backlog);
 * ``dropping`` (counted on its own, it overlaps the others): dropped packets.
 
+A traced link (one that follows a trace or a schedule: no configured rate) also has its
+trace's capacity over the last interval (``capacity_bps``) and ``track_ratio``, its rate
+over the share window against its capacity over the same window; ``tracking`` sums these up
+per direction for the glance (the backlogged traced links: the mean, p5/p50/p95 and the
+share within ``TRACK_TOLERANCE``).
+
 Per target: sums (all links, and per direction); per direction the counts of
 each state and the distribution of ``rate_share`` and ``queue_delay_ms`` over
 the links that were not idle and have a rate: p5/p50/p95 and a histogram of
