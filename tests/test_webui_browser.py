@@ -793,7 +793,8 @@ def test_dashboard_draws_a_traced_link_over_its_trace(browser, artifacts, tmp_pa
         _stop(web, [])
     load.join(timeout=60)
 
-    print(f"\ntraced dashboard: glance {tracking['text']!r}; capacity {caps}; delivered {[round(g) for g in got]}")
+    print(f"\ntraced dashboard: glance {tracking['text']!r}; capacity {link['cap']}; "
+          f"delivered {[round(g) for g in link['tp']]}")
     # the capacity series: the schedule's average over each sample's interval, stepping 4:1
     rates = TraceRates(req, tuple(("dest", traceload.CLIENT, traceload.PORT0 + i, traceload.DEV) for i in range(4)))
     times, caps, got = link["time"], link["cap"], link["tp"]
