@@ -275,7 +275,9 @@ def replaced(req: Request, old: Request, move=frozenset(), group_links: int = GR
     places: list = []
     for c in req.cohorts:
         s = before.get(c.name)
-        places.append(s.place if s and c.name not in move and s.cohort.link_count() == c.link_count() else None)
+        kept = s and c.name not in move and s.cohort.link_count() == c.link_count() and \
+            leaf_majors(s.cohort) == leaf_majors(c)  # as many queue majors too
+        places.append(s.place if kept else None)
     taken = [r for s in before.values() for r in s.ranges()]
     for k, c in enumerate(req.cohorts):
         if places[k] is not None:

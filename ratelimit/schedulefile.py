@@ -165,8 +165,7 @@ def _step(body, where: str, profile) -> Step:
     if "duration" not in body:
         raise UsageError(f"{where}: duration: none given (a time with a unit, e.g. 20s or 500ms)")
     duration = body["duration"]
-    if isinstance(duration, str) and duration.strip().startswith("-") or \
-            isinstance(duration, (int, float)) and not isinstance(duration, bool) and duration < 0:
+    if _negative(duration):
         raise FieldError(f"{where} duration", f"'{duration}'", f"is negative ({DURATIONS})")
     duration_us = parse_time_us(duration, f"{where} duration")
     if duration_us < 1000 or duration_us % 1000:
@@ -183,6 +182,12 @@ def _step(body, where: str, profile) -> Step:
     return Step(duration_us // 1000, sides["down"], sides["up"], name, body.get("description", ""))
 
 
+def _negative(value) -> bool:
+    """A time given with a minus sign (text) or below 0 (a number): named as negative."""
+    return isinstance(value, str) and value.strip().startswith("-") or \
+        isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0
+
+
 def _side(table, params, where: str) -> Side:
     """One direction of a step: its own numbers over its profile's side (``params``)."""
     if not isinstance(table, dict):
@@ -194,6 +199,9 @@ def _side(table, params, where: str) -> Side:
         params.rate_bps if params else None
     if rate is None:
         raise UsageError(f"{where}.rate: none given (a rate, 0 for nothing, or a profile with a rate)")
+    if _negative(table.get("delay")):
+        raise FieldError(f"{where}.delay", f"'{table['delay']}'", "is negative (a delay is a time from 0 to 1 hour, "
+                                                                  "e.g. 150ms)")
     delay = parse_time_us(table["delay"], f"{where}.delay") if "delay" in table else params.delay_us if params else None
     loss = parse_percent(table["loss"], f"{where}.loss") if "loss" in table else params.loss_pct if params else None
     return Side(rate, delay, loss)
