@@ -209,8 +209,9 @@ def _validate_layout(req: Request, lay: "Layout") -> None:
     elif req.mode == "shape" and not _fits(h, lay.leaves, lay.groups):
         most = max_shape_links(h)
         extra = f" in {len(req.cohorts)} cohorts of whole groups" if len(req.cohorts) > 1 else ""
+        two = "; a traced link with a delay stage counts twice" if lay.leaves > lay.links else ""
         raise FieldError("--hosts/--ports", f"{lay.links} links{extra}",
-                         f"are too many for shape mode (at most {most}; police mode takes more)")
+                         f"are too many for shape mode (at most {most}{two}; police mode takes more)")
     for c in req.cohorts:
         over, _ = lay.overhead(c)
         if not 0 <= over <= 0xFFFF:
