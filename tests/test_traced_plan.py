@@ -257,13 +257,23 @@ def test_dry_run_shows_the_gates_and_what_the_links_follow():
     assert out.count(" tbf rate 10gbit burst 1514b limit ") == 2
 
 
-def test_a_bad_trace_on_the_command_line_is_one_line_and_nothing_is_applied(tmp_path, monkeypatch):
+BAD_ON_THE_COMMAND_LINE = {
+    "a trace": ("--trace-down", "bad.down", "5\n3\n", "line 2: 3 is less than 5 on line 1 (timestamps never decrease)"),
+    "a schedule": ("--schedule", "bad.toml", '[[step]]\nduration = "1s"\ndown = { rate = "1mbit", delay = "-5ms" }\n'
+                   'up = { rate = "1mbit" }\n', "step 1 down.delay: '-5ms' is negative (a delay is a time from 0 to "
+                   "1 hour, e.g. 150ms)"),
+}
+
+
+@pytest.mark.parametrize("what", BAD_ON_THE_COMMAND_LINE)
+def test_a_bad_trace_or_schedule_on_the_command_line_is_one_line_and_nothing_is_applied(tmp_path, monkeypatch, what):
+    option, name, text, message = BAD_ON_THE_COMMAND_LINE[what]
     monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
-    bad = tmp_path / "bad.down"
-    bad.write_text("5\n3\n")
-    code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000", "--trace-down", str(bad))
+    bad = tmp_path / name
+    bad.write_text(text)
+    code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000", option, str(bad))
     assert code == 2 and out == ""
-    assert err == f"ratelimit: --trace-down {bad}: line 2: 3 is less than 5 on line 1 (timestamps never decrease)\n"
+    assert err == f"ratelimit: {option} {bad}: {message}\n"
     assert not (tmp_path / "state").exists()  # it never reached the kernel or the record
 
 
@@ -359,13 +369,3 @@ def test_dry_run_shows_the_stages_and_that_the_driver_sets_their_delay_and_loss(
     assert "sets the delay and loss of the netem stages under the gates" in out
     assert "qdisc add dev veth0 parent 100:1 handle 101: netem limit " in out
 
-
-def test_a_bad_schedule_on_the_command_line_is_one_line_and_nothing_is_applied(tmp_path, monkeypatch):
-    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
-    bad = tmp_path / "bad.toml"
-    bad.write_text('[[step]]\nduration = "1s"\ndown = { rate = "1mbit", delay = "-5ms" }\nup = { rate = "1mbit" }\n')
-    code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000", "--schedule", str(bad))
-    assert code == 2 and out == ""
-    assert err == f"ratelimit: --schedule {bad}: step 1 down.delay: '-5ms' is negative (a delay is a time from 0 to " \
-                  "1 hour, e.g. 150ms)\n"
-    assert not (tmp_path / "state").exists()
