@@ -284,6 +284,7 @@ def _run(args, action, con, target=None, named=()) -> int:
     if action in ("list", "stats"):
         from .readout import statistics
         data = statistics(args.interface, args.netns, notice=notice)
+        _strangers(data, con)
         if args.json:
             con.out(_as_json(data, action))
         else:
@@ -391,6 +392,7 @@ def _container(args, action, con) -> int:
         for t, data in zip(found, datas):
             if data not in shown:
                 continue
+            _strangers(data, con)
             data["container"] = {"use": t.use, "interface": t.interface}
             if args.json:
                 con.out(_as_json(data, action))
@@ -399,6 +401,14 @@ def _container(args, action, con) -> int:
                 con.out(f"# {args.container}: {where}, {t.interface}")
                 con.out(render_table(data, counters=action == "stats"))
         return 0
+
+
+def _strangers(data: dict, con) -> None:
+    """A notice for each container named in the hosts that has other addresses now, or is
+    not running (``ctlife.strangers``)."""
+    from .ctlife import strangers
+    for line in strangers(data["applied"]):
+        con.notice(line)
 
 
 _HOW = {"in place": "changed in place", "make-before-break": "built beside the old plan, then the old removed"}

@@ -89,3 +89,33 @@ def forget_if_gone(c, ns: str, interface: str, notice) -> None:
     state.forget(ns, interface)
     notice(f"{c.label()}: the links recorded on its {interface} went with its network namespace (the container "
            f"was restarted); record removed: apply again to put them back")
+
+
+def strangers(applied: dict | None) -> list[str]:
+    """What became of the containers a record names as hosts (``container:NAME``), asked of
+    the engine now: one line for each that has other addresses, or is not running, since
+    the apply -- its links then select addresses that may be a stranger's.  ``applied`` is
+    the record's summary (``summary.summary``; ``--list``, ``--stats`` and the dashboard).
+    A user's own link (``use`` "user") names the container it sits on: not a host of its."""
+    if not applied:
+        return []
+    ct = applied.get("container") or {}
+    if ct.get("use") == "user":
+        return []
+    out = []
+    for cohort in applied.get("cohorts") or ():
+        for name, was in (cohort.get("named") or {}).items():
+            try:
+                now, _ = containers.expand_hosts([f"{containers.HOST_PREFIX}{name}"], server=None,
+                                                 network=ct.get("network"), engine=ct.get("engine"),
+                                                 field_name="container")
+            except RatelimitError as err:
+                out.append(f"container '{name}': {_reason(err)}: its links select {', '.join(was)}, which may be "
+                           f"another's now")
+                continue
+            if sorted(now) != sorted(was):
+                out.append(f"container '{name}' now has {', '.join(now)} (was {', '.join(was)}): its links select "
+                           f"{', '.join(was)}, a stranger's or no one's; apply again (or ratelimit restore) to "
+                           f"follow it")
+    return out
+

@@ -68,7 +68,8 @@ SLOW_S = 5.0
 WORKERS = 6
 WORKERS_ENV = "RATELIMIT_TEST_WORKERS"
 GROUP_OF_MODULE = {"test_webui_browser.py": "browser", "test_containers_engines.py": "containers",
-                   "test_containers_uses.py": "containers"}
+                   "test_containers_uses.py": "containers",
+                   "test_containers_dashboard.py": "containers"}
 KERNEL_GROUP = "kernel-vm"
 BACKGROUND_NICE = 10
 _START = pytest.StashKey[float]()

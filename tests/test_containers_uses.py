@@ -4,8 +4,9 @@
   own: a web container as the server of a client container over a modem, and the client as
   one user, each download within 3% of the link model; the links gone after a failing test;
   a refusal in one line;
-- the compose example (examples/compose/) with Debian's docker-compose, run as its README
-  says: one ratelimit command puts both clients behind modems, a fetch within 3% of the model;
+- the compose example (examples/compose/) with Debian's docker-compose and podman-compose,
+  run as its README says: one ratelimit command puts both clients behind their links, a
+  fetch within 3% of the model;
 - dockerd stopped, and a Docker socket that is not there: one line naming docker and what to
   do, the router as it was, and Podman's containers found all the same;
 - IPv6 (2001:db8::/32) beside IPv4 on the network: a v6 fetch shaped as the v4 one, each
@@ -29,7 +30,7 @@ import pytest
 from ratelimit.kernel.probe import probe
 from ratelimit.linkmodel import LinkModel
 
-from enginekit import ENGINES_SH, ROOT, Engine, delay_args, fetch, model, qdiscs, ratelimit, run_dir, sh, web_and_client
+from enginekit import ENGINES_SH, PODMAN_ENV, ROOT, Engine, delay_args, fetch, model, qdiscs, ratelimit, run_dir, sh, web_and_client
 from test_pytest_plugin import run_pytest
 
 pytestmark = [pytest.mark.netns, pytest.mark.alone]
@@ -114,25 +115,45 @@ def readme_commands() -> list[str]:
     return [line.split("  #")[0].strip() for b in blocks for line in b.splitlines() if line.strip()]
 
 
-def test_the_compose_example_runs_as_its_readme_says(engines_up, tmp_path):
-    if shutil.which("docker-compose") is None:
-        pytest.fail("docker-compose is not installed: bash .ci/install installs it")
+# each tool's own names and network (198.18.0.0/15)
+COMPOSE = {"docker-compose": ("docker", f"{P}ex", "198.18.246.0/24"),
+           "podman-compose": ("podman", f"{P}px", "198.18.249.0/24")}
+
+
+@pytest.mark.parametrize("tool", sorted(COMPOSE))
+def test_the_compose_example_runs_as_its_readme_says(engines_up, tmp_path, tool):
+    """Each engine's block of the README, run as it says (our names in it): one ratelimit
+    command puts both clients behind their cohorts' links, the modem's fetch within 3% of
+    the model.  Podman's network is made as the tests make theirs (a CNI bridge without the
+    firewall plugin, ``enginekit.Engine.network``) where the README's ``podman network
+    create`` adds CNI's firewall chains to the host's filter table."""
+    if shutil.which(tool) is None:
+        pytest.fail(f"{tool} is not installed: bash .ci/install installs it")
     said = readme_commands()
-    name = f"{P}ex"
-    env = {**os.environ, "RL_IMAGE": engines_up, "RL_EXAMPLE": name, "RL_EXAMPLE_SUBNET": "198.18.246.0/24",
+    engine, name, subnet = COMPOSE[tool]
+    e = Engine(engine, engines_up)
+    base = PODMAN_ENV if engine == "podman" else os.environ
+    env = {**base, "RL_IMAGE": e.image, "RL_EXAMPLE": name, "RL_EXAMPLE_SUBNET": subnet,
            "RATELIMIT_STATE_DIR": str(tmp_path / "state")}
 
     def step(line: str, *argv: str):
         """Run the README's ``line`` (``argv``, our names in it), after checking the README says it."""
         assert line in said, (line, said)
         return sh(*argv, env=env)
-    compose = ["docker-compose", "-f", str(EXAMPLE / "compose.yaml")]
-    e = Engine("docker", engines_up)
+    compose = [tool, "-f", str(EXAMPLE / "compose.yaml")]
+    web, client = f"{name}-web", f"{name}-client1"
+    if engine == "podman":
+        assert "export CONTAINERS_CONF=$PWD/containers/containers.conf" in said
+        assert "export RL_IMAGE=localhost/$(sh containers/engines.sh image)" in said
+        assert "podman network create --internal --subnet 198.18.242.0/24 rl-example-lan" in said
+        e.net, e.subnet, e.bridge = f"{name}-lan", subnet, f"{name}0"
+        e.network()
     try:
-        step("docker-compose -f examples/compose/compose.yaml up -d", *compose, "up", "-d")
-        web, client = f"{name}-web", f"{name}-client1"
+        step(f"{tool} -f examples/compose/compose.yaml up -d", *compose, "up", "-d")
+        # Docker's network has a name service; Podman's CNI networks here have none: by address
+        where = web if engine == "docker" else e.address_on(web, f"{name}-lan")
         for _ in range(50):  # nginx up, and the name service of the network
-            if e("exec", client, "curl", "-s", "-o", "/dev/null", f"http://{web}/", check=False).returncode in (0, 22):
+            if e("exec", client, "curl", "-s", "-o", "/dev/null", f"http://{where}/", check=False).returncode in (0, 22):
                 break
             time.sleep(0.1)
         assert "ratelimit --container rl-example-web --hosts container:rl-example-client1,container:rl-example-client2 " \
@@ -144,11 +165,16 @@ def test_the_compose_example_runs_as_its_readme_says(engines_up, tmp_path):
         no_netem = [] if probe(["netem"])["netem"] else ["--delay", "0ms", "--jitter", "0ms", "--loss", "0%"]
         r = ratelimit("--container", web, "--scenario", str(audience), *no_netem, env=env)
         assert r.returncode == 0, r.stderr
-        assert f"docker container {web}" in r.stdout and f"{name}-client1 = 198.18.246." in r.stdout
-        assert f"{name}-client2 = 198.18.246." in r.stdout
-        assert "docker exec rl-example-client1 curl -sS -o /dev/null -w '%{time_total} s\\n' " \
-               "http://rl-example-web/10000.bin" in said
-        d = fetch(e, web, client)
+        net = subnet.rsplit(".", 1)[0]
+        assert f"{engine} container {web}" in r.stdout and f"{name}-client1 = {net}." in r.stdout
+        assert f"{name}-client2 = {net}." in r.stdout
+        if engine == "docker":
+            assert "docker exec rl-example-client1 curl -sS -o /dev/null -w '%{time_total} s\\n' " \
+                   "http://rl-example-web/10000.bin" in said
+        else:
+            assert "podman exec rl-example-client1 curl -sS -o /dev/null -w '%{time_total} s\\n' " \
+                   "http://$web/10000.bin" in said
+        d = fetch(e, where, client)
         applied = json.loads(ratelimit("--container", web, "--list", "--json", env=env).stdout)["applied"]
         cohorts = {c["name"]: c for c in applied["cohorts"]}
         assert {k: (c["profile"], c["named"]) for k, c in cohorts.items()} == {
@@ -157,18 +183,25 @@ def test_the_compose_example_runs_as_its_readme_says(engines_up, tmp_path):
         assert applied["links"] == 4
         expected = d.model_seconds(LinkModel.from_summary(applied, cohort="modem",
                                                           delay_stage=probe(["netem"])["netem"]))
-        print(f"the compose example (docker-compose): {d.seconds:.3f} s, the model {expected:.3f} s "
+        print(f"the compose example ({tool}): {d.seconds:.3f} s, the model {expected:.3f} s "
               f"({d.seconds / expected:.3f})")
         assert 0.97 < d.seconds / expected < 1.03, (d.seconds, expected)
         assert "ratelimit --container rl-example-web --clean" in said
         r = ratelimit("--container", web, "--clean", env=env)
         assert r.returncode == 0 and "eth0: removed what ratelimit installed" in r.stdout, r.stderr
-        step("docker-compose -f examples/compose/compose.yaml down -t 0", *compose, "down", "-t", "0")
+        step(f"{tool} -f examples/compose/compose.yaml down -t 0", *compose, "down", "-t", "0")
         assert not e("ps", "-aq", "--filter", f"name={name}").stdout.strip()
-        assert e("network", "ls", "-q", "--filter", f"name={name}-lan").stdout.strip() == ""
+        if engine == "docker":
+            assert e("network", "ls", "-q", "--filter", f"name={name}-lan").stdout.strip() == ""
     finally:
         sh(*compose, "down", "-t", "0", check=False, env=env)
-        sh("docker", "network", "rm", f"{name}-lan", check=False)
+        if engine == "docker":
+            sh("docker", "network", "rm", f"{name}-lan", check=False)
+        else:
+            for c in ("web", "client1", "client2"):
+                e.rm(f"{name}-{c}")
+            e.remove()
+    assert not e("ps", "-aq", "--filter", f"name={name}").stdout.strip()
 
 
 # ---------------------------------------------------------------- a daemon that is down

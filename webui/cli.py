@@ -38,6 +38,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="interface to watch (repeat or comma-separate; NS/IF names one in namespace NS); "
                         "default: every interface ratelimit configured in --netns, else eth0")
     p.add_argument("--netns", default=None, metavar="NS", help="namespace of the interfaces (default: this one)")
+    p.add_argument("--container", action="append", default=[], metavar="NAME|ID",
+                   help="a Docker or Podman container whose links to watch: on its own interface (a server's) "
+                        "and on its host-side veth (a user's); repeat or comma-separate (docs/containers.md)")
+    p.add_argument("--engine", choices=("docker", "podman"), help="the engine of --container (default: whichever has it)")
+    p.add_argument("--network", metavar="NAME", help="the network of --container, when it is on several")
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",
                    help=f"address to serve on (default {DEFAULT_LISTEN}; port 0 picks a free one)")
     p.add_argument("--token", default=None, metavar="TOKEN",
@@ -77,8 +82,11 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, port
 
 
-def _targets(args) -> list:
+def _targets(args, watches=()) -> list:
     names = [n.strip() for item in args.interface for n in item.split(",") if n.strip()]
+    from .containers import targets
+    if not names and watches:
+        return targets(watches)
     if not names:
         from ratelimit import state
         names = state.interfaces(args.netns) or ["eth0"]
@@ -92,7 +100,18 @@ def _targets(args) -> list:
         key = (netns or None, interface)
         if key not in out:
             out.append(key)
-    return out
+    return out + [t for t in targets(watches) if t not in out]
+
+
+def _watches(args) -> list:
+    """The containers of --container, resolved (webui.containers)."""
+    names = [n.strip() for item in args.container for n in item.split(",") if n.strip()]
+    if not names:
+        if args.engine or args.network:
+            raise _Usage("--engine/--network: they go with --container")
+        return []
+    from .containers import watch
+    return watch(names, network=args.network, engine=args.engine)
 
 
 def is_loopback(host: str) -> bool:
@@ -137,7 +156,8 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
         if not is_loopback(host) and not args.allow_host:
             raise _Usage(f"--listen: {args.listen} serves beyond this machine; add --allow-host NAME for each "
                          "name or address the dashboard is reached by (e.g. --allow-host router.lab)")
-        targets = _targets(args)
+        watches = _watches(args)
+        targets = _targets(args, watches)
         token = args.token or os.environ.get(TOKEN_ENV) or None
         if token is not None and len(token) < 16:
             raise _Usage("--token: too short (at least 16 characters)")
@@ -155,7 +175,10 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
     from . import create_app
     from .stats import StatsSource, target_name
     from .views import vendor_ready
-    source = StatsSource(targets, interval=args.interval, history=args.history)
+    from ratelimit import readout
+    from .containers import Reader
+    reader = Reader(readout.Poller(), watches)
+    source = StatsSource(targets, reader, interval=args.interval, history=args.history)
     app = create_app({"STATS_SOURCE": source, "START_POLLING": False, "TOKEN": token,
                       "READ_ONLY": args.read_only, "ALLOWED_HOSTS": _allowed_hosts(host, args.allow_host)})
 
@@ -187,6 +210,7 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
         pass
     finally:
         source.stop()
+        reader.close()
     return 0
 
 

@@ -261,6 +261,17 @@
   }
 
   // ------------------------------------------------------------ overview
+  // Links applied with --container: which container and use; and a notice for each
+  // container named as a host that has another address now, or is not running.
+  function containerLines(a) {
+    const out = [];
+    const ct = a.container;
+    if (ct) out.push(el("p", {class: "container", text: ct.engine + " container " + ct.name + " (" + ct.id.slice(0, 12) +
+      "), " + (ct.use === "user" ? "one user, on its host-side veth" : "the server, on its own interface") +
+      ", network " + ct.network}));
+    for (const n of a.notices || []) out.push(el("p", {class: "error notice", text: n}));
+    return out;
+  }
   function card(t) {
     const a = t.applied, g = t.aggregate || {};
     const selected = state.target && t.interface === state.target.interface &&
@@ -268,6 +279,7 @@
     const c = el("article", {class: "card" + (selected ? " selected" : ""), "data-name": t.name});
     c.append(el("h3", {text: t.name}));
     if (t.error) c.append(el("p", {class: "error", text: t.error}));
+    if (a) c.append(...containerLines(a));
     if (a) {
       // Only the sides the direction limits: dest = down (to the client), source = up.
       const rateText = [a.direction !== "source" && a.down && a.down.rate_bps ? "down " + bits(a.down.rate_bps) : null,

@@ -1,0 +1,126 @@
+"""The dashboard and containers, with a real Podman and a real headless Chromium:
+``ratelimit web --container web`` shows the links ``ratelimit --container web --hosts
+container:client`` put inside web's namespace, and says what became of them:
+
+- the client restarted with another address: a notice on the card (and from ``--list``)
+  that the links select the old one, a stranger's or no one's;
+- the server restarted: the card's error says its links went with its namespace; applied
+  again, the card shows them again (the dashboard followed the new namespace);
+- the dashboard never keeps the namespace named (no ``rl-ct-`` name in /run/netns while
+  it runs), and after ``--clean`` nothing is left.
+
+Names of its own (``c3-``), removed after the test, passed or failed.  In the
+``containers`` group (tests/schedule.py); ``alone``, as the group's other tests.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from ratelimit.kernel.proc import stop
+
+from enginekit import ROOT, Engine, delay_args, qdiscs, ratelimit, run_dir, web_and_client
+from test_webui_browser import CHROMIUM, CHROMIUM_ARGS, open_page, sync_playwright
+
+pytestmark = [pytest.mark.netns, pytest.mark.alone,
+              pytest.mark.skipif(sync_playwright is None or not os.path.exists(CHROMIUM),
+                                 reason="needs Python Playwright and Debian's chromium (/usr/bin/chromium)")]
+
+P = "c3-"
+TOKEN = "containers-dashboard-token-0123"
+
+
+def router(e, *names):
+    """``qdiscs`` with the veths' names left out, and the names in /run/netns but rootful
+    Podman's own (a restart gives a container a new veth and namespace)."""
+    return [sorted(re.sub(r"veth[0-9a-z]+", "veth", line) for line in text.splitlines())
+            for text in qdiscs(e, *names)], [n for n in run_dir() if not n.startswith("netns-")]  # Podman's own
+
+
+def card_text(page, name, timeout=20000, has=None):
+    """The text of the card ``name`` once it contains ``has``."""
+    sel = f"#overview .card[data-name='{name}']"
+    if has is not None:
+        try:
+            page.wait_for_function("([sel, has]) => (document.querySelector(sel)?.textContent || '').includes(has)",
+                                   arg=[sel, has], timeout=timeout)
+        except Exception:
+            raise AssertionError(f"{name}: no {has!r} in {page.text_content('#overview')!r}") from None
+    return page.text_content(sel)
+
+
+def test_the_dashboard_shows_a_containers_links_and_what_became_of_them(engines_up, tmp_path):
+    e = Engine("podman", engines_up)
+    e.net, e.subnet, e.bridge = f"{P}net", "198.18.250.0/24", f"{P}p0"
+    e.network()
+    env = {**os.environ, "RATELIMIT_STATE_DIR": str(tmp_path / "state"), "PYTHONPATH": str(ROOT),
+           "RATELIMIT_WEB_TOKEN": TOKEN}
+    web, client = f"{P}web", f"{P}client"
+    apply = ["--container", web, "--hosts", f"container:{client}", "--profile", "modem-28k8", *delay_args()]
+    dashboard = None
+    try:
+        web_and_client(e, prefix=P)
+        before = router(e, web, client)
+        r = ratelimit(*apply, env=env)
+        assert r.returncode == 0, r.stderr
+        was = e.address(client)
+        ns = "rl-ct-" + json.loads(e("inspect", web).stdout)[0]["Id"][:12]
+        log = open(tmp_path / "dashboard.log", "w")
+        dashboard = subprocess.Popen([sys.executable, "-m", "webui", "--container", web, "--engine", "podman",
+                                      "--listen", "127.0.0.1:0", "--interval", "0.5"], stdout=subprocess.PIPE,
+                                     stderr=log, text=True, env=env, cwd=str(ROOT))
+        line = dashboard.stdout.readline()
+        m = re.search(r"watching (\S+), (\S+); serving (http://127\.0\.0\.1:\d+/)", line)
+        assert m, line + (tmp_path / "dashboard.log").read_text()
+        assert m.group(1) == f"{ns}/eth0" and m.group(2).startswith("veth"), line
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page, errors = open_page(browser, m.group(3) + "#token=" + TOKEN)
+                text = card_text(page, f"{ns}/eth0", has=was)
+                assert f"podman container {web} (" in text and "the server, on its own interface" in text, text
+                assert "modem-28k8" in text and "now has" not in text, text
+                assert "nothing applied" in card_text(page, m.group(2))
+                assert not any(n.startswith("rl-ct-") for n in run_dir())  # named only for each read
+
+                # the client comes back with another address: its links select the old one
+                e("restart", "-t", "0", client)
+                now = e.address(client)
+                assert now != was, (now, was)
+                notice = (f"container '{client}' now has {now} (was {was}): its links select {was}, a stranger's "
+                          f"or no one's; apply again (or ratelimit restore) to follow it")
+                text = card_text(page, f"{ns}/eth0", has=notice)
+                assert "modem-28k8" in text, text
+                r = ratelimit("--container", web, "--list", env=env)
+                assert r.returncode == 0 and r.stderr == f"ratelimit: {notice}\n", r.stderr
+
+                # the server restarts: its links went with its namespace
+                e("restart", "-t", "0", web)
+                gone = (f"podman container '{web}': the links recorded on its eth0 went with its network namespace "
+                        f"(the container was restarted): apply again to put them back")
+                card_text(page, f"{ns}/eth0", has=gone)
+                r = ratelimit(*apply, env=env)  # applied again: both names resolved again
+                assert r.returncode == 0, r.stderr
+                page.wait_for_function("(sel) => { const t = document.querySelector(sel)?.textContent || '';"
+                                       " return t.includes('modem-28k8') && !t.includes('went with') &&"
+                                       " !t.includes('now has'); }",
+                                       arg=f"#overview .card[data-name='{ns}/eth0']", timeout=20000)
+                assert now in card_text(page, f"{ns}/eth0")
+                assert errors == [], errors
+            finally:
+                browser.close()
+        stop(dashboard, 10)
+        assert dashboard.returncode == 0, (tmp_path / "dashboard.log").read_text()
+        r = ratelimit("--container", web, "--clean", env=env)
+        assert r.returncode == 0, r.stderr
+        assert router(e, web, client) == before
+    finally:
+        if dashboard is not None:
+            stop(dashboard, 10)
+        for name in (web, client):
+            e.rm(name)
+        e.remove()

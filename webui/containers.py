@@ -1,0 +1,126 @@
+"""The dashboard and containers (docs/containers.md, "The dashboard").
+
+``ratelimit web --container NAME`` watches the two devices a container's links can be on,
+as ``ratelimit --container NAME --list`` does: its own interface inside its network
+namespace (the server of an audience) and its host-side veth (one user).  The namespace
+has a name in /run/netns (``rl-ct-ID``, the record's) only while a run of ratelimit lasts,
+so the dashboard names it for each read, in the containers' turn, and lets it go after:
+it never holds the namespace, and a restarted container's old one goes, links and all, as
+it does for the CLI.  Its netlink reader is opened for each read for the same reason.
+
+Every target's record that names containers as hosts (``container:NAME``) is checked with
+the engine every ``CHECK_EVERY_S`` (``ctlife.strangers``): a client container that came
+back with another address, or is not running, is a notice in the summary
+(``applied["notices"]``), shown on the target's card.  A server that restarted, or a user
+whose veth went, is the target's error line.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+from ratelimit import containers, readout, state
+from ratelimit.ctlife import strangers
+from ratelimit.errors import RatelimitError
+
+CHECK_EVERY_S = 5.0  # how often the engine is asked (a docker or podman inspect each time)
+
+
+@dataclass
+class Watch:
+    """One container the dashboard watches, as resolved at its start (the owner and its
+    namespace's inode follow a restart)."""
+
+    label: str  # "docker container web"
+    engine: str
+    owner: containers.Container  # the container that owns the namespace
+    inode: tuple
+    server: tuple  # (namespace name, its interface): the server's target
+    user: tuple  # (None, host-side veth): the user's target
+    failed: tuple = (0.0, None)  # (when, the error) of the last failed look at the engine
+
+
+def watch(names: list[str], *, network: str | None = None, engine: str | None = None) -> list[Watch]:
+    """Resolve each container (one-line ContainerError as the CLI's)."""
+    out = []
+    with containers.turn():
+        for name in names:
+            c, owner = containers.resolve(name, engine)
+            wired = containers.wiring(owner, containers.choose_network(owner, network))
+            out.append(Watch(c.label(), c.engine, owner, containers.netns_inode(owner.pid),
+                             (containers.netns_name(owner), wired.inside), (None, wired.veth)))
+    return out
+
+
+def targets(watches: list[Watch]) -> list[tuple]:
+    return [t for w in watches for t in (w.server, w.user)]
+
+
+class Reader:
+    """``readout.counters``' signature over ``base`` (a ``readout.Poller``) for the
+    dashboard's targets: a container's server target read in its namespace, named for the
+    read; a container's user target while its veth is there; notices on every target."""
+
+    def __init__(self, base, watches: list[Watch], *, check_every: float = CHECK_EVERY_S, clock=time.monotonic):
+        self.base, self.check_every, self.clock = base, check_every, clock
+        self.servers = {w.server: w for w in watches}
+        self.users = {w.user: w for w in watches}
+        self._noted: dict = {}  # target -> (when, the applied it was for, notices)
+
+    def __call__(self, interface: str, netns: str | None = None) -> dict:
+        key = (netns or None, interface)
+        if key in self.servers:
+            stats = self._server(self.servers[key], interface)
+        elif key in self.users and not os.path.exists(f"/sys/class/net/{interface}"):
+            raise RatelimitError(f"{self.users[key].label}: its veth {interface} is gone (the container was "
+                                 f"restarted or stopped), and the links recorded on it with it; watch it again "
+                                 f"(restart the dashboard) to see its new veth")
+        else:
+            stats = self.base(interface, netns)
+        return self._with_notices(key, stats)
+
+    def close(self) -> None:
+        self.base.close()
+
+    def _server(self, w: Watch, interface: str) -> dict:
+        with containers.turn():
+            self._follow(w)
+            with containers.attached(w.owner) as ns:
+                stats = readout.counters(interface, ns)
+                if stats["applied"] is None and state.load(ns, interface) is not None:
+                    raise RatelimitError(f"{w.label}: the links recorded on its {interface} went with its network "
+                                         f"namespace (the container was restarted): apply again to put them back")
+                return stats
+
+    def _follow(self, w: Watch) -> None:
+        """The container's namespace now: the same as before, or (after a restart) the new
+        one, asked of the engine at most every ``check_every``; a container that is not
+        running is the error."""
+        try:
+            if containers.netns_inode(w.owner.pid) == w.inode:
+                return
+        except containers.ContainerError:
+            pass
+        when, error = w.failed
+        if error is not None and self.clock() - when < self.check_every:
+            raise error
+        try:
+            _, owner = containers.resolve(w.owner.id[:12], w.engine)
+            w.owner, w.inode, w.failed = owner, containers.netns_inode(owner.pid), (0.0, None)
+        except containers.ContainerError as err:
+            w.failed = (self.clock(), RatelimitError(f"{w.label}: {str(err).split(': ', 1)[-1]}; the links "
+                                                     f"recorded in its namespace went with it"))
+            raise w.failed[1] from None
+
+    def _with_notices(self, key: tuple, stats: dict) -> dict:
+        applied = stats.get("applied")
+        if not applied or not any(c.get("named") for c in applied.get("cohorts") or ()):
+            self._noted.pop(key, None)
+            return stats
+        when, was, notices = self._noted.get(key, (None, None, []))
+        if was != applied or self.clock() - when >= self.check_every:
+            notices = strangers(applied)
+            self._noted[key] = (self.clock(), applied, notices)
+        return {**stats, "applied": {**applied, "notices": notices}} if notices else stats
