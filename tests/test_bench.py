@@ -394,7 +394,7 @@ def test_report_from_small_results(tmp_path):
 
 def test_report_renders_without_results():
     text = report.render({})
-    assert text.count("Not run.") == 9
+    assert text.count("Not run.") == 10
 
 
 # ---------------------------------------------------------------- the real thing (quick), on the host
