@@ -14,7 +14,7 @@ def section_trace(doc: dict | None) -> list[str]:
     out = ["## 10. Links that follow a trace", ""]
     if not doc:
         return out + ["Not run.", ""]
-    rows = doc.get("rows", [])
+    rows, cfg = doc.get("rows", []), doc.get("config", {})
     track = [r for r in rows if r.get("kind") == "tracking"]
     alone = [r for r in rows if r.get("kind") == "driver"]
     naive = [r for r in rows if r.get("kind") == "naive"]
@@ -24,7 +24,8 @@ def section_trace(doc: dict | None) -> list[str]:
             "link from its own phase, with the driver (`ratelimit follow`) at a step of 100 ms. *Tracking*: a UDP "
             "sender paces every link at 1.1 times its capacity; the bytes each link delivered (as its class meters "
             "them) in 1 s and 100 ms windows at random offsets, against the trace's capacity in the same window "
-            "(each opportunity one full-size frame); the first 3 s are left out. An error in *tolerances*: the "
+            f"(each opportunity one full-size frame), over a run of {cfg.get('seconds', 0):g} s less its first "
+            f"{cfg.get('settle_s', 0):g} s and its last half second. An error in *tolerances*: the "
             "window's error over 5% (1 s) or 10% (100 ms) of its capacity, or one datagram, whichever is larger. "
             "The sizes are chosen to stay within what this machine forwards, so the datagrams a link sends in a "
             "window shrink as the links grow (column *a link, datagrams/s*). *Driver CPU*: its user + system time "
@@ -40,7 +41,8 @@ def section_trace(doc: dict | None) -> list[str]:
                       "mean vs capacity", "1 s windows: p95 error (tolerances)", "100 ms windows: p95 (tolerances)",
                       "driver CPU", "steps missed"], body) + [""]
     if alone:
-        out += ["The driver alone (the same links, no traffic), 10 s at each step after 2 s to settle:", ""]
+        out += [f"The driver alone (the same links, no traffic), {cfg.get('alone_s', 0):g} s at each step after 2 s to "
+                "settle:", ""]
         body = [[f"{r['links']:,}", f"{r['step_ms']} ms", _pct(r["cpu"]), f"{r['changes_per_s']:,}",
                  f"{r['rounds_per_s']:g}", f"{r['missed_per_s']:g}", f"{r.get('round_ms') or 0:.1f} ms"]
                 for r in alone]

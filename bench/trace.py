@@ -152,6 +152,9 @@ def measure(quick: bool) -> dict:
     seconds = QUICK_SECONDS if quick else SECONDS
     steps = (100,) if quick else STEPS
     doc = new_result(NAME, quick)
+    alone_s = 4.0 if quick else ALONE_S
+    doc["config"] = {"trace": TRACE, "queue": QUEUE, "seconds": seconds, "settle_s": 3.0, "alone_s": alone_s,
+                     "steps_ms": list(steps), "naive_rounds": NAIVE_ROUNDS}
     step = Steps(NAME, len(sizes) * 2 + len(naive_links))
     saved = os.environ.get("RATELIMIT_STATE_DIR")
     state_dir = tempfile.TemporaryDirectory()
@@ -162,7 +165,7 @@ def measure(quick: bool) -> dict:
             doc["rows"].append(tracking(links, scale, payload, 100, seconds))
             say(NAME, str(doc["rows"][-1]))
             step(f"{links} links: the driver alone at steps of {', '.join(map(str, steps))} ms")
-            doc["rows"] += driver_alone(links, scale, steps, 4.0 if quick else ALONE_S)
+            doc["rows"] += driver_alone(links, scale, steps, alone_s)
             say(NAME, str(doc["rows"][-len(steps):]))
         for links in naive_links:
             scale = next(s for n, s, _ in SIZES if n == links)
