@@ -18,6 +18,7 @@ def section_trace(doc: dict | None) -> list[str]:
     track = [r for r in rows if r.get("kind") == "tracking"]
     alone = [r for r in rows if r.get("kind") == "driver"]
     naive = [r for r in rows if r.get("kind") == "naive"]
+    tcp = [r for r in rows if r.get("kind") == "tcp"]
     out += [f"({_machine_line(doc)})", "",
             f"`{doc.get('command')}` ([bench/trace.py](../bench/trace.py)). Each row's links (a link per client "
             "port, in namespaces of the run's own) follow the synthetic LTE drive `lte-drive.down` at a scale, each "
@@ -55,4 +56,11 @@ def section_trace(doc: dict | None) -> list[str]:
         body = [[f"{r['links']:,}", f"{r['round_ms']:,.0f} ms", f"{r['per_change_ms']:.2f} ms", _pct(r["cpu"])]
                 for r in naive]
         out += table(["links", "a round (the shortest step)", "a change", "CPU of the tc processes"], body) + [""]
+    for r in tcp:
+        out += [f"**TCP** over traced links: {r['links']} links at {r['scale']:g} of the trace, a TCP download each "
+                f"(the kernel's default congestion control) read for {r['seconds']:g} s; the payload after the first "
+                f"3 s against the trace's capacity then (each opportunity a full segment of 1,448 bytes): "
+                f"**{r['goodput_ratio_mean'] * 100:.1f}%** on average, {r['goodput_ratio_min'] * 100:.1f}% to "
+                f"{r['goodput_ratio_max'] * 100:.1f}% by link (a queue of 20 frames: TCP leaves capacity unused "
+                f"after each fall and loss), the driver {_pct(r['driver_cpu'])} of a core.", ""]
     return out

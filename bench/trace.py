@@ -46,6 +46,7 @@ SECONDS, QUICK_SECONDS = 20.0, 8.0
 ALONE_S = 8.0
 NAIVE_LINKS, QUICK_NAIVE_LINKS = (100, 1000), (100,)
 NAIVE_ROUNDS = 3
+TCP_LINKS = 20  # at 0.1 of the trace: about 0.8 Mbit/s each
 
 
 def _request(ns: dict, links: int, scale: float):
@@ -146,6 +147,91 @@ def naive(links: int, scale: float, step_ms: int, rounds: int) -> dict:
                 traceload.cleanup(tag)
 
 
+TCP_SERVER = r"""
+import socket, sys, threading
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], 5001)); s.listen(4096)
+print("ready", flush=True)
+data = bytes(1 << 16)
+def feed(c):
+    try:
+        while True:
+            c.sendall(data)
+    except OSError:
+        pass
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=feed, args=(c,), daemon=True).start()
+"""
+
+TCP_CLIENT = r"""
+import json, selectors, socket, sys, time
+server, port0, links, seconds, settle = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+socks, sel = [], selectors.DefaultSelector()
+for i in range(links):
+    c = socket.socket(); c.bind((sys.argv[6], port0 + i)); c.connect((server, 5001)); c.setblocking(False)
+    sel.register(c, selectors.EVENT_READ, i); socks.append(c)
+t0 = time.time(); start, end = t0 + settle, t0 + seconds
+got = [0] * links
+while time.time() < end:
+    for key, _ in sel.select(0.05):
+        try:
+            n = len(key.fileobj.recv(1 << 16))
+        except BlockingIOError:
+            continue
+        if time.time() >= start:
+            got[key.data] += n
+print(json.dumps({"start": start * 1000, "end": end * 1000, "got": got}))
+"""
+
+
+def tcp(links: int, scale: float, seconds: float) -> dict:
+    """A TCP download (cubic, the kernel's default here) over each of ``links`` traced links,
+    read for ``seconds``: the payload bytes after the first 3 s against the trace's capacity
+    over the same time, each opportunity one full-size segment of 1,448 bytes (a 1,500-byte
+    IP packet with TCP timestamps)."""
+    import json
+    from ratelimit import follow, service, state, tracespec
+    from ratelimit.compile import compile_plan
+    from ratelimit.steps import traced_links
+
+    from . import traceload
+    tag = f"tb{os.getpid()}t"
+    ns = traceload.topology(tag)
+    server = None
+    try:
+        service.apply(_request(ns, links, scale), follow=False)
+        pid = follow.start(ns["rtr"], traceload.DEV, 100)
+        req = state.load(ns["rtr"], traceload.DEV).request
+        started = req.cohorts[0].trace.started_ms
+        loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down,) if s}
+        traced = {link.port: link for link in traced_links(compile_plan(req), loaded)}
+        server = traceload._python(ns["srv"], TCP_SERVER, traceload.SERVER, stdout=subprocess.PIPE, text=True)
+        assert server.stdout.readline().strip() == "ready"
+        c0, t0 = traceload.cpu_s(pid), time.monotonic()
+        client = traceload._python(ns["cli"], TCP_CLIENT, traceload.SERVER, str(traceload.PORT0), str(links),
+                                   str(seconds), "3", traceload.CLIENT, stdout=subprocess.PIPE, text=True)
+        out = json.loads(client.communicate(timeout=seconds + 60)[0])
+        cpu = (traceload.cpu_s(pid) - c0) / (time.monotonic() - t0)
+        ratios = []
+        for i, got in enumerate(out["got"]):
+            link = traced[traceload.PORT0 + i]
+            a, b = out["start"] - started - link.offset_ms, out["end"] - started - link.offset_ms
+            ratios.append(got / (link.capacity.opportunities(a, b) * link.capacity.scale * 1448))
+        ratios.sort()
+        return {"kind": "tcp", "links": links, "scale": scale, "seconds": seconds,
+                "goodput_ratio_mean": round(sum(ratios) / len(ratios), 4), "goodput_ratio_min": round(ratios[0], 4),
+                "goodput_ratio_max": round(ratios[-1], 4), "driver_cpu": round(cpu, 4)}
+    finally:
+        if server is not None:
+            server.kill()
+            server.wait()
+        try:
+            service.clean(traceload.DEV, ns["rtr"])
+        finally:
+            traceload.cleanup(tag)
+
+
 def measure(quick: bool) -> dict:
     sizes = QUICK_SIZES if quick else SIZES
     naive_links = QUICK_NAIVE_LINKS if quick else NAIVE_LINKS
@@ -155,7 +241,7 @@ def measure(quick: bool) -> dict:
     alone_s = 4.0 if quick else ALONE_S
     doc["config"] = {"trace": TRACE, "queue": QUEUE, "seconds": seconds, "settle_s": 3.0, "alone_s": alone_s,
                      "steps_ms": list(steps), "naive_rounds": NAIVE_ROUNDS}
-    step = Steps(NAME, len(sizes) * 2 + len(naive_links))
+    step = Steps(NAME, len(sizes) * 2 + len(naive_links) + 1)
     saved = os.environ.get("RATELIMIT_STATE_DIR")
     state_dir = tempfile.TemporaryDirectory()
     os.environ["RATELIMIT_STATE_DIR"] = state_dir.name  # records and drivers' status of our own
@@ -172,6 +258,9 @@ def measure(quick: bool) -> dict:
             step(f"{links} links: the naive driver (a tc process per link per step)")
             doc["rows"].append(naive(links, scale, 100, NAIVE_ROUNDS))
             say(NAME, str(doc["rows"][-1]))
+        step(f"{TCP_LINKS} links: a TCP download over each")
+        doc["rows"].append(tcp(TCP_LINKS, 0.1, seconds))
+        say(NAME, str(doc["rows"][-1]))
     finally:
         state_dir.cleanup()
         if saved is None:
