@@ -79,7 +79,8 @@ req = state.request_from_json(cfg["request"], "sender")
 srcs = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
 links = [l for l in traced_links(compile_plan(req), srcs) if l.direction == "dest"]
 started, frame, factor, slice_ms = cfg["started_ms"], cfg["frame_bytes"], cfg["factor"], %(slice)d
-begin = time.time() * 1000 - started + 2000  # ms of the plan's time, after the time it takes to make the schedule
+# ms of the plan's time, after the time it takes to make the schedule (about 3 ms a link for 20 s, measured)
+begin = time.time() * 1000 - started + 2000 + 3 * len(links) * cfg["seconds"] / 20
 end = begin + cfg["seconds"] * 1000
 plan = []  # (ms of the plan's time, port): each link's datagrams where its paced cumulative crosses a whole one
 for i, l in enumerate(links):
@@ -114,7 +115,8 @@ print(json.dumps({"sent": len(plan), "errors": errors, "cpu_s": round(ru.ru_utim
 RECEIVER = r"""
 import socket, struct, sys, time
 from array import array
-dev, seconds, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+import os
+dev, seconds, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]  # until OUT.stop exists, at most SECONDS
 s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 25)
 s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMPNS", 35), 1)  # SCM_TIMESTAMPNS
@@ -125,9 +127,13 @@ end = time.time() + seconds
 stamp = struct.Struct("=qq")
 print("ready", flush=True)
 while time.time() < end:
+    if len(ts) % 4096 == 0 and os.path.exists(out + ".stop"):
+        break
     try:
         data, anc, _, _ = s.recvmsg(64, 64)
     except socket.timeout:
+        if os.path.exists(out + ".stop"):
+            break
         continue
     if len(data) < 24 or data[9] != 17:
         continue
@@ -165,13 +171,16 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
                                "factor": factor, "payload": payload, "dst": CLIENT, "seconds": seconds,
                                "prefill": prefill}))
     out = workdir / "received.bin"
-    receiver = _python(ns["cli"], RECEIVER, CLIENT_DEV, str(seconds + 1.5), str(out), stdout=subprocess.PIPE, text=True)
+    receiver = _python(ns["cli"], RECEIVER, CLIENT_DEV, str(seconds + 300), str(out), stdout=subprocess.PIPE,
+                       text=True)
     try:
         assert receiver.stdout.readline().strip() == "ready"
         sender = _python(ns["srv"], SENDER, str(cfg), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        sout, serr = sender.communicate(timeout=seconds + 60)
+        sout, serr = sender.communicate(timeout=seconds + 240)
         if sender.returncode != 0:
             raise RuntimeError(f"sender failed: {serr.strip()[-500:]}")
+        time.sleep(1.5)  # the last datagrams through their queues
+        Path(str(out) + ".stop").touch()
         receiver.wait(timeout=30)
     finally:
         for p in (receiver,):
