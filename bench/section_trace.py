@@ -44,11 +44,25 @@ def section_trace(doc: dict | None) -> list[str]:
     if alone:
         out += [f"The driver alone (the same links, no traffic), {cfg.get('alone_s', 0):g} s at each step after 2 s to "
                 "settle:", ""]
-        body = [[f"{r['links']:,}", f"{r['step_ms']} ms", _pct(r["cpu"]), f"{r['changes_per_s']:,}",
+        body = [[f"{r['links']:,}", f"{r['step_ms']} ms", f"{_pct(r['cpu'])} ({_pct(r.get('user'))} user)", f"{r['changes_per_s']:,}",
                  f"{r['rounds_per_s']:g}", f"{r['missed_per_s']:g}", f"{r.get('round_ms') or 0:.1f} ms"]
                 for r in alone]
-        out += table(["links", "step", "driver CPU", "changes/s", "rounds/s", "steps missed/s", "last round"],
+        out += table(["links", "step", "driver CPU (of it user)", "changes/s", "rounds/s", "steps missed/s", "last round"],
                      body) + [""]
+        reading = []
+        for n in sorted({r["links"] for r in alone}):
+            ok = [r["step_ms"] for r in alone if r["links"] == n and r["missed_per_s"] == 0]
+            short = [r for r in alone if r["links"] == n and r["missed_per_s"] > 0]
+            text = f"{n:,} links: " + (f"every step from {min(ok)} ms sent on time" if ok else "no step sent on time")
+            if short:
+                r = min(short, key=lambda r: r["step_ms"])
+                text += (f"; at {r['step_ms']} ms it missed {r['missed_per_s']:g} steps a second at "
+                         f"{_pct(r['cpu'])} of a core")
+            reading.append(text)
+        out += ["Reading: " + "; ".join(reading) + ". The driver is one process: where it misses steps it is "
+                "the saturated one (its user time is its own Python: working out each link's rate, hold and payment "
+                "for the step, and encoding the messages; its system time is the kernel's work on them; both are "
+                "sampled at the scheduler's ticks, so the split is rough).", ""]
     if naive:
         out += ["A **naive driver**, not at the same time: a shell in the router's namespace runs one "
                 "`tc class change` process per link per step, each link's rate of that step, rounds back to back. "

@@ -87,13 +87,16 @@ def driver_alone(links: int, scale: float, steps: tuple, seconds: float) -> list
         for step in steps:
             pid = follow.start(ns["rtr"], traceload.DEV, step)
             time.sleep(2.0)
-            s0, c0, t0 = follow.read_status(ns["rtr"], traceload.DEV), traceload.cpu_s(pid), time.monotonic()
+            s0, (u0, k0), t0 = follow.read_status(ns["rtr"], traceload.DEV), traceload.cpu_s(pid, True), \
+                time.monotonic()
             time.sleep(seconds)
-            s1, c1, t1 = follow.read_status(ns["rtr"], traceload.DEV), traceload.cpu_s(pid), time.monotonic()
+            s1, (u1, k1), t1 = follow.read_status(ns["rtr"], traceload.DEV), traceload.cpu_s(pid, True), \
+                time.monotonic()
             follow.stop(ns["rtr"], traceload.DEV)
             span = t1 - t0
             rows.append({"kind": "driver", "links": links, "scale": scale, "step_ms": step,
-                         "cpu": round((c1 - c0) / span, 4), "changes_per_s": round((s1["sent"] - s0["sent"]) / span),
+                         "cpu": round((u1 + k1 - u0 - k0) / span, 4), "user": round((u1 - u0) / span, 4),
+                         "system": round((k1 - k0) / span, 4), "changes_per_s": round((s1["sent"] - s0["sent"]) / span),
                          "rounds_per_s": round((s1["rounds"] - s0["rounds"]) / span, 2),
                          "missed_per_s": round((s1["missed"] - s0["missed"]) / span, 2),
                          "round_ms": s1.get("round_ms")})

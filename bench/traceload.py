@@ -264,11 +264,13 @@ def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: flo
     return out
 
 
-def cpu_s(pid: int) -> float:
+def cpu_s(pid: int, split: bool = False):
     """A process's user + system time so far (``/proc/PID/stat``: the kernel's work for its
-    netlink messages is done in its own system calls, so it is counted)."""
+    netlink messages is done in its own system calls, so it is counted); ``split``: the
+    two apart."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    user, system = (int(fields[i]) / os.sysconf("SC_CLK_TCK") for i in (11, 12))
+    return (user, system) if split else user + system
 
 
 def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: int = 1472,
