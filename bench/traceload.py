@@ -107,7 +107,8 @@ for at, port in plan:
         errors += 1
 import resource
 ru = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"sent": len(plan), "errors": errors, "cpu_s": round(ru.ru_utime + ru.ru_stime, 2)}))
+print(json.dumps({"sent": len(plan), "errors": errors, "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
+                  "end_ms": end + started, "late_ms": round(max(0.0, time.time() * 1000 - started - end), 1)}))
 """ % {"slice": SLICE_MS}
 
 # ---------------------------------------------------------------- the receiver
@@ -299,8 +300,9 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
                                          prefill=prefill)
         driver = follow.read_status(ns["rtr"], DEV)
         driver["cpu_share"] = round((cpu_s(pid) - cpu0) / (time.monotonic() - t0), 4)  # of one core
-        first, last = records[0][0] / 1e6, records[0][-1] / 1e6
-        result = score(records, traced, started, first + settle_s * 1000, last - 500, payload + 28 + ETH_HEADER_BYTES)
+        first, last = records[0][0] / 1e6, records[0][-1] / 1e6  # the receiver runs on after the sender's end
+        result = score(records, traced, started, first + settle_s * 1000, min(last, sent["end_ms"]) - 500,
+                       payload + 28 + ETH_HEADER_BYTES)
         return {**result, "sent": sent, "received": len(records[0]), "driver": driver}
     finally:
         try:
