@@ -59,6 +59,16 @@ def section_trace(doc: dict | None) -> list[str]:
                 text += (f"; at {r['step_ms']} ms it missed {r['missed_per_s']:g} steps a second at "
                          f"{_pct(r['cpu'])} of a core")
             reading.append(text)
+        for r in alone:
+            if r["missed_per_s"] > 0 and r["rounds_per_s"]:
+                r["_every"] = 1000 / r["rounds_per_s"]
+        big = max(r["links"] for r in alone)
+        late = [r for r in alone if r["links"] == big and "_every" in r]
+        if late:
+            r = max(late, key=lambda r: r["step_ms"])
+            reading.append(f"so at {big:,} links this machine sustains a round about every {r['_every']:.0f} ms "
+                           f"(at a {r['step_ms']} ms step it sent {r['rounds_per_s']:g} rounds a second), "
+                           "a longer step than measured here")
         out += ["Reading: " + "; ".join(reading) + ". The driver is one process: where it misses steps it is "
                 "the saturated one (its user time is its own Python: working out each link's rate, hold and payment "
                 "for the step, and encoding the messages; its system time is the kernel's work on them; both are "
@@ -75,6 +85,5 @@ def section_trace(doc: dict | None) -> list[str]:
                 f"(the kernel's default congestion control) read for {r['seconds']:g} s; the payload after the first "
                 f"3 s against the trace's capacity then (each opportunity a full segment of 1,448 bytes): "
                 f"**{r['goodput_ratio_mean'] * 100:.1f}%** on average, {r['goodput_ratio_min'] * 100:.1f}% to "
-                f"{r['goodput_ratio_max'] * 100:.1f}% by link (a queue of 20 frames: TCP leaves capacity unused "
-                f"after each fall and loss), the driver {_pct(r['driver_cpu'])} of a core.", ""]
+                f"{r['goodput_ratio_max'] * 100:.1f}% by link, the driver {_pct(r['driver_cpu'])} of a core.", ""]
     return out
