@@ -11,7 +11,7 @@
     python -m bench faults [--quick]     refusals at every step, SIGKILL mid-apply
     python -m bench switch [--quick]     a download across a profile switch: in place vs rebuild
     python -m bench cohorts [--quick]    16 cohorts vs one (setup, per packet); whole hosts vs per port
-    python -m bench shaped-load [--quick]  K backlogged links through the router: 1 tx queue vs 2
+    python -m bench shaped-load [--quick] [--queues Q ...]  K backlogged links through the router: 1 tx queue vs 2
     python -m bench trace [--quick]      100-10,000 links following a cellular trace; the driver vs tc per link
     python -m bench soak [--minutes N]   the dashboard's memory over an hour under load (not in all)
     python -m bench report               docs/benchmarks.md from bench/results/
@@ -60,6 +60,8 @@ def parser() -> argparse.ArgumentParser:
                    help=f"results directory (default {results.RESULTS_DIR})")
     p.add_argument("--flows", type=int, nargs="+", metavar="N",
                    help="flow counts (setup, packet, stats) or link counts (metrics, shaped-load) instead of the defaults")
+    p.add_argument("--queues", type=int, nargs="+", metavar="Q",
+                   help="shaped-load: tx queue counts, each measured beside the others (default 1 2)")
     p.add_argument("--clients", type=int, nargs="+", metavar="X",
                    help="simultaneous connections (dialup; audience: the dial-up mix only) or downloads (fidelity) "
                         "instead of the defaults")

@@ -230,6 +230,7 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
             log = Path(lab.info["dir"]) / "nginx" / "access.log"
             server_route(lab, RFC_RTO_MIN_MS)
             row = run_point(lab, mix, x, cfg, log, header)
+            row["queues"] = lab.info["link"]["summary"].get("queues", 1)  # the trees the links are spread over
         row["bandwidth"] = bandwidth
         doc["rows"].append(row)
         steps(f"{mix_name} x={x:,}: " + "; ".join(_cohort_text(c, t) for c, t in

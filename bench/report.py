@@ -21,6 +21,7 @@ from pathlib import Path
 from .common import REPO, fmt_time, ratio
 from .dialup import table_rows
 from .section_audience import section_audience
+from .section_shaped import section_shaped
 from .section_trace import section_trace
 from .sections import rows_of, section_cohorts, section_dialup, section_faults, section_fidelity, section_switch, section_packet, section_setup, section_stats
 from .plots import plot_dialup, plot_fidelity, plot_packet, plot_setup, plot_stats
@@ -147,7 +148,8 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
                   "pip install -e '.[bench]'    # matplotlib, for the plots",
                   "python -m bench all          # every part (long; the VM parts boot one VM)",
                   "python -m bench all --quick  # small sizes, what CI runs",
-                  "python -m bench setup|packet|stats|fidelity|dialup|audience|faults|switch [--quick] [--no-vm]", "```", "",
+                  "python -m bench setup|packet|stats|fidelity|dialup|audience|faults|switch|cohorts|shaped-load "
+                  "[--quick] [--no-vm]", "```", "",
                   "Commands of this report's runs: " + "; ".join(sorted({f"`{d.get('command')}`"
                                                                           for d in results.values()})) + ".", ""]
     if quick:
@@ -170,6 +172,7 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
     lines += section_switch(results.get(("switch", "host")))
     lines += section_audience(results.get(("audience", "host")))
     lines += section_cohorts(results.get(("cohorts", "host")))
+    lines += section_shaped(results.get(("shaped-load", "host")))
     lines += section_trace(results.get(("trace", "host")))
     if failed:
         lines += ["Plots not drawn (pip install matplotlib): " + "; ".join(failed), ""]

@@ -15,6 +15,8 @@ def section_audience(doc: dict | None) -> list[str]:
              " This kernel has no sch_netem, so the profiles' delays (and 3G's jitter and loss) are left out "
              "(`--no-delay`): each cohort's model is its token bucket without a delay stage.")
     bandwidth = ", ".join(f"{k} {v}" for k, v in cfg.get("bandwidth", {}).items())
+    queues = sorted({r.get("queues", 1) for r in doc.get("rows", [])})
+    bandwidth += f"; tx queues: {', '.join(map(str, queues))} (one HTB tree each)" if queues != [1] else ""
     out += [f"({_machine_line(doc)})", "",
             f"The dial-up table's method (section 5: nginx, httperf sessions as in 2000, the same two readings) "
             f"with the server behind a **mix** instead of one profile: `ratelimit lab up --clients "

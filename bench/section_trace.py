@@ -11,7 +11,7 @@ def _pct(v) -> str:
 
 
 def section_trace(doc: dict | None) -> list[str]:
-    out = ["## 10. Links that follow a trace", ""]
+    out = ["## 11. Links that follow a trace", ""]
     if not doc:
         return out + ["Not run.", ""]
     rows, cfg = doc.get("rows", []), doc.get("config", {})

@@ -39,7 +39,7 @@ from ratelimit.compile import compile_plan
 from ratelimit.kernel.counters import FlowTable
 from ratelimit.kernel.executor import Executor
 from ratelimit.layout import GROUP_LINKS
-from ratelimit.model import LinkParams, Request
+from ratelimit.model import Burst, LinkParams, Request
 
 from . import blast
 from .common import BenchError, Steps, percentile, run, say
@@ -67,9 +67,10 @@ class Config:
     perf_s: float = 5.0
 
 
-def config(quick: bool, links=None) -> Config:
+def config(quick: bool, links=None, queues=None) -> Config:
     cfg = Config(links=(2_000,), queues=(1,), warm_s=3.0, window_s=10.0, perf_s=0.0) if quick else Config()
-    return replace(cfg, links=tuple(links)) if links else cfg
+    cfg = replace(cfg, links=tuple(links)) if links else cfg
+    return replace(cfg, queues=tuple(queues)) if queues else cfg
 
 
 # ---------------------------------------------------------------- the namespaces
@@ -118,8 +119,8 @@ class Path3:
 # ---------------------------------------------------------------- one row
 
 
-def request(k: int, queues: int, rate_bps: int, netns: str) -> Request:
-    link = LinkParams(rate_bps=rate_bps)
+def request(k: int, queues: int, rate_bps: int, netns: str, burst: Burst | None = None) -> Request:
+    link = LinkParams(rate_bps=rate_bps, burst=burst)
     req = Request.single("lan", (ip_address(SINK),), ((FIRST_PORT, FIRST_PORT + k - 1),), link, link,
                          mode="shape", direction="dest", netns=netns, bandwidth_bps=POOL_BPS)
     if queues == 1:
@@ -169,12 +170,24 @@ def perf_top(seconds: float, n: int = 12) -> list | None:
     return out
 
 
-def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = None) -> dict:
+def _read(ex: Executor, table: FlowTable) -> tuple[float, dict]:
+    """Every link's counters and when they were read: the middle of the dump, which takes
+    a few tenths of a second at 40,000 links (a window timed from the dumps' starts would be
+    off by the difference of their lengths)."""
+    t0 = time.monotonic()
+    counts = ex.counters(table)
+    return (t0 + time.monotonic()) / 2, counts
+
+
+def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = None,
+                burst: Burst | None = None) -> dict:
+    """One row; ``group_links`` and ``burst`` (each link's, else shape mode's default) for
+    trying other layouts beside it."""
     sender_exe = blast.compiled(PACE)
     if sender_exe is None:
         raise BenchError("pace.c: no C compiler (apt-get install gcc)")
     with Path3(queues) as path:
-        req = request(k, queues, cfg.rate_bps, path.router)
+        req = request(k, queues, cfg.rate_bps, path.router, burst)
         plan = compile_plan(req) if group_links is None else compile_plan(req, group_links=group_links)
         t0 = time.perf_counter()
         with Executor(path.router) as ex:
@@ -195,9 +208,9 @@ def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = N
         try:
             time.sleep(cfg.warm_s)
             with Executor(path.router) as ex:
-                c0, t_0, b0 = cpu_times(), time.monotonic(), ex.counters(table)
+                c0, (t_0, b0) = cpu_times(), _read(ex, table)
                 time.sleep(cfg.window_s)
-                c1, t_1, b1 = cpu_times(), time.monotonic(), ex.counters(table)
+                c1, (t_1, b1) = cpu_times(), _read(ex, table)
             top = perf_top(cfg.perf_s)
         finally:
             outs = [p.communicate(timeout=run_s + 60) for p in senders]
@@ -213,7 +226,8 @@ def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = N
     if cpu["machine"]["user"] > 0.05:  # the router's work is softirq and system time; pace.c sleeps
         say(NAME, f"warning: {cpu['machine']['user']:.0%} user time in the window: something else ran")
     sent = [o.split() for o, _ in outs]
-    return {"links": k, "queues": queues, "group_links": group_links or GROUP_LINKS, "rate_bps": cfg.rate_bps, "setup_s": round(setup_s, 2),
+    return {"links": k, "queues": queues, "group_links": group_links or GROUP_LINKS, "rate_bps": cfg.rate_bps,
+            "burst": req.burst_of(req.down).text(), "setup_s": round(setup_s, 2),
             "window_s": round(window, 2), "step": round(FRAME_BYTES * 8 / window / cfg.rate_bps, 4),
             "share_mean": sum(shares) / k, "share_p5": percentile(shares, 5), "share_p50": percentile(shares, 50),
             "share_min": shares[0], "delivered_pps": round(delivered),
@@ -223,8 +237,8 @@ def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = N
             "perf_top": top}
 
 
-def measure(quick: bool, *, links=None) -> dict:
-    cfg = config(quick, links)
+def measure(quick: bool, *, links=None, queues=None) -> dict:
+    cfg = config(quick, links, queues)
     doc = new_result(NAME, quick)
     doc["config"] = {"links": list(cfg.links), "queues": list(cfg.queues), "rate_bps": cfg.rate_bps,
                      "load": LOAD, "frame_bytes": FRAME_BYTES, "warm_s": cfg.warm_s, "window_s": cfg.window_s,
@@ -236,7 +250,8 @@ def measure(quick: bool, *, links=None) -> dict:
             steps(f"{k:,} links, {q} queue{'s' if q > 1 else ''}")
             row = measure_row(k, q, cfg)
             rows.append(row)
-            say(NAME, f"{k:,} links, {q} queues: mean {row['share_mean']:.2%} p5 {row['share_p5']:.2%}, "
+            say(NAME, f"{k:,} links, {q} queue{'s' if q > 1 else ''}: mean {row['share_mean']:.2%} "
+                      f"p5 {row['share_p5']:.2%}, "
                       f"busy {row['cpu']['machine']['busy']:.0%} softirq {row['cpu']['machine']['softirq']:.0%}, "
                       f"{row['cpu_us_per_packet']:.1f} us CPU per packet")
     doc["rows"] = rows
@@ -245,6 +260,6 @@ def measure(quick: bool, *, links=None) -> dict:
 
 def main(args) -> int:
     from .results import RESULTS_DIR
-    doc = measure(args.quick, links=args.flows)
+    doc = measure(args.quick, links=args.flows, queues=getattr(args, "queues", None))
     say(NAME, f"wrote {save(doc, args.out or RESULTS_DIR)}")
     return 0

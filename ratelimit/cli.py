@@ -345,8 +345,11 @@ def traced_lines(req) -> list[str]:
     lines = []
     for c in req.cohorts:
         if c.trace is not None:
+            stages = any(s is not None and s.netem for s in (c.trace.down, c.trace.up))
             lines.append(f"cohort {c.name}: {c.trace.text()}; a driver ('ratelimit follow') changes its classes' "
-                         "rates and shuts and opens their tbf gates every step, from the apply on")
+                         "rates and shuts and opens their tbf gates every step"
+                         f"{', and sets the delay and loss of the netem stages under the gates' if stages else ''}"
+                         ", from the apply on")
     return lines
 
 

@@ -53,7 +53,7 @@ from . import gate
 from .errors import FieldError
 from .filters import Key, Police, U32Filter
 from .layout import (GENERATIONS, GROUP_LINKS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, Layout, carried,
-                     ingress_policing, tree_handle)
+                     ingress_policing, traced_stage, tree_handle)
 from .linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES, ETHERNET_HEADER_BYTES
 from .model import Cohort, LinkParams, Request
 from .plan import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, TC_H_CLSACT_INGRESS, AddIfb, FifoQdisc, Flow, HtbClass,
@@ -196,7 +196,8 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
     traced = gate.traced(c, direction)
     rate = carried(req, c, params) if traced is None else gate.first_rate_bps(c, traced)
     n = c.link_count()
-    guaranteed, ceil, burst = link_rates(req, lay, c, params, rate)
+    guaranteed, ceil, burst = link_rates(req, lay, c, params, rate, traced=traced is not None)
+    staged = traced is not None and traced_stage(c, direction)
     mtu, mpu = req.line_mtu_bytes(c), c.mpu_bytes
     over, atm = lay.overhead(c)
     for g, first in enumerate(range(0, n, lay.group_links)):
@@ -214,6 +215,9 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
             ops.append(HtbClass(dev, qdisc | 1, classid, guaranteed, ceil, burst, mtu, mpu, over, atm))
             leaf = _leaf if traced is None else _gate
             ops.append(leaf(req, lay, c, params, rate, dev, classid, (at.leaf_base + link) << 16))
+            if staged:
+                ops.append(_stage(req, lay, c, params, rate, dev, (at.leaf_base + link) << 16,
+                                  (at.leaf_base + n + link) << 16, traced))
         # the group's own trees: a flow's link class, which reports for it
         ports, wholes = lay.group_flows(span.first_link + first, span.first_link + members.stop)
         ids = table_ids(FIRST)  # a group's trees have its qdisc to themselves
@@ -235,16 +239,17 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
             links.append(Flow(direction, None, None, dev, OTHERS_FAMILY[4][0], 0, link_class, c.name))
 
 
-def link_rates(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int) -> tuple[int, int, int]:
+def link_rates(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int,
+               traced: bool = False) -> tuple[int, int, int]:
     """A link class's (rate, ceil, burst) for a link at ``rate`` (a traced link's driver
-    sets them step by step, ``gate``)."""
+    sets them step by step, ``gate``; its class shapes, whatever stage it has)."""
     # A link's own rate is a guarantee only while every link fits the bandwidth; beyond
     # that each is guaranteed its share and borrows up to its rate, so the pool class
     # holds them all to --bandwidth.
     guaranteed = min(rate, max(8, req.bandwidth_bps // lay.links))
     # with a netem stage, netem serializes the link exactly; a second shaper at the same
     # rate would only add its timer's lateness, so the class may go up to the bandwidth
-    ceil = max(rate, req.bandwidth_bps) if params.needs_netem() else rate
+    ceil = max(rate, req.bandwidth_bps) if params.needs_netem() and not traced else rate
     return guaranteed, ceil, req.burst_bytes(params, rate, c)
 
 
@@ -269,6 +274,20 @@ def _gate(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, d
     """A traced link's queue: a token bucket, wide open, as its gate (``gate``), holding the
     queue a byte fifo would."""
     return gate.opened(dev, parent, handle, gate.burst_bytes(req, lay), queue_limit_bytes(req, lay, c, params, rate))
+
+
+def _stage(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, dev: str, gate_handle: int,
+           handle: int, src) -> NetemQdisc:
+    """A traced link's delay stage: netem as its gate's child (``gate_handle:1``), delaying
+    and losing as the link's own numbers say (a schedule's steps change them in place), at
+    no rate of the link's own: the class above shapes, the gate holds, and netem serializes
+    at the device's bandwidth only so that jitter keeps the link's packets in order.  Its
+    limit is the link's queue plus what is in flight at the trace's mean over the longest
+    delay (the link's own, or a schedule step's)."""
+    delay_us = max(params.delay_us, src.most_delay_us)
+    in_flight = rate * (delay_us + params.jitter_us) / 8e6 / req.line_mtu_bytes(c)
+    return NetemQdisc(dev, gate_handle | 1, handle, params, req.queue_packets(params, rate, c) + int(in_flight) + 1,
+                      req.bandwidth_bps)
 
 
 def queue_limit_bytes(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int) -> int:

@@ -78,12 +78,27 @@ class Place:
     group_top: int
     leaf_base: int
 
-    def ranges(self, links: int, groups: int) -> tuple[tuple[str, int, int], ...]:
+    def ranges(self, leaves: int, groups: int) -> tuple[tuple[str, int, int], ...]:
         """The handles it takes, as (space, first, end): class minors under ``52:``, and
-        qdisc majors (its groups' and its queues')."""
+        qdisc majors (its groups', and its links' queues: ``leaves`` of them, ``leaf_majors``)."""
         return (("minor", self.group_minor, self.group_minor + groups),
                 ("major", self.group_top - groups + 1, self.group_top + 1),
-                ("major", self.leaf_base, self.leaf_base + links))
+                ("major", self.leaf_base, self.leaf_base + leaves))
+
+
+def traced_stage(c: Cohort, direction: str) -> bool:
+    """Whether ``c``'s links have a traced side ``direction`` (dest/source) with a delay stage:
+    its own delay or loss, or a schedule whose steps delay or lose packets there
+    (``tracespec.Source.netem``).  Such a link's gate has the netem stage as its child."""
+    src = None if c.trace is None else c.trace.source(direction)
+    return src is not None and ((c.down if direction == "dest" else c.up).needs_netem() or src.netem)
+
+
+def leaf_majors(c: Cohort) -> int:
+    """The qdisc majors each link of ``c`` takes for its queue: two for a traced link with a
+    delay stage on either side (its gate, and the netem stage under the gate at the second,
+    ``Place.leaf_base`` + links + i), else one."""
+    return 2 if traced_stage(c, "dest") or traced_stage(c, "source") else 1
 
 
 MINORS = (0x10, 0x10000)  # group class minors under 52: (52:1 is the pool)
@@ -102,7 +117,7 @@ class Span:
     place: Place
 
     def ranges(self) -> tuple:
-        return self.place.ranges(self.cohort.link_count(), self.groups)
+        return self.place.ranges(self.cohort.link_count() * leaf_majors(self.cohort), self.groups)
 
 
 @dataclass(frozen=True)
@@ -123,17 +138,18 @@ class Layout:
     groups: int
     group_links: int = GROUP_LINKS
     queues: int = 1
+    leaves: int = 0  # qdisc majors the links' queues take (``leaf_majors``)
 
     @classmethod
     def of(cls, req: Request, group_links: int = GROUP_LINKS) -> "Layout":
         spans, port_flows, port_link, whole_flows, whole_link, link_cohort = [], [], [], [], [], []
-        link = group = 0
+        link = group = leaf = 0
         gen = GENERATIONS[req.generation]
         for k, c in enumerate(req.cohorts):
             n = c.link_count()
             groups = -(-n // group_links)
             place = req.places[k] if req.places else Place(gen.group_minor + group, gen.group_top - group,
-                                                           gen.leaf_base + link)
+                                                           gen.leaf_base + leaf)
             spans.append(Span(c, link, groups, place))
             ports = [None] if c.ports is None else [p for lo, hi in c.ports for p in range(lo, hi + 1)]
             flows, owner = (whole_flows, whole_link) if c.ports is None else (port_flows, port_link)
@@ -153,11 +169,11 @@ class Layout:
                         flows += [(h, p, srv) for srv in servers]
                         owner += [at] * len(servers)
             link_cohort += [k] * n
-            link, group = link + n, group + groups
+            link, group, leaf = link + n, group + groups, leaf + n * leaf_majors(c)
         plain = [c for c in req.cohorts if not c.link.cells] or list(req.cohorts)
         base = min(plain, key=lambda c: c.link.overhead_bytes)
         return cls(tuple(spans), tuple(port_flows), tuple(port_link), tuple(whole_flows), tuple(whole_link),
-                   tuple(link_cohort), base, link, group, group_links, req.queues)
+                   tuple(link_cohort), base, link, group, group_links, req.queues, leaf)
 
     def overhead(self, c: Cohort) -> tuple[int, bool]:
         """What ``c``'s classes add to the length the device's size table gives a packet, and
@@ -259,7 +275,9 @@ def replaced(req: Request, old: Request, move=frozenset(), group_links: int = GR
     places: list = []
     for c in req.cohorts:
         s = before.get(c.name)
-        places.append(s.place if s and c.name not in move and s.cohort.link_count() == c.link_count() else None)
+        kept = s and c.name not in move and s.cohort.link_count() == c.link_count() and \
+            leaf_majors(s.cohort) == leaf_majors(c)  # as many queue majors too
+        places.append(s.place if kept else None)
     taken = [r for s in before.values() for r in s.ranges()]
     for k, c in enumerate(req.cohorts):
         if places[k] is not None:
@@ -271,10 +289,11 @@ def replaced(req: Request, old: Request, move=frozenset(), group_links: int = GR
         if minor is None or groups_at is None:
             return None
         taken += [("minor", minor, minor + groups), ("major", groups_at, groups_at + groups)]
-        leaf = _first_fit(taken, "major", n, MAJORS, top=False)
+        leaves = n * leaf_majors(c)
+        leaf = _first_fit(taken, "major", leaves, MAJORS, top=False)
         if leaf is None:
             return None
-        taken.append(("major", leaf, leaf + n))
+        taken.append(("major", leaf, leaf + leaves))
         places[k] = Place(minor, groups_at + groups - 1, leaf)
     return tuple(places)
 

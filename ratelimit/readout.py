@@ -98,9 +98,23 @@ def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
         return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "keys": (),
                 "rate_bps": (), "cohorts": (), "counters": {}}
     cols = ex.counters(table.flows)
-    return {"interface": interface, "netns": netns, "time": time.time(), "applied": copy.deepcopy(table.summary),
-            "keys": table.keys, "rate_bps": table.rate_bps, "cohorts": table.cohorts, "counters": cols,
-            "traces": table.traces, "driver": follow.report(req, netns, interface)}
+    out = {"interface": interface, "netns": netns, "time": time.time(), "applied": copy.deepcopy(table.summary),
+           "keys": table.keys, "rate_bps": table.rate_bps, "cohorts": table.cohorts, "counters": cols,
+           "traces": table.traces, "driver": follow.report(req, netns, interface), "trace_rates": None}
+    if out["driver"]:
+        try:
+            out["trace_rates"] = trace_rates(req)
+        except StateError as err:
+            out["driver"]["trace_now_error"] = str(err)
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def trace_rates(req: Request):
+    """The traced links' capacity over any window (``tracerates.TraceRates``), in the order of
+    ``link_table(req).keys``; built once per request (it reads the trace files)."""
+    from .tracerates import TraceRates
+    return TraceRates(req, link_table(req).keys)
 
 
 def counters(interface: str, netns: str | None = None, notice=None) -> dict:
@@ -110,7 +124,9 @@ def counters(interface: str, netns: str | None = None, notice=None) -> dict:
          "keys": ((direction, host, port or None, dev), ...), "rate_bps": (configured rate, ...),
          "cohorts": ((cohort, profile), ...),
          "counters": {"bytes": array, "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"},
-         "driver": follow.report() of a traced plan's driver, else None}
+         "driver": follow.report() of a traced plan's driver, else None,
+         "trace_rates": a traced plan's ``tracerates.TraceRates`` (each link's capacity over a
+         window of the clock), else None}
 
     ``keys`` and ``rate_bps`` are the same objects while the configuration stays.  The
     record is checked against the kernel first (root and ingress qdiscs), and a run killed
@@ -158,6 +174,7 @@ def statistics(interface: str, netns: str | None = None, notice=None) -> dict:
     data = counters(interface, netns, notice)
     cols = data.pop("counters")
     keys, rates, cohorts = data.pop("keys"), data.pop("rate_bps"), data.pop("cohorts")
+    data.pop("trace_rates", None)
     traces = data.pop("traces", None) or (None,) * len(keys)
     names = tuple(cols)
     data["links"] = [{"direction": d, "host": h, "port": p, "dev": dev, **dict(zip(names, values)), "rate_bps": r,

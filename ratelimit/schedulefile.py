@@ -24,9 +24,11 @@
 A step's ``down`` and ``up`` tables take ``rate``, ``delay`` and ``loss`` (the units of
 a profile's; a rate may be 0).  Each step must end with a rate in both directions, its
 own or its profile's.  From a profile a step takes those three numbers only: the link
-layer, queue, burst and jitter are the link's own, for its whole life.  Delay and loss
-only reach the packets where the link has a netem stage.  A rate here means what a
-profile's rate means: the line's rate, of which the class gets the link layer's share
+layer, queue, burst and jitter are the link's own, for its whole life.  A step that gives
+no delay (or loss), itself or by its profile, keeps the link's own (``None``).  A side
+whose steps delay or lose packets gets a netem stage (``needs_netem``), which the driver
+changes in place at each step.  A rate here means what a profile's rate means: the
+line's rate, of which the class gets the link layer's share
 (``LinkLayer.carried_bps``).
 
 With ``loop = true`` the steps repeat for as long as the link lives; with ``loop =
@@ -59,8 +61,8 @@ class Side:
     """One direction's numbers during a step."""
 
     rate_bps: int  # the line's rate; 0: nothing passes
-    delay_us: int = 0
-    loss_pct: float = 0.0
+    delay_us: int | None = None  # None: the link's own
+    loss_pct: float | None = None  # None: the link's own
 
 
 @dataclass(frozen=True)
@@ -91,9 +93,15 @@ class Schedule:
     def period_ms(self) -> int:
         return sum(s.duration_ms for s in self.steps)
 
-    def needs_netem(self) -> bool:
-        """Whether any step delays or loses packets (which takes a netem stage)."""
-        return any(s.side(d).delay_us or s.side(d).loss_pct for s in self.steps for d in DIRECTIONS)
+    def needs_netem(self, direction: str | None = None) -> bool:
+        """Whether any step delays or loses packets (in ``direction``, or either), which takes
+        a netem stage."""
+        return any(s.side(d).delay_us or s.side(d).loss_pct for s in self.steps
+                   for d in (DIRECTIONS if direction is None else (direction,)))
+
+    def most_delay_us(self, direction: str) -> int:
+        """The longest delay a step gives ``direction`` (0: none gives one)."""
+        return max(s.side(direction).delay_us or 0 for s in self.steps)
 
 
 def load(path, field: str = "schedule") -> Schedule:
@@ -157,8 +165,7 @@ def _step(body, where: str, profile) -> Step:
     if "duration" not in body:
         raise UsageError(f"{where}: duration: none given (a time with a unit, e.g. 20s or 500ms)")
     duration = body["duration"]
-    if isinstance(duration, str) and duration.strip().startswith("-") or \
-            isinstance(duration, (int, float)) and not isinstance(duration, bool) and duration < 0:
+    if _negative(duration):
         raise FieldError(f"{where} duration", f"'{duration}'", f"is negative ({DURATIONS})")
     duration_us = parse_time_us(duration, f"{where} duration")
     if duration_us < 1000 or duration_us % 1000:
@@ -175,6 +182,12 @@ def _step(body, where: str, profile) -> Step:
     return Step(duration_us // 1000, sides["down"], sides["up"], name, body.get("description", ""))
 
 
+def _negative(value) -> bool:
+    """A time given with a minus sign (text) or below 0 (a number): named as negative."""
+    return isinstance(value, str) and value.strip().startswith("-") or \
+        isinstance(value, (int, float)) and not isinstance(value, bool) and value < 0
+
+
 def _side(table, params, where: str) -> Side:
     """One direction of a step: its own numbers over its profile's side (``params``)."""
     if not isinstance(table, dict):
@@ -186,6 +199,9 @@ def _side(table, params, where: str) -> Side:
         params.rate_bps if params else None
     if rate is None:
         raise UsageError(f"{where}.rate: none given (a rate, 0 for nothing, or a profile with a rate)")
-    delay = parse_time_us(table["delay"], f"{where}.delay") if "delay" in table else params.delay_us if params else 0
-    loss = parse_percent(table["loss"], f"{where}.loss") if "loss" in table else params.loss_pct if params else 0.0
+    if _negative(table.get("delay")):
+        raise FieldError(f"{where}.delay", f"'{table['delay']}'", "is negative (a delay is a time from 0 to 1 hour, "
+                                                                  "e.g. 150ms)")
+    delay = parse_time_us(table["delay"], f"{where}.delay") if "delay" in table else params.delay_us if params else None
+    loss = parse_percent(table["loss"], f"{where}.loss") if "loss" in table else params.loss_pct if params else None
     return Side(rate, delay, loss)

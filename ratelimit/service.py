@@ -123,14 +123,16 @@ def _queues(queues, req: Request, count: int | None) -> int:
 
 
 def _check_queues(ex, req: Request) -> None:
-    """The interface has a tx queue for each tree (the IFB device ratelimit makes gets them)."""
+    """The interface sends on a tx queue for each tree (its active queues, which its
+    channels may set below the ones it was made with; the IFB device ratelimit makes gets
+    them): a link pinned to a queue it does not send on would wrap to another queue's tree."""
     if req.queues == 1 or req.direction == "source":
         return
     have = ex.links.tx_queues(req.interface)
     if have < req.queues:
-        raise FieldError("--queues", req.queues, f"is more than {req.interface} has tx queues ({have}); use "
-                         f"--queues {have} or auto, or give the device more (e.g. ip link add ... numtxqueues "
-                         f"{req.queues})")
+        raise FieldError("--queues", req.queues, f"is more than {req.interface} sends on ({have} tx queues); "
+                         f"use --queues {have} or auto, or give it more (ethtool -L {req.interface}; a veth "
+                         f"made with ip link add ... numtxqueues {req.queues})")
 
 
 def for_container(req: Request, container: tuple | None, named: tuple) -> Request:

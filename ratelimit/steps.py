@@ -62,7 +62,7 @@ from . import gate
 from .capacity import ScheduleCapacity, TraceCapacity
 from .compile import link_flows, link_rates
 from .phases import identity, link_phase_ms
-from .plan import Change, HtbClass, TbfQdisc
+from .plan import Change, HtbClass, NetemQdisc, TbfQdisc
 from .tracespec import SIDES
 from .validate import check
 
@@ -89,6 +89,8 @@ class Traced:
     ahead_bytes: float = 0.0  # what changes let out beyond the capacity (below 0: short of it), not yet paid back
     counted: int | None = None  # the window whose coming change is counted in ``ahead_bytes``
     coming: list = dataclasses.field(default_factory=list)  # [(window, its rate), ...] computed ahead
+    stage: NetemQdisc | None = None  # its delay stage under the gate, as the plan builds it (``compile._stage``)
+    stage_sent: tuple | None = None  # (delay_us, loss_pct) last set on the stage (None: not known)
 
     @property
     def shut(self) -> bool:
@@ -124,6 +126,17 @@ class Traced:
         t0_ms, t1_ms = t0_ms - self.offset_ms, t1_ms - self.offset_ms
         return gate.class_rate_bps(self.source, self.capacity.rate_bps(t0_ms, t1_ms), self.layer)
 
+    def stage_at(self, t_ms: float) -> NetemQdisc | None:
+        """A schedule's delay stage at the plan's time ``t_ms``: the step's delay and loss over
+        the link's own (None: no stage, or a trace, whose stage keeps the link's own)."""
+        if self.stage is None or self.source.kind != "schedule":
+            return None
+        side = self.capacity.at(t_ms - self.offset_ms).side(SIDES[self.direction])
+        own = self.stage.params
+        params = dataclasses.replace(own, delay_us=own.delay_us if side.delay_us is None else side.delay_us,
+                                     loss_pct=own.loss_pct if side.loss_pct is None else side.loss_pct)
+        return dataclasses.replace(self.stage, params=params)
+
     def klass_at(self, rate_bps: int) -> HtbClass:
         guaranteed, ceil, burst = self.rates(rate_bps)
         return dataclasses.replace(self.klass, rate_bps=guaranteed, ceil_bps=ceil, burst_bytes=burst)
@@ -140,6 +153,7 @@ def traced_links(plan, loaded) -> list[Traced]:
     first = min((c.trace.started_ms or 0 for c in req.cohorts if c.trace is not None), default=0)
     classes = {(op.dev, op.classid): op for op in plan.ops if type(op) is HtbClass}
     gates = {(op.dev, op.parent): op for op in plan.ops if type(op) is TbfQdisc}
+    stages = {(op.dev, op.parent): op for op in plan.ops if type(op) is NetemQdisc}
     out = []
     for flow in link_flows(req):
         c = cohorts[flow.cohort]
@@ -157,12 +171,13 @@ def traced_links(plan, loaded) -> list[Traced]:
         params = c.down if flow.direction == "dest" else c.up
         out.append(Traced(c.name, flow.host, flow.port, flow.direction, classes[flow.dev, flow.classid],
                           gates[flow.dev, flow.classid], capacity, src, phase,
-                          _rates(req, lay, c, params), c.link, (spec.started_ms or 0) - first))
+                          _rates(req, lay, c, params), c.link, (spec.started_ms or 0) - first,
+                          stage=stages.get((flow.dev, gates[flow.dev, flow.classid].handle | 1))))
     return out
 
 
 def _rates(req, lay, c, params):
-    return lambda rate_bps: link_rates(req, lay, c, params, rate_bps)
+    return lambda rate_bps: link_rates(req, lay, c, params, rate_bps, traced=True)
 
 
 class Stepper:
@@ -220,10 +235,21 @@ class Stepper:
                 link.gate_bps = gate_bps
             if before is not None and before != link.delivering_bps():
                 self._sent.append((link, before, link.delivering_bps(), (opening or closing or classes)[-1]))
-        ops = closing + classes + opening
+        ops = self._stages(k, resend) + closing + classes + opening
         where = {id(op): i for i, op in enumerate(ops)}
         self._sent = [(link, old, new, where[id(op)], len(ops)) for link, old, new, op in self._sent]
         return tuple(ops)
+
+    def _stages(self, k: int, resend: bool) -> list:
+        """The delay stages that change in step ``k`` (a schedule's delay and loss, in force
+        at the window's middle: a step's edge is met within half a window)."""
+        out = []
+        for link in self.links:
+            stage = link.stage_at((k + 0.5) * self.step_ms)
+            if stage is not None and (resend or (stage.params.delay_us, stage.params.loss_pct) != link.stage_sent):
+                out.append(Change(stage))
+                link.stage_sent = (stage.params.delay_us, stage.params.loss_pct)
+        return out
 
     def landed(self, first_ms: float, round_ms: float) -> None:
         """The changes of the last ``changes`` went out from ``first_ms`` after their window
@@ -238,6 +264,7 @@ class Stepper:
         """What the kernel holds is no longer known (a change failed part way)."""
         for link in self.links:
             link.rate_bps = link.gate_bps = None
+            link.stage_sent = None
             link.ahead_bytes = 0.0
             link.counted = None
             link.coming = []

@@ -55,6 +55,8 @@ class Source:
     period_ms: int
     mean_bps: float  # one period's mean, unscaled: mm-link's bits (a trace) or the line's (a schedule)
     loop: bool = True  # a trace loops as mm-link's does; a schedule as its file says
+    netem: bool = False  # a schedule whose steps delay or lose packets on this side: the link gets a netem stage
+    most_delay_us: int = 0  # the longest delay its steps give this side (the stage's limit holds what is in flight)
 
     @property
     def name(self) -> str:
@@ -85,7 +87,8 @@ class TraceSpec:
     def text(self) -> str:
         """In a few words, for the one-line description of a plan."""
         if self.down is not None and self.down.kind == "schedule":
-            what = f"schedule {self.down.name} (its rates)"
+            staged = self.down.netem or self.up is not None and self.up.netem
+            what = f"schedule {self.down.name} (its rates{', delays and losses' if staged else ''})"
         else:
             what = ", ".join(f"{side} trace {s.name}" for side, s in (("down", self.down), ("up", self.up)) if s)
         scale = f" x{self.scale:g}" if self.scale != 1 else ""
@@ -113,7 +116,7 @@ def from_json(data) -> TraceSpec | None:
     return TraceSpec(**values)
 
 
-def check(spec: TraceSpec, mode: str, down_netem: bool, up_netem: bool, where: str = "") -> None:
+def check(spec: TraceSpec, mode: str, where: str = "") -> None:
     """Every check a traced cohort's spec passes (a request made here, or read from a record)."""
     if not isinstance(spec, TraceSpec):
         raise FieldError(f"{where}trace", type(spec).__name__, "is not a trace spec")
@@ -122,7 +125,7 @@ def check(spec: TraceSpec, mode: str, down_netem: bool, up_netem: bool, where: s
     if mode != "shape":
         raise UsageError(f"{where}--mode: a traced link needs shape mode (its rate lives in its HTB class, which "
                          "police mode does not have)")
-    for side, src, netem in (("down", spec.down, down_netem), ("up", spec.up, up_netem)):
+    for side, src in (("down", spec.down), ("up", spec.up)):
         if src is None:
             continue
         if not (isinstance(src, Source) and src.kind in KINDS and isinstance(src.path, str) and src.path.startswith("/")
@@ -131,11 +134,9 @@ def check(spec: TraceSpec, mode: str, down_netem: bool, up_netem: bool, where: s
                 and isinstance(src.mean_bps, (int, float)) and math.isfinite(src.mean_bps) and src.mean_bps >= 0
                 and isinstance(src.loop, bool)):
             raise FieldError(f"{where}{side} trace", str(src), "is not a trace or schedule as ratelimit records one")
-        if netem:
-            key = "schedule" if src.kind == "schedule" else "trace_down" if side == "down" else "trace_up"
-            raise UsageError(f"{where}{OPTIONS[key]}: a traced link "
-                             f"with a delay stage ({side}: delay, jitter or loss) is not built yet (its gate would "
-                             "need a second queue under netem); give the traced side no delay or loss")
+        if not (type(src.netem) is bool and type(src.most_delay_us) is int
+                and 0 <= src.most_delay_us <= 3600 * 10**6 and (src.kind == "schedule" or not src.netem)):
+            raise FieldError(f"{where}{side} trace", str(src), "is not a trace or schedule as ratelimit records one")
     if spec.down is not None and spec.up is not None and (spec.down.kind == "schedule") != (spec.up.kind == "schedule"):
         raise UsageError(f"{where}traces: a schedule drives both directions; give it or traces, not both")
     if isinstance(spec.scale, bool) or not isinstance(spec.scale, (int, float)) or \
@@ -270,7 +271,8 @@ def _schedule(value, a: TraceAsk) -> tuple[Source, Source]:
     sched = schedulefile.from_bytes(raw, where, str(path))
     digest = hashlib.sha256(raw).hexdigest()
     return tuple(Source("schedule", str(path), digest, sched.period_ms,
-                        ScheduleCapacity(sched, side).rate_bps(0, sched.period_ms), sched.loop) for side in ("down", "up"))
+                        ScheduleCapacity(sched, side).rate_bps(0, sched.period_ms), sched.loop,
+                        sched.needs_netem(side), sched.most_delay_us(side)) for side in ("down", "up"))
 
 
 # ---------------------------------------------------------------- the driver's side

@@ -139,7 +139,7 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
     if not 0 <= c.mpu_bytes <= 65535:
         fail("--mpu", c.mpu_bytes, "is out of range (0-65535)")
     if c.trace is not None:
-        check_trace(c.trace, req.mode, c.down.needs_netem(), c.up.needs_netem(), where)
+        check_trace(c.trace, req.mode, where)
     for side, params in (("down", c.down), ("up", c.up)):
         if params.reorder_pct and not params.delay_us:
             raise UsageError(f"{where}--reorder: {params.reorder_pct:g}% needs a delay ({side}link delay is 0)")
@@ -206,11 +206,12 @@ def _validate_layout(req: Request, lay: "Layout") -> None:
     h = GENERATIONS[req.generation]
     if req.places is not None:
         _validate_places(req, lay)
-    elif req.mode == "shape" and not _fits(h, lay.links, lay.groups):
+    elif req.mode == "shape" and not _fits(h, lay.leaves, lay.groups):
         most = max_shape_links(h)
         extra = f" in {len(req.cohorts)} cohorts of whole groups" if len(req.cohorts) > 1 else ""
+        two = "; a traced link with a delay stage counts twice" if lay.leaves > lay.links else ""
         raise FieldError("--hosts/--ports", f"{lay.links} links{extra}",
-                         f"are too many for shape mode (at most {most}; police mode takes more)")
+                         f"are too many for shape mode (at most {most}{two}; police mode takes more)")
     for c in req.cohorts:
         over, _ = lay.overhead(c)
         if not 0 <= over <= 0xFFFF:
@@ -229,7 +230,8 @@ def _validate_places(req: Request, lay: "Layout") -> None:
         raise FieldError("places", f"cohort '{span.cohort.name}' at {astuple(span.place)}", f"{where}")
 
 
-def _fits(h: "Handles", links: int, groups: int) -> bool:
+def _fits(h: "Handles", leaves: int, groups: int) -> bool:
+    """Whether ``leaves`` queue majors and ``groups`` groups fit the generation's handles."""
     if h.leaf_base > h.group_top:
-        return h.leaf_base + links - 1 <= h.leaf_top
-    return h.leaf_base + links <= h.group_top - groups
+        return h.leaf_base + leaves - 1 <= h.leaf_top
+    return h.leaf_base + leaves <= h.group_top - groups

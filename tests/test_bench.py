@@ -394,7 +394,25 @@ def test_report_from_small_results(tmp_path):
 
 def test_report_renders_without_results():
     text = report.render({})
-    assert text.count("Not run.") == 10
+    assert text.count("Not run.") == 11
+
+
+def _shaped_row(k, q, mean, busy, softirq, us):
+    return {"links": k, "queues": q, "share_mean": mean, "share_p5": mean - 0.01, "share_min": mean - 0.02,
+            "step": 0.014, "cpu": {"machine": {"busy": busy, "softirq": softirq, "user": 0.02}},
+            "cpu_us_per_packet": us, "setup_s": 9.44, "perf_top": [("htb_dequeue", 20.0), ("read_tsc", 6.5)]}
+
+
+def test_shaped_load_section_sets_each_queue_count_against_one_tree_and_names_saturation():
+    doc = {"benchmark": "shaped-load", "where": "host", "quick": False, "machine": {"cpus": 2},
+           "config": {"rate_bps": 28800, "frame_bytes": 1514, "load": 1.05, "warm_s": 8, "window_s": 30, "perf_s": 5},
+           "rows": [_shaped_row(40000, 1, 0.839, 0.999, 0.882, 25.0), _shaped_row(40000, 4, 0.9892, 0.715, 0.548, 15.2)]}
+    text = "\n".join(report.section_shaped(doc))
+    assert "## 10. Backlogged links" in text and "28.8 kbit/s" in text and "1.05x its rate" in text
+    assert "| 40,000 | 4 | 98.92% / 97.92% / 96.92% | 1.4% | 71.5% | 54.8% | 15.2 µs | 9.4 s | `htb_dequeue` 20.0%, " \
+           "`read_tsc` 6.5% |" in text
+    assert ("40,000 links: 1 queue: 25.0 µs, saturated: the machine 100% busy, 88% of it in softirq (the router's "
+            "shaping), 2% user (the senders); 4 queues: 15.2 µs (1.64x less than one tree).") in text
 
 
 # ---------------------------------------------------------------- the real thing (quick), on the host
@@ -509,6 +527,24 @@ def test_quick_audience_benchmark_holds_each_cohorts_model(tmp_path):
     assert "## 8. An audience" in text and "isdn-64k" in text
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"rl-ba{os.getpid()}-")]  # the lab is down
     assert audience.MIXES["dialup"] in text
+
+
+@pytest.mark.netns
+@pytest.mark.alone  # 2,000 links held to their rates by paced senders: the machine's CPUs are read
+def test_quick_shaped_load_benchmark_holds_every_backlogged_link_to_its_rate(tmp_path):
+    rc = bench_main(["shaped-load", "--quick", "--out", str(tmp_path), "--queues", "1", "2"])
+    assert rc == 0
+    doc = json.loads((tmp_path / "shaped-load-host-quick.json").read_text())
+    assert [(r["links"], r["queues"], r["burst"]) for r in doc["rows"]] == [(2000, 1, "1ms"), (2000, 2, "1ms")]
+    for r in doc["rows"]:
+        print({k: r[k] for k in ("queues", "share_mean", "share_p5", "share_min", "delivered_pps", "cpu_us_per_packet")})
+        assert r["sender_errors"] == 0 and r["offered_pps"] == round(2000 * 1.05 * 28_800 / 8 / 1514)
+        # every link backlogged, so each gets its rate: within a packet over the window (the step)
+        assert 0.98 <= r["share_mean"] <= 1.02 and r["share_p5"] >= 1 - 1.5 * r["step"]
+        assert 0.98 <= r["delivered_pps"] / (2000 * 28_800 / 8 / 1514) <= 1.02
+        assert 0 < r["cpu"]["machine"]["softirq"] <= r["cpu"]["machine"]["busy"] and r["cpu_us_per_packet"] > 0
+    text = "\n".join(report.section_shaped(doc))
+    assert "| 2,000 | 2 |" in text and "2,000 links: 1 queue: " in text
 
 
 @pytest.mark.netns

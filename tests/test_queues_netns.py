@@ -1,6 +1,6 @@
-"""Several tx queues on the host kernel: a server, a router whose client-facing veth has two
-tx queues, and a client with several addresses (namespaces ``rlq-<pid>-<n>-...``, removed
-even when a test fails).  Traffic goes through the router (forwarded, as on a real one):
+"""Several tx queues on the host kernel: a server, a router whose client-facing veth sends on
+two tx queues (of four it was made with), and a client with several addresses (namespaces
+``rlq-<pid>-<n>-...``, removed even when a test fails).  Traffic goes through the router (forwarded, as on a real one):
 each selected flow's packets land in its own link class, in the tree of its queue, both
 ways, IPv4 and IPv6, per port, per host and the default cohort's; what the plan does not
 select passes untouched; a rate changes in place; a download takes the link model's time;
@@ -45,7 +45,8 @@ def _sh(*argv):
 @pytest.fixture
 def routed(tmp_path, monkeypatch):
     """(server, router, client) namespaces: server s0 -- wan (router) r0 -- c0 client, the
-    router's r0 with two tx queues; forwarding on; removed at the end."""
+    router's r0 made with four tx queues and sending on two (``ethtool -L``); forwarding on;
+    removed at the end."""
     monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
     base = f"rlq-{os.getpid()}-{next(_counter)}"
     names = [f"{base}-s", f"{base}-r", f"{base}-c"]
@@ -56,8 +57,10 @@ def routed(tmp_path, monkeypatch):
             _sh("ip", "-n", ns, "link", "set", "lo", "up")
             netns.set_sysctl(ns, "net.ipv6.conf.default.accept_dad", 0)  # link-local addresses usable at once
         _sh("ip", "-n", server, "link", "add", "s0", "type", "veth", "peer", "name", "wan", "netns", router)
-        _sh("ip", "-n", router, "link", "add", "r0", "numtxqueues", "2", "numrxqueues", "2", "type", "veth",
+        _sh("ip", "-n", router, "link", "add", "r0", "numtxqueues", "4", "numrxqueues", "4", "type", "veth",
             "peer", "name", "c0", "netns", client, "numtxqueues", "2", "numrxqueues", "2")
+        # made with 4 tx queues, sending on 2 (as a NIC's channels set below its queues)
+        _sh("ip", "netns", "exec", router, "ethtool", "-L", "r0", "tx", "2", "rx", "2")
         for ns, dev, addrs in ((server, "s0", (f"{SERVER4}/24", f"{SERVER6}/64")),
                                (router, "wan", ("198.19.1.1/24", "2001:db8:19::1/64")),
                                (router, "r0", ("198.18.1.1/24", "2001:db8:1::1/64")),
@@ -249,9 +252,10 @@ def test_a_bad_queue_count_is_one_line_and_leaves_the_router_as_it_was(routed):
         return [subprocess.run(["tc", "-n", router, *what], capture_output=True, text=True).stdout
                 for what in (("qdisc", "show"), ("class", "show", "dev", "r0"), ("filter", "show", "dev", "r0"))]
     before = picture()
-    code, err = run("--queues", "3")
-    assert code == 2 and err == ("ratelimit: --queues: 3 is more than r0 has tx queues (2); use --queues 2 or "
-                                 "auto, or give the device more (e.g. ip link add ... numtxqueues 3)\n")
+    code, err = run("--queues", "4")  # r0 was made with 4 but sends on 2
+    assert code == 2 and err == ("ratelimit: --queues: 4 is more than r0 sends on (2 tx queues); use --queues 2 "
+                                 "or auto, or give it more (ethtool -L r0; a veth made with ip link add ... "
+                                 "numtxqueues 4)\n")
     code, err = run("--queues", "many")
     assert code == 2 and err == "ratelimit: --queues: 'many' is not a whole number from 1 to 128\n"
     assert picture() == before

@@ -37,6 +37,19 @@ def test_host_differences_name_what_changed():
     assert hostcheck.differences(before, before) == []
 
 
+def _run_xdist(tmp_path, workers: int) -> Path:
+    """Run the small suite written in ``tmp_path`` on ``workers`` xdist workers under this
+    scheduler; its tests log their runs to the returned file."""
+    log = tmp_path / "log.jsonl"
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, "LOG": str(log),
+           "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]), "RATELIMIT_HOST_CHECK": "0"}
+    r = subprocess.run([sys.executable, "-m", "pytest", "-n", str(workers), "-p", "no:cacheprovider", "-q",
+                        "-W", "ignore::pytest.PytestUnknownMarkWarning", "-p", "no:randomly", str(tmp_path)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return log
+
+
 def test_a_real_xdist_run_keeps_groups_together_and_runs_alone_tests_alone(tmp_path):
     """Two workers: the kernel group's tests share one worker; the alone test's run overlaps
     no other test's; every test runs once."""
@@ -66,13 +79,7 @@ def test_a_real_xdist_run_keeps_groups_together_and_runs_alone_tests_alone(tmp_p
         @pytest.mark.parametrize("n", range(4))
         def test_more(n): record(f"m{n}", 0.4)
     '''))
-    log = tmp_path / "log.jsonl"
-    env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, "LOG": str(log),
-           "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]), "RATELIMIT_HOST_CHECK": "0"}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q",
-                        "-W", "ignore::pytest.PytestUnknownMarkWarning", "-p", "no:randomly", str(tmp_path)],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
+    log = _run_xdist(tmp_path, 2)
     runs = {name: (worker, start, end) for name, worker, start, end in map(json.loads, log.read_text().splitlines())}
     assert len(runs) == 13 and len(log.read_text().splitlines()) == 13
     assert runs["k1"][0] == runs["k2"][0]
@@ -102,13 +109,7 @@ def test_a_run_of_mostly_alone_tests_on_more_workers_than_pairs_of_units_ends(tm
         @pytest.mark.parametrize("n", range(6))
         def test_quiet(n): record(f"alone{n}")
     '''))
-    log = tmp_path / "log.jsonl"
-    env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, "LOG": str(log),
-           "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]), "RATELIMIT_HOST_CHECK": "0"}
-    r = subprocess.run([sys.executable, "-m", "pytest", "-n", "6", "-p", "no:cacheprovider", "-q",
-                        "-W", "ignore::pytest.PytestUnknownMarkWarning", "-p", "no:randomly", str(tmp_path)],
-                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0, r.stdout + r.stderr
+    log = _run_xdist(tmp_path, 6)
     runs = sorted((start, end, name) for name, start, end in map(json.loads, log.read_text().splitlines()))
     assert len(runs) == 7
     alone = [(s, e) for s, e, name in runs if name.startswith("alone")]

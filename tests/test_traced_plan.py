@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit import follow, gate, phases, scenario, state, tracespec
+from ratelimit import follow, gate, layout, phases, scenario, state, tracespec
 from ratelimit.compile import compile_plan
 from ratelimit.errors import StateError
-from ratelimit.plan import Change, HtbClass, TbfQdisc
+from ratelimit.plan import Change, HtbClass, NetemQdisc, TbfQdisc
 from ratelimit.service import make_request
 from ratelimit.steps import Stepper, traced_links
 
@@ -257,13 +257,23 @@ def test_dry_run_shows_the_gates_and_what_the_links_follow():
     assert out.count(" tbf rate 10gbit burst 1514b limit ") == 2
 
 
-def test_a_bad_trace_on_the_command_line_is_one_line_and_nothing_is_applied(tmp_path, monkeypatch):
+BAD_ON_THE_COMMAND_LINE = {
+    "a trace": ("--trace-down", "bad.down", "5\n3\n", "line 2: 3 is less than 5 on line 1 (timestamps never decrease)"),
+    "a schedule": ("--schedule", "bad.toml", '[[step]]\nduration = "1s"\ndown = { rate = "1mbit", delay = "-5ms" }\n'
+                   'up = { rate = "1mbit" }\n', "step 1 down.delay: '-5ms' is negative (a delay is a time from 0 to "
+                   "1 hour, e.g. 150ms)"),
+}
+
+
+@pytest.mark.parametrize("what", BAD_ON_THE_COMMAND_LINE)
+def test_a_bad_trace_or_schedule_on_the_command_line_is_one_line_and_nothing_is_applied(tmp_path, monkeypatch, what):
+    option, name, text, message = BAD_ON_THE_COMMAND_LINE[what]
     monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
-    bad = tmp_path / "bad.down"
-    bad.write_text("5\n3\n")
-    code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000", "--trace-down", str(bad))
+    bad = tmp_path / name
+    bad.write_text(text)
+    code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000", option, str(bad))
     assert code == 2 and out == ""
-    assert err == f"ratelimit: --trace-down {bad}: line 2: 3 is less than 5 on line 1 (timestamps never decrease)\n"
+    assert err == f"ratelimit: {option} {bad}: {message}\n"
     assert not (tmp_path / "state").exists()  # it never reached the kernel or the record
 
 
@@ -273,3 +283,89 @@ def test_the_time_a_capacity_takes_to_carry_bytes():
     assert carried_by_ms(cap, 0, 50_000) == pytest.approx(1000, abs=1)  # 50 kB at 50 kB/s
     assert carried_by_ms(cap, 1000, 60_000) == pytest.approx(2000 + 2000, abs=1)  # 50 kB, then 10 kB at 5 kB/s
     assert carried_by_ms(cap, 0, 0) == 0
+
+
+# ---------------------------------------------------------------- a delay stage, and a schedule's delay and loss
+
+
+def stages(ops):
+    return [(op.op.parent, op.op.params.delay_us, op.op.params.loss_pct) for op in ops if type(op.op) is NetemQdisc]
+
+
+def test_a_traced_link_with_a_delay_has_a_netem_stage_under_its_gate_and_its_class_shapes():
+    req = make_request("veth0", hosts="198.18.1.2", ports="2000-2002", direction="dest", profile="3g",
+                       trace_down="3g-walk.down")
+    ops = compile_plan(req).ops
+    gates = [op for op in ops if type(op) is TbfQdisc]
+    netems = [op for op in ops if type(op) is NetemQdisc]
+    assert [g.handle >> 16 for g in gates] == [0x100, 0x101, 0x102]
+    assert [(n.parent, n.handle >> 16) for n in netems] == [(g.handle | 1, 0x103 + i) for i, g in enumerate(gates)]
+    assert all(n.params.delay_us == 150_000 and n.params.jitter_us == 50_000 and n.rate_bps == req.bandwidth_bps
+               for n in netems)  # netem only delays; its rate at the bandwidth keeps the link's packets in order
+    links = [op for op in ops if type(op) is HtbClass and op.parent == 0xFFFE0001]
+    assert all(k.ceil_bps == k.rate_bps for k in links)  # the class shapes, not netem
+    assert layout.Layout.of(req).leaves == 6
+
+
+def test_a_cohort_beside_one_with_delay_stages_takes_the_majors_after_them(tmp_path):
+    (tmp_path / "two.toml").write_text(
+        '[cohort.phones]\ndescription = "x"\nhosts = "198.18.1.2-198.18.1.3"\nper = "host"\nprofile = "3g"\n'
+        f'schedule = "{CASES / "tunnel.toml"}"\n[cohort.fixed]\ndescription = "y"\nhosts = "198.18.1.4"\nper = "host"\n'
+        'rate = "1mbit"\n')
+    req = make_request("veth0", scenario=scenario.load(str(tmp_path / "two.toml")), direction="dest")
+    ops = compile_plan(req).ops
+    majors = [op.handle >> 16 for op in ops if type(op) in (TbfQdisc, NetemQdisc) or type(op).__name__ == "FifoQdisc"]
+    assert majors == [0x100, 0x102, 0x101, 0x103, 0x104]  # the phones' gates and stages, then the fixed line's fifo
+    assert len(set(majors)) == len(majors)
+
+
+def test_a_schedules_delay_and_loss_are_set_in_place_at_its_steps_and_resent_after_a_failure():
+    req = make_request("veth0", hosts="198.18.1.2", ports="2000", direction="dest", schedule="train", rate="1mbit",
+                       phase="same")
+    s, plan = stepper(req)
+    (stage,) = [op for op in plan.ops if type(op) is NetemQdisc]
+    assert stage.params.delay_us == 0 and stage.limit_pkts > 150_000 * 5_000_000 / 8e6 / 1514  # the longest delay
+    assert stages(s.changes(0, resend=True)) == [(stage.parent, 14_000, 0.0)]  # cable: 14 ms
+    assert stages(s.changes(1)) == [] and stages(s.changes(199)) == []
+    assert stages(s.changes(200)) == [(stage.parent, 0, 0.0)]  # the tunnel says none: the link's own
+    assert stages(s.changes(250)) == [(stage.parent, 150_000, 0.5)]  # 3g
+    assert stages(s.changes(251)) == []
+    s.forget()
+    assert stages(s.changes(252)) == [(stage.parent, 150_000, 0.5)]
+
+
+def test_a_schedule_step_meets_its_edge_within_half_a_window():
+    req = make_request("veth0", hosts="198.18.1.2", ports="2000", direction="dest", schedule="train", rate="1mbit",
+                       phase="same")
+    s, _ = stepper(req, step_ms=300)
+    s.changes(0, resend=True)
+    # the tunnel starts at 20 s: the window 19.8-20.1 s is cable at its middle, 20.1-20.4 s the tunnel
+    assert [stages(s.changes(k)) != [] for k in (65, 66, 67)] == [False, False, True]
+
+
+def test_a_traces_stage_keeps_the_links_own_delay():
+    req = make_request("veth0", hosts="198.18.1.2", ports="2000", direction="dest", profile="lte",
+                       trace_down="lte-drive.down", phase="same")
+    s, _ = stepper(req)
+    assert stages(s.changes(0, resend=True)) == [] and s.links[0].stage is not None
+
+
+def test_the_record_keeps_a_schedules_stage():
+    req = tracespec.stamped(make_request("veth0", hosts="198.18.1.2", ports="2000", schedule="train", rate="1mbit"),
+                            None, 1_000)
+    back = state.request_from_json(json.loads(json.dumps(state.to_json(req))), "test")
+    assert back == req and back.cohorts[0].trace.down.netem and back.cohorts[0].trace.down.most_delay_us == 150_000
+    data = state.to_json(req)
+    data["cohorts"][0]["trace"]["up"]["most_delay_us"] = -1
+    with pytest.raises(StateError, match="does not hold a ratelimit request"):
+        state.request_from_json(data, "state file X")
+
+
+def test_dry_run_shows_the_stages_and_that_the_driver_sets_their_delay_and_loss():
+    code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000", "-d", "dest", "--schedule", "train",
+                             "--rate", "1mbit", "--dry-run")
+    assert code == 0 and err == ""
+    assert "schedule train.toml (its rates, delays and losses)" in out
+    assert "sets the delay and loss of the netem stages under the gates" in out
+    assert "qdisc add dev veth0 parent 100:1 handle 101: netem limit " in out
+

@@ -294,7 +294,7 @@ def test_links_filters_sort_and_pages(client, src, reader):
     assert row["cohort"] == "main" and row["profile"] == "modem-28k8"
     assert set(row) == {"direction", "host", "port", "dev", "rate_bps", "cohort", "profile", "bytes", "packets", "drops", "overlimits",
                         "backlog_bytes", "backlog_pkts", "throughput_bps", "drops_per_s", "rate_share",
-                        "queue_delay_ms", "active", "state"}
+                        "queue_delay_ms", "capacity_bps", "track_ratio", "active", "state"}
     assert client.get("/api/links?active=false").get_json()["matched"] == 6
     assert client.get("/api/links?active=0&direction=source").get_json()["matched"] == 3
     assert client.get("/api/links?active=0&port=5001-5002").get_json()["matched"] == 4

@@ -24,6 +24,7 @@ server on a loopback port.
 Traffic stays inside namespaces this test makes, on 198.18.0.0/15 (RFC 2544).
 """
 
+import itertools
 import json
 import os
 import re
@@ -687,3 +688,181 @@ def _stop(web, procs) -> None:
         if p.poll() is None:
             p.kill()
         p.wait()
+
+
+# ---------------------------------------------------------------- traced links: a square wave, a driver killed
+
+TRACE_GREEN = (26, 152, 80)  # the "trace capacity" series stroke in dashboard.js
+
+
+def two_steps(description, first, second, seconds):
+    """A looping schedule of two steps of ``seconds`` each, the same rate both ways."""
+    steps = "".join(f'\n[[step]]\nduration = "{seconds}s"\ndown = {{ rate = "{r}" }}\nup = {{ rate = "{r}" }}\n'
+                    for r in (first, second))
+    return f'description = "{description}"\nloop = true\n{steps}'
+
+
+SQUARE_WAVE = two_steps("a square wave, 4:1: 2 s at 2 Mbit/s, 2 s at 500 kbit/s", "2mbit", "500kbit", 2)
+TUNNEL = two_steps("1 s at 2 Mbit/s, 1 s of nothing", "2mbit", "0", 1)
+
+
+_traced_labs = itertools.count(1)
+
+
+@pytest.fixture
+def traced_lab(tmp_path, monkeypatch):
+    """The trace load's namespaces (``bench.traceload``: rltr-tu-PID-N-{s,r,c}), a private state
+    directory; the driver, the plan and the namespaces go at the end, whatever happened."""
+    from bench import traceload
+    from ratelimit import follow, service
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    tag = f"tu-{os.getpid()}-{next(_traced_labs)}"
+    ns = traceload.topology(tag)
+    try:
+        yield ns
+    finally:
+        try:
+            follow.stop(ns["rtr"], traceload.DEV)
+            service.clean(traceload.DEV, ns["rtr"])
+        finally:
+            traceload.cleanup(tag)
+
+
+def apply_schedule(ns, tmp_path, text, links):
+    from bench import traceload
+    from ratelimit import service, state
+    path = tmp_path / "schedule.toml"
+    path.write_text(text)
+    service.apply(service.make_request(traceload.DEV, netns=ns["rtr"], hosts=traceload.CLIENT, direction="dest",
+                                       ports=f"{traceload.PORT0}-{traceload.PORT0 + links - 1}",
+                                       schedule=str(path), phase="same"))
+    return state.load(ns["rtr"], traceload.DEV).request
+
+
+def serve_target(artifacts, target, name):
+    env = dict(os.environ, PYTHONPATH=str(ROOT), RATELIMIT_WEB_TOKEN=TOKEN)
+    log = artifacts / f"{name}-server.log"
+    web = subprocess.Popen([sys.executable, "-m", "webui", "--interface", target, "--listen", "127.0.0.1:0"],
+                           stdout=subprocess.PIPE, stderr=open(log, "w"), text=True, env=env, cwd=str(ROOT))
+    m = re.search(r"serving (http://127\.0\.0\.1:\d+/)", web.stdout.readline())
+    assert m, log.read_text()
+    return web, m.group(1)
+
+
+def scrape(url):
+    import urllib.request
+    with urllib.request.urlopen(urllib.request.Request(url + "metrics", headers={"X-Ratelimit-Token": TOKEN})) as r:
+        return r.read().decode()
+
+
+@pytest.mark.netns
+def test_dashboard_draws_a_traced_link_over_its_trace(browser, artifacts, tmp_path, traced_lab):
+    """Four links follow a square wave (2 s at 2 Mbit/s, 2 s at 500 kbit/s), each paced by a UDP
+    sender at 1.1 times its capacity (backlogged): the selected link's chart has the trace's
+    capacity as a second series that steps with the schedule (each sample the schedule's
+    average over its interval), the delivered rate follows it, and the glance says the links
+    deliver their capacity (delivered / capacity within 5% of 1); /metrics has both series."""
+    from bench import traceload
+    from ratelimit.tracerates import TraceRates
+    ns = traced_lab
+    req = apply_schedule(ns, tmp_path, SQUARE_WAVE, links=4)
+    started = req.cohorts[0].trace.started_ms
+    load = threading.Thread(target=traceload.send_and_receive, args=(ns, req, started, 20.0, tmp_path),
+                            kwargs={"payload": 1472, "factor": 1.1, "prefill": 4}, daemon=True)
+    load.start()
+    web = None
+    try:
+        web, url = serve_target(artifacts, f"{ns['rtr']}/{traceload.DEV}", "dashboard-traced")
+        page, errors = open_page(browser, url + "#token=" + TOKEN)
+        page.wait_for_function("() => document.querySelectorAll('#rows .row:not([hidden])').length >= 4",
+                               timeout=15000)
+        page.click("#rows .row:first-child")
+        page.wait_for_function("() => window.ratelimitDashboard.state.link.cap.filter((v) => v !== null).length >= 9",
+                               timeout=30000)
+        page.wait_for_timeout(300)
+        link = page.evaluate("() => window.ratelimitDashboard.state.link")
+        tracking = page.eval_on_selector("#tracking", "e => ({...e.dataset, text: e.textContent, hidden: e.hidden})")
+        driver = page.eval_on_selector("#driver", "e => ({...e.dataset, text: e.textContent, cls: e.className})")
+        note_hidden = page.eval_on_selector("#link-note", "e => e.hidden")
+        pixels = series_pixels(page, "chart-link", TRACE_GREEN)
+        metrics = scrape(url)
+        page.screenshot(path=str(artifacts / "dashboard-traced.png"), full_page=True)
+        assert not errors, errors
+        page.close()
+    finally:
+        _stop(web, [])
+    load.join(timeout=60)
+
+    print(f"\ntraced dashboard: glance {tracking['text']!r}; capacity {link['cap']}; "
+          f"delivered {[round(g) for g in link['tp']]}")
+    # the capacity series: the schedule's average over each sample's interval, stepping 4:1
+    rates = TraceRates(req, tuple(("dest", traceload.CLIENT, traceload.PORT0 + i, traceload.DEV) for i in range(4)))
+    times, caps, got = link["time"], link["cap"], link["tp"]
+    expected = [rates.window_bps(a, b)[0] for a, b in zip(times, times[1:])]
+    assert all(c == pytest.approx(e, rel=0.002) for c, e in zip(caps[1:], expected)), (caps, expected)
+    assert max(caps) == pytest.approx(2_000_000, rel=0.01) and min(caps) == pytest.approx(500_000, rel=0.01), caps
+    # the delivered rate follows it, each interval (one datagram of slack at the low rate: 12 kbit/s a second)
+    late = [(g, c) for g, c in zip(got[3:], caps[3:])]  # after the first burst that filled the queues
+    assert all(abs(g - c) <= 0.1 * c + 12_112 for g, c in late), late
+    assert pixels > 50 and not note_hidden
+    # the glance: four backlogged traced links, delivering their capacity
+    assert not tracking["hidden"] and tracking["links"] == "4" and tracking["backlogged"] == "4", tracking
+    assert abs(float(tracking["ratio"]) - 1) <= 0.05 and float(tracking["within"]) >= 0.75, tracking
+    assert driver["running"] == "true" and driver["cls"] == "driver ok", driver
+    # /metrics: the driver, the glance and each link's capacity beside its delivered rate
+    assert re.search(r'^ratelimit_trace_driver_running\{[^}]*\} 1$', metrics, re.M)
+    assert re.search(r'^ratelimit_trace_driver_step\{[^}]*\} \d+$', metrics, re.M)
+    assert len(re.findall(r"^ratelimit_link_trace_capacity_bps\{", metrics, re.M)) == 4
+    assert len(re.findall(r"^ratelimit_link_delivered_bps\{", metrics, re.M)) == 4
+    ratio = float(re.search(r'^ratelimit_trace_tracking_ratio_mean\{[^}]*direction="dest"\} (\S+)$', metrics,
+                            re.M).group(1))
+    assert abs(ratio - 1) <= 0.05, ratio
+
+
+@pytest.mark.netns
+def test_dashboard_names_the_step_a_killed_driver_left_shut(browser, artifacts, tmp_path, traced_lab):
+    """Ten links follow 1 s at 2 Mbit/s, 1 s of nothing; the driver is killed while they are shut:
+    the dashboard's banner says the driver is not running, names the step the links were left
+    at and calls the outage left in place the worst case, in the CLI's words; /metrics agrees."""
+    import signal
+    from bench import traceload
+    from ratelimit import follow, readout
+    ns = traced_lab
+    apply_schedule(ns, tmp_path, TUNNEL, links=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        st = follow.read_status(ns["rtr"], traceload.DEV) or {}
+        if st.get("shut") == 10 and (st.get("step") or 0) >= 3:
+            break
+        time.sleep(0.01)
+    else:
+        raise AssertionError(f"the links were never shut: {st}")
+    os.kill(st["pid"], signal.SIGKILL)
+    time.sleep(0.3)
+    left = follow.read_status(ns["rtr"], traceload.DEV)
+    assert left["shut"] == 10
+    cli_notice = readout.statistics(traceload.DEV, ns["rtr"])["driver"]["notice"]
+    web = None
+    try:
+        web, url = serve_target(artifacts, f"{ns['rtr']}/{traceload.DEV}", "dashboard-dead-driver")
+        page, errors = open_page(browser, url + "#token=" + TOKEN)
+        page.wait_for_function("() => document.getElementById('driver').dataset.running === 'false'", timeout=15000)
+        driver = page.eval_on_selector("#driver", "e => ({...e.dataset, text: e.textContent, cls: e.className, "
+                                                  "hidden: e.hidden, height: e.getBoundingClientRect().height})")
+        page.screenshot(path=str(artifacts / "dashboard-dead-driver.png"), full_page=True)
+        metrics = scrape(url)
+        assert not errors, errors
+        page.close()
+    finally:
+        _stop(web, [])
+    assert not driver["hidden"] and driver["height"] > 0 and driver["cls"] == "driver outage", driver
+    assert driver["step"] == str(left["step"]) and driver["shut"] == "10", driver
+    assert f"the links were left at step {left['step']}" in driver["text"], driver
+    assert "10 of them shut -- an outage left in place, the worst case" in driver["text"], driver
+    assert driver["text"].startswith("trace driver NOT RUNNING (WORST CASE: links left shut)")
+    # the CLI's notice, word for word, but for how long ago the driver stopped
+    shown = driver["text"].removeprefix("trace driver NOT RUNNING (WORST CASE: links left shut): ")
+    assert re.sub(r"stopped [\d.]+ s ago", "", cli_notice) == re.sub(r"stopped [\d.]+ s ago", "", shown)
+    assert re.search(r'^ratelimit_trace_driver_running\{[^}]*\} 0$', metrics, re.M)
+    assert re.search(rf'^ratelimit_trace_driver_step\{{[^}}]*\}} {left["step"]}$', metrics, re.M)
+    assert re.search(r'^ratelimit_trace_driver_shut_links\{[^}]*\} 10$', metrics, re.M)

@@ -31,6 +31,7 @@ def target_info(snap) -> dict:
         "time": snap.time, "seq": snap.seq, "layout": snap.layout.id, "applied": snap.applied,
         "error": snap.error, "aggregate": snap.aggregate, "distribution": snap.distribution,
         "cohorts": snap.cohorts, "refresh_s": round(snap.refresh_s, 6),
+        "driver": snap.driver, "tracking": snap.tracking,
     }
 
 
@@ -136,7 +137,7 @@ def link_history():
                           f"is not a link on {target_name(netns, interface)} (see /api/links)", status=404)
     series = src.link_history(netns, interface, row, snap.layout.id)
     if series is None:  # re-applied between the two reads: no history for the new layout yet
-        series = {"time": [], "throughput_bps": [], "drops_per_s": []}
+        series = {"time": [], "throughput_bps": [], "drops_per_s": [], "capacity_bps": []}
     return {"interface": interface, "netns": netns, "host": key[1], "port": None if port == ALL_PORTS else port,
             "direction": direction, "series": series}
 

@@ -13,6 +13,12 @@ the last seconds, and its state this interval:
   backlog: the application sends less; or 50-90% with a backlog);
 * ``dropping`` (counted on its own, it overlaps the others): dropped packets.
 
+A traced link (one that follows a trace or a schedule: no configured rate) also has its
+trace's capacity over the last interval (``capacity_bps``) and ``track_ratio``, its rate
+over the share window against its capacity over the same window; ``tracking`` sums these up
+per direction for the glance (the backlogged traced links: the mean, p5/p50/p95 and the
+share within ``TRACK_TOLERANCE``).
+
 Per target: sums (all links, and per direction); per direction the counts of
 each state and the distribution of ``rate_share`` and ``queue_delay_ms`` over
 the links that were not idle and have a rate: p5/p50/p95 and a histogram of
@@ -35,8 +41,10 @@ from operator import add, and_, ge, lt, mul, or_, sub
 COUNTERS = ("bytes", "packets", "drops", "overlimits")
 GAUGES = ("backlog_bytes", "backlog_pkts")
 RATES = ("throughput_bps", "drops_per_s", "rate_share", "queue_delay_ms")
+TRACED = ("capacity_bps", "track_ratio")  # NaN for a link with a static rate
 # Per-link columns a snapshot carries (arrays of equal length, in link order).
-COLUMNS = COUNTERS + GAUGES + RATES + ("active", "state")
+COLUMNS = COUNTERS + GAUGES + RATES + TRACED + ("active", "state")
+TRACK_TOLERANCE = 0.1  # a traced link tracks its trace when it delivers within 10% of its capacity
 
 STATES = ("idle", "busy", "at_rate", "starved")  # the ``state`` column holds the index
 AT_RATE_SHARE = 0.9
@@ -75,23 +83,28 @@ def empty_columns(n: int = 0) -> dict:
     cols = {name: array("q", bytes(8 * n)) for name in COUNTERS + GAUGES}
     for name in RATES:
         cols[name] = array("d", bytes(8 * n))
-    cols["rate_share"] = array("d", repeat(NAN, n))
-    cols["queue_delay_ms"] = array("d", repeat(NAN, n))
+    for name in ("rate_share", "queue_delay_ms") + TRACED:
+        cols[name] = array("d", repeat(NAN, n))
     cols["active"] = array("b", bytes(n))
     cols["state"] = array("b", bytes(n))
     return cols
 
 
 def digest(counters: dict, prev: dict | None, dt: float, rates: LinkRates, last_change: list, now: float,
-           active_seconds: float, share_bytes=None, share_dt: float = 0.0) -> tuple[dict, float]:
+           active_seconds: float, share_bytes=None, share_dt: float = 0.0, capacity=None) -> tuple[dict, float]:
     """The snapshot columns from this read's ``counters`` and the previous snapshot's
     columns ``prev`` (None: no rates this round), ``dt`` seconds apart; ``share_bytes``
     are the byte counters of ``share_dt`` seconds ago (None: ``prev``'s), the base of
     ``rate_share``.  ``last_change`` (when each link last moved, had a backlog or dropped)
-    is updated in place.  Returns (columns, packets per second)."""
+    is updated in place.  ``capacity(t0, t1)``: each link's trace capacity (bit/s, NaN
+    for a static rate) over that window of the clock, or None when no link is traced:
+    ``capacity_bps`` over the last interval, and ``track_ratio``, the rate delivered over
+    the share window against the capacity over the same window (NaN when that is 0).
+    Returns (columns, packets per second)."""
     n = len(rates.inv_rate)
     cols = {name: counters[name] for name in COUNTERS + GAUGES}
     backlog = cols["backlog_bytes"]
+    cols["capacity_bps"], cols["track_ratio"] = array("d", repeat(NAN, n)), array("d", repeat(NAN, n))
     if prev is None:
         cols["throughput_bps"] = array("d", bytes(8 * n))
         cols["drops_per_s"] = array("d", bytes(8 * n))
@@ -109,12 +122,16 @@ def digest(counters: dict, prev: dict | None, dt: float, rates: LinkRates, last_
         cols["throughput_bps"] = array("d", map(mul, db, repeat(8.0 / dt)))
         cols["drops_per_s"] = array("d", map(mul, dd, repeat(1.0 / dt)))
         if share_bytes is None or share_dt <= dt:
-            cols["rate_share"] = array("d", map(mul, cols["throughput_bps"], rates.inv_rate))
+            share_dt, share_bps = dt, cols["throughput_bps"]
         else:
             moved_bytes = list(map(sub, cols["bytes"], share_bytes))
             if n and min(moved_bytes) < 0:  # reset within the window: the last interval only
                 moved_bytes = [m if m >= 0 else d * share_dt / dt for m, d in zip(moved_bytes, db)]
-            cols["rate_share"] = array("d", map(mul, map(mul, moved_bytes, repeat(8.0 / share_dt)), rates.inv_rate))
+            share_bps = array("d", map(mul, moved_bytes, repeat(8.0 / share_dt)))
+        cols["rate_share"] = array("d", map(mul, share_bps, rates.inv_rate))
+        if capacity is not None:
+            cols["capacity_bps"] = capacity(now - dt, now)
+            cols["track_ratio"] = array("d", map(_ratio, share_bps, capacity(now - share_dt, now)))
         moved = list(map(or_, map(or_, map(or_, db, dp), dd), map(or_, backlog, cols["backlog_pkts"])))
         pps = sum(dp) / dt
     cols["queue_delay_ms"] = array("d", map(mul, backlog, rates.ms_per_byte))
@@ -127,6 +144,33 @@ def digest(counters: dict, prev: dict | None, dt: float, rates: LinkRates, last_
     # idle 0, busy 1, at_rate 2, starved 3: at rate and starved exclude each other, and both imply busy
     cols["state"] = array("b", map(add, map(add, busy, at_rate), map(mul, starved, repeat(2))))
     return cols, pps
+
+
+def _ratio(got: float, capacity: float) -> float:
+    return got / capacity if capacity > 0 else NAN  # NaN (a static rate) compares false
+
+
+def tracking(cols: dict, rates: LinkRates) -> dict:
+    """Per direction with traced links, how closely they track their traces over the share
+    window: of the traced links (``links``), those with a backlog now and capacity in the
+    window (``backlogged``: the ones whose delivery the capacity bounds), the mean of
+    ``track_ratio`` and its p5/p50/p95, and the share of them within ``TRACK_TOLERANCE``
+    (``within``); the ratios None when none is backlogged."""
+    out = {}
+    traced = bytes(c == c for c in cols["capacity_bps"])
+    if not any(traced):
+        return out
+    counted = list(map(and_, map(bool, cols["backlog_bytes"]), map(lambda r: r == r, cols["track_ratio"])))
+    for d in rates.directions:
+        mask = bytes(map(mul, traced, rates.down if d == "dest" else rates.up))
+        if not any(mask):
+            continue
+        ratios = sorted(compress(cols["track_ratio"], map(mul, mask, counted)))
+        near = sum(1 for r in ratios if abs(r - 1) <= TRACK_TOLERANCE)
+        out[d] = {"links": sum(mask), "backlogged": len(ratios), "tolerance": TRACK_TOLERANCE,
+                  "ratio_mean": round(sum(ratios) / len(ratios), 6) if ratios else None,
+                  "ratio": _quantiles(ratios), "within": round(near / len(ratios), 6) if ratios else None}
+    return out
 
 
 def totals(cols: dict, rates: LinkRates) -> dict:

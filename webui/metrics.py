@@ -15,6 +15,13 @@ for Prometheus at tens of thousands of links.  ``?links=auto`` (the default)
 sends them for an interface with at most ``AUTO_LINK_LIMIT`` links,
 ``?links=true`` always, ``?links=false`` never.
 
+A traced plan (docs/profiles.md, "Traces") adds its driver's state (running, the step the
+links are at or were left at, the step's length and age, traced and shut links), per
+direction how closely the backlogged traced links track their traces (the mean and
+quantiles of delivered / capacity, the share within ``digest.TRACK_TOLERANCE``), and per
+traced link (as the per-link series) its trace's capacity and the rate it delivered over
+the last poll interval.
+
 Served from the poller's last snapshot, so a scrape never touches the kernel;
 without per-link series its cost does not grow with the number of links.
 
@@ -148,6 +155,7 @@ def render(snaps, links: str = "auto") -> str:
                 out.append(f"ratelimit_links_rate_share_bucket{labels} {running}\n")
 
     detailed = [s for s in snaps if links == "true" or links == "auto" and len(s.layout) <= AUTO_LINK_LIMIT]
+    _traced(out, snaps, detailed)
     if detailed:
         _header(out, "ratelimit_link_rate_bps", "gauge", "Configured rate of one emulated link, bit/s.")
         for s in detailed:
@@ -168,6 +176,77 @@ def render(snaps, links: str = "auto") -> str:
                                f'direction="{direction}",cohort="{_escape(cohort)}",profile="{_escape(profile)}"}} '
                                f'{value}\n')
     return "".join(out)
+
+
+DRIVER_METRICS = (
+    # (name, the driver report's field, scale, help)
+    ("ratelimit_trace_driver_running", "running", 1, "1 while the trace driver of the interface runs."),
+    ("ratelimit_trace_driver_step", "step", 1,
+     "The step the traced links are at (while the driver runs) or were left at (after it stopped)."),
+    ("ratelimit_trace_driver_step_seconds", "step_ms", 0.001, "How long each of the driver's steps lasts."),
+    ("ratelimit_trace_driver_traced_links", "links", 1, "Traced links (one per direction) the driver follows."),
+    ("ratelimit_trace_driver_shut_links", "shut", 1,
+     "Traced links whose gate is shut (an outage); left shut by a driver that stopped, nothing passes on them."),
+)
+
+
+def _traced(out: list, snaps, detailed) -> None:
+    """Traced plans only: the driver's state, how closely each direction's links track their
+    traces, and (``detailed``) each traced link's capacity beside the rate it delivered."""
+    traced = [s for s in snaps if s.driver]
+    for name, field, scale, text in DRIVER_METRICS:
+        _header(out, name, "gauge", text)
+        for s in traced:
+            value = s.driver.get(field)
+            if value is not None:
+                out.append(f"{name}{_labels(interface=s.interface, netns=s.netns)} {float(value) * scale:g}\n")
+    _header(out, "ratelimit_trace_driver_step_age_seconds", "gauge",
+            "Time since the driver set the step it is at (or left the links at).")
+    for s in traced:
+        at = s.driver.get("step_at_ms")
+        if at is not None and s.time is not None:
+            out.append(f"ratelimit_trace_driver_step_age_seconds{_labels(interface=s.interface, netns=s.netns)} "
+                       f"{max(0.0, s.time - at / 1000):.3f}\n")
+    for name, field, text in (
+            ("ratelimit_trace_backlogged_links", "backlogged",
+             "Traced links with a backlog and capacity in the last seconds: those tracking is measured on."),
+            ("ratelimit_trace_tracking_ratio_mean", "ratio_mean",
+             "Mean over backlogged traced links of the rate delivered over the trace's capacity (last seconds)."),
+            ("ratelimit_trace_tracking_within_ratio", "within",
+             "Share of backlogged traced links that delivered within the tolerance of their trace's capacity.")):
+        _header(out, name, "gauge", text)
+        for s in traced:
+            for direction, t in s.tracking.items():
+                if t[field] is not None:
+                    extra = {"tolerance": f"{t['tolerance']:g}"} if field == "within" else {}
+                    labels = _labels(interface=s.interface, netns=s.netns, direction=direction, **extra)
+                    out.append(f"{name}{labels} {t[field]:.6g}\n")
+    _header(out, "ratelimit_trace_tracking_ratio", "gauge",
+            "Quantiles over backlogged traced links of the rate delivered over the trace's capacity (last seconds).")
+    for s in traced:
+        for direction, t in s.tracking.items():
+            for q, value in t["ratio"].items():
+                if value is not None:
+                    labels = _labels(interface=s.interface, netns=s.netns, direction=direction,
+                                     quantile={"p5": "0.05", "p50": "0.5", "p95": "0.95"}[q])
+                    out.append(f"ratelimit_trace_tracking_ratio{labels} {value:.6g}\n")
+    for name, column, text in (
+            ("ratelimit_link_trace_capacity_bps", "capacity_bps",
+             "Capacity of one traced link's trace over the last poll interval (what a backlogged sender of "
+             "full-size packets gets), bit/s."),
+            ("ratelimit_link_delivered_bps", "throughput_bps",
+             "Rate one traced link delivered over the last poll interval, bit/s.")):
+        _header(out, name, "gauge", text)
+        for s in detailed:
+            if not s.tracking:
+                continue
+            caps, col = s.columns["capacity_bps"], s.columns[column]
+            for i, ((direction, host, port, _dev), cap) in enumerate(zip(s.layout.keys, caps)):
+                if cap == cap:
+                    cohort, profile = s.layout.cohort(i)
+                    labels = _labels(interface=s.interface, netns=s.netns, host=host, port=port_text(port),
+                                     direction=direction, cohort=cohort, profile=profile)
+                    out.append(f"{name}{labels} {col[i]:.6g}\n")
 
 
 @bp.get("/metrics")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from ratelimit.errors import RatelimitError
 
 from .digest import COLUMNS, COUNTERS, GAUGES, LinkRates, by_cohort, digest, distribution, empty_columns, totals
+from .digest import tracking
 from .digest import STATES as STATE_NAMES
 
 log = logging.getLogger("webui.stats")
@@ -108,6 +109,8 @@ class Snapshot:
     refresh_s: float  # how long the read took
     cache: dict = field(default_factory=dict, compare=False, repr=False)  # orders computed for queries
     cohorts: dict = field(default_factory=dict)  # per cohort: its glance and distribution (digest.cohorts)
+    driver: dict | None = None  # a traced plan's driver (follow.report), else None
+    tracking: dict = field(default_factory=dict)  # per direction: how traced links track (digest.tracking)
 
     @property
     def name(self) -> str:
@@ -127,7 +130,7 @@ class Snapshot:
             elif name in COUNTERS or name in GAUGES:
                 value = int(value)
             else:
-                value = None if value != value else round(value, 6 if name == "rate_share" else 3)
+                value = None if value != value else round(value, 6 if name in ("rate_share", "track_ratio") else 3)
             out[name] = value
         return out
 
@@ -165,6 +168,7 @@ class _TargetHistory:
         self.link_time: deque = deque()
         self.link_tp: deque = deque()
         self.link_drops: deque = deque()
+        self.link_cap: deque = deque()  # each sample's capacity column, None while nothing is traced
         self.link_max = samples
         self.layout_id = 0
 
@@ -174,6 +178,7 @@ class _TargetHistory:
         self.link_time = deque(maxlen=self.link_max)
         self.link_tp = deque(maxlen=self.link_max)
         self.link_drops = deque(maxlen=self.link_max)
+        self.link_cap = deque(maxlen=self.link_max)
 
 
 def _series_values(snap: Snapshot) -> dict:
@@ -245,14 +250,17 @@ class StatsSource:
             return {name: list(values) for name, values in h.aggregate.items()}
 
     def link_history(self, netns, interface, row: int, layout_id: int) -> dict | None:
-        """One link's throughput and drop-rate series, or None if the layout moved on."""
+        """One link's throughput, drop-rate and trace-capacity series (None where the link has
+        a static rate), or None if the layout moved on."""
         h = self._hist[(netns or None, interface)]
         with self._hist_lock:
             if h.layout_id != layout_id:
                 return None
             return {"time": list(h.link_time),
                     "throughput_bps": [round(a[row], 3) for a in h.link_tp],
-                    "drops_per_s": [round(a[row], 3) for a in h.link_drops]}
+                    "drops_per_s": [round(a[row], 3) for a in h.link_drops],
+                    "capacity_bps": [None if a is None or a[row] != a[row] else round(a[row], 3)
+                                     for a in h.link_cap]}
 
     def link_history_samples(self, netns, interface) -> int:
         return self._hist[(netns or None, interface)].link_max
@@ -323,7 +331,8 @@ class StatsSource:
     @staticmethod
     def _failed(prev: Snapshot, seq: int, error: str, started: float) -> Snapshot:
         return Snapshot(prev.netns, prev.interface, seq, prev.time, prev.applied, error, prev.layout,
-                        prev.columns, prev.aggregate, prev.distribution, prev.totals, time.monotonic() - started)
+                        prev.columns, prev.aggregate, prev.distribution, prev.totals, time.monotonic() - started,
+                        driver=prev.driver, tracking=prev.tracking)
 
     def _layout(self, target, prev: Snapshot, stats: dict) -> tuple[Layout, bool]:
         """The layout of this read, and whether it is the previous read's."""
@@ -358,15 +367,19 @@ class StatsSource:
         while len(seen) >= 2 and now - seen[1][0] >= self.share_window:
             seen.popleft()  # keep the newest sample at least a window old
         base_t, base_bytes = seen[0] if seen and have_rates else (now, None)
+        rates = stats.get("trace_rates")
+        capacity = rates.window_bps if rates is not None and len(rates) == len(layout) else None
         cols, pps = digest(counters, prev.columns if have_rates else None, dt, layout.rates,
-                           self._last_change[target], now, self.active_seconds, base_bytes, now - base_t)
+                           self._last_change[target], now, self.active_seconds, base_bytes, now - base_t,
+                           capacity)
         seen.append((now, counters["bytes"]))
         sums = totals(cols, layout.rates)
         agg = _aggregate(cols, layout, sums, have_rates, pps)
         dist = distribution(cols, layout.rates)
         refresh = time.monotonic() - started  # the kernel read and the arithmetic above
         snap = Snapshot(netns, interface, seq, now, applied, None, layout, cols, agg, dist, sums, refresh,
-                        cohorts=by_cohort(cols, layout.rates, layout.cohorts))
+                        cohorts=by_cohort(cols, layout.rates, layout.cohorts), driver=stats.get("driver"),
+                        tracking=tracking(cols, layout.rates))
         self._record(target, snap, have_rates)
         return snap
 
@@ -385,3 +398,5 @@ class StatsSource:
                 h.link_time.append(snap.time)
                 h.link_tp.append(array("f", snap.columns["throughput_bps"]))
                 h.link_drops.append(array("f", snap.columns["drops_per_s"]))
+                cap = snap.columns["capacity_bps"]
+                h.link_cap.append(array("f", cap) if snap.tracking else None)

@@ -15,7 +15,8 @@ grows without end (3.3 KB a read at 16,384 links, mostly heap the kept messages 
 import errno as errnos
 
 from ..errors import NotFoundError, PermissionDenied
-from .netns import off_loop
+from .netns import in_netns, off_loop
+from .offload import tx_channels
 from .nl import (IFINFOMSG, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, IFLA_NUM_TX_QUEUES, NLM_F_REQUEST, RTM_GETLINK, U32,
                  attr_str, cstr, find, message)
 from .transport import KernelError, check_netns
@@ -128,13 +129,20 @@ class Links:
         return found
 
     def tx_queues(self, name: str) -> int | None:
-        """How many transmit queues device ``name`` has (IFLA_NUM_TX_QUEUES), or None."""
+        """How many transmit queues device ``name`` sends on, or None: the active ones
+        (``real_num_tx_queues``), which a NIC's channels (``ethtool -L``) set below the ones
+        it was made with (``IFLA_NUM_TX_QUEUES``, all rtnetlink tells).  Read as the
+        device's channels (``ETHTOOL_GCHANNELS``: combined + tx-only; veth and virtio_net
+        report exactly ``real_num_tx_queues``), capped by the allocated count; a device
+        without channels (IFB, bridge, bond) sends on every queue it was made with."""
         got = self._of(name)
         if got is None:
             return None
         buf, off, end = got
         span = find(buf, off + IFINFOMSG.size, end, IFLA_NUM_TX_QUEUES)
-        return 1 if span is None else U32.unpack_from(buf, span[0])[0]
+        made = 1 if span is None else U32.unpack_from(buf, span[0])[0]
+        active = tx_channels(name) if self.netns is None else in_netns(self.netns, tx_channels, name)
+        return made if not active else min(made, active)
 
     def add_ifb(self, name: str, queues: int = 1) -> None:
         """Create the IFB device ``name`` (with ``queues`` transmit queues) and set it up."""

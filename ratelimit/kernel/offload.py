@@ -11,11 +11,13 @@ at once (docs/lab.md measures it on the Vagrant lab's routers).
 ``merging(devices)`` reads, for devices of the calling thread's namespace, which
 of those features are on: what ``ethtool -k`` shows, through the same
 ``SIOCETHTOOL`` ioctl.  Feature names come from the kernel (``ETH_SS_FEATURES``),
-read once; then one ``ETHTOOL_GFEATURES`` per device.
+read once; then one ``ETHTOOL_GFEATURES`` per device.  ``tx_channels`` asks the same
+ioctl how many tx queues a device sends on (``--queues``).
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import socket
 import struct
@@ -26,6 +28,7 @@ SIOCETHTOOL = 0x8946
 ETHTOOL_GSTRINGS = 0x1B
 ETHTOOL_GSSET_INFO = 0x37
 ETHTOOL_GFEATURES = 0x3A
+ETHTOOL_GCHANNELS = 0x3C
 ETH_SS_FEATURES = 4
 ETH_GSTRING_LEN = 32
 IFREQ_BYTES = 40  # struct ifreq: 16-byte name, 24-byte union (here a pointer)
@@ -63,6 +66,22 @@ def _active(sock: socket.socket, name: str, count: int) -> int:
     _ioctl(sock, name, buf)
     words = struct.unpack_from(f"={4 * blocks}I", buf, 8)  # available, requested, active, never_changed
     return sum(words[4 * i + 2] << (32 * i) for i in range(blocks))
+
+
+def tx_channels(name: str) -> int:
+    """The tx queues device ``name`` of this thread's namespace sends on as its channels say
+    (``ethtool -l``'s current combined + tx-only), or 0 where the driver reports none (the
+    same ioctl; ``links.Links.tx_queues`` reads it for ``--queues``)."""
+    buf = array("B", struct.pack("=9I", ETHTOOL_GCHANNELS, *[0] * 8))  # cmd, 4 maxima, 4 counts
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        try:
+            _ioctl(sock, name, buf)
+        except OSError as e:
+            if e.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                return 0
+            raise
+    counts = struct.unpack_from("=4I", buf, 20)  # rx, tx, other, combined
+    return counts[1] + counts[3]
 
 
 def merging(devices: Iterable[tuple[str, str]]) -> list[tuple[str, tuple[str, ...]]]:

@@ -28,7 +28,7 @@
     history: 300,
     agg: {time: [], down: [], up: [], total: [], drops: []},
     dist: emptyDist(),
-    link: {time: [], tp: [], drops: []},
+    link: {time: [], tp: [], drops: [], cap: []},
     lastTick: 0,
     ticks: [],               // performance.now() of the last ticks drawn (for tests)
     formTouched: false,
@@ -163,6 +163,8 @@
     plots.link = makePlot("link", [
       {label: "rate now", stroke: "#1f6fd1", width: 1.5, value: (u, v) => bits(v), scale: "bps"},
       {label: "drops/s", stroke: "#c0392b", width: 1, value: (u, v) => rate(v), scale: "drops"},
+      // a traced link's trace: what a backlogged sender would get (null for a static rate)
+      {label: "trace capacity", stroke: "#1a9850", width: 1.5, dash: [6, 3], value: (u, v) => bits(v), scale: "bps"},
     ], [{}, Object.assign({scale: "bps"}, bitAxis), Object.assign({scale: "drops", side: 1, grid: {show: false}}, dropAxis)]);
     window.addEventListener("resize", () => {
       for (const [key, id] of Object.entries(CHART_IDS)) {
@@ -185,7 +187,9 @@
     if (plots.states) plots.states.setData([d.time, d.at_rate, d.busy, d.starved, d.dropping, d.idle]);
   }
   function drawLink() {
-    if (plots.link) plots.link.setData([state.link.time, state.link.tp, state.link.drops]);
+    if (plots.link) plots.link.setData([state.link.time, state.link.tp, state.link.drops, state.link.cap]);
+    const traced = state.link.cap.some((v) => v !== null);
+    $("link-note").hidden = !traced;
   }
   async function loadHistory() {
     const h = await getJSON("/api/history?" + targetQuery());
@@ -234,7 +238,7 @@
     state.selected = key;
     $("link-chart-title").textContent = "Link " + key.host + ":" + portText(key.port) + " " +
       (key.direction === "dest" ? "down (dest)" : "up (source)");
-    state.link = {time: [], tp: [], drops: []};
+    state.link = {time: [], tp: [], drops: [], cap: []};
     renderRows();
     await loadLink();
   }
@@ -244,7 +248,8 @@
     try {
       const h = await getJSON("/api/links/history?" + targetQuery({...key, port: portText(key.port)}));
       if (state.selected !== key) return;
-      state.link = {time: h.series.time, tp: h.series.throughput_bps, drops: h.series.drops_per_s};
+      state.link = {time: h.series.time, tp: h.series.throughput_bps, drops: h.series.drops_per_s,
+                    cap: h.series.capacity_bps};
     } catch (e) {
       $("link-chart-title").textContent = e.message;
     }
@@ -321,8 +326,39 @@
       return el("tr", {"data-cohort": name}, ...cells.map((text) => el("td", {text: String(text)})));
     }));
   }
+  // A traced plan's driver: a quiet line while it follows, the CLI's own notice (follow.report) when
+  // it does not, marked the worst case when it left links shut (an outage in place).
+  function renderDriver(t) {
+    const d = t.driver, box = $("driver");
+    box.hidden = !d;
+    if (!d) return;
+    box.className = "driver " + (d.running ? "ok" : d.shut ? "outage" : "dead");
+    box.dataset.running = String(d.running);
+    box.dataset.step = d.step === null ? "" : String(d.step);
+    box.dataset.shut = String(d.shut || 0);
+    box.textContent = d.running ?
+      "trace driver: following (pid " + d.pid + ", a step every " + d.step_ms + " ms, at step " + d.step + "; " +
+        count(d.shut) + " of " + count(d.links) + " traced links shut)" :
+      "trace driver NOT RUNNING" + (d.shut ? " (WORST CASE: links left shut)" : "") + ": " + d.notice;
+  }
+  // How closely the glance direction's traced links track their traces (digest.tracking).
+  function renderTracking(t) {
+    const k = (t.tracking || {})[state.glance], p = $("tracking");
+    p.hidden = !k;
+    if (!k) return;
+    p.dataset.links = String(k.links);
+    p.dataset.backlogged = String(k.backlogged);
+    p.dataset.ratio = k.ratio_mean === null ? "" : String(k.ratio_mean);
+    p.dataset.within = k.within === null ? "" : String(k.within);
+    p.textContent = count(k.links) + " traced links, " + count(k.backlogged) + " backlogged" + (k.ratio_mean === null ?
+      " (the capacity bounds only a backlogged link: nothing to compare yet)" :
+      ": delivered / trace capacity over the last seconds, mean " + k.ratio_mean.toFixed(3) + " (p5 " +
+      pct(k.ratio.p5) + ", p95 " + pct(k.ratio.p95) + "); " + pct(k.within) + " within ±" +
+      Math.round(k.tolerance * 100) + "% of their trace");
+  }
   function renderGlance(t) {
     renderCohorts(t);
+    renderTracking(t);
     const dirs = Object.keys(t.distribution);
     const sel = $("glance-direction");
     for (const o of sel.options) o.disabled = !dirs.includes(o.value);
@@ -465,9 +501,9 @@
         row.direction === "dest" ? "down" : "up",
         row.host,
         portText(row.port),
-        row.rate_bps === null ? "none" : bits(row.rate_bps),
+        row.capacity_bps !== null ? "trace " + bits(row.capacity_bps) : row.rate_bps === null ? "none" : bits(row.rate_bps),
         bits(row.throughput_bps),
-        pct(row.rate_share),
+        pct(row.capacity_bps !== null ? row.track_ratio : row.rate_share),
         ms(row.queue_delay_ms),
         bytes(row.bytes),
         count(row.packets),
@@ -539,6 +575,7 @@
       $("sample-time").dataset.seq = String(mine.seq);
       state.lastTarget = mine;
       renderGlance(mine);
+      renderDriver(mine);
       pushSample(mine);
       state.ticks.push(performance.now());
       if (state.ticks.length > 100) state.ticks.shift();
@@ -565,7 +602,7 @@
     state.dist = emptyDist();
     state.series = null;
     state.lastTarget = null;
-    state.link = {time: [], tp: [], drops: []};
+    state.link = {time: [], tp: [], drops: [], cap: []};
     $("link-chart-title").textContent = "One link: click a row of the table";
     drawAggregate(); drawLink();
     renderRows();

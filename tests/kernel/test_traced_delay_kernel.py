@@ -1,0 +1,150 @@
+"""A traced link with a delay stage, on a full kernel (in the VM here): the gate (tbf) with
+netem as its child, and a schedule whose steps change the stage's delay and loss in place.
+
+One link (the client host, both directions) follows a schedule that runs once: 14 s at
+2 Mbit/s with the link's own 40 ms each way, 3 s of nothing (an outage), then 2 Mbit/s at
+120 ms and 20% loss each way.  The driver is started by the apply, as for a user (in the
+emulated VM it took 8 s to send its first step: hence the long first step).  UDP
+datagrams from the server, stamped with the sender's monotonic clock (one clock for every
+namespace), measure the one-way delay of each step, what passes in the outage and the
+share lost.
+"""
+
+import re
+import socket
+import statistics
+import struct
+import threading
+import time
+
+import pytest
+
+from ratelimit import follow, service, state
+
+STAMP = struct.Struct("!Iq")  # sequence, send time (ns, CLOCK_MONOTONIC)
+PORT = 9000
+OWN_DELAY_S, STEP_DELAY_S, STEP_LOSS = 0.040, 0.120, 0.20
+FIRST_S, OUTAGE_S = 14.0, 3.0
+SCHEDULE = f"""description = "2 Mbit/s at the link's own delay, an outage, then 120 ms and 20% loss (tests)"
+loop = false
+
+[[step]]
+duration = "{FIRST_S:g}s"
+down = {{ rate = "2mbit" }}
+up = {{ rate = "2mbit" }}
+
+[[step]]
+duration = "{OUTAGE_S:g}s"
+down = {{ rate = "0" }}
+up = {{ rate = "0" }}
+
+[[step]]
+duration = "600s"
+down = {{ rate = "2mbit", delay = "{STEP_DELAY_S * 1000:g}ms", loss = "{STEP_LOSS:.0%}" }}
+up = {{ rate = "2mbit", delay = "{STEP_DELAY_S * 1000:g}ms", loss = "{STEP_LOSS:.0%}" }}
+"""
+
+
+class Receiver:
+    """The client's UDP socket, read in a thread: (sequence, one-way delay s, arrival monotonic s)."""
+
+    def __init__(self, topo):
+        self.sock = topo.socket("client", socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((topo.addr("client"), PORT))
+        self.sock.settimeout(0.2)
+        self.got: list[tuple[int, float, float]] = []
+        self.stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.stop:
+            try:
+                data = self.sock.recv(2048)
+            except socket.timeout:
+                continue
+            now = time.monotonic_ns()
+            seq, sent = STAMP.unpack_from(data)
+            self.got.append((seq, (now - sent) / 1e9, now / 1e9))
+
+    def close(self):
+        self.stop = True
+        self.thread.join(5)
+        self.sock.close()
+
+
+def _send(topo, tx, first: int, count: int, gap_s: float, size: int = 200) -> float:
+    """Send datagrams ``first`` .. ``first + count - 1``, ``gap_s`` apart; the monotonic time of the first."""
+    pad = b"\0" * (size - STAMP.size)
+    start = time.monotonic()
+    for i in range(count):
+        wait = start + i * gap_s - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        tx.sendto(STAMP.pack(first + i, time.monotonic_ns()) + pad, (topo.addr("client"), PORT))
+    return start
+
+
+def _until(t_wall: float) -> None:
+    time.sleep(max(0.0, t_wall - time.time()))
+
+
+@pytest.mark.kernel("netem", "htb", "tbf", "u32")
+def test_a_schedule_sets_the_delay_and_loss_of_a_gated_link_and_its_outage_holds_packets(lab, tmp_path, monkeypatch):
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    topo = lab(clients=1)
+    path = tmp_path / "steps.toml"
+    path.write_text(SCHEDULE)
+    req = service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.addr("client"), per="host",
+                               rate="2mbit", delay=f"{OWN_DELAY_S * 1000:g}ms", schedule=str(path), phase="same")
+    rx = Receiver(topo)
+    tx = topo.socket("server", socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        service.apply(req)
+        t0 = state.load(topo.router, topo.router_client_if).request.cohorts[0].trace.started_ms / 1000
+        deadline = time.monotonic() + 5
+        while (follow.read_status(topo.router, topo.router_client_if) or {}).get("step") is None:
+            assert time.monotonic() < deadline, "the driver sent no step"
+            time.sleep(0.05)
+        qdiscs = topo.tc("qdisc", "show", "dev", topo.router_client_if).stdout
+        assert " tbf " in qdiscs and " netem " in qdiscs
+        # the first step: the link's own delay, through the gate and its stage
+        assert time.time() < t0 + FIRST_S - 2.5, "the first step is over before it was measured"
+        _send(topo, tx, 0, 60, 0.02)
+        # the outage: datagrams every 100 ms from 0.5 s into it to 0.3 s before its end
+        _until(t0 + FIRST_S + 0.5)
+        outage_at = time.monotonic() - 0.5  # the outage's start, in the monotonic clock
+        _send(topo, tx, 1000, int((OUTAGE_S - 0.8) / 0.1), 0.1)
+        held = topo.tc("-s", "qdisc", "show", "dev", topo.router_client_if).stdout
+        # the third step: its own delay, and its loss
+        _until(t0 + FIRST_S + OUTAGE_S + 1.0)
+        _send(topo, tx, 2000, 1000, 0.002)
+        time.sleep(STEP_DELAY_S + 0.5)
+    finally:
+        rx.close()
+        tx.close()
+        follow.stop(topo.router, topo.router_client_if)
+    first = [d for seq, d, _ in rx.got if seq < 1000]
+    outage = [(seq, at - outage_at) for seq, _, at in rx.got if 1000 <= seq < 2000]
+    third = [d for seq, d, _ in rx.got if seq >= 2000]
+    d1, d3 = statistics.median(first), statistics.median(third)
+    sent_out = int((OUTAGE_S - 0.8) / 0.1)
+    print(f"one-way delay: first step median {d1 * 1000:.2f} ms of {len(first)} (own {OWN_DELAY_S * 1000:g} ms); "
+          f"third step median {d3 * 1000:.2f} ms of {len(third)} ({STEP_DELAY_S * 1000:g} ms); "
+          f"(d3 - d1) / configured {(d3 - d1) / (STEP_DELAY_S - OWN_DELAY_S):.4f}; lost in the third step "
+          f"{1000 - len(third)} of 1000 ({STEP_LOSS:.0%}); outage: {len(outage)} of {sent_out} sent arrived, at "
+          f"{[round(t, 2) for _, t in outage]} s after its start; qdiscs in the outage: {' | '.join(held.split())}")
+    assert len(first) == 60 and min(first) >= OWN_DELAY_S
+    assert d1 == pytest.approx(OWN_DELAY_S, rel=0.05)
+    assert min(third) >= STEP_DELAY_S
+    assert (d3 - d1) / (STEP_DELAY_S - OWN_DELAY_S) == pytest.approx(1.0, abs=0.03)
+    # 20% loss of 1,000 datagrams: 200 +- 4 standard deviations (12.6)
+    assert abs((1000 - len(third)) - 1000 * STEP_LOSS) <= 4 * (1000 * STEP_LOSS * (1 - STEP_LOSS)) ** 0.5
+    # the outage: nothing passed while it lasted but what the bucket held as it shut (one full
+    # frame's bytes: 6 of these datagrams, metered as 200 + 28 + 14 bytes); the gate held the
+    # rest, in the netem stage under it, and let it go at the end
+    early = [t for _, t in outage if t < OUTAGE_S - 0.15]
+    assert len(early) * (200 + 28 + 14) <= 1514 and all(t < 0.5 + 0.1 * len(early) for t in early)
+    assert len(outage) == sent_out  # none dropped: the queue held them
+    stage = re.search(r"qdisc netem \S+ parent (\S+) .*?backlog \d+b (\d+)p", held, re.S)
+    assert stage and re.search(rf"qdisc tbf {stage.group(1).split(':')[0]}: ", held) and int(stage.group(2)) > 0
