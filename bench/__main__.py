@@ -12,6 +12,7 @@
     python -m bench switch [--quick]     a download across a profile switch: in place vs rebuild
     python -m bench cohorts [--quick]    16 cohorts vs one (setup, per packet); whole hosts vs per port
     python -m bench shaped-load [--quick] [--queues Q ...]  K backlogged links through the router: 1 tx queue vs 2
+    python -m bench trace [--quick]      100-10,000 links following a cellular trace; the driver vs tc per link
     python -m bench soak [--minutes N]   the dashboard's memory over an hour under load (not in all)
     python -m bench report               docs/benchmarks.md from bench/results/
 
@@ -31,13 +32,14 @@ import traceback
 from . import common, results, sandbox
 
 PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "audience", "faults", "switch", "cohorts",
-         "shaped-load")
+         "shaped-load", "trace")
 SOLO = ("soak",)  # run on their own only: not part of ``all`` (an hour)
 
 
 _MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "metrics": "metrics_cost",
             "fidelity": "fidelity", "dialup": "dialup", "audience": "audience", "faults": "faults", "switch": "switch",
-            "cohorts": "cohorts", "shaped-load": "shaped_load", "soak": "soak"}
+            "cohorts": "cohorts", "shaped-load": "shaped_load", "trace": "trace",
+            "soak": "soak"}
 
 
 def _module(part: str):

@@ -22,6 +22,7 @@ from .common import REPO, fmt_time, ratio
 from .dialup import table_rows
 from .section_audience import section_audience
 from .section_shaped import section_shaped
+from .section_trace import section_trace
 from .sections import rows_of, section_cohorts, section_dialup, section_faults, section_fidelity, section_switch, section_packet, section_setup, section_stats
 from .plots import plot_dialup, plot_fidelity, plot_packet, plot_setup, plot_stats
 from .results import RESULTS_DIR, load_results
@@ -172,6 +173,7 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
     lines += section_audience(results.get(("audience", "host")))
     lines += section_cohorts(results.get(("cohorts", "host")))
     lines += section_shaped(results.get(("shaped-load", "host")))
+    lines += section_trace(results.get(("trace", "host")))
     if failed:
         lines += ["Plots not drawn (pip install matplotlib): " + "; ".join(failed), ""]
     return "\n".join(lines).rstrip() + "\n"

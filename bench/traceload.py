@@ -14,8 +14,9 @@ and 198.18.71.0/24 (server side) only.
 * ``Receiver`` (in the client namespace): a packet socket on the client's device takes
   every UDP datagram with the kernel's receive time (``SO_TIMESTAMPNS``, wall clock) and
   writes (time, port, IP length) records to a file.
-* ``score``: per link, the bytes delivered (as the class meters them: IP length + 14)
-  in windows against the capacity of the same window; windows at random offsets.
+* ``score``: per link, the bytes delivered (as the class meters them: the frame, IP length
+  + 14, at least 64) in windows against the capacity of the same window, in the same
+  metering (``reference``); windows at random offsets.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import random
 import struct
 import subprocess
 import sys
+import time
 from array import array
 from bisect import bisect_left
 from pathlib import Path
@@ -71,18 +73,20 @@ import json, socket, sys, time
 from ratelimit.steps import traced_links
 from ratelimit import state, tracespec
 from ratelimit.compile import compile_plan
+from bench.traceload import reference
 cfg = json.load(open(sys.argv[1]))
 req = state.request_from_json(cfg["request"], "sender")
 srcs = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
 links = [l for l in traced_links(compile_plan(req), srcs) if l.direction == "dest"]
 started, frame, factor, slice_ms = cfg["started_ms"], cfg["frame_bytes"], cfg["factor"], %(slice)d
-begin = time.time() * 1000 - started + 2000  # ms of the plan's time, after the time it takes to make the schedule
+# ms of the plan's time, after the time it takes to make the schedule (about 3 ms a link for 20 s, measured)
+begin = time.time() * 1000 - started + 2000 + 3 * len(links) * cfg["seconds"] / 20
 end = begin + cfg["seconds"] * 1000
 plan = []  # (ms of the plan's time, port): each link's datagrams where its paced cumulative crosses a whole one
 for i, l in enumerate(links):
     due, t = cfg["prefill"] + i / len(links), begin
     while t < end:
-        got = factor * l.capacity.bytes(t - l.offset_ms, t + slice_ms - l.offset_ms) / frame
+        got = factor * reference(l, t - l.offset_ms, t + slice_ms - l.offset_ms) / frame
         while due <= got:
             plan.append((t + slice_ms * due / got, l.port))
             due += 1
@@ -103,7 +107,8 @@ for at, port in plan:
         errors += 1
 import resource
 ru = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"sent": len(plan), "errors": errors, "cpu_s": round(ru.ru_utime + ru.ru_stime, 2)}))
+print(json.dumps({"sent": len(plan), "errors": errors, "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
+                  "end_ms": end + started, "late_ms": round(max(0.0, time.time() * 1000 - started - end), 1)}))
 """ % {"slice": SLICE_MS}
 
 # ---------------------------------------------------------------- the receiver
@@ -111,7 +116,8 @@ print(json.dumps({"sent": len(plan), "errors": errors, "cpu_s": round(ru.ru_utim
 RECEIVER = r"""
 import socket, struct, sys, time
 from array import array
-dev, seconds, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]
+import os
+dev, seconds, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]  # until OUT.stop exists, at most SECONDS
 s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 25)
 s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMPNS", 35), 1)  # SCM_TIMESTAMPNS
@@ -122,9 +128,13 @@ end = time.time() + seconds
 stamp = struct.Struct("=qq")
 print("ready", flush=True)
 while time.time() < end:
+    if len(ts) % 4096 == 0 and os.path.exists(out + ".stop"):
+        break
     try:
         data, anc, _, _ = s.recvmsg(64, 64)
     except socket.timeout:
+        if os.path.exists(out + ".stop"):
+            break
         continue
     if len(data) < 24 or data[9] != 17:
         continue
@@ -162,13 +172,16 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
                                "factor": factor, "payload": payload, "dst": CLIENT, "seconds": seconds,
                                "prefill": prefill}))
     out = workdir / "received.bin"
-    receiver = _python(ns["cli"], RECEIVER, CLIENT_DEV, str(seconds + 1.5), str(out), stdout=subprocess.PIPE, text=True)
+    receiver = _python(ns["cli"], RECEIVER, CLIENT_DEV, str(seconds + 300), str(out), stdout=subprocess.PIPE,
+                       text=True)
     try:
         assert receiver.stdout.readline().strip() == "ready"
         sender = _python(ns["srv"], SENDER, str(cfg), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        sout, serr = sender.communicate(timeout=seconds + 60)
+        sout, serr = sender.communicate(timeout=seconds + 240)
         if sender.returncode != 0:
             raise RuntimeError(f"sender failed: {serr.strip()[-500:]}")
+        time.sleep(1.5)  # the last datagrams through their queues
+        Path(str(out) + ".stop").touch()
         receiver.wait(timeout=30)
     finally:
         for p in (receiver,):
@@ -188,7 +201,7 @@ def per_link(records: tuple, ports: list[int]) -> dict:
     for t, p, n in zip(ts, pp, ll):
         row = rows.get(p)
         if row is not None:
-            row.append((t / 1e6, n + ETH_HEADER_BYTES))
+            row.append((t / 1e6, max(64, n + ETH_HEADER_BYTES)))
     out = {}
     for p, row in rows.items():
         row.sort()
@@ -206,6 +219,19 @@ def delivered(times: list, cum: list, t0: float, t1: float) -> int:
     return (cum[b - 1] if b else 0) - (cum[a - 1] if a else 0)
 
 
+def reference(link, t0_ms: float, t1_ms: float) -> float:
+    """What ``link`` should deliver over [t0, t1) of its own time, in the bytes its class
+    meters: a schedule's capacity as it is (its class gets the line's share already); a
+    trace's opportunities each as one full-size frame of the link layer (1,514 bytes on
+    Ethernet, not mm-link's 1,504: the class rate passes full-size packets exactly as
+    mm-link does, and every packet at that metered rate; docs/profiles.md)."""
+    from ratelimit.capacity import FULL_IP_BYTES, TraceCapacity, metered_bytes
+    c = link.capacity
+    if isinstance(c, TraceCapacity):
+        return c.opportunities(t0_ms, t1_ms) * c.scale * metered_bytes(FULL_IP_BYTES, link.layer)
+    return c.bytes(t0_ms, t1_ms)
+
+
 def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: float, frame_bytes: int,
           windows=((1000, 0.02, 20), (100, 0.10, 60)), seed: int = 1) -> dict:
     """The delivered bytes against the capacity (``link.capacity`` in the plan's time,
@@ -221,7 +247,7 @@ def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: flo
         times, cum = rows[link.port]
 
         def cap(a, b, link=link):
-            return link.capacity.bytes(a - started_ms - link.offset_ms, b - started_ms - link.offset_ms)
+            return reference(link, a - started_ms - link.offset_ms, b - started_ms - link.offset_ms)
         total_got += delivered(times, cum, t0_ms, t1_ms)
         total_cap += cap(t0_ms, t1_ms)
         for w, tol, count in windows:
@@ -239,11 +265,21 @@ def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: flo
     return out
 
 
+def cpu_s(pid: int, split: bool = False):
+    """A process's user + system time so far (``/proc/PID/stat``: the kernel's work for its
+    netlink messages is done in its own system calls, so it is counted); ``split``: the
+    two apart."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    user, system = (int(fields[i]) / os.sysconf("SC_CLK_TCK") for i in (11, 12))
+    return (user, system) if split else user + system
+
+
 def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: int = 1472,
-               factor: float = 1.1, prefill: int = 4, settle_s: float = 3.0, **request) -> dict:
+               factor: float = 1.1, prefill: int = 4, settle_s: float = 3.0, step_ms: int | None = None,
+               **request) -> dict:
     """Apply ``links`` traced links (a link per client port, ``--direction dest``; ``request``:
     the rest of ``service.make_request``'s options, a ``schedule`` or ``trace_down`` among
-    them; the driver started by the apply), pace each at ``factor`` times its capacity for
+    them; the driver started after the apply, at ``step_ms``), pace each at ``factor`` times its capacity for
     ``seconds``, remove it all; the score over the run less its first ``settle_s`` and last
     half second (``score``), the sender's counts and the driver's last status."""
     from ratelimit import follow, service, state, tracespec
@@ -253,16 +289,20 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
     try:
         req = service.make_request(DEV, netns=ns["rtr"], hosts=CLIENT, ports=f"{PORT0}-{PORT0 + links - 1}",
                                    direction="dest", **request)
-        service.apply(req)
+        service.apply(req, follow=False)
+        pid = follow.start(ns["rtr"], DEV, step_ms)
         req = state.load(ns["rtr"], DEV).request
         started = req.cohorts[0].trace.started_ms
         loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
         traced = [link for link in traced_links(compile_plan(req), loaded) if link.direction == "dest"]
+        cpu0, t0 = cpu_s(pid), time.monotonic()
         sent, records = send_and_receive(ns, req, started, seconds, workdir, payload=payload, factor=factor,
                                          prefill=prefill)
         driver = follow.read_status(ns["rtr"], DEV)
-        first, last = records[0][0] / 1e6, records[0][-1] / 1e6
-        result = score(records, traced, started, first + settle_s * 1000, last - 500, payload + 28 + ETH_HEADER_BYTES)
+        driver["cpu_share"] = round((cpu_s(pid) - cpu0) / (time.monotonic() - t0), 4)  # of one core
+        first, last = records[0][0] / 1e6, records[0][-1] / 1e6  # the receiver runs on after the sender's end
+        result = score(records, traced, started, first + settle_s * 1000, min(last, sent["end_ms"]) - 500,
+                       payload + 28 + ETH_HEADER_BYTES)
         return {**result, "sent": sent, "received": len(records[0]), "driver": driver}
     finally:
         try:
@@ -284,13 +324,15 @@ def main(argv=None) -> int:
         p.add_argument(option)
     p.add_argument("--queue", default="6056b")
     p.add_argument("--bandwidth", default="1gbit")
+    p.add_argument("--payload", type=int, default=1472, help="UDP payload bytes of each datagram")
+    p.add_argument("--step", type=int, default=None, help="the driver's step, ms")
     args = p.parse_args(argv)
     request = {k: v for k, v in vars(args).items() if k in ("schedule", "trace_down", "trace_scale", "phase",
                                                             "phase_seed", "queue", "bandwidth") and v is not None}
     with tempfile.TemporaryDirectory() as workdir:
         os.environ.setdefault("RATELIMIT_STATE_DIR", str(Path(workdir) / "state"))  # the driver's too
         r = traced_run(f"b{os.getpid()}", args.seconds, Path(workdir), links=args.links, settle_s=args.settle,
-                       **request)
+                       payload=args.payload, step_ms=args.step, **request)
     print(json.dumps(r, indent=1))
     return 0
 

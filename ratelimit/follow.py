@@ -26,7 +26,9 @@ through the executor.  Decided here (docs/profiles.md, "The driver"):
   real-time priority where it may (``_realtime``).
 * **What it says**: ``IF.follow.json``, rewritten every step (``report`` reads it for
   ``--list``, ``--stats`` and the dashboard): its pid, the step and when it was sent,
-  and how many links it left shut.  A driver that died leaves its last step there.
+  and how many links it left shut; and its counts so far (``sent`` changes, ``rounds``,
+  ``missed`` steps: their time had passed before it could send them), which
+  ``bench/trace.py`` reads.  A driver that died leaves its last step there.
 """
 
 import fcntl
@@ -275,6 +277,7 @@ class _Loop:
     def run(self) -> tuple[str, int]:
         from .kernel.executor import Executor, StepFailed  # the only code that changes traffic control
         failures, resend, ops, k = 0, True, None, None
+        sent = rounds = missed = 0  # changes and rounds sent, steps not sent (their time had passed)
         with Executor(self.netns) as ex:
             while True:
                 if self.guard.pending:
@@ -304,6 +307,7 @@ class _Loop:
                     self.stepper.landed(first_ms, round_ms)
                     late_ms = first_ms + round_ms / 2  # the round's middle against its window's start
                     failures, resend = 0, False
+                    sent, rounds = sent + len(ops), rounds + 1
                     if ops:  # wake earlier (or later) by what the rounds have been late: the middle on time
                         self.lead_ms = min(self.step_ms / 2, max(0.0, self.lead_ms + max(
                             -LEAD_MOST_MS, min(LEAD_MOST_MS, LEAD_WEIGHT * late_ms))))
@@ -311,11 +315,12 @@ class _Loop:
                                links=len(self.stepper.links), shut=self.stepper.shut_count(),
                                held=self.stepper.held_count(), changes=len(ops), round_ms=round(round_ms, 3),
                                late_ms=round(late_ms, 3), lead_ms=round(self.lead_ms, 3), why=None,
-                               cpu_s=round(sum(os.times()[:2]), 2))
+                               cpu_s=round(sum(os.times()[:2]), 2), sent=sent, rounds=rounds, missed=missed)
                 if self.guard.pending:
                     return signal.Signals(self.guard.pending).name, 0
                 self.guard.arm()
-                k = max(k + 1, self._now_step())  # a step missed is not sent late: the next is
+                k, was = max(k + 1, self._now_step()), k  # a step missed is not sent late: the next is
+                missed += k - was - 1
                 ops = self.stepper.changes(k)  # made now, so that at the step only the sending is left
                 wake_ms = self.started + k * self.step_ms - self.lead_ms
                 time.sleep(max(0.0, (wake_ms - time.time() * 1000) / 1000))

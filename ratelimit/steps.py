@@ -21,7 +21,13 @@ this one's rate or more coming within the time a full frame takes at this rate (
 gate, a token bucket that charges a packet before it sends it, passes this window's rate;
 when the rise comes the gate opens and the class owes only a packet's time at the new
 rate.  (A token bucket refills its bucket, one frame, whenever it is changed; with HTB's
-debt at the hold's start the two came out even on full-size packets: measured.)
+debt at the hold's start the two came out even on full-size packets: measured.)  A held
+link's gate keeps its rate while the windows' rates stay within ``RISE`` of it: changing it
+would refill its bucket each step (up to a frame beyond the rate each time), so what it
+passes beyond or short of each window's rate is counted and paid back like a change.  A
+smaller rise is not held but paid for as a change (below): on a cellular trace whose steps
+vary by some 12%, holding every rise of 25% held a third of the links at any moment and
+changed their gates every other step (docs/traces-notes.md, section 5).
 
 **A change is paid for.**  HTB sends a packet at the start of the time it charges for it,
 so a backlogged link runs between none and one packet ahead of its capacity.  When its rate
@@ -46,7 +52,7 @@ followed in those.
 import dataclasses
 from dataclasses import dataclass
 
-RISE = 1.25  # a coming window this many times this one's rate, or more, is a rise the gate holds
+RISE = 2.0  # a coming window this many times this one's rate, or more, is a rise the gate holds
 LOOKAHEAD = 10  # the most windows a link looks ahead for a rise
 CHANGE_GAIN = 0.5  # of a full frame times 1 - r / r_old: what a change of rate lets out beyond the capacity
 SHUT_GAIN = 1.0  # of a full frame: what a gate lets out as it shuts
@@ -205,6 +211,11 @@ class Stepper:
                 link.ahead_bytes = 0.0  # an outage: nothing owed is worth keeping
             elif peak >= RISE * rate:
                 klass, gate_bps = peak, rate
+                held = link.gate_bps
+                if not resend and held not in (None, gate.OPEN_BPS, gate.SHUT_BPS) and \
+                        rate / RISE <= held <= rate * RISE:  # held already: its gate stays, the difference is owed
+                    gate_bps = held
+                    link.gain((held - rate) * step_s / 8)
             else:
                 frame = link.gate.burst_bytes
                 if link.gate_bps not in (None, gate.OPEN_BPS, gate.SHUT_BPS):  # a held rise: the gate opens now

@@ -394,7 +394,7 @@ def test_report_from_small_results(tmp_path):
 
 def test_report_renders_without_results():
     text = report.render({})
-    assert text.count("Not run.") == 10
+    assert text.count("Not run.") == 11
 
 
 def _shaped_row(k, q, mean, busy, softirq, us):

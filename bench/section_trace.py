@@ -1,0 +1,89 @@
+"""docs/benchmarks.md's section on links that follow a trace (``bench/trace.py``): how closely
+they track it at 100 to 10,000 links, what the driver costs at each step, and a naive driver."""
+
+from __future__ import annotations
+
+from .sections import _machine_line, table
+
+
+def _pct(v) -> str:
+    return "-" if v is None else f"{v * 100:.1f}%"
+
+
+def section_trace(doc: dict | None) -> list[str]:
+    out = ["## 11. Links that follow a trace", ""]
+    if not doc:
+        return out + ["Not run.", ""]
+    rows, cfg = doc.get("rows", []), doc.get("config", {})
+    track = [r for r in rows if r.get("kind") == "tracking"]
+    alone = [r for r in rows if r.get("kind") == "driver"]
+    naive = [r for r in rows if r.get("kind") == "naive"]
+    tcp = [r for r in rows if r.get("kind") == "tcp"]
+    out += [f"({_machine_line(doc)})", "",
+            f"`{doc.get('command')}` ([bench/trace.py](../bench/trace.py)). Each row's links (a link per client "
+            "port, in namespaces of the run's own) follow the synthetic LTE drive `lte-drive.down` at a scale, each "
+            "link from its own phase, with the driver (`ratelimit follow`) at a step of 100 ms. *Tracking*: a UDP "
+            "sender paces every link at 1.1 times its capacity; the bytes each link delivered (as its class meters "
+            "them) in 1 s and 100 ms windows at random offsets, against the trace's capacity in the same window "
+            f"(each opportunity one full-size frame), over a run of {cfg.get('seconds', 0):g} s less its first "
+            f"{cfg.get('settle_s', 0):g} s and its last half second. An error in *tolerances*: the "
+            "window's error over 5% (1 s) or 10% (100 ms) of its capacity, or one datagram, whichever is larger. "
+            "The sizes are chosen to stay within what this machine forwards, so the datagrams a link sends in a "
+            "window shrink as the links grow (column *a link, datagrams/s*). *Driver CPU*: its user + system time "
+            "(`/proc/PID/stat`: the kernel's work on its netlink messages is done in its own calls) over the run, "
+            "as a share of one core.", ""]
+    if track:
+        body = [[f"{r['links']:,}", f"{r['scale']:g}", f"{r['payload_bytes'] + 42}", f"{r['datagrams_per_link_s']:g}",
+                 f"{r['datagrams_per_s']:,}", f"{r['mbit_s']:g}", f"{(r['mean_ratio'] - 1) * 100:+.2f}%",
+                 f"{_pct(r['p95_error_1000ms'])} ({r['p95_tolerances_1000ms']:.2f})",
+                 f"{_pct(r['p95_error_100ms'])} ({r['p95_tolerances_100ms']:.2f})",
+                 _pct(r.get("driver_cpu")), f"{r.get('missed', 0)}"] for r in track]
+        out += table(["links", "scale", "frame, bytes", "a link, datagrams/s", "in all, datagrams/s", "Mbit/s",
+                      "mean vs capacity", "1 s windows: p95 error (tolerances)", "100 ms windows: p95 (tolerances)",
+                      "driver CPU", "steps missed"], body) + [""]
+    if alone:
+        out += [f"The driver alone (the same links, no traffic), {cfg.get('alone_s', 0):g} s at each step after 2 s to "
+                "settle:", ""]
+        body = [[f"{r['links']:,}", f"{r['step_ms']} ms", f"{_pct(r['cpu'])} ({_pct(r.get('user'))} user)", f"{r['changes_per_s']:,}",
+                 f"{r['rounds_per_s']:g}", f"{r['missed_per_s']:g}", f"{r.get('round_ms') or 0:.1f} ms"]
+                for r in alone]
+        out += table(["links", "step", "driver CPU (of it user)", "changes/s", "rounds/s", "steps missed/s", "last round"],
+                     body) + [""]
+        reading = []
+        for n in sorted({r["links"] for r in alone}):
+            ok = [r["step_ms"] for r in alone if r["links"] == n and r["missed_per_s"] == 0]
+            short = [r for r in alone if r["links"] == n and r["missed_per_s"] > 0]
+            text = f"{n:,} links: " + (f"every step from {min(ok)} ms sent on time" if ok else "no step sent on time")
+            if short:
+                r = min(short, key=lambda r: r["step_ms"])
+                text += (f"; at {r['step_ms']} ms it missed {r['missed_per_s']:g} steps a second at "
+                         f"{_pct(r['cpu'])} of a core")
+            reading.append(text)
+        for r in alone:
+            if r["missed_per_s"] > 0 and r["rounds_per_s"]:
+                r["_every"] = 1000 / r["rounds_per_s"]
+        big = max(r["links"] for r in alone)
+        late = [r for r in alone if r["links"] == big and "_every" in r]
+        if late:
+            r = max(late, key=lambda r: r["step_ms"])
+            reading.append(f"so at {big:,} links this machine sustains a round about every {r['_every']:.0f} ms "
+                           f"(at a {r['step_ms']} ms step it sent {r['rounds_per_s']:g} rounds a second), "
+                           "a longer step than measured here")
+        out += ["Reading: " + "; ".join(reading) + ". The driver is one process: where it misses steps it is "
+                "the saturated one (its user time is its own Python: working out each link's rate, hold and payment "
+                "for the step, and encoding the messages; its system time is the kernel's work on them; both are "
+                "sampled at the scheduler's ticks, so the split is rough).", ""]
+    if naive:
+        out += ["A **naive driver**, not at the same time: a shell in the router's namespace runs one "
+                "`tc class change` process per link per step, each link's rate of that step, rounds back to back. "
+                "A round's time is the shortest step it sustains; its CPU is the tc processes' (user + system).", ""]
+        body = [[f"{r['links']:,}", f"{r['round_ms']:,.0f} ms", f"{r['per_change_ms']:.2f} ms", _pct(r["cpu"])]
+                for r in naive]
+        out += table(["links", "a round (the shortest step)", "a change", "CPU of the tc processes"], body) + [""]
+    for r in tcp:
+        out += [f"**TCP** over traced links: {r['links']} links at {r['scale']:g} of the trace, a TCP download each "
+                f"(the kernel's default congestion control) read for {r['seconds']:g} s; the payload after the first "
+                f"3 s against the trace's capacity then (each opportunity a full segment of 1,448 bytes): "
+                f"**{r['goodput_ratio_mean'] * 100:.1f}%** on average, {r['goodput_ratio_min'] * 100:.1f}% to "
+                f"{r['goodput_ratio_max'] * 100:.1f}% by link, the driver {_pct(r['driver_cpu'])} of a core.", ""]
+    return out
