@@ -194,6 +194,8 @@ def _traced(out: list, snaps, detailed) -> None:
     """Traced plans only: the driver's state, how closely each direction's links track their
     traces, and (``detailed``) each traced link's capacity beside the rate it delivered."""
     traced = [s for s in snaps if s.driver]
+    if not traced:
+        return  # no trace families at all on a router without traces
     for name, field, scale, text in DRIVER_METRICS:
         _header(out, name, "gauge", text)
         for s in traced:
