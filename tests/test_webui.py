@@ -955,3 +955,22 @@ def test_apply_a_scenario_and_a_mix(client, control):
 def test_apply_a_bad_scenario_or_mix(client, control, body, fragment):
     assert_error(post(client, "/api/apply", {"interface": "eth0", **body}), 400, fragment)
     assert control.calls == []
+
+
+def test_a_containers_target_is_watched_not_changed(reader, control):
+    """The targets of ``ratelimit web --container`` are read, never applied to or cleaned from
+    the page: a one-line 409 that names the container and the CLI, and nothing is called."""
+    from webui.containers import Watch, owners
+    w = Watch("podman container web", "podman", None, (1, 2), ("rl-ct-0123456789ab", "eth0"), (None, "veth1a2b"))
+    targets = [w.server, w.user, (None, "eth0")]
+    app, _src = make_app(reader, control, targets, CONTAINER_TARGETS=owners([w]))
+    c = app.test_client()
+    for target, use in ((w.server, "the server's links"), (w.user, "a user's link")):
+        body = {"interface": target[1], "netns": target[0]}
+        for path, extra in (("/api/apply", {"profile": "modem-28k8"}), ("/api/clean", {})):
+            resp = post(c, path, {**body, **extra})
+            assert_error(resp, 409, f"interface: '{target[1] if target[0] is None else target[0] + '/' + target[1]}'",
+                         f"is podman container web's ({'its interface' if target[0] else 'its veth'}, {use})",
+                         "ratelimit --container web")
+    assert control.calls == []
+    assert post(c, "/api/apply", dict(APPLY, profile="modem-28k8")).status_code == 200  # other targets are changed

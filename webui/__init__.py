@@ -40,6 +40,7 @@ def create_app(config: dict | None = None) -> Flask:
         STATS_SOURCE=None,
         START_POLLING=None,
         CONTROL=None,
+        CONTAINER_TARGETS={},  # target -> why the page does not change it (webui.containers.owners)
         TOKEN=None,
         READ_ONLY=False,
         ALLOWED_HOSTS=["127.0.0.1", "localhost", "::1"],

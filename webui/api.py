@@ -162,10 +162,18 @@ def _log_change(what: str, detail: str) -> None:
     current_app.logger.warning("%s from %s: %s", what, request.remote_addr, detail)
 
 
+def _changeable(netns, interface) -> None:
+    """A container's target is watched, not changed, from here (webui.containers.owners)."""
+    why = current_app.config["CONTAINER_TARGETS"].get((netns, interface))
+    if why is not None:
+        raise field_error("interface", target_name(netns, interface), why, status=409)
+
+
 @bp.post("/apply")
 def apply():
     data = json_body(APPLY_FIELDS)
     netns, interface = resolve_target(data.get("interface"), data.get("netns"))
+    _changeable(netns, interface)
     force = boolean("force", data.get("force"), False)
     kwargs = {}
     for name in APPLY_FIELDS:
@@ -199,6 +207,7 @@ def apply():
 def clean():
     data = json_body(CLEAN_FIELDS)
     netns, interface = resolve_target(data.get("interface"), data.get("netns"))
+    _changeable(netns, interface)
     force = boolean("force", data.get("force"), False)
     cleaned = current_app.config["CONTROL"].clean(interface, netns, force=force,
                                                   lock_timeout=current_app.config["LOCK_TIMEOUT"])

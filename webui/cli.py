@@ -176,11 +176,12 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
     from .stats import StatsSource, target_name
     from .views import vendor_ready
     from ratelimit import readout
-    from .containers import Reader
+    from .containers import Reader, owners
     reader = Reader(readout.Poller(), watches)
     source = StatsSource(targets, reader, interval=args.interval, history=args.history)
     app = create_app({"STATS_SOURCE": source, "START_POLLING": False, "TOKEN": token,
-                      "READ_ONLY": args.read_only, "ALLOWED_HOSTS": _allowed_hosts(host, args.allow_host)})
+                      "READ_ONLY": args.read_only, "ALLOWED_HOSTS": _allowed_hosts(host, args.allow_host),
+                      "CONTAINER_TARGETS": owners(watches)})
 
     def ready(bound_host: str, bound_port: int) -> None:
         url = _url(bound_host, bound_port)

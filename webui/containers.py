@@ -58,6 +58,19 @@ def targets(watches: list[Watch]) -> list[tuple]:
     return [t for w in watches for t in (w.server, w.user)]
 
 
+def owners(watches: list[Watch]) -> dict:
+    """{target: what the page says when asked to change it}: a container's links are applied
+    and removed with the CLI (``--container``), which finds its namespace and veth for the
+    run; the dashboard only watches them (``api.apply``/``clean`` refuse)."""
+    out = {}
+    for w in watches:
+        name = w.label.rsplit(" ", 1)[-1]
+        for target, use in ((w.server, "its interface, the server's links"), (w.user, "its veth, a user's link")):
+            out[target] = (f"is {w.label}'s ({use}): the dashboard only watches a container's links; change them "
+                           f"with ratelimit --container {name} (docs/containers.md)")
+    return out
+
+
 class Reader:
     """``readout.counters``' signature over ``base`` (a ``readout.Poller``) for the
     dashboard's targets: a container's server target read in its namespace, named for the
