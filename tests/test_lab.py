@@ -283,6 +283,13 @@ def test_missing_netem_is_one_line_with_the_ways_out(names):
     one_line_error(run_lab("up", "--name", name, "--profile", "modem-28k8"), 5,
                    "profile 'modem-28k8' needs delay/loss (module sch_netem)", "--no-delay", "--vm")
     assert leftovers(name) == []
+    # a schedule whose steps delay (train's cable and 3G steps): --no-delay leaves them, so it is no way out
+    for extra, ways in (((), "add --no-delay and a schedule whose steps set no delay or loss"),
+                        (("--no-delay",), "add a schedule whose steps set no delay or loss")):
+        one_line_error(run_lab("up", "--name", name, "--schedule", "train", "--rate", "1mbit", *extra), 5,
+                       "needs delay/loss (module sch_netem)", ways, "the schedule's steps delay or lose packets",
+                       "--vm")
+        assert leftovers(name) == []
 
 
 @pytest.mark.netns

@@ -132,7 +132,13 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, clients: 
         if not set(lacking) <= {"netem", "police"}:
             raise KernelMissing(missing_message(lacking[0]), lacking[0])
         ways = []
-        if "netem" in lacking:
+        scheduled = [c.name for c in req.cohorts if c.trace is not None
+                     and any(s is not None and s.netem for s in (c.trace.down, c.trace.up))]
+        if "netem" in lacking and scheduled:  # --no-delay leaves a schedule's steps as they are
+            ways.append(f"{'' if spec.no_delay else '--no-delay and '}a schedule whose steps set no delay or "
+                        f"loss ({'the' if len(req.cohorts) == 1 else 'cohort ' + scheduled[0] + chr(39) + 's'} schedule's "
+                        f"steps delay or lose packets, which takes netem)")
+        elif "netem" in lacking:
             ways.append("--no-delay to leave the delay and loss out")
         if "police" in lacking:
             ways.append("--mode shape instead of police")
