@@ -300,9 +300,6 @@ def _queue_entries(ex: Executor, ops: list) -> None:
                          b"".join(op.value() for op in ops), len(ops))
 
 
-PROGRAM_GRACE_S = 0.05  # after a queue program is attached (_queue_program)
-
-
 def _queue_program(ex: Executor, op: QueueProgram) -> None:
     """Load the program with the device's map, and attach it to the clsact egress hook."""
     code = op.program().encode({"queues": ex.queue_map(op.dev)})
@@ -311,13 +308,6 @@ def _queue_program(ex: Executor, op: QueueProgram) -> None:
         ex.chan.request(ex.encoder.bpf_filter(op.dev, FILTER_PRIO, FILTER_HANDLE, fd, PROGRAM_NAME, 0, NLM_F_REQUEST))
     finally:
         os.close(fd)
-    # The program runs before a packet reaches its tree, outside the tree's lock: a packet
-    # another CPU classified with the program this one replaced may still be on its way to a
-    # class of the old plan.  Wait before anything after (a make-before-break removes the old
-    # classes next) so that it gets there; otherwise it finds no class and leaves unshaped
-    # (measured: one packet each way in a loaded test run).  The kernel offers userspace no
-    # grace period to wait for.
-    time.sleep(PROGRAM_GRACE_S)
 
 
 def _del_link(ex: Executor, op: DelLink) -> None:
