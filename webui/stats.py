@@ -18,6 +18,9 @@ Readers never lock the hot path: each poll builds a new immutable
 function with ``readout.counters``' signature and result; ``reading()``
 builds one from rows) and call ``poll_once()`` themselves; the app only needs
 the public methods below, so a wholly fake source works too.
+
+Over 400 lines: the poller, the snapshots it swaps in and the history it keeps
+under its lock are one mechanism; the arithmetic on the columns is ``digest``'s.
 """
 
 import logging
@@ -29,8 +32,8 @@ from dataclasses import dataclass, field
 
 from ratelimit.errors import RatelimitError
 
-from .digest import COLUMNS, COUNTERS, GAUGES, LinkRates, by_cohort, digest, distribution, empty_columns, totals
-from .digest import tracking
+from .digest import COLUMNS, COUNTERS, GAUGES, LinkRates, by_cohort, digest, distribution, empty_columns, totals, \
+    tracking
 from .digest import STATES as STATE_NAMES
 
 log = logging.getLogger("webui.stats")
