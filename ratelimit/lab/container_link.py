@@ -163,7 +163,7 @@ def argv_of(container, options: dict) -> tuple[list[str], list[str], bool]:
     """(the apply's command line, the one that names the container and its device, whether
     the delay is left out) of the marker's or factory's options."""
     from .link import LinkSpec
-    from .pytest_plugin import _resolve_no_delay
+    from .nodelay import resolve_no_delay
     unknown = sorted(set(options) - set(OPTIONS))
     if unknown:
         pytest.fail(f"{MARKER}: {unknown[0]!r} is not an option ({', '.join(OPTIONS)})", pytrace=False)
@@ -175,7 +175,7 @@ def argv_of(container, options: dict) -> tuple[list[str], list[str], bool]:
         if options.get(key) is not None:
             select += [f"--{key}", str(options[key])]
     audience = options.get("scenario") is not None
-    no_delay, left_out = _resolve_no_delay(options.get("no_delay", False), options.get("profile"),
+    no_delay, left_out = resolve_no_delay(options.get("no_delay", False), options.get("profile"),
                                            options.get("delay"), audience)
     given = {k: v for k, v in options.items() if v is not None and k not in _SELECT + ("no_delay",)}
     given.update(LinkSpec(no_delay=no_delay, delay=given.pop("delay", None)).overrides())

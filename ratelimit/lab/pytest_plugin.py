@@ -51,13 +51,13 @@ import os
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Sequence
 
 import pytest
 
 from ..kernel.proc import stop
 from . import container_link as _containers
+from . import nodelay
 from .servertcp import DEFAULT as DEFAULT_SERVER_TCP
 
 MARKER = "emulated_link"
@@ -80,8 +80,7 @@ print(json.dumps(times))
 """
 
 
-class EmulatedLinkWarning(UserWarning):
-    """Part of the requested link could not be emulated on this kernel."""
+EmulatedLinkWarning = nodelay.EmulatedLinkWarning  # a test suite may filter it by this name
 
 
 def pytest_configure(config):
@@ -271,7 +270,7 @@ class EmulatedLink:
         bandwidth, mix, scenario)."""
         from .link import LinkSpec
         audience = options.get("mix") is not None or options.get("scenario") is not None
-        options["no_delay"], _ = _resolve_no_delay(options.get("no_delay", False), profile, options.get("delay"),
+        options["no_delay"], _ = nodelay.resolve_no_delay(options.get("no_delay", False), profile, options.get("delay"),
                                                    audience)
         self.lab.apply(LinkSpec(profile=profile, **options))
 
@@ -279,25 +278,6 @@ class EmulatedLink:
         for proc in self._servers:
             stop(proc)
         self.lab.down()
-
-
-def _resolve_no_delay(no_delay, profile, delay, audience: bool = False) -> tuple[bool, bool]:
-    """``(no_delay, left_out)``: ``"auto"`` leaves the delay out (with a warning) on a kernel
-    without netem."""
-    if no_delay in (True, False):
-        return no_delay, False
-    if no_delay != "auto":
-        pytest.fail(f"{MARKER}: no_delay={no_delay!r} is not True, False or 'auto'", pytrace=False)
-    if profile is None and delay is None and not audience:
-        return False, False
-    from ..kernel.probe import probe
-    if probe(["netem"])["netem"]:
-        return False, False
-    warnings.warn(EmulatedLinkWarning(
-        f"emulated_link: this kernel lacks netem (module sch_netem), so the delay and loss "
-        f"of {profile or ('the cohorts' if audience else 'the link')} are left out; the rate is emulated"),
-        stacklevel=4)
-    return True, True
 
 
 def _make(name: str, *, profile=None, clients=None, mode="shape", per="host", rate=None, delay=None, no_delay=False,
@@ -309,7 +289,7 @@ def _make(name: str, *, profile=None, clients=None, mode="shape", per="host", ra
     if profiles is not None:
         clients, scenario = _per_client(profiles, clients, per, ports or DEFAULT_PORTS, profile, mix, scenario,
                                         workdir, name)
-    no_delay, left_out = _resolve_no_delay(no_delay, profile, delay, mix is not None or scenario is not None)
+    no_delay, left_out = nodelay.resolve_no_delay(no_delay, profile, delay, mix is not None or scenario is not None)
     try:
         lab = Lab.up(name, clients=clients, server=server, ports=ports or DEFAULT_PORTS, server_tcp=server_tcp,
                      link=LinkSpec(profile=profile, mode=mode, per=per, burst=burst, rate=rate, delay=delay,
