@@ -74,13 +74,21 @@ class TraceCapacity:
         k = math.ceil(u_ms / period) - 1  # whole periods before u, so that 0 < u - k x period <= period
         return k * n + self.trace.before(u_ms - k * period)
 
+    def units_before(self, t_ms: float) -> int:
+        """The opportunities before the link's time ``t_ms`` (``bytes_of`` them: bytes):
+        a window's are the difference of its edges'."""
+        return self._before(t_ms + self.phase_ms)
+
+    def bytes_of(self, units: int) -> float:
+        return units * PACKET_BYTES * self.scale
+
     def opportunities(self, t0_ms: float, t1_ms: float) -> int:
         """Delivery opportunities in the window [t0, t1) of the link's time (unscaled)."""
-        return self._before(t1_ms + self.phase_ms) - self._before(t0_ms + self.phase_ms)
+        return self.units_before(t1_ms) - self.units_before(t0_ms)
 
     def bytes(self, t0_ms: float, t1_ms: float) -> float:
         """mm-link's bytes (IP packets and TUN's 4-byte headers) the window can carry, scaled."""
-        return self.opportunities(t0_ms, t1_ms) * PACKET_BYTES * self.scale
+        return self.bytes_of(self.opportunities(t0_ms, t1_ms))
 
     def ip_bytes(self, t0_ms: float, t1_ms: float, ip_bytes: int = FULL_IP_BYTES) -> float:
         """IP bytes a backlogged sender of ``ip_bytes``-byte packets gets through the window
@@ -96,9 +104,13 @@ class TraceCapacity:
         """The HTB rate (frames of ``layer``, as the size table meters them) that passes
         packets of ``ip_bytes`` at the packet rate mm-link gives them at ``rate_bps`` of its
         own bits: by default full-size packets (see the module docstring).  0 stays 0."""
-        if rate_bps <= 0:
-            return 0
-        return max(1, round(rate_bps * metered_bytes(ip_bytes, layer) / (ip_bytes + TUN_HEADER_BYTES)))
+        return TraceCapacity.class_rate_of(layer, ip_bytes)(rate_bps)
+
+    @staticmethod
+    def class_rate_of(layer: LinkLayer, ip_bytes: int = FULL_IP_BYTES):
+        """``class_rate_bps`` for one layer and packet size, as a function of the rate."""
+        metered, carried = metered_bytes(ip_bytes, layer), ip_bytes + TUN_HEADER_BYTES
+        return lambda rate_bps: 0 if rate_bps <= 0 else max(1, round(rate_bps * metered / carried))
 
 
 @dataclass(frozen=True)
@@ -143,10 +155,17 @@ class ScheduleCapacity:
         i, into = self._index(u_ms - k * period)
         return k * total + self._bits[i] + self._rate(steps[i]) * into
 
+    def units_before(self, t_ms: float) -> float:
+        """Line bits (x 1000) before the link's time ``t_ms`` (``bytes_of`` them: bytes): a
+        window's are the difference of its edges'."""
+        return self._bits_before(t_ms + self.phase_ms)
+
+    def bytes_of(self, units: float) -> float:
+        return units * self.scale / 8000
+
     def bytes(self, t0_ms: float, t1_ms: float) -> float:
         """Line bytes the window [t0, t1) of the link's time can carry, scaled."""
-        p = self.phase_ms
-        return (self._bits_before(t1_ms + p) - self._bits_before(t0_ms + p)) * self.scale / 8000
+        return self.bytes_of(self.units_before(t1_ms) - self.units_before(t0_ms))
 
     def rate_bps(self, t0_ms: float, t1_ms: float) -> float:
         """The window's average line rate."""
@@ -164,9 +183,12 @@ class ScheduleCapacity:
     def class_rate_bps(rate_bps: float, layer: LinkLayer) -> int:
         """The HTB rate for a line rate of ``rate_bps``: the link layer's share, as a
         profile's rate gets.  0 stays 0."""
-        if rate_bps <= 0:
-            return 0
-        return layer.carried_bps(round(rate_bps))
+        return ScheduleCapacity.class_rate_of(layer)(rate_bps)
+
+    @staticmethod
+    def class_rate_of(layer: LinkLayer):
+        """``class_rate_bps`` for one layer, as a function of the rate."""
+        return lambda rate_bps: 0 if rate_bps <= 0 else layer.carried_bps(round(rate_bps))
 
 
 def metered_bytes(ip_bytes: int, layer: LinkLayer) -> int:

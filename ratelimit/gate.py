@@ -28,9 +28,12 @@ def traced(cohort, direction: str):
 def class_rate_bps(src, rate_bps: float, layer) -> int:
     """The HTB rate for a step whose capacity averages ``rate_bps`` (mm-link's bits for a
     trace, the line's for a schedule; ``capacity``); 0 stays 0 (the gate shuts)."""
-    if src.kind == "trace":
-        return TraceCapacity.class_rate_bps(rate_bps, layer)
-    return ScheduleCapacity.class_rate_bps(rate_bps, layer)
+    return class_rate_of(src, layer)(rate_bps)
+
+
+def class_rate_of(src, layer):
+    """``class_rate_bps`` for one source and layer, as a function of the rate."""
+    return (TraceCapacity if src.kind == "trace" else ScheduleCapacity).class_rate_of(layer)
 
 
 def first_rate_bps(cohort, src) -> int:

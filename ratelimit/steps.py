@@ -88,9 +88,15 @@ class Traced:
     gate_bps: int | None = None  # the gate's rate as last set: OPEN_BPS, SHUT_BPS or a held rate (None: not known)
     ahead_bytes: float = 0.0  # what changes let out beyond the capacity (below 0: short of it), not yet paid back
     counted: int | None = None  # the window whose coming change is counted in ``ahead_bytes``
-    coming: list = dataclasses.field(default_factory=list)  # [(window, its rate), ...] computed ahead
+    coming: list = dataclasses.field(default_factory=list)  # the rates of windows ``coming_k``, ``coming_k`` + 1, ...
+    coming_k: int = 0
     stage: NetemQdisc | None = None  # its delay stage under the gate, as the plan builds it (``compile._stage``)
     stage_sent: tuple | None = None  # (delay_us, loss_pct) last set on the stage (None: not known)
+    edge: tuple = (None, 0)  # (the link's time, the capacity's units before it) of the last window's end
+
+    def __post_init__(self):
+        self.to_class = gate.class_rate_of(self.source, self.layer)
+        self.klass_fields = {f.name: getattr(self.klass, f.name) for f in dataclasses.fields(self.klass)}
 
     @property
     def shut(self) -> bool:
@@ -104,27 +110,34 @@ class Traced:
 
     def delivering_bps(self) -> int | None:
         """The rate the link passes as last set: its gate's when shut or held, else its class's."""
-        if self.gate_bps is None or self.rate_bps is None and self.gate_bps == gate.OPEN_BPS:
-            return None
-        if self.gate_bps == gate.SHUT_BPS:
-            return 0
-        return self.gate_bps if self.gate_bps != gate.OPEN_BPS else self.rate_bps
+        return _passing_bps(self.rate_bps, self.gate_bps)
 
     def rates_from(self, k: int, count: int, step_ms: int) -> list[int]:
-        """The class rates of windows ``k`` .. ``k + count - 1`` (each window computed once
-        while the steps follow each other)."""
-        coming = [(i, r) for i, r in self.coming if i >= k]
-        if not coming or coming[0][0] != k:
-            coming = []
-        for i in range(k + len(coming), k + count):
-            coming.append((i, self.window_bps(i * step_ms, (i + 1) * step_ms)))
-        self.coming = coming
-        return [r for _, r in coming[:count]]
+        """The class rates of windows ``k`` .. ``k + count - 1``."""
+        return self.upcoming(k, count, step_ms)[:count]
+
+    def upcoming(self, k: int, count: int, step_ms: int) -> list[int]:
+        """The class rates of windows from ``k``, at least ``count`` of them (the list kept,
+        so that each window is computed once while the steps follow each other)."""
+        rates, skip = self.coming, k - self.coming_k
+        if skip < 0:
+            rates.clear()
+        elif skip:
+            del rates[:skip]
+        self.coming_k = k
+        for i in range(k + len(rates), k + count):
+            rates.append(self.window_bps(i * step_ms, (i + 1) * step_ms))
+        return rates
 
     def window_bps(self, t0_ms: float, t1_ms: float) -> int:
-        """The class rate for the plan's window (0: no capacity, the gate shuts)."""
+        """The class rate for the plan's window (0: no capacity, the gate shuts).  The
+        capacity's units before its end are kept for the next window's start."""
         t0_ms, t1_ms = t0_ms - self.offset_ms, t1_ms - self.offset_ms
-        return gate.class_rate_bps(self.source, self.capacity.rate_bps(t0_ms, t1_ms), self.layer)
+        cap, (edge_ms, units) = self.capacity, self.edge
+        u0 = units if edge_ms == t0_ms else cap.units_before(t0_ms)
+        u1 = cap.units_before(t1_ms)
+        self.edge = (t1_ms, u1)
+        return self.to_class(cap.bytes_of(u1 - u0) * 8000 / (t1_ms - t0_ms))
 
     def stage_at(self, t_ms: float) -> NetemQdisc | None:
         """A schedule's delay stage at the plan's time ``t_ms``: the step's delay and loss over
@@ -137,9 +150,22 @@ class Traced:
                                      loss_pct=own.loss_pct if side.loss_pct is None else side.loss_pct)
         return dataclasses.replace(self.stage, params=params)
 
+    def gate_at(self, rate_bps: int) -> TbfQdisc:
+        return dataclasses.replace(self.gate, rate_bps=rate_bps)
+
     def klass_at(self, rate_bps: int) -> HtbClass:
         guaranteed, ceil, burst = self.rates(rate_bps)
-        return dataclasses.replace(self.klass, rate_bps=guaranteed, ceil_bps=ceil, burst_bytes=burst)
+        return HtbClass(**{**self.klass_fields, "rate_bps": guaranteed, "ceil_bps": ceil, "burst_bytes": burst})
+
+
+def _passing_bps(rate_bps: int | None, gate_bps: int | None) -> int | None:
+    """What a link passes with its class at ``rate_bps`` and its gate at ``gate_bps``
+    (None: not known)."""
+    if gate_bps is None or rate_bps is None and gate_bps == gate.OPEN_BPS:
+        return None
+    if gate_bps == gate.SHUT_BPS:
+        return 0
+    return gate_bps if gate_bps != gate.OPEN_BPS else rate_bps
 
 
 def traced_links(plan, loaded) -> list[Traced]:
@@ -197,47 +223,54 @@ class Stepper:
         hold first, then the classes' new rates, then the gates that open (a class has its
         rate before it sends again; a held link never runs at its class's rate early).
         ``resend``: every link's class and gate, whatever was set before."""
-        step_s = self.step_ms / 1000
+        step_ms, step_s = self.step_ms, self.step_ms / 1000
+        OPEN, SHUT = gate.OPEN_BPS, gate.SHUT_BPS
         closing, classes, opening = [], [], []
-        self._sent = []
+        sent = self._sent = []
         for link in self.links:
-            before = link.delivering_bps()
-            rate = link.rates_from(k, 1, self.step_ms)[0]
-            frame_windows = LOOKAHEAD if rate == 0 else -(-link.gate.burst_bytes * 8 * 1000 // (rate * self.step_ms))
-            coming = link.rates_from(k, 1 + min(LOOKAHEAD, frame_windows), self.step_ms)[1:]
-            peak = max(coming)
+            was_rate, was_gate = link.rate_bps, link.gate_bps
+            rates = link.upcoming(k, 1 + LOOKAHEAD, step_ms)
+            rate = rates[0]
             if rate == 0:
-                klass, gate_bps = None, gate.SHUT_BPS
+                klass, gate_bps = None, SHUT
                 link.ahead_bytes = 0.0  # an outage: nothing owed is worth keeping
-            elif peak >= RISE * rate:
-                klass, gate_bps = peak, rate
-                held = link.gate_bps
-                if not resend and held not in (None, gate.OPEN_BPS, gate.SHUT_BPS) and \
-                        rate / RISE <= held <= rate * RISE:  # held already: its gate stays, the difference is owed
-                    gate_bps = held
-                    link.gain((held - rate) * step_s / 8)
             else:
                 frame = link.gate.burst_bytes
-                if link.gate_bps not in (None, gate.OPEN_BPS, gate.SHUT_BPS):  # a held rise: the gate opens now
-                    link.gain(CHANGE_GAIN * frame * (1 - link.gate_bps / rate))
-                if coming[0] != rate and k != link.counted:  # the change after this window, paid before it
-                    link.gain(SHUT_GAIN * frame if coming[0] == 0 else CHANGE_GAIN * frame * (1 - coming[0] / rate))
-                    link.counted = k
-                pay = max(-PAYBACK * rate, min(PAYBACK * rate, link.ahead_bytes * 8 / step_s))
-                klass, gate_bps = round(rate - pay), gate.OPEN_BPS
-                link.ahead_bytes -= pay * step_s / 8
-            if klass is not None and (resend or klass != link.rate_bps):
+                ahead = min(LOOKAHEAD, -(-frame * 8000 // (rate * step_ms)))
+                nxt, peak = rates[1], max(rates[1:1 + ahead])
+                if peak >= RISE * rate:
+                    klass, gate_bps = peak, rate
+                    if not resend and was_gate is not None and was_gate != OPEN and was_gate != SHUT and \
+                            rate / RISE <= was_gate <= rate * RISE:  # held already: its gate stays, the difference is owed
+                        gate_bps = was_gate
+                        link.gain((was_gate - rate) * step_s / 8)
+                else:
+                    if was_gate is not None and was_gate != OPEN and was_gate != SHUT:  # a held rise: the gate opens now
+                        link.gain(CHANGE_GAIN * frame * (1 - was_gate / rate))
+                    if nxt != rate and k != link.counted:  # the change after this window, paid before it
+                        link.gain(SHUT_GAIN * frame if nxt == 0 else CHANGE_GAIN * frame * (1 - nxt / rate))
+                        link.counted = k
+                    most = PAYBACK * rate
+                    pay = link.ahead_bytes * 8 / step_s
+                    pay = -most if pay < -most else most if pay > most else pay
+                    klass, gate_bps = round(rate - pay), OPEN
+                    link.ahead_bytes -= pay * step_s / 8
+            last = None  # the list that holds the link's last operation of the step
+            if klass is not None and (resend or klass != was_rate):
                 classes.append(Change(link.klass_at(klass)))
-                link.rate_bps = klass
-            if resend or gate_bps != link.gate_bps:
-                opens = gate_bps == gate.OPEN_BPS
-                (opening if opens else closing).append(Change(dataclasses.replace(link.gate, rate_bps=gate_bps)))
+                link.rate_bps, last = klass, classes
+            if resend or gate_bps != was_gate:
+                last = opening if gate_bps == OPEN else closing
+                last.append(Change(link.gate_at(gate_bps)))
                 link.gate_bps = gate_bps
-            if before is not None and before != link.delivering_bps():
-                self._sent.append((link, before, link.delivering_bps(), (opening or closing or classes)[-1]))
-        ops = self._stages(k, resend) + closing + classes + opening
-        where = {id(op): i for i, op in enumerate(ops)}
-        self._sent = [(link, old, new, where[id(op)], len(ops)) for link, old, new, op in self._sent]
+            before = _passing_bps(was_rate, was_gate) if last is not None else None
+            if before is not None and before != (after := _passing_bps(link.rate_bps, link.gate_bps)):
+                sent.append((link, before, after, last, len(last) - 1))  # it passes ``after`` once ``last`` landed
+        stages = self._stages(k, resend)
+        ops = stages + closing + classes + opening
+        at = {id(closing): len(stages), id(classes): len(stages) + len(closing),
+              id(opening): len(stages) + len(closing) + len(classes)}
+        self._sent = [(link, old, new, at[id(where)] + i, len(ops)) for link, old, new, where, i in sent]
         return tuple(ops)
 
     def _stages(self, k: int, resend: bool) -> list:

@@ -28,6 +28,7 @@ from ratelimit.compile import compile_plan
 from ratelimit.errors import ApplyError, NotFoundError
 from ratelimit.model import LinkParams, Queue, Request
 from ratelimit.kernel.executor import Executor, StepFailed, shorten
+from ratelimit.kernel import encode
 from ratelimit.kernel.encode import Encoder
 from ratelimit.kernel.rates import Clock, percent
 from ratelimit import linklayer
@@ -98,6 +99,18 @@ def test_u32_selector_bytes():
     sel = msg.index(bytes.fromhex("01000200"))  # TERMINAL, 2 keys
     assert msg[sel + 16:sel + 48] == bytes.fromhex("ffffffff" "c6120102" "10000000" "00000000"
                                                    "0000ffff" "00000400" "14000000" "00000000")
+
+
+def test_the_class_options_cache_starts_over_before_it_grows_without_end(monkeypatch):
+    """A trace driver's encoder sets a new rate on every link every step, for hours."""
+    monkeypatch.setattr(encode, "HTB_CACHE_MOST", 100)
+    enc = Encoder(lambda name: 7, Clock("000003e8 00000040 000f4240 3b9aca00"))
+    fresh = Encoder(lambda name: 7, Clock("000003e8 00000040 000f4240 3b9aca00"))
+    for rate in range(1000, 1350):
+        op = HtbClass("eth0", 0x10001, 0x10002, rate, rate, 1600, 1514)
+        assert enc.htb_class(op, 1, 1) == fresh.htb_class(op, 1, 1)  # the same bytes, cached or not
+        fresh._htb.clear()
+    assert 0 < len(enc._htb) <= 100
 
 
 # ------------------------------------------------------------------ namespaces

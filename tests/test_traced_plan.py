@@ -193,6 +193,23 @@ def test_a_change_that_lands_late_is_owed_what_it_missed():
     assert s.links[0].ahead_bytes == pytest.approx(before + 0.020 * (40_000 - (400_000 - 54_504)) / 8)
 
 
+def test_each_change_is_taken_to_land_at_its_own_place_in_the_round():
+    """Link 0 was shut and opens (its class, then its gate, last of the round); link 1 only
+    falls (its class, the round's second operation): over a round of 30 ms from the
+    window's start, link 1's change lands at 20 ms, link 0's opening at 30 ms."""
+    s, _ = stepper(square())
+    s.changes(18, resend=True)
+    s.changes(19)  # the fall at step 20, paid for before it: both classes at 345,496 bit/s
+    s.links[0].gate_bps = gate.SHUT_BPS  # as if shut, so that it opens at step 20
+    ops = s.changes(20)
+    assert [(type(op.op).__name__, op.op.rate_bps) for op in ops] == [
+        ("HtbClass", 40_000), ("HtbClass", 40_000), ("TbfQdisc", gate.OPEN_BPS)]
+    before = [link.ahead_bytes for link in s.links]
+    s.landed(0.0, 30.0)
+    assert s.links[0].ahead_bytes == pytest.approx(before[0] + 0.030 * (0 - 40_000) / 8)
+    assert s.links[1].ahead_bytes == pytest.approx(before[1] + 0.020 * (345_496 - 40_000) / 8)
+
+
 def test_a_plan_in_other_handles_is_followed_in_those():
     req = square()
     plan_1 = compile_plan(dataclasses.replace(tracespec.stamped(req, None, 0), generation=1))

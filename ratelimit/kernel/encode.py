@@ -22,13 +22,17 @@ _KIND_U32 = attr_str(TCA_KIND, "u32")
 _ADD = NLM_F_CREATE | NLM_F_EXCL
 _FLAGS = struct.Struct("=H")  # nlmsg_flags, at offset 6 of a message
 
+HTB_CACHE_MOST = 1 << 16  # class options kept (a plan's links mostly share a few)
+
 
 class Encoder:
     """Packs plan operations as netlink messages for one namespace.
 
     ``ifindex(name)`` resolves device names (raising for unknown ones); the
     caches below make identical actions, class options and filter heads cost
-    one dictionary lookup after the first.
+    one dictionary lookup after the first.  The class options' cache starts over
+    at ``HTB_CACHE_MOST`` entries: a trace driver's encoder lives for hours and
+    sets a new rate on every link every step.
     """
 
     def __init__(self, ifindex, clk: Clock | None = None, htb_tables: bool = False):
@@ -86,6 +90,8 @@ class Encoder:
         key = (op.rate_bps, op.ceil_bps, op.burst_bytes, op.quantum_bytes, op.mpu_bytes, op.overhead_bytes, op.atm)
         opts = self._htb.get(key)
         if opts is None:
+            if len(self._htb) >= HTB_CACHE_MOST:
+                self._htb.clear()
             opts = self._htb[key] = htb.class_options(*key, self.clock, self.htb_tables)
         body = tcmsg(self.ifindex(op.dev), op.classid, op.parent) + opts
         return message(RTM_NEWTCLASS, flags | _ADD, seq, body)
