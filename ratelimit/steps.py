@@ -213,6 +213,7 @@ class Stepper:
         if step_ms <= 0:
             raise ValueError(f"step {step_ms!r} ms is not positive")
         self.links, self.step_ms = links, step_ms
+        self._staged = [link for link in links if link.stage is not None and link.source.kind == "schedule"]
         self._sent: list = []
 
     def window(self, k: int) -> tuple[int, int]:
@@ -277,7 +278,7 @@ class Stepper:
         """The delay stages that change in step ``k`` (a schedule's delay and loss, in force
         at the window's middle: a step's edge is met within half a window)."""
         out = []
-        for link in self.links:
+        for link in self._staged:  # a trace's stage keeps the link's own delay
             stage = link.stage_at((k + 0.5) * self.step_ms)
             if stage is not None and (resend or (stage.params.delay_us, stage.params.loss_pct) != link.stage_sent):
                 out.append(Change(stage))
