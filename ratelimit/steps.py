@@ -60,7 +60,7 @@ PAYBACK = 0.5  # the most of a window's rate a class gives (or gets) to pay back
 
 from . import gate
 from .capacity import ScheduleCapacity, TraceCapacity
-from .compile import link_flows, link_rates
+from .compile import link_flows, link_rates_of
 from .phases import identity, link_phase_ms
 from .plan import Change, HtbClass, NetemQdisc, TbfQdisc
 from .tracespec import SIDES
@@ -81,7 +81,7 @@ class Traced:
     capacity: object  # capacity.TraceCapacity or ScheduleCapacity
     source: object  # tracespec.Source
     phase_ms: int
-    rates: object  # rate -> (guaranteed, ceil, burst) of its class (``compile.link_rates``)
+    rates: object  # rate -> (guaranteed, ceil, burst) of its class (``compile.link_rates_of``)
     layer: object
     offset_ms: int = 0  # its cohort's start after the plan's first
     rate_bps: int | None = None  # the class rate last set (None: not known)
@@ -96,7 +96,6 @@ class Traced:
 
     def __post_init__(self):
         self.to_class = gate.class_rate_of(self.source, self.layer)
-        self.klass_fields = {f.name: getattr(self.klass, f.name) for f in dataclasses.fields(self.klass)}
 
     @property
     def shut(self) -> bool:
@@ -155,7 +154,7 @@ class Traced:
 
     def klass_at(self, rate_bps: int) -> HtbClass:
         guaranteed, ceil, burst = self.rates(rate_bps)
-        return HtbClass(**{**self.klass_fields, "rate_bps": guaranteed, "ceil_bps": ceil, "burst_bytes": burst})
+        return self.klass.with_rates(guaranteed, ceil, burst)
 
 
 def _passing_bps(rate_bps: int | None, gate_bps: int | None) -> int | None:
@@ -197,13 +196,9 @@ def traced_links(plan, loaded) -> list[Traced]:
         params = c.down if flow.direction == "dest" else c.up
         out.append(Traced(c.name, flow.host, flow.port, flow.direction, classes[flow.dev, flow.classid],
                           gates[flow.dev, flow.classid], capacity, src, phase,
-                          _rates(req, lay, c, params), c.link, (spec.started_ms or 0) - first,
+                          link_rates_of(req, lay, c, params, traced=True), c.link, (spec.started_ms or 0) - first,
                           stage=stages.get((flow.dev, gates[flow.dev, flow.classid].handle | 1))))
     return out
-
-
-def _rates(req, lay, c, params):
-    return lambda rate_bps: link_rates(req, lay, c, params, rate_bps, traced=True)
 
 
 class Stepper:
