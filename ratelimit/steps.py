@@ -280,14 +280,19 @@ class Stepper:
                 link.stage_sent = (stage.params.delay_us, stage.params.loss_pct)
         return out
 
-    def landed(self, first_ms: float, round_ms: float) -> None:
-        """The changes of the last ``changes`` went out from ``first_ms`` after their window
-        began (below 0: before) over ``round_ms``: each link owes (or is owed) what it sent at
-        its old rate instead of its new one until its change landed, taken at its place in
-        the round."""
-        for link, old, new, at, count in self._sent:
+    def take_sent(self) -> list:
+        """What the last ``changes`` changes in what the links pass, for ``landed`` (taken
+        before the next step is made)."""
+        sent, self._sent = self._sent, []
+        return sent
+
+    def landed(self, first_ms: float, round_ms: float, sent: list | None = None) -> None:
+        """The changes of the last ``changes`` (or those ``take_sent`` took) went out from
+        ``first_ms`` after their window began (below 0: before) over ``round_ms``: each link
+        owes (or is owed) what it sent at its old rate instead of its new one until its change
+        landed, taken at its place in the round."""
+        for link, old, new, at, count in self.take_sent() if sent is None else sent:
             link.gain((first_ms + round_ms * (at + 1) / count) / 1000 * (old - new) / 8)
-        self._sent = []
 
     def forget(self) -> None:
         """What the kernel holds is no longer known (a change failed part way)."""
