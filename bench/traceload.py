@@ -128,7 +128,9 @@ def read_records(path: Path) -> tuple[array, array, array]:
 def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Path, *, payload: int, factor: float,
                      prefill: int) -> tuple[dict, tuple]:
     """Pace every traced link of ``req`` (its record's request, started at ``started_ms``)
-    for ``seconds``; returns the sender's counts (with the receiver's: ``receiver``) and the
+    for ``seconds``; returns the senders' counts (with the receiver's, ``receiver``; whether
+    the queues had emptied before it stopped, ``drained``; and the packets the links' classes
+    had sent, ``class_packets``, just before it was told to stop and after it stopped) and the
     receiver's records."""
     from ratelimit import tracespec
     from ratelimit.compile import compile_plan
@@ -160,9 +162,11 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
             if sender.returncode != 0:
                 raise RuntimeError(f"sender failed: {serr.strip()[-500:]}")
             counts.append(json.loads(sout))
-        drained(ns, DRAIN_S)  # the last datagrams through their queues
+        empty = drained(ns, DRAIN_S)  # the last datagrams through their queues
+        before = class_packets(ns, [link.port for link in links])
         Path(str(out) + ".stop").touch()
         rout, rerr = receiver.communicate(timeout=30)
+        after = class_packets(ns, [link.port for link in links])
         if receiver.returncode != 0:
             raise RuntimeError(f"receiver failed: {rerr.strip()[-500:]}")
     finally:
@@ -173,7 +177,8 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
     sent = {"sent": sum(c["sent"] for c in counts), "errors": sum(c["errors"] for c in counts),
             "cpu_s": round(sum(c["cpu_s"] for c in counts), 2), "late_ms": max(c["late_ms"] for c in counts),
             "late_10ms": sum(c["late_10ms"] for c in counts), "senders": len(counts), "end_ms": end_ms,
-            "receiver": json.loads(rout.strip().splitlines()[-1])}
+            "receiver": json.loads(rout.strip().splitlines()[-1]), "drained": empty,
+            "class_packets": (before, after)}
     return sent, read_records(out)
 
 
@@ -254,13 +259,14 @@ def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: flo
           windows=((1000, 0.02, 20), (100, 0.10, 60)), seed: int = 1) -> dict:
     """The delivered bytes against the capacity (``link.capacity`` in the plan's time,
     from ``started_ms``) over [t0, t1) (wall clock, ms): the mean over all links, and per
-    window length (ms, tolerance, windows per link) the p95 of each window's relative error
-    and of its error in tolerances (the tolerance, or one datagram, whichever is larger)."""
+    window length (ms, tolerance, windows per link) the p95 of each window's relative error,
+    of its error in tolerances (the tolerance, or one datagram, whichever is larger) and of
+    its error in bytes."""
     rng = random.Random(seed)
     rows = per_link(records, [link.port for link in links])
     total_got = total_cap = 0.0
     out = {}
-    errs: dict = {w: ([], []) for w, _, _ in windows}
+    errs: dict = {w: ([], [], []) for w, _, _ in windows}
     for link in links:
         times, cum = rows[link.port]
 
@@ -274,12 +280,14 @@ def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: flo
                 c, g = cap(a, a + w), delivered(times, cum, a, a + w)
                 errs[w][0].append(abs(g - c) / c if c else (0.0 if not g else float("inf")))
                 errs[w][1].append(abs(g - c) / max(tol * c, frame_bytes))
+                errs[w][2].append(abs(g - c))
     out["mean_ratio"] = total_got / total_cap
     for w, tol, _ in windows:
-        rel, tols = (sorted(x) for x in errs[w])
+        rel, tols, nbytes = (sorted(x) for x in errs[w])
         out[f"p95_error_{w}ms"] = rel[int(0.95 * (len(rel) - 1))]
         out[f"p95_tolerances_{w}ms"] = tols[int(0.95 * (len(tols) - 1))]
         out[f"worst_tolerances_{w}ms"] = tols[-1]
+        out[f"p95_error_bytes_{w}ms"] = nbytes[int(0.95 * (len(nbytes) - 1))]
     return out
 
 
@@ -322,11 +330,13 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
         result = score(records, traced, started, first + settle_s * 1000, min(last, sent["end_ms"]) - 500,
                        payload + 28 + ETH_HEADER_BYTES)
         ports = {link.port for link in traced}
-        mean_bytes_s = sum(reference(link, 0, 60_000) for link in traced) / 60 / len(traced)  # a minute's
+        mean_bytes_s = sum(reference(link, 0, 60_000) for link in traced) / 60 / len(traced)  # over a minute
         result["datagrams_per_window"] = mean_bytes_s / max(64, payload + 28 + ETH_HEADER_BYTES)
-        return {**result, "sent": sent, "received": len(records[0]), "driver": driver,
-                "class_packets": class_packets(ns, sorted(ports)),
-                "received_on_links": sum(1 for p in records[1] if p in ports)}
+        got = sum(1 for p in records[1] if p in ports)
+        before, after = sent["class_packets"]
+        # what the classes had sent before the receiver was told to stop and it did not record
+        return {**result, "sent": sent, "received": len(records[0]), "driver": driver, "class_packets": after,
+                "received_on_links": got, "receiver_lost": max(0, before - got)}
     finally:
         try:
             service.clean(DEV, ns["rtr"])
