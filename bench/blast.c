@@ -30,11 +30,9 @@ int main(int argc, char **argv)
 	dst.sin_port = htons((unsigned short)atoi(argv[2]));
 	if (!ipv4("blast", argv[1], &dst.sin_addr))
 		return 2;
-	size = atoi(argv[3]);
-	if (size < 0 || size > 1472) {
-		fprintf(stderr, "blast: payload %d is not within 0-1472 bytes\n", size);
+	size = payload_bytes("blast", argv[3]);
+	if (size < 0)
 		return 2;
-	}
 	fd = socket(AF_INET, SOCK_DGRAM, 0);
 	if (fd < 0 || connect(fd, (struct sockaddr *)&dst, sizeof(dst)) < 0) {
 		perror("blast: socket");

@@ -5,14 +5,16 @@ Every row uses ``traceload``'s topology (namespaces ``rltr-tb<pid>...``, 198.18.
 links (a link per client port) following ``TRACE`` at ``scale``, each link at its own
 phase, the driver (``ratelimit follow``) at ``step_ms``.
 
-* **tracking**: each link gets a UDP sender paced at 1.1 times its capacity
-  (``traceload.traced_run``); the bytes delivered per 1 s and per 100 ms window, windows
-  at random offsets, against the trace's capacity in that window, in the bytes the class
-  meters (``traceload.reference``).  A window's error counts in tolerances: 5% (1 s) or
-  10% (100 ms), or one datagram, whichever is larger.  Each size has its own scale and
-  datagram size (``SIZES``), to stay within what this machine forwards (about 200,000
-  packets/s and a few hundred Mbit/s in all).  The driver's CPU is its user + system
-  time from ``/proc/PID/stat`` over the run.
+* **tracking**: each link is paced at 1.1 times its capacity by C senders, a packet
+  socket records what arrives (``traceload.traced_run``); the bytes delivered per 1 s and
+  per 100 ms window, windows at random offsets, against the trace's capacity in that
+  window, in the bytes the class meters (``traceload.reference``).  A window's error
+  counts in tolerances: 5% (1 s) or 10% (100 ms), or one datagram, whichever is larger;
+  also in bytes.  Each size has its own scale and datagram size (``SIZES``): a link's 1 s
+  window holds 50 datagrams or more at the trace's mean at 100 and 1,000 links, as many as
+  this machine forwards beside the driver at 4,000 and 10,000.  Each row also says how
+  late the senders were and what the receiver missed of what the classes sent.  The
+  driver's CPU is its user + system time from ``/proc/PID/stat`` over the run.
 * **driver alone**: the same links, no traffic, the driver at each of ``STEPS``: its CPU
   (``/proc/PID/stat``), the changes it sent a second and the steps it missed (their time
   had passed before it could send them: the step it cannot sustain).

@@ -59,11 +59,9 @@ int main(int argc, char **argv)
 	}
 	if (!ipv4("tracesend", argv[1], &addr))
 		return 2;
-	size = atoi(argv[2]);
-	if (size < 0 || size > 1472) {
-		fprintf(stderr, "tracesend: payload %d is not within 0-1472 bytes\n", size);
+	size = payload_bytes("tracesend", argv[2]);
+	if (size < 0)
 		return 2;
-	}
 	f = fopen(argv[3], "rb");
 	times = f ? array(f, sizeof(*times), &count) : NULL;
 	ports = times ? array(f, sizeof(*ports), &nports) : NULL;

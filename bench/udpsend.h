@@ -1,6 +1,6 @@
 /*
  * bench/udpsend.h -- what ratelimit's C UDP senders (blast.c, pace.c, tracesend.c) share:
- * the clock, the IPv4 address argument, a batch of messages on one payload, and a
+ * the clock, the IPv4 address and payload size arguments, a batch of messages on one payload, and a
  * sendmmsg() that counts the kernel's refusals instead of stopping.
  * Written for this project; compiled into each sender by bench/blast.py (cc -O2).
  */
@@ -32,6 +32,17 @@ static inline int ipv4(const char *prog, const char *text, struct in_addr *addr)
 		return 1;
 	fprintf(stderr, "%s: %s is not an IPv4 address\n", prog, text);
 	return 0;
+}
+
+/* TEXT as a UDP payload's size in bytes (0-1472: one Ethernet frame), else says so and returns -1 */
+static inline int payload_bytes(const char *prog, const char *text)
+{
+	int size = atoi(text);
+
+	if (size >= 0 && size <= 1472)
+		return size;
+	fprintf(stderr, "%s: payload %s is not within 0-1472 bytes\n", prog, text);
+	return -1;
 }
 
 /* BATCH messages each of IOV (one payload); each addressed to its own DST[i] at ADDR (port
