@@ -93,26 +93,38 @@ def _compiled(source: Path) -> str:
     return exe
 
 
+def _paced(link, begin: float, end: float, first: float, per_frame: float, out: list) -> None:
+    """``link``'s datagrams over [begin, end) of the plan's time, (time, port) into ``out``:
+    where its paced cumulative (``per_frame`` datagrams a byte of capacity, each
+    ``SLICE_MS`` slice at that slice's average) crosses a whole one, from ``first``."""
+    due, t = first, begin
+    while t < end:
+        got = reference(link, t - link.offset_ms, t + SLICE_MS - link.offset_ms) * per_frame
+        while due <= got:
+            out.append((t + SLICE_MS * due / got, link.port))
+            due += 1
+        due -= got
+        t += SLICE_MS
+
+
 def schedule(links: list, started_ms: int, seconds: float, *, frame_bytes: int, factor: float,
              prefill: int) -> tuple[array, array, float]:
-    """Each link's datagrams where its paced cumulative (``factor`` times its capacity, each
-    ``SLICE_MS`` slice at that slice's average, after a first ``prefill`` datagrams) crosses
-    a whole one, from a time far enough ahead to work it out (about 3 ms a link for 20 s,
-    measured) for ``seconds``: the send times (wall clock, ms) in order, their ports, the end."""
-    begin = time.time() * 1000 - started_ms + 2000 + 3 * len(links) * seconds / 20  # ms of the plan's time
+    """Each link's datagrams paced at ``factor`` times its capacity after a first ``prefill``
+    (``_paced``) for ``seconds``, from a time far enough ahead to work them all out (twice
+    what the first few links took, and 2 s): the send times (wall clock, ms) in order, their
+    ports, the end."""
+    per_frame, sample = factor / frame_bytes, links[:20]
+    t0 = time.perf_counter()
+    for link in sample:
+        _paced(link, 0, seconds * 1000, prefill, per_frame, [])
+    lead_ms = 2000 + 2 * (time.perf_counter() - t0) * 1000 * len(links) / max(1, len(sample))
+    begin = time.time() * 1000 - started_ms + lead_ms  # ms of the plan's time
     end = begin + seconds * 1000
-    plan = []
+    plan: list = []
     for i, link in enumerate(links):
-        due, t = prefill + i / len(links), begin
-        while t < end:
-            got = factor * reference(link, t - link.offset_ms, t + SLICE_MS - link.offset_ms) / frame_bytes
-            while due <= got:
-                plan.append((t + started_ms + SLICE_MS * due / got, link.port))
-                due += 1
-            due -= got
-            t += SLICE_MS
+        _paced(link, begin, end, prefill + i / len(links), per_frame, plan)
     plan.sort()
-    return array("d", (t for t, _ in plan)), array("i", (p for _, p in plan)), end + started_ms
+    return array("d", (t + started_ms for t, _ in plan)), array("i", (p for _, p in plan)), end + started_ms
 
 
 def write_plan(path: Path, times: array, ports: array) -> None:

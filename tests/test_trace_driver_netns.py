@@ -92,6 +92,7 @@ def test_a_square_wave_on_1000_links_is_followed_within_its_tolerances(tag, tmp_
                              phase_seed="23", queue="6056b", bandwidth="1gbit")
     print(json.dumps({k: v for k, v in r.items() if k != "driver"}), r["driver"])
     assert r["received"] > 100_000 and r["sent"]["errors"] == 0
+    assert r["receiver_lost"] == 0 and r["sent"]["late_ms"] < 100, r["sent"]  # the load is what it says
     assert abs(r["mean_ratio"] - 1) <= 0.01, r  # the mean within 1% of the schedule's capacity
     assert r["p95_tolerances_1000ms"] <= 1.0, r  # per 1 s window, within 2% (p95 over links and windows)
     assert r["p95_tolerances_100ms"] <= 1.0, r  # per 100 ms window, within 10%
