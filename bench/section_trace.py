@@ -51,13 +51,24 @@ def section_trace(doc: dict | None) -> list[str]:
         out += table(["links", "scale", "frame, bytes", "a link's 1 s window, datagrams", "in all, datagrams/s",
                       "Mbit/s", "mean vs capacity", "1 s windows: p95 error (tolerances)", "1 s windows: p95 error, bytes",
                       "100 ms windows: p95 (tolerances)", "driver CPU", "steps missed"], body) + [""]
+        frames = [f"{r['links']:,} links {r['p95_error_bytes_1000ms'] / 1514:.2f}" for r in track
+                  if r.get("p95_error_bytes_1000ms") is not None]
+        if frames:
+            out += ["The 1 s windows' p95 error in full-size frames (1,514 bytes): " + ", ".join(frames) + ". "
+                    "A frame is the unit the driver sets and pays a link's rate in; where the trace is low a 1 s "
+                    "window holds only a few datagrams and its tolerance is one of them, so part of a frame counts "
+                    "as several tolerances there "
+                    "([traces-notes.md, section 7](traces-notes.md#7-50-datagrams-a-window-at-1000-links-a-load-"
+                    "generator-in-c-2026-11-25)).", ""]
+        from . import traceload
         load = [f"{r['links']:,} links: {r['sender']['late_ms']:,.0f} ms at most, "
                 f"{r['sender'].get('late_10ms', 0) / max(1, r['sender']['sent']) * 100:.0f}% over 10 ms, "
                 f"{r['receiver_lost']:,} lost of {r['class_packets']:,}" for r in track if "receiver_lost" in r]
         if load:
             out += ["The load itself, each row: how late the senders sent (the most, and the share of datagrams "
                     "more than 10 ms after their time) and what the receiver missed of what the links' classes sent "
-                    "(their packet counters, read after the queues emptied): " + "; ".join(load) + ".", ""]
+                    "(their packet counters, read once the queues had emptied, or after "
+                    f"{traceload.DRAIN_S:g} s, before the receiver stopped): " + "; ".join(load) + ".", ""]
     if alone:
         out += [f"The driver alone (the same links, no traffic), {cfg.get('alone_s', 0):g} s at each step after 2 s to "
                 "settle:", ""]
