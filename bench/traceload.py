@@ -159,7 +159,7 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
     sender_exe, receiver_exe = _compiled(SENDER), _compiled(RECEIVER)
     srcs = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
     links = [link for link in traced_links(compile_plan(req), srcs) if link.direction == "dest"]
-    out = workdir / "received.bin"
+    out, senders = workdir / "received.bin", []
     receiver = subprocess.Popen(["ip", "netns", "exec", ns["cli"], receiver_exe, CLIENT_DEV, str(seconds + 300),
                                  str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -170,7 +170,6 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
             raise RuntimeError(f"the plan took too long to work out: its first datagram was due "
                                f"{time.time() * 1000 - times[0]:.0f} ms ago")
         sink(ns, True)
-        senders = []
         for k in range(SENDERS):  # each its share of the links (ports), so the kernel's work is on every core
             mine = [j for j, p in enumerate(ports) if p % SENDERS == k]
             path = workdir / f"plan{k}.bin"
@@ -191,9 +190,10 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
         if receiver.returncode != 0:
             raise RuntimeError(f"receiver failed: {rerr.strip()[-500:]}")
     finally:
-        if receiver.poll() is None:
-            receiver.kill()
-            receiver.wait()
+        for p in (receiver, *senders):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         sink(ns, False)
     sent = {"sent": sum(c["sent"] for c in counts), "errors": sum(c["errors"] for c in counts),
             "cpu_s": round(sum(c["cpu_s"] for c in counts), 2), "late_ms": max(c["late_ms"] for c in counts),
