@@ -35,10 +35,11 @@ def section_trace(doc: dict | None) -> list[str]:
             "offsets, against the trace's capacity in the same window (each opportunity one full-size frame), over a "
             f"run of {cfg.get('seconds', 0):g} s less its first {cfg.get('settle_s', 0):g} s and its last half "
             "second. An error in *tolerances*: the window's error over 5% (1 s) or 10% (100 ms) of its capacity, or "
-            "one datagram, whichever is larger. The datagrams are as small as this machine forwards in all, so that "
-            "a link's 1 s window holds 50 or more at the trace's mean where it can (column *a link's 1 s window*, "
-            "datagrams at the trace's mean); a window where the trace is low holds fewer, and its tolerance is one "
-            "datagram. *Driver CPU*: its user + system time (`/proc/PID/stat`: the kernel's work on its netlink "
+            "one datagram, whichever is larger. The datagrams are small enough that a link's 1 s window holds 50 or "
+            "more at the trace's mean where this machine forwards that many in all, and as many as it forwards "
+            "beside the driver where it does not (column *a link's 1 s window*, datagrams at the trace's mean); a "
+            "window where the trace is low holds fewer, and its tolerance is one datagram. Where the senders fall "
+            "behind (below), a row reads the load as much as the driver. *Driver CPU*: its user + system time (`/proc/PID/stat`: the kernel's work on its netlink "
             "messages is done in its own calls) over the run, as a share of one core.", ""]
     if track:
         body = [[f"{r['links']:,}", f"{r['scale']:g}", f"{r['payload_bytes'] + 42}",
