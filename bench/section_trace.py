@@ -26,7 +26,7 @@ def section_trace(doc: dict | None) -> list[str]:
     out += [f"({_machine_line(doc)})", "",
             f"`{doc.get('command')}` ([bench/trace.py](../bench/trace.py)). Each row's links (a link per client "
             "port, in namespaces of the run's own) follow the synthetic LTE drive `lte-drive.down` at a scale, each "
-            "link from its own phase, with the driver (`ratelimit follow`) at a step of 100 ms. *Tracking*: UDP "
+            "link from its own phase, with the driver (`ratelimit follow`) at the row's step. *Tracking*: UDP "
             "senders pace every link at 1.1 times its capacity (two C processes, "
             "[bench/tracesend.c](../bench/tracesend.c), each sending its share of the links at the times a Python "
             "plan gives every datagram); a packet socket on the client's device records each datagram with the "
@@ -42,14 +42,14 @@ def section_trace(doc: dict | None) -> list[str]:
             "behind (below), a row reads the load as much as the driver. *Driver CPU*: its user + system time (`/proc/PID/stat`: the kernel's work on its netlink "
             "messages is done in its own calls) over the run, as a share of one core.", ""]
     if track:
-        body = [[f"{r['links']:,}", f"{r['scale']:g}", f"{r['payload_bytes'] + 42}",
+        body = [[f"{r['links']:,}", f"{r['step_ms']} ms", f"{r['scale']:g}", f"{r['payload_bytes'] + 42}",
                  f"{r.get('datagrams_per_window', r['datagrams_per_link_s']):g}",
                  f"{r['datagrams_per_s']:,}", f"{r['mbit_s']:g}", f"{(r['mean_ratio'] - 1) * 100:+.2f}%",
                  f"{_pct(r['p95_error_1000ms'])} ({r['p95_tolerances_1000ms']:.2f})",
                  _bytes(r.get("p95_error_bytes_1000ms")),
                  f"{_pct(r['p95_error_100ms'])} ({r['p95_tolerances_100ms']:.2f})",
                  _pct(r.get("driver_cpu")), f"{r.get('missed', 0)}"] for r in track]
-        out += table(["links", "scale", "frame, bytes", "a link's 1 s window, datagrams", "in all, datagrams/s",
+        out += table(["links", "step", "scale", "frame, bytes", "a link's 1 s window, datagrams", "in all, datagrams/s",
                       "Mbit/s", "mean vs capacity", "1 s windows: p95 error (tolerances)", "1 s windows: p95 error, bytes",
                       "100 ms windows: p95 (tolerances)", "driver CPU", "steps missed"], body) + [""]
         frames = [f"{r['links']:,} links {r['p95_error_bytes_1000ms'] / 1514:.2f}" for r in track

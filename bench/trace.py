@@ -48,6 +48,9 @@ QUEUE = "30280b"  # 20 full frames
 SIZES = ((100, 0.1, 1472), (1000, 0.01, 160), (4000, 0.005, 1000), (10000, 0.002, 1472))
 QUICK_SIZES = ((100, 0.1, 1472),)
 STEPS = (50, 100, 200)
+# tracking at other steps than 100 ms: the error each step size gives at 1,000 links, and 10,000
+# links at the shortest step the driver sustains there (measured alone: 200 ms)
+OTHER_STEPS = ((1000, 50), (1000, 200), (10000, 200))
 SECONDS, QUICK_SECONDS = 20.0, 8.0
 ALONE_S = 8.0
 NAIVE_LINKS, QUICK_NAIVE_LINKS = (100, 1000), (100,)
@@ -248,11 +251,12 @@ def measure(quick: bool) -> dict:
     naive_links = QUICK_NAIVE_LINKS if quick else NAIVE_LINKS
     seconds = QUICK_SECONDS if quick else SECONDS
     steps = (100,) if quick else STEPS
+    other = () if quick else OTHER_STEPS
     doc = new_result(NAME, quick)
     alone_s = 4.0 if quick else ALONE_S
     doc["config"] = {"trace": TRACE, "queue": QUEUE, "seconds": seconds, "settle_s": 3.0, "alone_s": alone_s,
-                     "steps_ms": list(steps), "naive_rounds": NAIVE_ROUNDS}
-    step = Steps(NAME, len(sizes) * 2 + len(naive_links) + 1)
+                     "steps_ms": list(steps), "other_steps": [list(x) for x in other], "naive_rounds": NAIVE_ROUNDS}
+    step = Steps(NAME, len(sizes) * 2 + len(other) + len(naive_links) + 1)
     saved = os.environ.get("RATELIMIT_STATE_DIR")
     state_dir = tempfile.TemporaryDirectory()
     os.environ["RATELIMIT_STATE_DIR"] = state_dir.name  # records and drivers' status of our own
@@ -264,6 +268,11 @@ def measure(quick: bool) -> dict:
             step(f"{links} links: the driver alone at steps of {', '.join(map(str, steps))} ms")
             doc["rows"] += driver_alone(links, scale, steps, alone_s)
             say(NAME, str(doc["rows"][-len(steps):]))
+        for links, step_ms in other:
+            scale, payload = next((s, p) for n, s, p in SIZES if n == links)
+            step(f"{links} links tracking {TRACE} x {scale}, {payload}-byte datagrams, a {step_ms} ms step")
+            doc["rows"].append(tracking(links, scale, payload, step_ms, seconds))
+            say(NAME, str(doc["rows"][-1]))
         for links in naive_links:
             scale = next(s for n, s, _ in SIZES if n == links)
             step(f"{links} links: the naive driver (a tc process per link per step)")
