@@ -52,7 +52,7 @@ def section_trace(doc: dict | None) -> list[str]:
         out += table(["links", "step", "scale", "frame, bytes", "a link's 1 s window, datagrams", "in all, datagrams/s",
                       "Mbit/s", "mean vs capacity", "1 s windows: p95 error (tolerances)", "1 s windows: p95 error, bytes",
                       "100 ms windows: p95 (tolerances)", "driver CPU", "steps missed"], body) + [""]
-        frames = [f"{r['links']:,} links {r['p95_error_bytes_1000ms'] / 1514:.2f}" for r in track
+        frames = [f"{r['links']:,} links at {r['step_ms']} ms {r['p95_error_bytes_1000ms'] / 1514:.2f}" for r in track
                   if r.get("p95_error_bytes_1000ms") is not None]
         if frames:
             out += ["The 1 s windows' p95 error in full-size frames (1,514 bytes): " + ", ".join(frames) + ". "
@@ -98,10 +98,11 @@ def section_trace(doc: dict | None) -> list[str]:
             reading.append(f"so at {big:,} links this machine sustains a round about every {r['_every']:.0f} ms "
                            f"(at a {r['step_ms']} ms step it sent {r['rounds_per_s']:g} rounds a second), "
                            "a longer step than measured here")
-        out += ["Reading: " + "; ".join(reading) + ". The driver is one process: where it misses steps it is "
-                "the saturated one (its user time is its own Python: working out each link's rate, hold and payment "
-                "for the step, and encoding the messages; its system time is the kernel's work on them; both are "
-                "sampled at the scheduler's ticks, so the split is rough).", ""]
+        out += ["Reading: " + "; ".join(reading) + ". The driver is one process of two threads, one making each "
+                "step's changes while the other sends the last (so its CPU can pass a core): where it misses steps "
+                "it is the saturated one (its user time is its own Python: working out each link's rate, hold and "
+                "payment for the step, and encoding the messages; its system time is the kernel's work on them; "
+                "both are sampled at the scheduler's ticks, so the split is rough).", ""]
     if naive:
         out += ["A **naive driver**, not at the same time: a shell in the router's namespace runs one "
                 "`tc class change` process per link per step, each link's rate of that step, rounds back to back. "
@@ -115,4 +116,5 @@ def section_trace(doc: dict | None) -> list[str]:
                 f"3 s against the trace's capacity then (each opportunity a full segment of 1,448 bytes): "
                 f"**{r['goodput_ratio_mean'] * 100:.1f}%** on average, {r['goodput_ratio_min'] * 100:.1f}% to "
                 f"{r['goodput_ratio_max'] * 100:.1f}% by link, the driver {_pct(r['driver_cpu'])} of a core.", ""]
+    out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
     return out
