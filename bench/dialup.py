@@ -15,6 +15,11 @@ generators, each in four client namespaces (the 2000 lab had four clients):
   each fetching back to back; it also runs x = 10,000, where httperf would need
   a dozen spinning processes on two cores.
 
+Each client's ephemeral range is ``PORTS`` (every port an emulated link each way), which holds
+12,000 users; wrk at ``WIDE_XS`` (15,000 and 20,000) runs in a lab of its own whose ranges are
+widened as far as its users need (``ports_for``), a result of its own (``WIDE_NAME``), so the
+table's rows keep their lab.
+
 Measurement window: replies (status 200, 10,000 bytes) in the server's access log,
 from ``ramp`` after the start (every session connected and past its first call) for
 ``window`` seconds, the same window for every row; each connection's rate is the
