@@ -372,7 +372,7 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
                                     for i, n in enumerate(users) if n], cfg, log, duration_s=duration,
                    probes=PROBES, probe_n=probe_n, probe_timeout_s=probe_n * session_s / CALLS * 3 + 60)
     rate, counted = rate_in_window(w.completions, w.start, w.end)
-    if counted < x * 0.95:
+    if counted < x / 2:  # a machine that saturates leaves some with one call or none: the row says how many
         raise BenchError(f"{generator} x={x}: only {counted} connections finished two calls in the window "
                          "(is the server's access log in the lab's format, with $msec and $remote_port?)")
     request = request_bytes(generator, lab)

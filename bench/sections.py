@@ -578,7 +578,8 @@ def _dialup_wide(doc: dict | None) -> list[str]:
         cpu = r.get("cpu", {})
         reading.append(f"x = {r['x']:,}: {100 * r['ratio_to_model']:.1f}% of the model's ceiling in the window "
                        f"({r['completed_per_s']:.1f} of {r['model_ceiling']:.1f} replies/s), errors "
-                       f"{fmt_int(r.get('errors'))}; the machine {100 * cpu.get('machine_busy', 0):.0f}% busy (each "
+                       f"{fmt_int(r.get('errors'))}, connections with two calls or more in it "
+                       f"{fmt_int(r.get('connections_counted'))} of {r['x']:,}; the machine {100 * cpu.get('machine_busy', 0):.0f}% busy (each "
                        f"CPU {_shares(cpu.get('per_cpu_busy', []))}), softirq {100 * cpu.get('softirq', 0):.0f}% "
                        f"of it, nginx's processes {100 * cpu.get('server', 0):.0f}% of a core, wrk's "
                        f"{100 * cpu.get('load_generators', 0):.0f}%")

@@ -334,7 +334,7 @@ def _small_results(d):
         {"generator": "wrk", "x": 20_000, "server_rto_min_ms": 1000, "completed_per_s": 5000.0, "theoretical": 7200.0,
          "ratio_to_theoretical": 5000 / 7200, "retransmitted": 0.0, "server_tcp": {"TcpExtTCPTimeouts": 0},
          "model_ceiling": 6500.0, "model_call_s": 3.077, "ratio_to_model": 5000 / 6500, "published": None,
-         "errors": 0, "whole_run_per_s": 4800.0,
+         "errors": 0, "whole_run_per_s": 4800.0, "connections_counted": 19_000,
          "cpu": {"machine_busy": 0.99, "load_generators": 0.5, "server": 1.1, "softirq": 0.6,
                  "per_cpu_busy": [1.0, 0.98], "per_cpu_softirq": [0.61, 0.59], "server_each": [0.56, 0.54, 0.0],
                  "load_each": [0.13, 0.13, 0.12, 0.12]}}],
@@ -407,7 +407,8 @@ def test_report_from_small_results(tmp_path):
     assert ("| wrk | 20,000 | 1,000 ms | 5000.0 | 76.9% | 4800.0 | - | 6500.0 (3.077 s/call) | 69.4% | - | 0 | - | "
             "0.0% (0) | 50% | 110% | 60% | 99% | - | - | 100% / 98% | 61% / 59% | 56% / 54% / 0% | "
             "13% / 13% / 12% / 12% |") in text
-    assert "x = 20,000: 76.9% of the model's ceiling in the window (5000.0 of 6500.0 replies/s)" in text
+    assert ("x = 20,000: 76.9% of the model's ceiling in the window (5000.0 of 6500.0 replies/s), errors 0, "
+            "connections with two calls or more in it 19,000 of 20,000;") in text
     assert "- nginx's workers saturate first." in text
     # v0.3's settings: read from httperf's totals, set against 2000's figure and the bucket-riding model
     assert ("| 200 | cubic, initial window 10 | 1,000 ms | 70.7 | 98.2% | 69 (95.8%) | +2.4 | 100.1% (70.6) | "
