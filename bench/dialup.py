@@ -239,11 +239,6 @@ def load_argv(generator: str, server: str, users: int, duration_s: float, ramp_s
 # ---------------------------------------------------------------- CPU
 
 
-def _proc_cpu_s(pids) -> float:
-    """User + system seconds of these processes and their reaped children."""
-    return sum(_proc_cpu_each(pids).values())
-
-
 def _proc_cpu_each(pids) -> dict[int, float]:
     """Each of these processes' user + system seconds, its reaped children's included (a
     process gone: left out)."""
