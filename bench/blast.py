@@ -18,15 +18,17 @@ import time
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("blast.c")
+SHARED = Path(__file__).with_name("udpsend.h")  # what the senders include
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", "/tmp")) / "ratelimit-bench"
 
 
 def compiled(source: Path = SOURCE) -> str | None:
-    """Path of a sender compiled from ``source`` (built once per source version), or None."""
+    """Path of a program compiled from ``source`` (built once per version of it and of
+    ``udpsend.h``), or None."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None or not source.exists():
         return None
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:12]
+    digest = hashlib.sha256(source.read_bytes() + SHARED.read_bytes()).hexdigest()[:12]
     exe = CACHE / f"{source.stem}-{digest}"
     if exe.exists():
         return str(exe)

@@ -13,24 +13,7 @@
  * stop it), LATE the wake-ups that found more than 10 ms due.
  * Written for this project; compiled on first use by bench/blast.py (cc -O2).
  */
-#define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <time.h>
-
-#define BATCH 64
-
-static double now(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+#include "udpsend.h"
 
 int main(int argc, char **argv)
 {
@@ -48,10 +31,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: pace ADDRESS FIRST_PORT COUNT PAYLOAD_BYTES PACKETS_PER_S SECONDS\n");
 		return 2;
 	}
-	if (inet_pton(AF_INET, argv[1], &addr) != 1) {
-		fprintf(stderr, "pace: %s is not an IPv4 address\n", argv[1]);
+	if (!ipv4("pace", argv[1], &addr))
 		return 2;
-	}
 	first = atoi(argv[2]);
 	count = atoi(argv[3]);
 	size = atoi(argv[4]);
@@ -72,16 +53,7 @@ int main(int argc, char **argv)
 	}
 	iov.iov_base = payload;
 	iov.iov_len = size;
-	memset(msgs, 0, sizeof(msgs));
-	for (i = 0; i < BATCH; i++) {
-		memset(&dst[i], 0, sizeof(dst[i]));
-		dst[i].sin_family = AF_INET;
-		dst[i].sin_addr = addr;
-		msgs[i].msg_hdr.msg_name = &dst[i];
-		msgs[i].msg_hdr.msg_namelen = sizeof(dst[i]);
-		msgs[i].msg_hdr.msg_iov = &iov;
-		msgs[i].msg_hdr.msg_iovlen = 1;
-	}
+	batch(msgs, &iov, dst, addr);
 	start = now();
 	for (;;) {
 		t = now() - start;
@@ -96,14 +68,9 @@ int main(int argc, char **argv)
 				dst[i].sin_port = htons((unsigned short)(first + next));
 				next = next + 1 == count ? 0 : next + 1;
 			}
-			i = sendmmsg(fd, msgs, n, 0);
-			if (i < 0) {
-				if (errno != ENOBUFS && errno != EAGAIN && errno != ECONNREFUSED) {
-					perror("pace: sendmmsg");
-					return 1;
-				}
-				i = 0;
-			}
+			i = send_batch("pace", fd, msgs, n);
+			if (i < 0)
+				return 1;
 			errors += n - i;  /* the batch's ports have had their turn either way */
 			sent += n;
 			due -= n;

@@ -10,6 +10,10 @@ def _pct(v) -> str:
     return "-" if v is None else f"{v * 100:.1f}%"
 
 
+def _bytes(v) -> str:
+    return "-" if v is None else f"{v:,.0f}"
+
+
 def section_trace(doc: dict | None) -> list[str]:
     out = ["## 11. Links that follow a trace", ""]
     if not doc:
@@ -22,25 +26,50 @@ def section_trace(doc: dict | None) -> list[str]:
     out += [f"({_machine_line(doc)})", "",
             f"`{doc.get('command')}` ([bench/trace.py](../bench/trace.py)). Each row's links (a link per client "
             "port, in namespaces of the run's own) follow the synthetic LTE drive `lte-drive.down` at a scale, each "
-            "link from its own phase, with the driver (`ratelimit follow`) at a step of 100 ms. *Tracking*: a UDP "
-            "sender paces every link at 1.1 times its capacity; the bytes each link delivered (as its class meters "
-            "them) in 1 s and 100 ms windows at random offsets, against the trace's capacity in the same window "
-            f"(each opportunity one full-size frame), over a run of {cfg.get('seconds', 0):g} s less its first "
-            f"{cfg.get('settle_s', 0):g} s and its last half second. An error in *tolerances*: the "
-            "window's error over 5% (1 s) or 10% (100 ms) of its capacity, or one datagram, whichever is larger. "
-            "The sizes are chosen to stay within what this machine forwards, so the datagrams a link sends in a "
-            "window shrink as the links grow (column *a link, datagrams/s*). *Driver CPU*: its user + system time "
-            "(`/proc/PID/stat`: the kernel's work on its netlink messages is done in its own calls) over the run, "
-            "as a share of one core.", ""]
+            "link from its own phase, with the driver (`ratelimit follow`) at the row's step. *Tracking*: UDP "
+            "senders pace every link at 1.1 times its capacity (two C processes, "
+            "[bench/tracesend.c](../bench/tracesend.c), each sending its share of the links at the times a Python "
+            "plan gives every datagram); a packet socket on the client's device records each datagram with the "
+            "kernel's receive time ([bench/tracerecv.c](../bench/tracerecv.c), a receive ring); the bytes each link "
+            "delivered (as its class meters them: the frame, at least 64 bytes) in 1 s and 100 ms windows at random "
+            "offsets, against the trace's capacity in the same window (each opportunity one full-size frame), over a "
+            f"run of {cfg.get('seconds', 0):g} s less its first {cfg.get('settle_s', 0):g} s and its last half "
+            "second. An error in *tolerances*: the window's error over 5% (1 s) or 10% (100 ms) of its capacity, or "
+            "one datagram, whichever is larger. The datagrams are small enough that a link's 1 s window holds 50 or "
+            "more at the trace's mean where this machine forwards that many in all, and as many as it forwards "
+            "beside the driver where it does not (column *a link's 1 s window*, datagrams at the trace's mean); a "
+            "window where the trace is low holds fewer, and its tolerance is one datagram. Where the senders fall "
+            "behind (below), a row reads the load as much as the driver. *Driver CPU*: its user + system time (`/proc/PID/stat`: the kernel's work on its netlink "
+            "messages is done in its own calls) over the run, as a share of one core.", ""]
     if track:
-        body = [[f"{r['links']:,}", f"{r['scale']:g}", f"{r['payload_bytes'] + 42}", f"{r['datagrams_per_link_s']:g}",
+        body = [[f"{r['links']:,}", f"{r['step_ms']} ms", f"{r['scale']:g}", f"{r['payload_bytes'] + 42}",
+                 f"{r.get('datagrams_per_window', r['datagrams_per_link_s']):g}",
                  f"{r['datagrams_per_s']:,}", f"{r['mbit_s']:g}", f"{(r['mean_ratio'] - 1) * 100:+.2f}%",
                  f"{_pct(r['p95_error_1000ms'])} ({r['p95_tolerances_1000ms']:.2f})",
+                 _bytes(r.get("p95_error_bytes_1000ms")),
                  f"{_pct(r['p95_error_100ms'])} ({r['p95_tolerances_100ms']:.2f})",
                  _pct(r.get("driver_cpu")), f"{r.get('missed', 0)}"] for r in track]
-        out += table(["links", "scale", "frame, bytes", "a link, datagrams/s", "in all, datagrams/s", "Mbit/s",
-                      "mean vs capacity", "1 s windows: p95 error (tolerances)", "100 ms windows: p95 (tolerances)",
-                      "driver CPU", "steps missed"], body) + [""]
+        out += table(["links", "step", "scale", "frame, bytes", "a link's 1 s window, datagrams", "in all, datagrams/s",
+                      "Mbit/s", "mean vs capacity", "1 s windows: p95 error (tolerances)", "1 s windows: p95 error, bytes",
+                      "100 ms windows: p95 (tolerances)", "driver CPU", "steps missed"], body) + [""]
+        frames = [f"{r['links']:,} links {r['p95_error_bytes_1000ms'] / 1514:.2f}" for r in track
+                  if r.get("p95_error_bytes_1000ms") is not None]
+        if frames:
+            out += ["The 1 s windows' p95 error in full-size frames (1,514 bytes): " + ", ".join(frames) + ". "
+                    "A frame is the unit the driver sets and pays a link's rate in; where the trace is low a 1 s "
+                    "window holds only a few datagrams and its tolerance is one of them, so part of a frame counts "
+                    "as several tolerances there "
+                    "([traces-notes.md, section 7](traces-notes.md#7-50-datagrams-a-window-at-1000-links-a-load-"
+                    "generator-in-c-2026-11-25)).", ""]
+        from . import traceload
+        load = [f"{r['links']:,} links: {r['sender']['late_ms']:,.0f} ms at most, "
+                f"{r['sender'].get('late_10ms', 0) / max(1, r['sender']['sent']) * 100:.0f}% over 10 ms, "
+                f"{r['receiver_lost']:,} lost of {r['class_packets']:,}" for r in track if "receiver_lost" in r]
+        if load:
+            out += ["The load itself, each row: how late the senders sent (the most, and the share of datagrams "
+                    "more than 10 ms after their time) and what the receiver missed of what the links' classes sent "
+                    "(their packet counters, read once the queues had emptied, or after "
+                    f"{traceload.DRAIN_S:g} s, before the receiver stopped): " + "; ".join(load) + ".", ""]
     if alone:
         out += [f"The driver alone (the same links, no traffic), {cfg.get('alone_s', 0):g} s at each step after 2 s to "
                 "settle:", ""]

@@ -5,14 +5,16 @@ Every row uses ``traceload``'s topology (namespaces ``rltr-tb<pid>...``, 198.18.
 links (a link per client port) following ``TRACE`` at ``scale``, each link at its own
 phase, the driver (``ratelimit follow``) at ``step_ms``.
 
-* **tracking**: each link gets a UDP sender paced at 1.1 times its capacity
-  (``traceload.traced_run``); the bytes delivered per 1 s and per 100 ms window, windows
-  at random offsets, against the trace's capacity in that window, in the bytes the class
-  meters (``traceload.reference``).  A window's error counts in tolerances: 5% (1 s) or
-  10% (100 ms), or one datagram, whichever is larger.  Each size has its own scale and
-  datagram size (``SIZES``), to stay within what this machine forwards (about 200,000
-  packets/s and a few hundred Mbit/s in all).  The driver's CPU is its user + system
-  time from ``/proc/PID/stat`` over the run.
+* **tracking**: each link is paced at 1.1 times its capacity by C senders, a packet
+  socket records what arrives (``traceload.traced_run``); the bytes delivered per 1 s and
+  per 100 ms window, windows at random offsets, against the trace's capacity in that
+  window, in the bytes the class meters (``traceload.reference``).  A window's error
+  counts in tolerances: 5% (1 s) or 10% (100 ms), or one datagram, whichever is larger;
+  also in bytes.  Each size has its own scale and datagram size (``SIZES``): a link's 1 s
+  window holds 50 datagrams or more at the trace's mean at 100 and 1,000 links, as many as
+  this machine forwards beside the driver at 4,000 and 10,000.  Each row also says how
+  late the senders were and what the receiver missed of what the classes sent.  The
+  driver's CPU is its user + system time from ``/proc/PID/stat`` over the run.
 * **driver alone**: the same links, no traffic, the driver at each of ``STEPS``: its CPU
   (``/proc/PID/stat``), the changes it sent a second and the steps it missed (their time
   had passed before it could send them: the step it cannot sustain).
@@ -36,12 +38,19 @@ NAME = "trace"
 VM_WORK = False
 TRACE = "lte-drive.down"
 QUEUE = "30280b"  # 20 full frames
-# links, scale, UDP payload bytes: 7,600-15,000 datagrams/s and 90-180 Mbit/s in all.  Smaller
-# datagrams (50 a link a second at 1,000 links: 56,000/s) were more than the paced Python sender
-# and receiver carry beside the driver on two cores: half of them were lost (measured)
-SIZES = ((100, 0.1, 1472), (1000, 0.01, 1472), (4000, 0.005, 1472), (10000, 0.002, 1472))
+# links, scale, UDP payload bytes.  A link's 1 s window holds, at the trace's mean (1.04 MB/s of
+# frames at scale 1), 69 datagrams at 100 links, 52 at 1,000 (202-byte frames), 5.0 at 4,000 and 1.4
+# at 10,000: about 7,000, 52,000, 21,000 and 14,000 a second delivered, 10% more sent.  52,000 a
+# second is about what this machine forwards through 1,000 traced links at all (two C senders, each
+# a core's kernel work: 66,000 a second planned went up to 0.7 s late); at 4,000 and 10,000 links
+# the driver takes most of a core (37,000 a second planned at 4,000 links went up to 6 s late;
+# 22,000 at 10,000 links, 15 s: measured)
+SIZES = ((100, 0.1, 1472), (1000, 0.01, 160), (4000, 0.005, 1000), (10000, 0.002, 1472))
 QUICK_SIZES = ((100, 0.1, 1472),)
 STEPS = (50, 100, 200)
+# tracking at other steps than 100 ms: the error each step size gives at 1,000 links, and 10,000
+# links at the shortest step the driver sustains there (measured alone: 200 ms)
+OTHER_STEPS = ((1000, 50), (1000, 200), (10000, 200))
 SECONDS, QUICK_SECONDS = 20.0, 8.0
 ALONE_S = 8.0
 NAIVE_LINKS, QUICK_NAIVE_LINKS = (100, 1000), (100,)
@@ -72,7 +81,9 @@ def tracking(links: int, scale: float, payload: int, step_ms: int, seconds: floa
             "datagrams_per_s": round(r["received"] / seconds), "datagrams_per_link_s":
             round(r["received"] / seconds / links, 1), "mbit_s": round(r["received"] * frame * 8 / seconds / 1e6, 1),
             "driver_cpu": d.get("cpu_share"), "missed": d.get("missed"), "rounds": d.get("rounds"),
-            "round_ms": d.get("round_ms"), "late_ms": d.get("late_ms"), "sender": r["sent"], "span_s": span}
+            "round_ms": d.get("round_ms"), "late_ms": d.get("late_ms"), "sender": r["sent"], "span_s": span,
+            "datagrams_per_window": round(r["datagrams_per_window"], 1), "class_packets": r["class_packets"],
+            "receiver_lost": r["receiver_lost"]}
 
 
 def driver_alone(links: int, scale: float, steps: tuple, seconds: float) -> list[dict]:
@@ -240,11 +251,12 @@ def measure(quick: bool) -> dict:
     naive_links = QUICK_NAIVE_LINKS if quick else NAIVE_LINKS
     seconds = QUICK_SECONDS if quick else SECONDS
     steps = (100,) if quick else STEPS
+    other = () if quick else OTHER_STEPS
     doc = new_result(NAME, quick)
     alone_s = 4.0 if quick else ALONE_S
     doc["config"] = {"trace": TRACE, "queue": QUEUE, "seconds": seconds, "settle_s": 3.0, "alone_s": alone_s,
-                     "steps_ms": list(steps), "naive_rounds": NAIVE_ROUNDS}
-    step = Steps(NAME, len(sizes) * 2 + len(naive_links) + 1)
+                     "steps_ms": list(steps), "other_steps": [list(x) for x in other], "naive_rounds": NAIVE_ROUNDS}
+    step = Steps(NAME, len(sizes) * 2 + len(other) + len(naive_links) + 1)
     saved = os.environ.get("RATELIMIT_STATE_DIR")
     state_dir = tempfile.TemporaryDirectory()
     os.environ["RATELIMIT_STATE_DIR"] = state_dir.name  # records and drivers' status of our own
@@ -256,6 +268,11 @@ def measure(quick: bool) -> dict:
             step(f"{links} links: the driver alone at steps of {', '.join(map(str, steps))} ms")
             doc["rows"] += driver_alone(links, scale, steps, alone_s)
             say(NAME, str(doc["rows"][-len(steps):]))
+        for links, step_ms in other:
+            scale, payload = next((s, p) for n, s, p in SIZES if n == links)
+            step(f"{links} links tracking {TRACE} x {scale}, {payload}-byte datagrams, a {step_ms} ms step")
+            doc["rows"].append(tracking(links, scale, payload, step_ms, seconds))
+            say(NAME, str(doc["rows"][-1]))
         for links in naive_links:
             scale = next(s for n, s, _ in SIZES if n == links)
             step(f"{links} links: the naive driver (a tc process per link per step)")

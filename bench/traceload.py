@@ -6,14 +6,23 @@ egress towards the client (``rltr-c``: the traced links, ``--direction dest``, a
 client port), the client namespace receives.  Addresses in 198.18.70.0/24 (client side)
 and 198.18.71.0/24 (server side) only.
 
-* ``Sender`` (in the server namespace): one UDP socket; link ``i`` (client port
-  ``PORT0 + i``) is sent datagrams of ``payload`` bytes paced at ``factor`` times its
-  capacity (the same ``capacity`` model the driver follows, from the plan's start and the
-  link's phase, averaged over ``SLICE_MS``), after a first burst that fills its queue; every
-  link's send times are worked out first, then sent in time order.
-* ``Receiver`` (in the client namespace): a packet socket on the client's device takes
-  every UDP datagram with the kernel's receive time (``SO_TIMESTAMPNS``, wall clock) and
-  writes (time, port, IP length) records to a file.
+* The senders (in the server namespace; ``tracesend.c``, compiled on first use like
+  ``blast.c``): link ``i`` (client port ``PORT0 + i``) is sent datagrams of ``payload``
+  bytes paced at ``factor`` times its capacity (the same ``capacity`` model the driver
+  follows, from the plan's start and the link's phase, averaged over ``SLICE_MS``), after a
+  first burst that fills its queue.  Python works out every datagram's time (``schedule``)
+  and hands each of ``SENDERS`` C processes its share of the links as a binary plan; each
+  sleeps until a datagram is due and sends what is due with ``sendmmsg``.  Two, because the
+  kernel forwards each datagram (veth, the router's qdiscs, the client) in the sending
+  process's time: one core carries about 45,000 a second through 1,000 traced links.
+* The receiver (in the client namespace; ``tracerecv.c``): a packet socket with a receive
+  ring (the kernel wakes it once a block of packets is full, not once a packet) on the
+  client's device records every UDP datagram with the kernel's receive time (wall clock):
+  (time, port, IP length) records in a file.  The client then drops the datagrams
+  (``sink``: netfilter, after the socket has seen them), sparing the kernel a UDP lookup and
+  a port-unreachable each.  It stops once the links' queues have emptied (``drained``); the
+  links' classes' packet counters just before are what it should have recorded
+  (``receiver_lost``).
 * ``score``: per link, the bytes delivered (as the class meters them: the frame, IP length
   + 14, at least 64) in windows against the capacity of the same window, in the same
   metering (``reference``); windows at random offsets.
@@ -40,6 +49,8 @@ PORT0 = 20000
 CLIENT, SERVER = "198.18.70.2", "198.18.71.2"  # bench.tracefacts' topology
 DEV, CLIENT_DEV, ETH_HEADER_BYTES = "rltr-c", "rltr-c0", 14
 SLICE_MS = 20  # the sender paces each link at its capacity averaged over slices this long
+SENDERS = min(2, os.cpu_count() or 1)  # sender processes
+DRAIN_S = 15.0  # the most the receiver waits, after the sender, for the links' queues to empty
 
 
 def names(tag: str) -> dict:
@@ -55,8 +66,10 @@ def topology(tag: str) -> dict:
     """Server -- router -- client (``tracefacts.topology``); returns the namespaces' names."""
     ns = names(tag)
     tracefacts.topology(ns)
-    # no port-unreachable replies from the client for the datagrams nobody reads
-    tracefacts.sh("sysctl", "-qw", "net.ipv4.icmp_ratelimit=1000000", "net.ipv4.icmp_ratemask=0", ns=ns["cli"])
+    # no port-unreachable replies from the client for the datagrams nobody reads: destination
+    # unreachable (type 3, bit 3 of the mask) limited to one per 1,000 s per peer (a mask of 0
+    # limits no type: every datagram had its reply, as many packets again back through the router)
+    tracefacts.sh("sysctl", "-qw", "net.ipv4.icmp_ratelimit=1000000", "net.ipv4.icmp_ratemask=8", ns=ns["cli"])
     return ns
 
 
@@ -66,88 +79,60 @@ def _python(netns: str, code: str, *args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen(["ip", "netns", "exec", netns, sys.executable, "-c", code, *args], env=env, **kw)
 
 
-# ---------------------------------------------------------------- the sender
+# ---------------------------------------------------------------- the sender and the receiver
 
-SENDER = r"""
-import json, socket, sys, time
-from ratelimit.steps import traced_links
-from ratelimit import state, tracespec
-from ratelimit.compile import compile_plan
-from bench.traceload import reference
-cfg = json.load(open(sys.argv[1]))
-req = state.request_from_json(cfg["request"], "sender")
-srcs = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
-links = [l for l in traced_links(compile_plan(req), srcs) if l.direction == "dest"]
-started, frame, factor, slice_ms = cfg["started_ms"], cfg["frame_bytes"], cfg["factor"], %(slice)d
-# ms of the plan's time, after the time it takes to make the schedule (about 3 ms a link for 20 s, measured)
-begin = time.time() * 1000 - started + 2000 + 3 * len(links) * cfg["seconds"] / 20
-end = begin + cfg["seconds"] * 1000
-plan = []  # (ms of the plan's time, port): each link's datagrams where its paced cumulative crosses a whole one
-for i, l in enumerate(links):
-    due, t = cfg["prefill"] + i / len(links), begin
+SENDER, RECEIVER = (Path(__file__).with_name(n) for n in ("tracesend.c", "tracerecv.c"))  # compiled on first use
+
+
+def _compiled(source: Path) -> str:
+    from . import blast
+    from .common import BenchError
+    exe = blast.compiled(source)
+    if exe is None:
+        raise BenchError(f"{source.name}: no C compiler (apt-get install gcc)")
+    return exe
+
+
+def _paced(link, begin: float, end: float, first: float, per_frame: float, out: list) -> None:
+    """``link``'s datagrams over [begin, end) of the plan's time, (time, port) into ``out``:
+    where its paced cumulative (``per_frame`` datagrams a byte of capacity, each
+    ``SLICE_MS`` slice at that slice's average) crosses a whole one, from ``first``."""
+    due, t = first, begin
     while t < end:
-        got = factor * reference(l, t - l.offset_ms, t + slice_ms - l.offset_ms) / frame
+        got = reference(link, t - link.offset_ms, t + SLICE_MS - link.offset_ms) * per_frame
         while due <= got:
-            plan.append((t + slice_ms * due / got, l.port))
+            out.append((t + SLICE_MS * due / got, link.port))
             due += 1
         due -= got
-        t += slice_ms
-plan.sort()
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 24)
-s.setblocking(False)
-data, dst, errors = bytes(cfg["payload"]), cfg["dst"], 0
-for at, port in plan:
-    wait = (at + started) / 1000 - time.time()
-    if wait > 0.0005:
-        time.sleep(wait)
-    try:
-        s.sendto(data, (dst, port))
-    except OSError:
-        errors += 1
-import resource
-ru = resource.getrusage(resource.RUSAGE_SELF)
-print(json.dumps({"sent": len(plan), "errors": errors, "cpu_s": round(ru.ru_utime + ru.ru_stime, 2),
-                  "end_ms": end + started, "late_ms": round(max(0.0, time.time() * 1000 - started - end), 1)}))
-""" % {"slice": SLICE_MS}
+        t += SLICE_MS
 
-# ---------------------------------------------------------------- the receiver
 
-RECEIVER = r"""
-import socket, struct, sys, time
-from array import array
-import os
-dev, seconds, out = sys.argv[1], float(sys.argv[2]), sys.argv[3]  # until OUT.stop exists, at most SECONDS
-s = socket.socket(socket.AF_PACKET, socket.SOCK_DGRAM, socket.htons(0x0800))
-s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 25)
-s.setsockopt(socket.SOL_SOCKET, getattr(socket, "SO_TIMESTAMPNS", 35), 1)  # SCM_TIMESTAMPNS
-s.bind((dev, 0x0800))
-s.settimeout(0.2)
-ts, ports, lens = array("q"), array("i"), array("i")
-end = time.time() + seconds
-stamp = struct.Struct("=qq")
-print("ready", flush=True)
-while time.time() < end:
-    if len(ts) % 4096 == 0 and os.path.exists(out + ".stop"):
-        break
-    try:
-        data, anc, _, _ = s.recvmsg(64, 64)
-    except socket.timeout:
-        if os.path.exists(out + ".stop"):
-            break
-        continue
-    if len(data) < 24 or data[9] != 17:
-        continue
-    hl = (data[0] & 15) * 4
-    sec, ns = stamp.unpack_from(anc[0][2]) if anc else (0, 0)
-    ts.append(sec * 10**9 + ns)
-    ports.append(int.from_bytes(data[hl + 2:hl + 4], "big"))
-    lens.append(int.from_bytes(data[2:4], "big"))
-with open(out, "wb") as f:
-    for a in (ts, ports, lens):
-        f.write(struct.pack("=q", len(a)))
-        a.tofile(f)
-"""
+def schedule(links: list, started_ms: int, seconds: float, *, frame_bytes: int, factor: float,
+             prefill: int) -> tuple[array, array, float]:
+    """Each link's datagrams paced at ``factor`` times its capacity after a first ``prefill``
+    (``_paced``) for ``seconds``, from a time far enough ahead to work them all out (twice
+    what the first few links took, and 2 s): the send times (wall clock, ms) in order, their
+    ports, the end."""
+    per_frame, sample = factor / frame_bytes, links[:20]
+    t0 = time.perf_counter()
+    for link in sample:
+        _paced(link, 0, seconds * 1000, prefill, per_frame, [])
+    lead_ms = 2000 + 2 * (time.perf_counter() - t0) * 1000 * len(links) / max(1, len(sample))
+    begin = time.time() * 1000 - started_ms + lead_ms  # ms of the plan's time
+    end = begin + seconds * 1000
+    plan: list = []
+    for i, link in enumerate(links):
+        _paced(link, begin, end, prefill + i / len(links), per_frame, plan)
+    plan.sort()
+    return array("d", (t + started_ms for t, _ in plan)), array("i", (p for _, p in plan)), end + started_ms
+
+
+def write_plan(path: Path, times: array, ports: array) -> None:
+    """The plan as ``tracesend.c`` reads it: a count and the times, a count and the ports."""
+    with open(path, "wb") as f:
+        for a in (times, ports):
+            f.write(struct.pack("=q", len(a)))
+            a.tofile(f)
 
 
 def read_records(path: Path) -> tuple[array, array, array]:
@@ -164,31 +149,90 @@ def read_records(path: Path) -> tuple[array, array, array]:
 def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Path, *, payload: int, factor: float,
                      prefill: int) -> tuple[dict, tuple]:
     """Pace every traced link of ``req`` (its record's request, started at ``started_ms``)
-    for ``seconds``; returns the sender's counts and the receiver's records."""
-    from ratelimit import state
-    cfg = workdir / "sender.json"
-    frame = payload + 28 + ETH_HEADER_BYTES
-    cfg.write_text(json.dumps({"request": state.to_json(req), "started_ms": started_ms, "frame_bytes": frame,
-                               "factor": factor, "payload": payload, "dst": CLIENT, "seconds": seconds,
-                               "prefill": prefill}))
-    out = workdir / "received.bin"
-    receiver = _python(ns["cli"], RECEIVER, CLIENT_DEV, str(seconds + 300), str(out), stdout=subprocess.PIPE,
-                       text=True)
+    for ``seconds``; returns the senders' counts (with the receiver's, ``receiver``; whether
+    the queues had emptied before it stopped, ``drained``; and the packets the links' classes
+    had sent, ``class_packets``, just before it was told to stop and after it stopped) and the
+    receiver's records."""
+    from ratelimit import tracespec
+    from ratelimit.compile import compile_plan
+    from ratelimit.steps import traced_links
+    sender_exe, receiver_exe = _compiled(SENDER), _compiled(RECEIVER)
+    srcs = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+    links = [link for link in traced_links(compile_plan(req), srcs) if link.direction == "dest"]
+    out, senders = workdir / "received.bin", []
+    receiver = subprocess.Popen(["ip", "netns", "exec", ns["cli"], receiver_exe, CLIENT_DEV, str(seconds + 300),
+                                 str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        assert receiver.stdout.readline().strip() == "ready"
-        sender = _python(ns["srv"], SENDER, str(cfg), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        sout, serr = sender.communicate(timeout=seconds + 240)
-        if sender.returncode != 0:
-            raise RuntimeError(f"sender failed: {serr.strip()[-500:]}")
-        time.sleep(1.5)  # the last datagrams through their queues
+        assert receiver.stdout.readline().strip() == "ready", receiver.stderr.read()
+        times, ports, end_ms = schedule(links, started_ms, seconds, frame_bytes=payload + 28 + ETH_HEADER_BYTES,
+                                        factor=factor, prefill=prefill)
+        if times and times[0] < time.time() * 1000:
+            raise RuntimeError(f"the plan took too long to work out: its first datagram was due "
+                               f"{time.time() * 1000 - times[0]:.0f} ms ago")
+        sink(ns, True)
+        for k in range(SENDERS):  # each its share of the links (ports), so the kernel's work is on every core
+            mine = [j for j, p in enumerate(ports) if p % SENDERS == k]
+            path = workdir / f"plan{k}.bin"
+            write_plan(path, array("d", (times[j] for j in mine)), array("i", (ports[j] for j in mine)))
+            senders.append(subprocess.Popen(["ip", "netns", "exec", ns["srv"], sender_exe, CLIENT, str(payload),
+                                             str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        counts = []
+        for sender in senders:
+            sout, serr = sender.communicate(timeout=seconds + 240)
+            if sender.returncode != 0:
+                raise RuntimeError(f"sender failed: {serr.strip()[-500:]}")
+            counts.append(json.loads(sout))
+        empty = drained(ns, DRAIN_S)  # the last datagrams through their queues
+        before = class_packets(ns, [link.port for link in links])
         Path(str(out) + ".stop").touch()
-        receiver.wait(timeout=30)
+        rout, rerr = receiver.communicate(timeout=30)
+        after = class_packets(ns, [link.port for link in links])
+        if receiver.returncode != 0:
+            raise RuntimeError(f"receiver failed: {rerr.strip()[-500:]}")
     finally:
-        for p in (receiver,):
+        for p in (receiver, *senders):
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    return json.loads(sout), read_records(out)
+        sink(ns, False)
+    sent = {"sent": sum(c["sent"] for c in counts), "errors": sum(c["errors"] for c in counts),
+            "cpu_s": round(sum(c["cpu_s"] for c in counts), 2), "late_ms": max(c["late_ms"] for c in counts),
+            "late_10ms": sum(c["late_10ms"] for c in counts), "senders": len(counts), "end_ms": end_ms,
+            "receiver": json.loads(rout.strip().splitlines()[-1]), "drained": empty,
+            "class_packets": (before, after)}
+    return sent, read_records(out)
+
+
+def sink(ns: dict, on: bool) -> None:
+    """The client drops the datagrams to ports from ``PORT0`` as they arrive (netfilter, after the
+    receiver's packet socket has seen them): no UDP lookup and no port-unreachable for each,
+    work the kernel would do in the senders' time.  ``on=False``: removed."""
+    rule = ["PREROUTING", "-i", CLIENT_DEV, "-p", "udp", "--dport", f"{PORT0}:65535", "-j", "DROP"]
+    r = subprocess.run(["ip", "netns", "exec", ns["cli"], "iptables", "-t", "raw", "-A" if on else "-D", *rule],
+                       capture_output=True, text=True, check=False)
+    if on and r.returncode != 0:
+        raise RuntimeError(f"iptables in {ns['cli']}: {r.stderr.strip()}")
+
+
+def drained(ns: dict, most_s: float) -> bool:
+    """Wait (at least 1.5 s, at most ``most_s``) until the links' queues are empty."""
+    from ratelimit import readout
+    time.sleep(1.5)
+    stop = time.monotonic() + most_s - 1.5
+    while time.monotonic() < stop:
+        if not sum(readout.counters(DEV, ns["rtr"])["counters"]["backlog_pkts"]):
+            return True
+        time.sleep(0.25)
+    return False
+
+
+def class_packets(ns: dict, ports: list[int]) -> int:
+    """The packets the classes of the links to ``ports`` sent (their counters), in all."""
+    from ratelimit import readout
+    data = readout.counters(DEV, ns["rtr"])
+    wanted = set(ports)
+    return sum(int(n) for key, n in zip(data["keys"], data["counters"]["packets"])
+               if key[0] == "dest" and key[2] in wanted)
 
 
 # ---------------------------------------------------------------- scoring
@@ -236,13 +280,14 @@ def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: flo
           windows=((1000, 0.02, 20), (100, 0.10, 60)), seed: int = 1) -> dict:
     """The delivered bytes against the capacity (``link.capacity`` in the plan's time,
     from ``started_ms``) over [t0, t1) (wall clock, ms): the mean over all links, and per
-    window length (ms, tolerance, windows per link) the p95 of each window's relative error
-    and of its error in tolerances (the tolerance, or one datagram, whichever is larger)."""
+    window length (ms, tolerance, windows per link) the p95 of each window's relative error,
+    of its error in tolerances (the tolerance, or one datagram, whichever is larger) and of
+    its error in bytes."""
     rng = random.Random(seed)
     rows = per_link(records, [link.port for link in links])
     total_got = total_cap = 0.0
     out = {}
-    errs: dict = {w: ([], []) for w, _, _ in windows}
+    errs: dict = {w: ([], [], []) for w, _, _ in windows}
     for link in links:
         times, cum = rows[link.port]
 
@@ -256,12 +301,14 @@ def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: flo
                 c, g = cap(a, a + w), delivered(times, cum, a, a + w)
                 errs[w][0].append(abs(g - c) / c if c else (0.0 if not g else float("inf")))
                 errs[w][1].append(abs(g - c) / max(tol * c, frame_bytes))
+                errs[w][2].append(abs(g - c))
     out["mean_ratio"] = total_got / total_cap
     for w, tol, _ in windows:
-        rel, tols = (sorted(x) for x in errs[w])
+        rel, tols, nbytes = (sorted(x) for x in errs[w])
         out[f"p95_error_{w}ms"] = rel[int(0.95 * (len(rel) - 1))]
         out[f"p95_tolerances_{w}ms"] = tols[int(0.95 * (len(tols) - 1))]
         out[f"worst_tolerances_{w}ms"] = tols[-1]
+        out[f"p95_error_bytes_{w}ms"] = nbytes[int(0.95 * (len(nbytes) - 1))]
     return out
 
 
@@ -303,7 +350,14 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
         first, last = records[0][0] / 1e6, records[0][-1] / 1e6  # the receiver runs on after the sender's end
         result = score(records, traced, started, first + settle_s * 1000, min(last, sent["end_ms"]) - 500,
                        payload + 28 + ETH_HEADER_BYTES)
-        return {**result, "sent": sent, "received": len(records[0]), "driver": driver}
+        ports = {link.port for link in traced}
+        mean_bytes_s = sum(reference(link, 0, 60_000) for link in traced) / 60 / len(traced)  # over a minute
+        result["datagrams_per_window"] = mean_bytes_s / max(64, payload + 28 + ETH_HEADER_BYTES)
+        got = sum(1 for p in records[1] if p in ports)
+        before, after = sent["class_packets"]
+        # what the classes had sent before the receiver was told to stop and it did not record
+        return {**result, "sent": sent, "received": len(records[0]), "driver": driver, "class_packets": after,
+                "received_on_links": got, "receiver_lost": max(0, before - got)}
     finally:
         try:
             service.clean(DEV, ns["rtr"])

@@ -243,14 +243,21 @@ def link_rates(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: i
                traced: bool = False) -> tuple[int, int, int]:
     """A link class's (rate, ceil, burst) for a link at ``rate`` (a traced link's driver
     sets them step by step, ``gate``; its class shapes, whatever stage it has)."""
+    return link_rates_of(req, lay, c, params, traced)(rate)
+
+
+def link_rates_of(req: Request, lay: Layout, c: Cohort, params: LinkParams, traced: bool = False):
+    """``link_rates`` for one cohort's side, as a function of the rate (a trace driver asks
+    for thousands a step)."""
     # A link's own rate is a guarantee only while every link fits the bandwidth; beyond
     # that each is guaranteed its share and borrows up to its rate, so the pool class
     # holds them all to --bandwidth.
-    guaranteed = min(rate, max(8, req.bandwidth_bps // lay.links))
+    share = max(8, req.bandwidth_bps // lay.links)
     # with a netem stage, netem serializes the link exactly; a second shaper at the same
     # rate would only add its timer's lateness, so the class may go up to the bandwidth
-    ceil = max(rate, req.bandwidth_bps) if params.needs_netem() and not traced else rate
-    return guaranteed, ceil, req.burst_bytes(params, rate, c)
+    over = req.bandwidth_bps if params.needs_netem() and not traced else 0
+    burst, mtu = req.burst_of(params, c), req.mtu_bytes
+    return lambda rate: (min(rate, share), max(rate, over), burst.bytes_at(rate, mtu))
 
 
 def _leaf(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, dev: str, parent: int, handle: int):

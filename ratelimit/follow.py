@@ -23,10 +23,15 @@ through the executor.  Decided here (docs/profiles.md, "The driver"):
   hand -- takes up each link at the step the clock says, its phase as recorded.
 * **Timing**: the driver makes a step's changes before the step and sleeps until just
   before it (``lead_ms``, learnt from how late its rounds land); it runs at the lowest
-  real-time priority where it may (``_realtime``).  Its cycle collector is off while it
-  follows (``run``): a step makes and drops thousands of objects, none in cycles, and each
-  collection walked the whole plan (a quarter of a step's time at 10,000 links, measured);
-  it collects once when it reads a new plan, and freezes what that plan made.
+  real-time priority where it may (``_realtime``).  A thread of its own sends each round
+  while the driver makes the next step's changes: the kernel works on the messages in the
+  sender's system calls, so the driver's Python runs beside that on the other CPU (at
+  10,000 links each takes some 60 ms a step, measured).  A step's changes are made before
+  the last round's lateness is known, so what that lateness owes is paid a step later.
+* **Memory**: the cycle collector is off while the driver follows (``run``): a step makes
+  and drops thousands of objects, none in cycles, and each collection walked the whole
+  plan (a quarter of a step's time at 10,000 links, measured).  It collects when it reads
+  a new plan, and freezes what that plan made.
 * **What it says**: ``IF.follow.json``, rewritten every step (``report`` reads it for
   ``--list``, ``--stats`` and the dashboard): its pid, the step and when it was sent,
   and how many links it left shut; and its counts so far (``sent`` changes, ``rounds``,
@@ -42,6 +47,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from . import SOURCE_ROOT, state
@@ -274,6 +280,12 @@ def _realtime() -> bool:
         return False
 
 
+def _timed(apply, ops) -> float:
+    """Send ``ops``; when the last was answered (``time.monotonic``)."""
+    apply(ops)
+    return time.monotonic()
+
+
 class _Loop:
     def __init__(self, netns, interface, step_ms, write, g):
         self.netns, self.interface, self.step_ms, self.write, self.guard = netns, interface, step_ms, write, g
@@ -284,9 +296,9 @@ class _Loop:
 
     def run(self) -> tuple[str, int]:
         from .kernel.executor import Executor, StepFailed  # the only code that changes traffic control
-        failures, resend, ops, k = 0, True, None, None
+        failures, resend, ops, k, counts = 0, True, None, None, {}
         sent = rounds = missed = 0  # changes and rounds sent, steps not sent (their time had passed)
-        with Executor(self.netns) as ex:
+        with Executor(self.netns) as ex, ThreadPoolExecutor(1, "send") as sender:
             while True:
                 if self.guard.pending:
                     return signal.Signals(self.guard.pending).name, 0
@@ -299,10 +311,18 @@ class _Loop:
                         resend = resend or self.record_id[1]
                         k = self._now_step()
                         ops = self.stepper.changes(k, resend)
+                        counts = self._counts()
                     self.guard.hold()  # a step goes out whole
+                    landing = self.stepper.take_sent()
                     begun_ms, sent_at = time.time() * 1000, time.monotonic()
+                    round_ = sender.submit(_timed, ex.apply, ops)
+                    # the next step is made while this one goes out: the kernel's work on the
+                    # messages is done in the sending thread's system calls, on the other CPU
+                    next_k = max(k + 1, self._now_step())  # a step missed is not sent late: the next is
+                    next_ops = self.stepper.changes(next_k)
+                    next_counts = self._counts()  # the links' state once it is sent; this round's is ``counts``
                     try:
-                        ex.apply(ops)
+                        done_at = round_.result()
                     except StepFailed as e:
                         failures, ops = failures + 1, None
                         self.stepper.forget()
@@ -310,9 +330,9 @@ class _Loop:
                         if failures >= FAILURES:
                             raise StateError(f"{FAILURES} steps in a row failed, the last: {e}") from None
                         continue
-                    round_ms = (time.monotonic() - sent_at) * 1000
+                    round_ms = (done_at - sent_at) * 1000
                     first_ms = begun_ms - (self.started + k * self.step_ms)
-                    self.stepper.landed(first_ms, round_ms)
+                    self.stepper.landed(first_ms, round_ms, landing)
                     late_ms = first_ms + round_ms / 2  # the round's middle against its window's start
                     failures, resend = 0, False
                     sent, rounds = sent + len(ops), rounds + 1
@@ -320,18 +340,19 @@ class _Loop:
                         self.lead_ms = min(self.step_ms / 2, max(0.0, self.lead_ms + max(
                             -LEAD_MOST_MS, min(LEAD_MOST_MS, LEAD_WEIGHT * late_ms))))
                     self.write(state="following", started_ms=self.started, step=k, step_at_ms=int(begun_ms),
-                               links=len(self.stepper.links), shut=self.stepper.shut_count(),
-                               held=self.stepper.held_count(), changes=len(ops), round_ms=round(round_ms, 3),
+                               links=len(self.stepper.links), **counts, changes=len(ops), round_ms=round(round_ms, 3),
                                late_ms=round(late_ms, 3), lead_ms=round(self.lead_ms, 3), why=None,
                                cpu_s=round(sum(os.times()[:2]), 2), sent=sent, rounds=rounds, missed=missed)
                 if self.guard.pending:
                     return signal.Signals(self.guard.pending).name, 0
                 self.guard.arm()
-                k, was = max(k + 1, self._now_step()), k  # a step missed is not sent late: the next is
-                missed += k - was - 1
-                ops = self.stepper.changes(k)  # made now, so that at the step only the sending is left
+                missed += next_k - k - 1
+                k, ops, counts = next_k, next_ops, next_counts
                 wake_ms = self.started + k * self.step_ms - self.lead_ms
                 time.sleep(max(0.0, (wake_ms - time.time() * 1000) / 1000))
+
+    def _counts(self) -> dict:
+        return {"shut": self.stepper.shut_count(), "held": self.stepper.held_count()}
 
     def _now_step(self) -> int:
         return max(0, int((time.time() * 1000 + self.lead_ms - self.started) // self.step_ms))

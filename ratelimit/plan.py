@@ -282,6 +282,13 @@ class HtbClass(_Tc):
     atm: bool = False
     features = frozenset({"htb"})
 
+    def with_rates(self, rate_bps: int, ceil_bps: int, burst_bytes: int) -> "HtbClass":
+        """This class at other rates: what ``dataclasses.replace`` gives, made without
+        ``__init__`` (a trace driver makes one for every link every step)."""
+        new = object.__new__(type(self))
+        new.__dict__.update(self.__dict__, rate_bps=rate_bps, ceil_bps=ceil_bps, burst_bytes=burst_bytes)
+        return new
+
     def tc(self) -> str:
         mpu = f" mpu {self.mpu_bytes}" if self.mpu_bytes else ""
         layer = (f" overhead {self.overhead_bytes}" if self.overhead_bytes else "") + (" linklayer atm" if self.atm else "")

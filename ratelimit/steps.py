@@ -60,7 +60,7 @@ PAYBACK = 0.5  # the most of a window's rate a class gives (or gets) to pay back
 
 from . import gate
 from .capacity import ScheduleCapacity, TraceCapacity
-from .compile import link_flows, link_rates
+from .compile import link_flows, link_rates_of
 from .phases import identity, link_phase_ms
 from .plan import Change, HtbClass, NetemQdisc, TbfQdisc
 from .tracespec import SIDES
@@ -81,7 +81,7 @@ class Traced:
     capacity: object  # capacity.TraceCapacity or ScheduleCapacity
     source: object  # tracespec.Source
     phase_ms: int
-    rates: object  # rate -> (guaranteed, ceil, burst) of its class (``compile.link_rates``)
+    rates: object  # rate -> (guaranteed, ceil, burst) of its class (``compile.link_rates_of``)
     layer: object
     offset_ms: int = 0  # its cohort's start after the plan's first
     rate_bps: int | None = None  # the class rate last set (None: not known)
@@ -96,7 +96,6 @@ class Traced:
 
     def __post_init__(self):
         self.to_class = gate.class_rate_of(self.source, self.layer)
-        self.klass_fields = {f.name: getattr(self.klass, f.name) for f in dataclasses.fields(self.klass)}
 
     @property
     def shut(self) -> bool:
@@ -155,7 +154,7 @@ class Traced:
 
     def klass_at(self, rate_bps: int) -> HtbClass:
         guaranteed, ceil, burst = self.rates(rate_bps)
-        return HtbClass(**{**self.klass_fields, "rate_bps": guaranteed, "ceil_bps": ceil, "burst_bytes": burst})
+        return self.klass.with_rates(guaranteed, ceil, burst)
 
 
 def _passing_bps(rate_bps: int | None, gate_bps: int | None) -> int | None:
@@ -197,13 +196,9 @@ def traced_links(plan, loaded) -> list[Traced]:
         params = c.down if flow.direction == "dest" else c.up
         out.append(Traced(c.name, flow.host, flow.port, flow.direction, classes[flow.dev, flow.classid],
                           gates[flow.dev, flow.classid], capacity, src, phase,
-                          _rates(req, lay, c, params), c.link, (spec.started_ms or 0) - first,
+                          link_rates_of(req, lay, c, params, traced=True), c.link, (spec.started_ms or 0) - first,
                           stage=stages.get((flow.dev, gates[flow.dev, flow.classid].handle | 1))))
     return out
-
-
-def _rates(req, lay, c, params):
-    return lambda rate_bps: link_rates(req, lay, c, params, rate_bps, traced=True)
 
 
 class Stepper:
@@ -213,6 +208,7 @@ class Stepper:
         if step_ms <= 0:
             raise ValueError(f"step {step_ms!r} ms is not positive")
         self.links, self.step_ms = links, step_ms
+        self._staged = [link for link in links if link.stage is not None and link.source.kind == "schedule"]
         self._sent: list = []
 
     def window(self, k: int) -> tuple[int, int]:
@@ -277,21 +273,26 @@ class Stepper:
         """The delay stages that change in step ``k`` (a schedule's delay and loss, in force
         at the window's middle: a step's edge is met within half a window)."""
         out = []
-        for link in self.links:
+        for link in self._staged:  # a trace's stage keeps the link's own delay
             stage = link.stage_at((k + 0.5) * self.step_ms)
             if stage is not None and (resend or (stage.params.delay_us, stage.params.loss_pct) != link.stage_sent):
                 out.append(Change(stage))
                 link.stage_sent = (stage.params.delay_us, stage.params.loss_pct)
         return out
 
-    def landed(self, first_ms: float, round_ms: float) -> None:
-        """The changes of the last ``changes`` went out from ``first_ms`` after their window
-        began (below 0: before) over ``round_ms``: each link owes (or is owed) what it sent at
-        its old rate instead of its new one until its change landed, taken at its place in
-        the round."""
-        for link, old, new, at, count in self._sent:
+    def take_sent(self) -> list:
+        """What the last ``changes`` changes in what the links pass, for ``landed`` (taken
+        before the next step is made)."""
+        sent, self._sent = self._sent, []
+        return sent
+
+    def landed(self, first_ms: float, round_ms: float, sent: list | None = None) -> None:
+        """The changes of the last ``changes`` (or those ``take_sent`` took) went out from
+        ``first_ms`` after their window began (below 0: before) over ``round_ms``: each link
+        owes (or is owed) what it sent at its old rate instead of its new one until its change
+        landed, taken at its place in the round."""
+        for link, old, new, at, count in self.take_sent() if sent is None else sent:
             link.gain((first_ms + round_ms * (at + 1) / count) / 1000 * (old - new) / 8)
-        self._sent = []
 
     def forget(self) -> None:
         """What the kernel holds is no longer known (a change failed part way)."""

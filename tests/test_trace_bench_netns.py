@@ -22,6 +22,7 @@ def test_quick_trace_benchmark_tracks_the_trace_and_the_driver_beats_tc_per_link
     assert [r["links"] for r in track] == [100] and [r["links"] for r in naive] == [100], rows
     t = track[0]
     assert t["datagrams_per_link_s"] >= 50  # every 1 s window holds 50 datagrams or more
+    assert t["datagrams_per_window"] >= 50 and t["receiver_lost"] == 0 and t["sender"]["late_ms"] < 100, t
     assert abs(t["mean_ratio"] - 1) <= 0.02, t
     assert t["p95_tolerances_1000ms"] <= 1.0 and t["p95_tolerances_100ms"] <= 1.5, t
     assert t["driver_cpu"] < 0.3 and t["missed"] == 0, t

@@ -78,6 +78,46 @@ def _bps(text: str) -> int:
     return round(float(number) * {"bit": 1, "Kbit": 1e3, "Mbit": 1e6, "Gbit": 1e9}[unit])
 
 
+# ---------------------------------------------------------------- the load generator
+
+
+def test_the_c_sender_sends_each_datagram_at_its_time_and_the_receiver_records_each(tag, tmp_path):
+    """No shaping: 600 datagrams to three client ports, each due at a time of its own over
+    0.6 s (``traceload.schedule``'s plan format): the receiver records every one, with its
+    port and IP length, no earlier than its time and within 20 ms of it."""
+    from array import array
+    ns = traceload.topology(tag)
+    sender, receiver = traceload._compiled(traceload.SENDER), traceload._compiled(traceload.RECEIVER)
+    out = tmp_path / "received.bin"
+    rec = subprocess.Popen(["ip", "netns", "exec", ns["cli"], receiver, traceload.CLIENT_DEV, "30", str(out)],
+                           stdout=subprocess.PIPE, text=True)
+    try:
+        assert rec.stdout.readline().strip() == "ready"
+        t0 = time.time() * 1000 + 300
+        times = array("d", (t0 + k for k in range(600)))
+        ports = array("i", (traceload.PORT0 + k % 3 for k in range(600)))
+        traceload.write_plan(tmp_path / "plan.bin", times, ports)
+        sent = subprocess.run(["ip", "netns", "exec", ns["srv"], sender, traceload.CLIENT, "100",
+                               str(tmp_path / "plan.bin")], capture_output=True, text=True, check=True, timeout=30)
+        counts = json.loads(sent.stdout)
+        time.sleep(0.3)
+        Path(str(out) + ".stop").touch()
+        got = json.loads(rec.communicate(timeout=10)[0].splitlines()[-1])
+    finally:
+        if rec.poll() is None:
+            rec.kill()
+            rec.wait()
+    ts, pp, ll = traceload.read_records(out)
+    mine = sorted((t / 1e6, p, n) for t, p, n in zip(ts, pp, ll) if p in set(ports))
+    assert counts["sent"] == 600 and counts["errors"] == 0 and got["drops"] == 0, (counts, got)
+    assert len(mine) == 600 and {n for _, _, n in mine} == {128}, mine[:5]
+    for port in set(ports):
+        arrived = [t for t, p, _ in mine if p == port]
+        due = [t for t, p in zip(times, ports) if p == port]
+        lateness = [a - d for a, d in zip(arrived, due)]
+        assert -1 <= min(lateness) and max(lateness) < 20, (port, min(lateness), max(lateness))
+
+
 # ---------------------------------------------------------------- the square wave
 
 
@@ -92,6 +132,7 @@ def test_a_square_wave_on_1000_links_is_followed_within_its_tolerances(tag, tmp_
                              phase_seed="23", queue="6056b", bandwidth="1gbit")
     print(json.dumps({k: v for k, v in r.items() if k != "driver"}), r["driver"])
     assert r["received"] > 100_000 and r["sent"]["errors"] == 0
+    assert r["receiver_lost"] == 0 and r["sent"]["late_ms"] < 100, r["sent"]  # the load is what it says
     assert abs(r["mean_ratio"] - 1) <= 0.01, r  # the mean within 1% of the schedule's capacity
     assert r["p95_tolerances_1000ms"] <= 1.0, r  # per 1 s window, within 2% (p95 over links and windows)
     assert r["p95_tolerances_100ms"] <= 1.0, r  # per 100 ms window, within 10%

@@ -7,8 +7,6 @@ per-kind parts are in ``kinds/``; the differences from tc on purpose are
 documented there (HTB's rate tables, netem's wide delays).
 """
 
-import struct
-
 from ..plan import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 
 from ..filters import U32Filter
@@ -20,7 +18,6 @@ from .rates import Clock, clock
 
 _KIND_U32 = attr_str(TCA_KIND, "u32")
 _ADD = NLM_F_CREATE | NLM_F_EXCL
-_FLAGS = struct.Struct("=H")  # nlmsg_flags, at offset 6 of a message
 
 HTB_CACHE_MOST = 1 << 16  # class options kept (a plan's links mostly share a few)
 
@@ -68,25 +65,25 @@ class Encoder:
             body = tcmsg(self.ifindex(op.dev), 0, op.parent)
         return message(RTM_DELQDISC, flags, seq, body)
 
-    def netem_qdisc(self, op, seq: int, flags: int) -> bytes:
+    def netem_qdisc(self, op, seq: int, flags: int, add: int = _ADD) -> bytes:
         body = (tcmsg(self.ifindex(op.dev), op.handle, op.parent)
                 + netem.options(op.params, op.limit_pkts, self.clock, op.rate_bps,
                                 (op.overhead_bytes, op.cell_bytes, op.cell_overhead_bytes)))
-        return message(RTM_NEWQDISC, flags | _ADD, seq, body)
+        return message(RTM_NEWQDISC, flags | add, seq, body)
 
-    def fifo_qdisc(self, op, seq: int, flags: int) -> bytes:
+    def fifo_qdisc(self, op, seq: int, flags: int, add: int = _ADD) -> bytes:
         body = tcmsg(self.ifindex(op.dev), op.handle, op.parent) + fifo.options(op.kind, op.limit)
-        return message(RTM_NEWQDISC, flags | _ADD, seq, body)
+        return message(RTM_NEWQDISC, flags | add, seq, body)
 
-    def tbf_qdisc(self, op, seq: int, flags: int) -> bytes:
+    def tbf_qdisc(self, op, seq: int, flags: int, add: int = _ADD) -> bytes:
         """A traced link's gate; with ``htb_tables`` (tc's own messages) its rate table too."""
         body = (tcmsg(self.ifindex(op.dev), op.handle, op.parent)
                 + tbf.options(op.rate_bps, op.burst_bytes, op.limit_bytes, self.clock, self.htb_tables))
-        return message(RTM_NEWQDISC, flags | _ADD, seq, body)
+        return message(RTM_NEWQDISC, flags | add, seq, body)
 
     # -- classes
 
-    def htb_class(self, op, seq: int, flags: int) -> bytes:
+    def htb_class(self, op, seq: int, flags: int, add: int = _ADD) -> bytes:
         key = (op.rate_bps, op.ceil_bps, op.burst_bytes, op.quantum_bytes, op.mpu_bytes, op.overhead_bytes, op.atm)
         opts = self._htb.get(key)
         if opts is None:
@@ -94,7 +91,7 @@ class Encoder:
                 self._htb.clear()
             opts = self._htb[key] = htb.class_options(*key, self.clock, self.htb_tables)
         body = tcmsg(self.ifindex(op.dev), op.classid, op.parent) + opts
-        return message(RTM_NEWTCLASS, flags | _ADD, seq, body)
+        return message(RTM_NEWTCLASS, flags | add, seq, body)
 
     def del_class(self, op, seq: int, flags: int) -> bytes:
         return message(RTM_DELTCLASS, flags, seq, tcmsg(self.ifindex(op.dev), op.classid, 0))
@@ -132,11 +129,11 @@ class Encoder:
             act = self._act[key] = actions.action_list(u32.TCA_U32_ACT, acts) if acts else b""
         return act
 
-    def u32_filter(self, op, seq: int, flags: int) -> bytes:
+    def u32_filter(self, op, seq: int, flags: int, add: int = _ADD) -> bytes:
         ifindex, parent, info = self._filter_head(op.dev, op.parent, op.prio, op.protocol)
         acts = self._actions(op.police, op.redirect) if (op.police is not None or op.redirect is not None) else b""
         body = TCMSG.pack(0, ifindex, op.handle, parent, info) + _KIND_U32 + self._u32.options(op, acts)
-        return NLMSGHDR.pack(16 + len(body), RTM_NEWTFILTER, flags | _ADD, seq, 0) + body
+        return NLMSGHDR.pack(16 + len(body), RTM_NEWTFILTER, flags | add, seq, 0) + body
 
     def bpf_filter(self, dev: str, prio: int, handle: int, prog_fd: int, name: str, seq: int, flags: int) -> bytes:
         """A direct-action program ``prog_fd`` on ``dev``'s clsact egress hook, for every
@@ -150,9 +147,7 @@ class Encoder:
     def change(self, op, seq: int, flags: int) -> bytes:
         """``op.op``'s message without NLM_F_CREATE | NLM_F_EXCL (what ``tc ... change``
         sends): the kernel changes the object with that handle, or answers ENOENT."""
-        msg = bytearray(_CHANGEABLE[type(op.op)](self, op.op, seq, flags))
-        _FLAGS.pack_into(msg, 6, _FLAGS.unpack_from(msg, 6)[0] & ~_ADD)
-        return bytes(msg)
+        return _CHANGEABLE[type(op.op)](self, op.op, seq, flags, 0)
 
 
 _CHANGEABLE = {HtbClass: Encoder.htb_class, NetemQdisc: Encoder.netem_qdisc, FifoQdisc: Encoder.fifo_qdisc,
