@@ -6,7 +6,7 @@
     python -m bench stats [--quick]      time to read every link's counters; dashboard CPU
     python -m bench metrics [--quick]    a /metrics scrape: hand-written writer vs prometheus_client
     python -m bench fidelity [--quick]   goodput / configured, RTT / configured
-    python -m bench dialup [--quick]     the 2000 dial-up table with httperf
+    python -m bench dialup [--quick]     the 2000 dial-up table with httperf and wrk (wrk also at 15,000, 20,000)
     python -m bench audience [--quick]   the dial-up table's method behind a mix of links
     python -m bench faults [--quick]     refusals at every step, SIGKILL mid-apply
     python -m bench switch [--quick]     a download across a profile switch: in place vs rebuild
@@ -63,8 +63,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--queues", type=int, nargs="+", metavar="Q",
                    help="shaped-load: tx queue counts, each measured beside the others (default 1 2)")
     p.add_argument("--clients", type=int, nargs="+", metavar="X",
-                   help="simultaneous connections (dialup; audience: the dial-up mix only) or downloads (fidelity) "
-                        "instead of the defaults")
+                   help="simultaneous connections (dialup: only these x, httperf where a client's share fits one "
+                        "process, in a lab with wider client port ranges where they need it; audience: the dial-up "
+                        "mix only) or downloads (fidelity) instead of the defaults")
     p.add_argument("--dashboard-links", type=int, nargs="+", metavar="N",
                    help="stats: link counts of the synthetic dashboard measurement (0: none) instead of the defaults")
     p.add_argument("--baseline", default=None, metavar="REV",

@@ -167,7 +167,7 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
     lines += section_fidelity(fid, img(plot_fidelity, fid) if fid else None)
     v03 = results.get(("dialup-v03", "vm")) or results.get(("dialup-v03", "host"))
     lines += section_dialup(dialup, img(plot_dialup, dialup) if dialup else None, v03,
-                            results.get(("transient", "vm")))
+                            results.get(("transient", "vm")), results.get(("dialup-wide", "host")))
     lines += section_faults(results.get(("faults", "host")))
     lines += section_switch(results.get(("switch", "host")))
     lines += section_audience(results.get(("audience", "host")))

@@ -449,7 +449,7 @@ def _dialup_v03(doc: dict | None) -> list[str]:
 
 
 def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None,
-                   transient: dict | None = None) -> list[str]:
+                   transient: dict | None = None, wide: dict | None = None) -> list[str]:
     out = ["## 5. The dial-up table", ""]
     if not doc:
         return out + ["Not run.", ""]
@@ -477,28 +477,9 @@ def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None,
             "the downlink (a " + f"{cfg.get('header_bytes', '?')}-byte header and 10,000 bytes in TCP segments "
             "of 1,460 bytes, each a PPP frame 8 bytes longer than its payload), so x users complete at most "
             "x / (seconds per call) replies per second.", ""]
-    body = []
     from .dialup import linux_floor, table_rows
-    for r in table_rows(doc) + [r for r in doc["rows"] if linux_floor(r)]:
-        cpu = r.get("cpu", {})
-        lost = r.get("sessions_total", 0) - r.get("sessions_ok", 0) if "sessions_total" in r else None
-        floor = r.get("server_rto_min_ms")
-        body.append([r["generator"], f"{r['x']:,}", "?" if floor is None else f"{floor:,} ms", f"{r['completed_per_s']:.1f}",
-                     f"{100 * r['ratio_to_model']:.1f}%", *_second_cells(r),
-                     f"{r['model_ceiling']:.1f} ({r['model_call_s']:.3f} s/call)",
-                     f"{100 * r['ratio_to_theoretical']:.1f}%", fmt_int(r.get("published")),
-                     fmt_int(r.get("errors")), "-" if lost is None else f"{lost:,}",
-                     "-" if r.get("retransmitted") is None else
-                     f"{100 * r['retransmitted']:.1f}% ({r['server_tcp']['TcpExtTCPTimeouts']:,})",
-                     f"{100 * cpu.get('load_generators', 0):.0f}%", f"{100 * cpu.get('server', 0):.0f}%",
-                     f"{100 * cpu.get('softirq', 0):.0f}%", f"{100 * cpu.get('machine_busy', 0):.0f}%",
-                     *_probe_cells(r)])
-    out += table(["load", "x", "server RTO floor", "window: replies/s", "window: of the model's ceiling",
-                  "whole run: replies/s", "whole run: of its model", "model ceiling", "of 0.36 x",
-                  "2000 (event-driven)", "errors", "sessions lost", "retransmitted (timeouts)", "CPU: load",
-                  "CPU: server",
-                  "CPU: softirq", "machine busy", "probe: to first byte, p50 / p95",
-                  "probe: first to last byte, p50 (model)"], body) + [""]
+    out += table(_DIALUP_COLUMNS, [_dialup_cells(r) for r in table_rows(doc) + [r for r in doc["rows"] if linux_floor(r)]])
+    out += [""]
     out += ["Two readings of each row. *Window*: the rate in the window above, what the link sustains "
             "once every connection runs. *Whole run*: for httperf, the 2000 way, as the 2000 figures were "
             "read: a second run whose sessions all start within the first second and run to their 20th "
@@ -519,10 +500,11 @@ def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None,
             "again and a connection's first calls taking 5-8 s; with the link layer's own frames it does "
             "not (the row).",
             "",
-            "CPU columns are shares of one core (load generators and server: their processes' user + "
-            "system time; softirq: the kernel's, over all CPUs, which is where the router's forwarding and "
-            "shaping run: veth delivers in the sender's context). httperf busy-polls, so its share says "
-            "nothing about the router.", "",
+            "CPU: load generators and server in shares of one core (their processes' user + system time; "
+            "this kernel counts CPU time by the tick, so a process's share includes the softirq work that "
+            "ran in its context); softirq and machine busy in shares of the whole machine (all its CPUs). "
+            "Softirq is where the router's forwarding and shaping run: veth delivers in the sender's "
+            "context. httperf busy-polls, so its share says nothing about the router.", "",
             "Probe: during the window, 10 curl processes in the first client namespace fetch the file "
             "over one connection each (their own links, left out of the row's rate) and time each call "
             "after the first in two parts: from the request to the response's first byte (the request on "
@@ -531,11 +513,78 @@ def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None,
             "response's frames on the downlink, which the link model predicts).", ""]
     out += _dialup_reading(doc) + [""]
     out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
+    out += _dialup_wide(wide)
     out += _dialup_v03(v03)
     out += _transient(transient)
     if img:
         out += [f"![dial-up table]({img})", ""]
     return out
+
+
+_DIALUP_COLUMNS = ["load", "x", "server RTO floor", "window: replies/s", "window: of the model's ceiling",
+                   "whole run: replies/s", "whole run: of its model", "model ceiling", "of 0.36 x",
+                   "2000 (event-driven)", "errors", "sessions lost", "retransmitted (timeouts)", "CPU: load",
+                   "CPU: server", "CPU: softirq", "machine busy", "probe: to first byte, p50 / p95",
+                   "probe: first to last byte, p50 (model)"]
+
+
+def _dialup_cells(r: dict) -> list[str]:
+    """One row of the dial-up table (``_DIALUP_COLUMNS``)."""
+    cpu = r.get("cpu", {})
+    lost = r.get("sessions_total", 0) - r.get("sessions_ok", 0) if "sessions_total" in r else None
+    floor = r.get("server_rto_min_ms")
+    return [r["generator"], f"{r['x']:,}", "?" if floor is None else f"{floor:,} ms", f"{r['completed_per_s']:.1f}",
+            f"{100 * r['ratio_to_model']:.1f}%", *_second_cells(r),
+            f"{r['model_ceiling']:.1f} ({r['model_call_s']:.3f} s/call)",
+            f"{100 * r['ratio_to_theoretical']:.1f}%", fmt_int(r.get("published")),
+            fmt_int(r.get("errors")), "-" if lost is None else f"{lost:,}",
+            "-" if r.get("retransmitted") is None else
+            f"{100 * r['retransmitted']:.1f}% ({r['server_tcp']['TcpExtTCPTimeouts']:,})",
+            f"{100 * cpu.get('load_generators', 0):.0f}%", f"{100 * cpu.get('server', 0):.0f}%",
+            f"{100 * cpu.get('softirq', 0):.0f}%", f"{100 * cpu.get('machine_busy', 0):.0f}%",
+            *_probe_cells(r)]
+
+
+def _shares(values) -> str:
+    return " / ".join(f"{100 * v:.0f}%" for v in values) or "-"
+
+
+def _dialup_wide(doc: dict | None) -> list[str]:
+    """The rows whose users need wider client port ranges than the table's lab (``dialup.WIDE_NAME``)."""
+    if not doc or not doc.get("rows"):
+        return []
+    from .dialup import PER_HTTPERF, PORTS, table_rows
+    cfg, rows = doc.get("config", {}), table_rows(doc)
+    lo, hi = (int(p) for p in cfg.get("ports", PORTS).split("-"))
+    plo, phi = (int(p) for p in PORTS.split("-"))
+    xs = " and ".join(f"{r['x']:,}" for r in rows)
+    out = [f"### x = {xs}, wrk", "", f"({_machine_line(doc)})", "",
+           f"The table's method and columns in a lab of their own (`{doc.get('command', '')}`, commit "
+           f"{str(doc.get('commit', '?'))[:7]}): each client's ports {lo}-{hi}, so {hi - lo + 1:,} links each way "
+           f"per client, enough for the largest row's users and the probes (the table's lab has {plo}-{phi}: "
+           f"{(phi - plo + 1) * cfg.get('clients', 4):,} users at most); the router's bandwidth "
+           f"{cfg.get('bandwidth')}, its tx queues one tree each (`--queues auto`). httperf does not run at "
+           f"these x: a client's share is more than the {cfg.get('per_httperf', PER_HTTPERF)} sessions one "
+           f"httperf process's select() holds, and every process busy-polls a core. Beside the table's columns: "
+           f"each CPU busy and the softirq share of each (of that CPU's time), and each process of the server "
+           f"(nginx's master and workers) and of the load (one wrk per client) in shares of one core.", ""]
+    body = [_dialup_cells(r) + [_shares(r["cpu"].get("per_cpu_busy", [])), _shares(r["cpu"].get("per_cpu_softirq", [])),
+                                _shares(r["cpu"].get("server_each", [])), _shares(r["cpu"].get("load_each", []))]
+            for r in rows]
+    out += table(_DIALUP_COLUMNS + ["each CPU busy", "each CPU: softirq", "server processes", "wrk processes"],
+                 body) + [""]
+    reading = []
+    for r in rows:
+        cpu = r.get("cpu", {})
+        reading.append(f"x = {r['x']:,}: {100 * r['ratio_to_model']:.1f}% of the model's ceiling in the window "
+                       f"({r['completed_per_s']:.1f} of {r['model_ceiling']:.1f} replies/s), errors "
+                       f"{fmt_int(r.get('errors'))}, connections with two calls or more in it "
+                       f"{fmt_int(r.get('connections_counted'))} of {r['x']:,}; the machine {100 * cpu.get('machine_busy', 0):.0f}% busy (each "
+                       f"CPU {_shares(cpu.get('per_cpu_busy', []))}), softirq {100 * cpu.get('softirq', 0):.0f}% "
+                       f"of it, nginx's processes {100 * cpu.get('server', 0):.0f}% of a core, wrk's "
+                       f"{100 * cpu.get('load_generators', 0):.0f}%")
+    out += ["Reading: " + "; ".join(reading) + ".", ""]
+    return out + [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
 
 
 def _transient(doc: dict | None) -> list[str]:
@@ -605,7 +654,7 @@ def _dialup_reading(doc: dict) -> list[str]:
         cpu = r.get("cpu", {})
         out += (f" Below 98%: {r['generator']} at x = {r['x']:,}, with the machine {100 * cpu.get('machine_busy', 0):.0f}% "
                 f"busy (the server's processes {100 * cpu.get('server', 0):.0f}% of a core, with the delivery and "
-                f"shaping of what they send; softirq {100 * cpu.get('softirq', 0):.0f}%; the load generators "
+                f"shaping of what they send; softirq {100 * cpu.get('softirq', 0):.0f}% of the machine; the load generators "
                 f"{100 * cpu.get('load_generators', 0):.0f}%).")
         least = min((q for q in rows if q["generator"] == r["generator"]), key=lambda q: q["x"])
         first, rest, calm = _probe(r, "first_byte_s"), _probe(r, "rest_s"), _probe(least, "first_byte_s")

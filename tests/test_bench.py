@@ -230,6 +230,23 @@ def test_dialup_loads_are_the_2000_method():
     assert dialup.load_argv("wrk", "198.19.0.2", 2500, 60, 12)[:3] == ["wrk", "-t1", "-c2500"]
 
 
+def test_dialup_rows_and_their_labs():
+    table = dialup.config(False)  # the 2000 table's x with both generators, wrk at 10,000, one 200 ms row
+    assert table.points == (*(("httperf", x, 1000) for x in (200, 1000, 2000, 3600)),
+                            *(("wrk", x, 1000) for x in (200, 1000, 2000, 3600, 10_000)), ("wrk", 1000, None))
+    assert table.ports == dialup.PORTS == "10000-12999"  # 2,500 users and the probes fit a client's range
+    # x beyond the table's lab: wrk only (a client's share is more than one httperf's select() holds),
+    # in a lab whose ranges are widened by whole 500s as far as the largest share and the probes need
+    wide = dialup.config(False, [15_000, 20_000])
+    assert wide.points == (("wrk", 15_000, 1000), ("wrk", 20_000, 1000)) and wide.ports == "10000-15499"
+    assert dialup.wide_config() == wide
+    assert dialup.config(False, [200, 3600]).points == (("httperf", 200, 1000), ("httperf", 3600, 1000),
+                                                       ("wrk", 200, 1000), ("wrk", 3600, 1000))
+    assert dialup.config(False, [3604]).points == (("wrk", 3604, 1000),)  # 901 a client: two httperfs
+    assert dialup.ports_for(11_960) == dialup.PORTS and dialup.ports_for(11_964) == "10000-13499"
+    assert dialup.config(True).ports == dialup.PORTS
+
+
 def test_dialup_v03_sessions_ride_the_policers_bucket():
     """v0.3's links read the 2000 way: a session's 20 calls less the 18,000 bytes its fresh
     bucket lets through at once (5 s at 28,800 bit/s), each client's calls over the last
@@ -313,6 +330,16 @@ def _small_results(d):
         for g, v, floor in (("httperf", 64.0, 1000), ("wrk", 63.5, 1000), ("wrk", 57.0, 200))],
         config={"profile": "modem-28k8", "mode": "shape", "window_s": 40, "ramp_s": 12, "calls": 20, "clients": 4,
                 "per_httperf": 900, "bandwidth": "100mbit", "header_bytes": 250, "delay_stage": False})
+    _write(d, "dialup-wide", "host", False, [
+        {"generator": "wrk", "x": 20_000, "server_rto_min_ms": 1000, "completed_per_s": 5000.0, "theoretical": 7200.0,
+         "ratio_to_theoretical": 5000 / 7200, "retransmitted": 0.0, "server_tcp": {"TcpExtTCPTimeouts": 0},
+         "model_ceiling": 6500.0, "model_call_s": 3.077, "ratio_to_model": 5000 / 6500, "published": None,
+         "errors": 0, "whole_run_per_s": 4800.0, "connections_counted": 19_000,
+         "cpu": {"machine_busy": 0.99, "load_generators": 0.5, "server": 1.1, "softirq": 0.6,
+                 "per_cpu_busy": [1.0, 0.98], "per_cpu_softirq": [0.61, 0.59], "server_each": [0.56, 0.54, 0.0],
+                 "load_each": [0.13, 0.13, 0.12, 0.12]}}],
+        config={"ports": "10000-15499", "clients": 4, "per_httperf": 900, "bandwidth": "692mbit"},
+        notes=["nginx's workers saturate first."])
     _write(d, "dialup-v03", "vm", False, [
         {"generator": "httperf", "window": "httperf totals", "x": 200, "server_tcp_start": start, "server_rto_min_ms": floor,
          "completed_per_s": v, "theoretical": 72.0, "ratio_to_theoretical": v / 72, "published": 69,
@@ -375,6 +402,14 @@ def test_report_from_small_results(tmp_path):
     assert "every row reached at least 98.4% of the link model's ceiling (lowest: wrk at x = 200)" in text
     assert ("For comparison, wrk at x = 200 with Linux's 200 ms floor reached 88.4%, retransmitting 10.0% of "
             "segments.") in text
+    # the rows beyond the table's lab: their own ports, each CPU and each process, and the notes
+    assert "### x = 20,000, wrk" in text and "each client's ports 10000-15499, so 5,500 links each way" in text
+    assert ("| wrk | 20,000 | 1,000 ms | 5000.0 | 76.9% | 4800.0 | - | 6500.0 (3.077 s/call) | 69.4% | - | 0 | - | "
+            "0.0% (0) | 50% | 110% | 60% | 99% | - | - | 100% / 98% | 61% / 59% | 56% / 54% / 0% | "
+            "13% / 13% / 12% / 12% |") in text
+    assert ("x = 20,000: 76.9% of the model's ceiling in the window (5000.0 of 6500.0 replies/s), errors 0, "
+            "connections with two calls or more in it 19,000 of 20,000;") in text
+    assert "- nginx's workers saturate first." in text
     # v0.3's settings: read from httperf's totals, set against 2000's figure and the bucket-riding model
     assert ("| 200 | cubic, initial window 10 | 1,000 ms | 70.7 | 98.2% | 69 (95.8%) | +2.4 | 100.1% (70.6) | "
             "55.52 s (55.67 s) | 0 | 0 | 70.0% (10,000) | 100% |") in text
