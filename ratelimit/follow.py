@@ -252,7 +252,7 @@ def run(netns: str | None, interface: str, step_ms: int = DEFAULT_STEP_MS, say=p
         write.base["realtime"] = _realtime()
         write(state="starting", started_ms=None, step=None, links=0, shut=0)
         with guard() as g:
-            gc.disable()  # see "Timing" above
+            gc.disable()  # see "Memory" above
             try:
                 why, code = _Loop(netns, interface, step_ms, write, g).run()
             except BaseException as err:  # a signal (signals.Stop) or a failure: say so, then go
