@@ -81,6 +81,7 @@ def _bps(text: str) -> int:
 # ---------------------------------------------------------------- the load generator
 
 
+@pytest.mark.alone  # it times the sender against the clock: beside the loaded suite one datagram went 30 ms late
 def test_the_c_sender_sends_each_datagram_at_its_time_and_the_receiver_records_each(tag, tmp_path):
     """No shaping: 600 datagrams to three client ports, each due at a time of its own over
     0.6 s (``traceload.schedule``'s plan format): the receiver records every one, with its
@@ -142,6 +143,8 @@ def test_a_square_wave_on_1000_links_is_followed_within_its_tolerances(tag, tmp_
 # ---------------------------------------------------------------- an outage
 
 
+@pytest.mark.alone  # the driver's rounds and the client's reads against the clock: beside the loaded suite
+# 13 kB (some 50 ms of the link) were read inside the outage once, cause not established (docs/traces-notes.md, 8)
 def test_an_outage_holds_a_tcp_download_and_it_resumes_when_capacity_returns(tag):
     """4 s at 2 Mbit/s, 3 s of nothing (the driver shuts the link's gate), then 2 Mbit/s: the
     download is not reset, nothing reaches the client during the outage, and it goes on at
