@@ -138,10 +138,15 @@ class Traced:
         self.edge = (t1_ms, u1)
         return self.to_class(cap.bytes_of(u1 - u0) * 8000 / (t1_ms - t0_ms))
 
+    @property
+    def staged(self) -> bool:
+        """Whether its delay stage follows a schedule (a trace's keeps the link's own delay)."""
+        return self.stage is not None and self.source.kind == "schedule"
+
     def stage_at(self, t_ms: float) -> NetemQdisc | None:
         """A schedule's delay stage at the plan's time ``t_ms``: the step's delay and loss over
-        the link's own (None: no stage, or a trace, whose stage keeps the link's own)."""
-        if self.stage is None or self.source.kind != "schedule":
+        the link's own (None: not ``staged``)."""
+        if not self.staged:
             return None
         side = self.capacity.at(t_ms - self.offset_ms).side(SIDES[self.direction])
         own = self.stage.params
@@ -155,6 +160,11 @@ class Traced:
     def klass_at(self, rate_bps: int) -> HtbClass:
         guaranteed, ceil, burst = self.rates(rate_bps)
         return self.klass.with_rates(guaranteed, ceil, burst)
+
+
+def _held(gate_bps: int | None) -> bool:
+    """Whether a gate set at ``gate_bps`` holds a rise (a rate of its own, not open or shut)."""
+    return gate_bps not in (None, gate.OPEN_BPS, gate.SHUT_BPS)
 
 
 def _passing_bps(rate_bps: int | None, gate_bps: int | None) -> int | None:
@@ -208,7 +218,7 @@ class Stepper:
         if step_ms <= 0:
             raise ValueError(f"step {step_ms!r} ms is not positive")
         self.links, self.step_ms = links, step_ms
-        self._staged = [link for link in links if link.stage is not None and link.source.kind == "schedule"]
+        self._staged = [link for link in links if link.staged]
         self._sent: list = []
 
     def window(self, k: int) -> tuple[int, int]:
@@ -236,12 +246,12 @@ class Stepper:
                 nxt, peak = rates[1], max(rates[1:1 + ahead])
                 if peak >= RISE * rate:
                     klass, gate_bps = peak, rate
-                    if not resend and was_gate is not None and was_gate != OPEN and was_gate != SHUT and \
+                    if not resend and _held(was_gate) and \
                             rate / RISE <= was_gate <= rate * RISE:  # held already: its gate stays, the difference is owed
                         gate_bps = was_gate
                         link.gain((was_gate - rate) * step_s / 8)
                 else:
-                    if was_gate is not None and was_gate != OPEN and was_gate != SHUT:  # a held rise: the gate opens now
+                    if _held(was_gate):  # a held rise: the gate opens now
                         link.gain(CHANGE_GAIN * frame * (1 - was_gate / rate))
                     if nxt != rate and k != link.counted:  # the change after this window, paid before it
                         link.gain(SHUT_GAIN * frame if nxt == 0 else CHANGE_GAIN * frame * (1 - nxt / rate))
@@ -273,7 +283,7 @@ class Stepper:
         """The delay stages that change in step ``k`` (a schedule's delay and loss, in force
         at the window's middle: a step's edge is met within half a window)."""
         out = []
-        for link in self._staged:  # a trace's stage keeps the link's own delay
+        for link in self._staged:
             stage = link.stage_at((k + 0.5) * self.step_ms)
             if stage is not None and (resend or (stage.params.delay_us, stage.params.loss_pct) != link.stage_sent):
                 out.append(Change(stage))
@@ -307,7 +317,7 @@ class Stepper:
         return sum(1 for link in self.links if link.shut)
 
     def held_count(self) -> int:
-        return sum(1 for link in self.links if link.gate_bps not in (None, gate.OPEN_BPS, gate.SHUT_BPS))
+        return sum(1 for link in self.links if _held(link.gate_bps))
 
 
 def now_bps(req, now_ms: float, step_ms: int) -> dict:
