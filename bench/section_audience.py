@@ -3,7 +3,7 @@ method with the server behind a mix of links, each cohort against its own model.
 
 from __future__ import annotations
 
-from .sections import _machine_line, _probe_cells, table
+from .sections import _machine_line, _notes, _probe_cells, table
 
 
 def section_audience(doc: dict | None) -> list[str]:
@@ -74,7 +74,7 @@ def section_audience(doc: dict | None) -> list[str]:
             "Probe, as in section 5: 10 curl connections in client 1 (a 28.8k modem each), left out of the "
             "rates, each call timed from the request to the first byte and from there to the last.", ""]
     out += _reading(doc) + [""]
-    out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
+    out += _notes(doc)
     return out
 
 

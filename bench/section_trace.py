@@ -3,7 +3,7 @@ they track it at 100 to 10,000 links, what the driver costs at each step, and a 
 
 from __future__ import annotations
 
-from .sections import _machine_line, table
+from .sections import _machine_line, _notes, table
 
 
 def _pct(v) -> str:
@@ -116,5 +116,5 @@ def section_trace(doc: dict | None) -> list[str]:
                 f"3 s against the trace's capacity then (each opportunity a full segment of 1,448 bytes): "
                 f"**{r['goodput_ratio_mean'] * 100:.1f}%** on average, {r['goodput_ratio_min'] * 100:.1f}% to "
                 f"{r['goodput_ratio_max'] * 100:.1f}% by link, the driver {_pct(r['driver_cpu'])} of a core.", ""]
-    out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
+    out += _notes(doc)
     return out

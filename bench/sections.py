@@ -28,6 +28,11 @@ def table(header: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
+def _notes(doc: dict) -> list[str]:
+    """A result's notes as a list, and a blank line after them (none without notes)."""
+    return [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
+
+
 def _machine_line(doc: dict) -> str:
     m = doc.get("machine", {})
     load = m.get("loadavg") or []
@@ -102,7 +107,7 @@ def section_setup(docs: list[dict], img: str | None) -> list[str]:
         if "identical_state" in doc:
             out += [f"Kernel state after our executor and after tc -batch at the smallest N: "
                     f"{'identical' if doc['identical_state'] else 'DIFFERENT'} (`Executor.snapshot`).", ""]
-        out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
+        out += _notes(doc)
     if img:
         out += [f"![setup time]({img})", ""]
     return out
@@ -191,7 +196,7 @@ def section_packet(doc: dict | None, img: str | None) -> list[str]:
     if "python" in sender:
         out += ["The Python sender was used (no C compiler): it spends more per packet than the router, "
                 "so the ratios are flattened.", ""]
-    out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
+    out += _notes(doc)
     if img:
         out += [f"![per-packet cost]({img})", ""]
     return out
@@ -275,7 +280,7 @@ def section_stats(docs: list[dict], img: str | None) -> list[str]:
             out += ["**Dashboard server CPU at 1 Hz, one browser page open** (share of one core; best of the rounds)",
                     ""]
             out += table(["statistics", "links", "this checkout", "baseline", "baseline / ours"], body) + [""]
-        out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
+        out += _notes(doc)
     if img:
         out += [f"![statistics cost]({img})", ""]
     return out
@@ -512,7 +517,7 @@ def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None,
             "packet, which HTB charges after sending it) and from the first byte to the last (the "
             "response's frames on the downlink, which the link model predicts).", ""]
     out += _dialup_reading(doc) + [""]
-    out += [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
+    out += _notes(doc)
     out += _dialup_wide(wide)
     out += _dialup_v03(v03)
     out += _transient(transient)
@@ -584,7 +589,7 @@ def _dialup_wide(doc: dict | None) -> list[str]:
                        f"of it, nginx's processes {100 * cpu.get('server', 0):.0f}% of a core, wrk's "
                        f"{100 * cpu.get('load_generators', 0):.0f}%")
     out += ["Reading: " + "; ".join(reading) + ".", ""]
-    return out + [f"- {n}" for n in doc.get("notes", [])] + ([""] if doc.get("notes") else [])
+    return out + _notes(doc)
 
 
 def _transient(doc: dict | None) -> list[str]:
