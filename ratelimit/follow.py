@@ -32,9 +32,14 @@ through the executor.  Decided here (docs/profiles.md, "The driver"):
   and drops thousands of objects, none in cycles, and each collection walked the whole
   plan (a quarter of a step's time at 10,000 links, measured).  It collects when it reads
   a new plan, and freezes what that plan made.
+* **The links' packets**: every ``LEARN_EVERY_S`` (less often where a reading takes over
+  ``LEARN_SHARE`` of that) it reads its links' class counters, one dump per HTB qdisc, and
+  each link's packets are its bytes over its packets since the reading before
+  (``Stepper.learn``): what a change lets out is counted in them (``steps``, "In the
+  link's own packets").
 * **What it says**: ``IF.follow.json``, rewritten every step (``report`` reads it for
   ``--list``, ``--stats`` and the dashboard): its pid, the step and when it was sent,
-  and how many links it left shut; and its counts so far (``sent`` changes, ``rounds``,
+  and how many links it left shut (and holds, and whose packets it knows); and its counts so far (``sent`` changes, ``rounds``,
   ``missed`` steps: their time had passed before it could send them), which
   ``bench/trace.py`` reads.  A driver that died leaves its last step there.
 """
@@ -53,6 +58,8 @@ from pathlib import Path
 from . import SOURCE_ROOT, state
 from .compile import compiled
 from .errors import ConflictError, RatelimitError, StateError
+from .kernel.counters import FlowTable
+from .kernel.transport import KernelError
 from .signals import guard
 from .steps import Stepper, traced_links
 from .tracespec import load as load_source
@@ -65,6 +72,8 @@ STOP_WAIT_S = 5.0
 FAILURES = 3  # steps refused in a row before the driver gives up
 LEAD_WEIGHT = 0.1  # of the newest round's lateness in the running lead
 LEAD_MOST_MS = 2.0  # the most one round moves the lead
+LEARN_EVERY_S = 1.0  # how often the links' counters are read to learn their packets
+LEARN_SHARE = 0.02  # the most of its time the driver gives to that (a longer reading, a longer interval)
 
 
 def _path(netns: str | None, interface: str, suffix: str) -> Path:
@@ -293,12 +302,15 @@ class _Loop:
         self.stepper = self.started = None
         self.loaded: dict = {}  # (path, sha256) -> the trace or schedule
         self.lead_ms = 0.0
+        self.table = None  # where the traced links' class counters are (``counters.FlowTable``)
+        self.learn_at = 0.0  # when to read them next (``time.monotonic``)
 
     def run(self) -> tuple[str, int]:
         from .kernel.executor import Executor, StepFailed  # the only code that changes traffic control
+        from .kernel.readback import Reader
         failures, resend, ops, k, counts = 0, True, None, None, {}
         sent = rounds = missed = 0  # changes and rounds sent, steps not sent (their time had passed)
-        with Executor(self.netns) as ex, ThreadPoolExecutor(1, "send") as sender:
+        with Executor(self.netns) as ex, Reader(self.netns) as reader, ThreadPoolExecutor(1, "send") as sender:
             while True:
                 if self.guard.pending:
                     return signal.Signals(self.guard.pending).name, 0
@@ -336,6 +348,9 @@ class _Loop:
                     late_ms = first_ms + round_ms / 2  # the round's middle against its window's start
                     failures, resend = 0, False
                     sent, rounds = sent + len(ops), rounds + 1
+                    if time.monotonic() >= self.learn_at:
+                        self._learn(reader)
+                        next_counts["learnt"] = self.stepper.learnt
                     if ops:  # wake earlier (or later) by what the rounds have been late: the middle on time
                         self.lead_ms = min(self.step_ms / 2, max(0.0, self.lead_ms + max(
                             -LEAD_MOST_MS, min(LEAD_MOST_MS, LEAD_WEIGHT * late_ms))))
@@ -352,7 +367,18 @@ class _Loop:
                 time.sleep(max(0.0, (wake_ms - time.time() * 1000) / 1000))
 
     def _counts(self) -> dict:
-        return {"shut": self.stepper.shut_count(), "held": self.stepper.held_count()}
+        return {"shut": self.stepper.shut_count(), "held": self.stepper.held_count(), "learnt": self.stepper.learnt}
+
+    def _learn(self, reader) -> None:
+        """Read the traced links' class counters and learn their packets from them."""
+        began = time.monotonic()
+        try:
+            cols = reader.counters(self.table)
+        except (RatelimitError, KernelError):  # traffic control kept changing: the next reading
+            cols = None
+        if cols is not None:
+            self.stepper.learn(cols["bytes"], cols["packets"])
+        self.learn_at = began + max(LEARN_EVERY_S, (time.monotonic() - began) / LEARN_SHARE)
 
     def _now_step(self) -> int:
         return max(0, int((time.time() * 1000 + self.lead_ms - self.started) // self.step_ms))
@@ -388,6 +414,8 @@ class _Loop:
         gc.unfreeze()
         gc.collect()  # what the last plan left in cycles
         self.stepper = Stepper(traced_links(plan, {path: v for (path, _), v in self.loaded.items()}), self.step_ms)
+        self.table = FlowTable.of_classes((link.klass.dev, link.klass.classid) for link in self.stepper.links)
+        self.learn_at = 0.0  # the first reading after a new plan is where the next one counts from
         gc.freeze()  # the plan and its links live as long as it: no collection walks them
         starts = {c.trace.started_ms for c in req.cohorts if c.trace is not None}
         if None in starts:

@@ -20,8 +20,13 @@ this one's rate or more coming within the time a full frame takes at this rate (
 ``LOOKAHEAD`` windows) is *held*: its class already gets the highest rate coming, and its
 gate, a token bucket that charges a packet before it sends it, passes this window's rate;
 when the rise comes the gate opens and the class owes only a packet's time at the new
-rate.  (A token bucket refills its bucket, one frame, whenever it is changed; with HTB's
-debt at the hold's start the two came out even on full-size packets: measured.)  A held
+rate.  A token bucket refills its bucket, one frame, whenever it is changed, so a gate set
+to hold lets out a frame at once, of which the link was due one of its own packets: the
+rest (nothing for full-size packets, measured: it comes out even with HTB's debt) is
+counted and paid back after the hold.  So a rise is held only where HTB's debt would be the
+larger (``CHANGE_GAIN`` of a packet times ``peak / rate - 1``): every rise of ``RISE`` or
+more for full-size packets, a rise of 14 times or more for 202-byte ones; a rise not held is
+paid for as a change (below).  A held
 link's gate keeps its rate while the windows' rates stay within ``RISE`` of it: changing it
 would refill its bucket each step (up to a frame beyond the rate each time), so what it
 passes beyond or short of each window's rate is counted and paid back like a change.  A
@@ -36,10 +41,17 @@ moves by what is left of it times ``1 - r / r_old``: about ``CHANGE_GAIN`` of a 
 times that, on average (a 10:1 fall: 0.45 packet more than the capacity).  A held rise
 gains the same way as the gate opens (the packet the bucket was saving up for goes at
 once: ``1 - r_held / r``), and a gate that shuts lets out the frame its bucket holds
-(``SHUT_GAIN``).  The driver counts each in full frames, the packets a trace counts
-(``Traced.ahead_bytes``), in the window before the change when it can (a fall, a shut) or
-in the window of it (an opening), and pays it back from the class rates of that window and
-the next, by at most ``PAYBACK`` of each.  A change that lands late (or early) is paid for too: the
+(``SHUT_GAIN``).  The driver counts each (``Traced.ahead_bytes``) in the window before the
+change when it can (a fall, a shut) or in the window of it (an opening), and pays it back
+from the class rates of that window and the next, by at most ``PAYBACK`` of each.
+
+**In the link's own packets.**  What is in hand at a change, and what HTB owes at a rise,
+is one of the link's packets, not a full frame: a link of 200-byte datagrams is at most
+200 bytes ahead, and a gate that holds it lets out a frame of 1,514 bytes, seven of them,
+at once.  The driver learns each link's packets from its class's counters (``learn``:
+bytes over packets since the last reading) and counts in them; a link it has not learnt
+yet (or that sent too few packets to tell) counts in full frames, which is exact for the
+full-size packets a backlogged download sends (docs/traces-notes.md, section 9).  A change that lands late (or early) is paid for too: the
 driver says when its round began and how long it took (``Stepper.landed``), each change is
 taken to land at its place in the round, and a link that ran at its old rate for that long
 is owed (or owes) the difference.
@@ -57,6 +69,8 @@ LOOKAHEAD = 10  # the most windows a link looks ahead for a rise
 CHANGE_GAIN = 0.5  # of a full frame times 1 - r / r_old: what a change of rate lets out beyond the capacity
 SHUT_GAIN = 1.0  # of a full frame: what a gate lets out as it shuts
 PAYBACK = 0.5  # the most of a window's rate a class gives (or gets) to pay back what a change let out
+PAY_LEAST = 1 / 16  # of a packet: less is left owing (each payment is a change, and a change that lands late owes again)
+LEARN_PACKETS = 8  # the fewest packets a link sends between two readings for ``learn`` to take their size
 
 from . import gate
 from .capacity import ScheduleCapacity, TraceCapacity
@@ -93,6 +107,8 @@ class Traced:
     stage: NetemQdisc | None = None  # its delay stage under the gate, as the plan builds it (``compile._stage``)
     stage_sent: tuple | None = None  # (delay_us, loss_pct) last set on the stage (None: not known)
     edge: tuple = (None, 0)  # (the link's time, the capacity's units before it) of the last window's end
+    packet_bytes: float | None = None  # its packets as its class meters them (``Stepper.learn``; None: full frames)
+    seen: tuple | None = None  # its class's (bytes, packets) at the last reading
 
     def __post_init__(self):
         self.to_class = gate.class_rate_of(self.source, self.layer)
@@ -220,6 +236,7 @@ class Stepper:
         self.links, self.step_ms = links, step_ms
         self._staged = [link for link in links if link.staged]
         self._sent: list = []
+        self.learnt = 0  # links whose packets ``learn`` knows
 
     def window(self, k: int) -> tuple[int, int]:
         return k * self.step_ms, (k + 1) * self.step_ms
@@ -242,22 +259,25 @@ class Stepper:
                 link.ahead_bytes = 0.0  # an outage: nothing owed is worth keeping
             else:
                 frame = link.gate.burst_bytes
-                ahead = min(LOOKAHEAD, -(-frame * 8000 // (rate * step_ms)))
+                packet = link.packet_bytes or frame
+                ahead = min(LOOKAHEAD, -(-int(packet) * 8000 // (rate * step_ms)))
                 nxt, peak = rates[1], max(rates[1:1 + ahead])
-                if peak >= RISE * rate:
+                if peak >= RISE * rate and CHANGE_GAIN * packet * (peak / rate - 1) > frame - packet:
                     klass, gate_bps = peak, rate
                     if not resend and _held(was_gate) and \
                             rate / RISE <= was_gate <= rate * RISE:  # held already: its gate stays, the difference is owed
                         gate_bps = was_gate
                         link.gain((was_gate - rate) * step_s / 8)
+                    else:  # the gate's bucket refills: a frame at once, one packet of it due
+                        link.gain(frame - packet)
                 else:
                     if _held(was_gate):  # a held rise: the gate opens now
-                        link.gain(CHANGE_GAIN * frame * (1 - was_gate / rate))
+                        link.gain(CHANGE_GAIN * packet * (1 - was_gate / rate))
                     if nxt != rate and k != link.counted:  # the change after this window, paid before it
-                        link.gain(SHUT_GAIN * frame if nxt == 0 else CHANGE_GAIN * frame * (1 - nxt / rate))
+                        link.gain(SHUT_GAIN * frame if nxt == 0 else CHANGE_GAIN * packet * (1 - nxt / rate))
                         link.counted = k
                     most = PAYBACK * rate
-                    pay = link.ahead_bytes * 8 / step_s
+                    pay = link.ahead_bytes * 8 / step_s if abs(link.ahead_bytes) >= PAY_LEAST * packet else 0.0
                     pay = -most if pay < -most else most if pay > most else pay
                     klass, gate_bps = round(rate - pay), OPEN
                     link.ahead_bytes -= pay * step_s / 8
@@ -289,6 +309,22 @@ class Stepper:
                 out.append(Change(stage))
                 link.stage_sent = (stage.params.delay_us, stage.params.loss_pct)
         return out
+
+    def learn(self, nbytes, npackets) -> None:
+        """Each link's packets from its class's counters (``nbytes[i]``, ``npackets[i]``: of
+        ``links[i]``): the bytes over the packets it sent since the last reading, when it sent
+        ``LEARN_PACKETS`` or more (at most a full frame: a gate passes no larger packet)."""
+        learnt = 0
+        for link, b, n in zip(self.links, nbytes, npackets):
+            if link.seen is not None:
+                db, dn = b - link.seen[0], n - link.seen[1]
+                if dn >= LEARN_PACKETS and db > 0:
+                    link.packet_bytes = min(float(link.gate.burst_bytes), db / dn)
+                elif dn < 0 or db < 0:  # counters of another class (a plan changed under us): start again
+                    link.packet_bytes = None
+            link.seen = (b, n)
+            learnt += link.packet_bytes is not None
+        self.learnt = learnt
 
     def take_sent(self) -> list:
         """What the last ``changes`` changes in what the links pass, for ``landed`` (taken

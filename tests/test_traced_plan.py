@@ -183,6 +183,76 @@ def test_a_fall_is_paid_for_in_the_window_before_it():
     assert rates(s.changes(20)) == [("HtbClass", 40_000, 40_000)] * 2
 
 
+def small_packets(s, packet_bytes=202):
+    """Let the stepper learn that every link sends ``packet_bytes`` packets (two readings of
+    its counters, ten packets apart)."""
+    n = len(s.links)
+    s.learn([0] * n, [0] * n)
+    s.learn([10 * packet_bytes] * n, [10] * n)
+    assert s.learnt == n and all(link.packet_bytes == packet_bytes for link in s.links)
+
+
+def test_the_links_packets_are_learnt_from_their_counters():
+    s, _ = stepper(square())
+    s.learn([1000, 1000], [5, 5])  # the first reading: where the next counts from
+    assert [link.packet_bytes for link in s.links] == [None, None] and s.learnt == 0
+    s.learn([1000 + 7 * 100, 1000 + 9000 * 7], [5 + 7, 5 + 7])  # too few packets to tell
+    assert [link.packet_bytes for link in s.links] == [None, None]
+    s.learn([1700 + 8 * 100, 64000 + 8 * 9000], [20, 20])  # 100-byte packets; no packet above the gate's frame
+    assert [link.packet_bytes for link in s.links] == [100.0, 1514.0] and s.learnt == 2
+    s.learn([0, 136000 + 1514 * 8], [0, 28])  # a class's counters started again (another plan): not known
+    assert [link.packet_bytes for link in s.links] == [None, 1514.0] and s.learnt == 1
+
+
+def test_a_change_is_paid_for_in_the_links_own_packets():
+    s, _ = stepper(square())
+    small_packets(s)
+    s.changes(18, resend=True)
+    paid = round(400_000 - 0.5 * 202 * 0.9 * 8 / 0.1)  # half a 202-byte packet, nine tenths of it the fall's
+    assert rates(s.changes(19)) == [("HtbClass", paid, paid)] * 2
+
+
+def test_a_gate_that_holds_lets_out_its_bucket_at_once_beyond_the_packet_due():
+    """600-byte packets: HTB owes a packet's time at a rise (120 ms at 40 kbit/s), so the
+    hold starts two windows before it, not a frame's time (four windows); the gate's bucket,
+    a full frame, goes at once, one packet of it due: the rest is paid back after the hold."""
+    s, _ = stepper(square())
+    small_packets(s, 600)
+    s.changes(35, resend=True)
+    assert [s.changes(k) for k in (36, 37)] == [()] * 2
+    assert rates(s.changes(38)) == [("TbfQdisc", 40_000, None)] * 2 + [("HtbClass", 400_000, 400_000)] * 2
+    assert s.links[0].ahead_bytes == 1514 - 600
+    ahead = 1514 - 600 + 0.5 * 600 * 0.9  # and the packet the gate was saving up for goes as it opens
+    paid = round(400_000 - ahead * 8 / 0.1)
+    assert rates(s.changes(40)) == [("HtbClass", paid, paid)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2
+
+
+def test_a_rise_whose_debt_is_less_than_a_gates_bucket_is_paid_for_not_held():
+    """202-byte packets at a 10:1 rise: HTB's debt (half a packet times 9: 909 bytes) is less
+    than what a hold's bucket lets out beyond a packet (1,312), so the rise is not held; it is
+    paid for from the window before it (at most half its rate) and the one of it."""
+    s, _ = stepper(square())
+    small_packets(s)
+    s.changes(35, resend=True)
+    before = 40_000 + 0.5 * 40_000  # owed 909 bytes: half of this window's rate is paid now
+    assert rates(s.changes(39)) == [("HtbClass", before, before)] * 2 and s.held_count() == 0
+    left = 0.5 * 202 * 9 - 0.5 * 40_000 * 0.1 / 8
+    after = round(400_000 + left * 8 / 0.1)
+    assert rates(s.changes(40)) == [("HtbClass", after, after)] * 2
+
+
+def test_less_than_a_sixteenth_of_a_packet_is_left_owing_not_paid():
+    """Each payment is a change, and a change that lands late owes again: a few bytes are
+    kept until they add up to a sixteenth of a packet, not paid in a change of their own."""
+    s, _ = stepper(square())
+    s.changes(5, resend=True)
+    s.links[0].ahead_bytes = 1514 / 16 - 1
+    assert s.changes(6) == ()
+    s.links[0].ahead_bytes += 1
+    paid = round(400_000 - 1514 / 16 * 8 / 0.1)
+    assert rates(s.changes(7)) == [("HtbClass", paid, paid)] and s.links[0].ahead_bytes == 0
+
+
 def test_a_change_that_lands_late_is_owed_what_it_missed():
     s, _ = stepper(square())
     s.changes(35, resend=True)

@@ -75,6 +75,21 @@ class FlowTable:
         return cls(len(plan.flows), tuple((dev, qdisc, want) for (dev, qdisc), want in by_class.items()),
                    tuple((dev, parent, want) for (dev, parent), want in by_filter.items()), tuple(same))
 
+    @classmethod
+    def of_classes(cls, classes) -> "FlowTable":
+        """Where the counters of HTB classes ``(dev, classid), ...`` are, a row each in that order."""
+        by_class: dict = {}
+        same = []
+        rows = 0
+        for row, (dev, classid) in enumerate(classes):
+            want = by_class.setdefault((dev, classid & 0xFFFF0000), {})
+            if classid in want:
+                same.append((row, want[classid]))
+            else:
+                want[classid] = row
+            rows = row + 1
+        return cls(rows, tuple((dev, qdisc, want) for (dev, qdisc), want in by_class.items()), (), tuple(same))
+
     def empty(self) -> dict:
         """One zeroed column per counter name."""
         zeros = bytes(8 * self.rows)
