@@ -39,9 +39,9 @@ through the executor.  Decided here (docs/profiles.md, "The driver"):
   link's own packets").
 * **What it says**: ``IF.follow.json``, rewritten every step (``report`` reads it for
   ``--list``, ``--stats`` and the dashboard): its pid, the step and when it was sent,
-  and how many links it left shut (and holds, and whose packets it knows); and its counts so far (``sent`` changes, ``rounds``,
-  ``missed`` steps: their time had passed before it could send them), which
-  ``bench/trace.py`` reads.  A driver that died leaves its last step there.
+  how many links it left shut, holds and knows the packets of; and its counts so far
+  (``sent`` changes, ``rounds``, ``missed`` steps: their time had passed before it could
+  send them), which ``bench/trace.py`` reads.  A driver that died leaves its last step there.
 """
 
 import fcntl

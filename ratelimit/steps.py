@@ -16,7 +16,7 @@ rate may not send again for that packet's time at that rate, whatever its new ra
 the debt it shows in a dump is that of its last packet, not what is left of it).  At a
 10:1 rise that costs a link up to nine packets at the new rate (measured: 3.6% of the
 bytes of a 2 s / 2 s square wave on 100 links).  So a link with a window ``RISE`` times
-this one's rate or more coming within the time a full frame takes at this rate (at most
+this one's rate or more coming within the time one of its packets takes at this rate (at most
 ``LOOKAHEAD`` windows) is *held*: its class already gets the highest rate coming, and its
 gate, a token bucket that charges a packet before it sends it, passes this window's rate;
 when the rise comes the gate opens and the class owes only a packet's time at the new
@@ -43,7 +43,11 @@ gains the same way as the gate opens (the packet the bucket was saving up for go
 once: ``1 - r_held / r``), and a gate that shuts lets out the frame its bucket holds
 (``SHUT_GAIN``).  The driver counts each (``Traced.ahead_bytes``) in the window before the
 change when it can (a fall, a shut) or in the window of it (an opening), and pays it back
-from the class rates of that window and the next, by at most ``PAYBACK`` of each.
+from the class rates of that window and the next, by at most ``PAYBACK`` of each; less
+than ``PAY_LEAST`` is left owing until it adds up.  A change that lands late (or early) is
+paid for too: the driver says when its round began and how long it took
+(``Stepper.landed``), each change is taken to land at its place in the round, and a link
+that ran at its old rate for that long is owed (or owes) the difference.
 
 **In the link's own packets.**  What is in hand at a change, and what HTB owes at a rise,
 is one of the link's packets, not a full frame: a link of 200-byte datagrams is at most
@@ -51,10 +55,7 @@ is one of the link's packets, not a full frame: a link of 200-byte datagrams is 
 at once.  The driver learns each link's packets from its class's counters (``learn``:
 bytes over packets since the last reading) and counts in them; a link it has not learnt
 yet (or that sent too few packets to tell) counts in full frames, which is exact for the
-full-size packets a backlogged download sends (docs/traces-notes.md, section 9).  A change that lands late (or early) is paid for too: the
-driver says when its round began and how long it took (``Stepper.landed``), each change is
-taken to land at its place in the round, and a link that ran at its old rate for that long
-is owed (or owes) the difference.
+full-size packets a backlogged download sends (docs/traces-notes.md, section 9).
 
 A link is found in the plan, never in the kernel: its class and gate are the plan's
 operations for it (``compile``), so a plan built in other handles (make-before-break) is
@@ -66,7 +67,7 @@ from dataclasses import dataclass
 
 RISE = 2.0  # a coming window this many times this one's rate, or more, is a rise the gate holds
 LOOKAHEAD = 10  # the most windows a link looks ahead for a rise
-CHANGE_GAIN = 0.5  # of a full frame times 1 - r / r_old: what a change of rate lets out beyond the capacity
+CHANGE_GAIN = 0.5  # of a packet times 1 - r / r_old: what a change of rate lets out beyond the capacity
 SHUT_GAIN = 1.0  # of a full frame: what a gate lets out as it shuts
 PAYBACK = 0.5  # the most of a window's rate a class gives (or gets) to pay back what a change let out
 PAY_LEAST = 1 / 16  # of a packet: less is left owing (each payment is a change, and a change that lands late owes again)

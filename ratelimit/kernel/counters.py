@@ -68,10 +68,7 @@ class FlowTable:
                 # the same u32 handle can exist under both the root and the ingress qdisc of a device
                 parent = INGRESS_HANDLE if root is None or (ingress and flow.direction == "source") else root
                 want, key = by_filter.setdefault((flow.dev, parent), {}), flow.prio << 32 | flow.handle
-            if key in want:
-                same.append((row, want[key]))
-            else:
-                want[key] = row
+            _place(want, key, row, same)
         return cls(len(plan.flows), tuple((dev, qdisc, want) for (dev, qdisc), want in by_class.items()),
                    tuple((dev, parent, want) for (dev, parent), want in by_filter.items()), tuple(same))
 
@@ -82,11 +79,7 @@ class FlowTable:
         same = []
         rows = 0
         for row, (dev, classid) in enumerate(classes):
-            want = by_class.setdefault((dev, classid & 0xFFFF0000), {})
-            if classid in want:
-                same.append((row, want[classid]))
-            else:
-                want[classid] = row
+            _place(by_class.setdefault((dev, classid & 0xFFFF0000), {}), classid, row, same)
             rows = row + 1
         return cls(rows, tuple((dev, qdisc, want) for (dev, qdisc), want in by_class.items()), (), tuple(same))
 
@@ -100,6 +93,14 @@ class FlowTable:
         for row, src in self.same:
             for col in cols.values():
                 col[row] = col[src]
+
+
+def _place(want: dict, key: int, row: int, same: list) -> None:
+    """Row ``row`` reads the counters at ``key``: its own, or the same as an earlier row's."""
+    if key in want:
+        same.append((row, want[key]))
+    else:
+        want[key] = row
 
 
 def _leaf_parents(ops) -> dict:
