@@ -22,7 +22,9 @@ through the executor.  Decided here (docs/profiles.md, "The driver"):
   driver started again -- after a crash, a reboot of the driver, ``ratelimit follow`` by
   hand -- takes up each link at the step the clock says, its phase as recorded.
 * **Timing**: the driver makes a step's changes before the step and sleeps until just
-  before it (``lead_ms``, learnt from how late its rounds land); it runs at the lowest
+  before it (``lead_ms``, learnt from how late its rounds land), except that a round that
+  ends an outage (opens a shut gate) is not sent before its step: a lead learnt while rounds
+  were late would let the link's packets through before the outage's end; it runs at the lowest
   real-time priority where it may (``_realtime``).  A thread of its own sends each round
   while the driver makes the next step's changes: the kernel works on the messages in the
   sender's system calls, so the driver's Python runs beside that on the other CPU (at
@@ -363,7 +365,7 @@ class _Loop:
                 self.guard.arm()
                 missed += next_k - k - 1
                 k, ops, counts = next_k, next_ops, next_counts
-                wake_ms = self.started + k * self.step_ms - self.lead_ms
+                wake_ms = self.started + k * self.step_ms - (0.0 if self.stepper.reopens else self.lead_ms)
                 time.sleep(max(0.0, (wake_ms - time.time() * 1000) / 1000))
 
     def _counts(self) -> dict:

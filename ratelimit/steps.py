@@ -238,6 +238,7 @@ class Stepper:
         self._staged = [link for link in links if link.staged]
         self._sent: list = []
         self.learnt = 0  # links whose packets ``learn`` knows
+        self.reopens = False  # whether the last ``changes`` opens a shut gate (an outage ends)
 
     def window(self, k: int) -> tuple[int, int]:
         return k * self.step_ms, (k + 1) * self.step_ms
@@ -251,6 +252,7 @@ class Stepper:
         OPEN, SHUT = gate.OPEN_BPS, gate.SHUT_BPS
         closing, classes, opening = [], [], []
         sent = self._sent = []
+        reopens = False
         for link in self.links:
             was_rate, was_gate = link.rate_bps, link.gate_bps
             rates = link.upcoming(k, 1 + LOOKAHEAD, step_ms)
@@ -287,6 +289,7 @@ class Stepper:
                 classes.append(Change(link.klass_at(klass)))
                 link.rate_bps, last = klass, classes
             if resend or gate_bps != was_gate:
+                reopens = reopens or was_gate == SHUT
                 last = opening if gate_bps == OPEN else closing
                 last.append(Change(link.gate_at(gate_bps)))
                 link.gate_bps = gate_bps
@@ -298,6 +301,7 @@ class Stepper:
         at = {id(closing): len(stages), id(classes): len(stages) + len(closing),
               id(opening): len(stages) + len(closing) + len(classes)}
         self._sent = [(link, old, new, at[id(where)] + i, len(ops)) for link, old, new, where, i in sent]
+        self.reopens = reopens
         return tuple(ops)
 
     def _stages(self, k: int, resend: bool) -> list:

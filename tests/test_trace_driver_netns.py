@@ -162,7 +162,8 @@ def test_a_cellular_trace_of_small_datagrams_is_followed_in_the_links_own_packet
 
 
 @pytest.mark.alone  # the driver's rounds and the client's reads against the clock: beside the loaded suite
-# 13 kB (some 50 ms of the link) were read inside the outage once, cause not established (docs/traces-notes.md, 8)
+# 13 kB (some 50 ms of the link) were read inside the outage once: an opening sent early by the driver's lead, the
+# likely cause, is no longer possible (docs/traces-notes.md, 9)
 def test_an_outage_holds_a_tcp_download_and_it_resumes_when_capacity_returns(tag):
     """4 s at 2 Mbit/s, 3 s of nothing (the driver shuts the link's gate), then 2 Mbit/s: the
     download is not reset, nothing reaches the client during the outage, and it goes on at
