@@ -69,7 +69,7 @@ from .tracespec import load as load_source
 VERSION = 1
 DEFAULT_STEP_MS = 100  # docs/profiles.md, "The driver": measured
 MIN_STEP_MS, MAX_STEP_MS = 10, 10_000
-START_WAIT_S = 10.0  # how long ``start`` waits for a new driver to take its lock
+START_WAIT_S = 60.0  # how long ``start`` waits for a new driver to take its lock (it returns at once if the driver ends)
 STOP_WAIT_S = 5.0
 FAILURES = 3  # steps refused in a row before the driver gives up
 LEAD_WEIGHT = 0.1  # of the newest round's lateness in the running lead

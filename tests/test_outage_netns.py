@@ -20,6 +20,8 @@ def clean():
     tracefacts.cleanup()
 
 
+@pytest.mark.alone  # its sampler (two tc processes every 0.1 s) first read the class 0.99 s after the opening
+# beside the loaded suite on a slow machine; alone it reads within 0.1 s
 def test_a_shut_token_bucket_holds_the_link_like_a_tunnel(clean):
     r = tracefacts.outage("tbf-gate", lead_s=3.0, outage_s=3.0, tail_s=4.0)
     assert r["client_error"] is None and r["server_stderr"] == ""  # not reset

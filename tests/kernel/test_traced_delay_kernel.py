@@ -102,7 +102,7 @@ def test_a_schedule_sets_the_delay_and_loss_of_a_gated_link_and_its_outage_holds
     try:
         service.apply(req)
         t0 = state.load(topo.router, topo.router_client_if).request.cohorts[0].trace.started_ms / 1000
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 10  # a process's start under software emulation takes seconds
         while (follow.read_status(topo.router, topo.router_client_if) or {}).get("step") is None:
             assert time.monotonic() < deadline, "the driver sent no step"
             time.sleep(0.05)
