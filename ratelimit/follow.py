@@ -44,6 +44,9 @@ through the executor.  Decided here (docs/profiles.md, "The driver"):
   how many links it left shut, holds and knows the packets of; and its counts so far
   (``sent`` changes, ``rounds``, ``missed`` steps: their time had passed before it could
   send them), which ``bench/trace.py`` reads.  A driver that died leaves its last step there.
+
+Over 400 lines: the control (start, stop, report) and the loop share the files, locks and
+status they name; the seam for a split is between them, at "the driver" below.
 """
 
 import fcntl
