@@ -355,13 +355,13 @@ class _Loop:
                     sent, rounds = sent + len(ops), rounds + 1
                     if time.monotonic() >= self.learn_at:
                         self._learn(reader)
-                        next_counts["learnt"] = self.stepper.learnt
                     if ops:  # wake earlier (or later) by what the rounds have been late: the middle on time
                         self.lead_ms = min(self.step_ms / 2, max(0.0, self.lead_ms + max(
                             -LEAD_MOST_MS, min(LEAD_MOST_MS, LEAD_WEIGHT * late_ms))))
                     self.write(state="following", started_ms=self.started, step=k, step_at_ms=int(begun_ms),
                                links=len(self.stepper.links), **counts, changes=len(ops), round_ms=round(round_ms, 3),
-                               late_ms=round(late_ms, 3), lead_ms=round(self.lead_ms, 3), why=None,
+                               late_ms=round(late_ms, 3), lead_ms=round(self.lead_ms, 3), learnt=self.stepper.learnt,
+                               why=None,
                                cpu_s=round(sum(os.times()[:2]), 2), sent=sent, rounds=rounds, missed=missed)
                 if self.guard.pending:
                     return signal.Signals(self.guard.pending).name, 0
@@ -372,7 +372,7 @@ class _Loop:
                 time.sleep(max(0.0, (wake_ms - time.time() * 1000) / 1000))
 
     def _counts(self) -> dict:
-        return {"shut": self.stepper.shut_count(), "held": self.stepper.held_count(), "learnt": self.stepper.learnt}
+        return {"shut": self.stepper.shut_count(), "held": self.stepper.held_count()}
 
     def _learn(self, reader) -> None:
         """Read the traced links' class counters and learn their packets from them."""
@@ -380,8 +380,8 @@ class _Loop:
         try:
             cols = reader.counters(self.table)
         except (RatelimitError, KernelError):  # traffic control kept changing: the next reading
-            cols = None
-        if cols is not None:
+            pass
+        else:
             self.stepper.learn(cols["bytes"], cols["packets"])
         self.learn_at = began + max(LEARN_EVERY_S, (time.monotonic() - began) / LEARN_SHARE)
 
