@@ -45,8 +45,9 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   --record-durations tests/durations.json`` writes the file from a full run in one
   process, so that each test is timed alone, as the file's are (25 minutes on 2
   cores); a run side by side gives each test's time under load instead.
-- **Report**: the summary gives each tier's test count and summed test time next
-  to the run's wall time.
+- **Report**: the summary gives each tier's test count and summed test time, and
+  the ``alone`` tests' (their sum is a floor under the wall time), next to the
+  run's wall time.
 """
 
 from __future__ import annotations
@@ -232,17 +233,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if os.environ.get("RATELIMIT_IN_VM") == "1":
         return  # the host's summary counts the VM's tests
     tiers = {"quick": [0, 0.0], "slow": [0, 0.0]}
+    alone = [0, 0.0]  # run one at a time: a floor under the wall time whatever the workers
     for rep in _reports(config):
         if rep.when == "call":
-            tier = tiers["slow" if "slow" in rep.keywords else "quick"]
-            tier[0] += 1
-            tier[1] += rep.duration
+            tallies = [tiers["slow" if "slow" in rep.keywords else "quick"]] + ([alone] if "alone" in rep.keywords
+                                                                                else [])
+            for tally in tallies:
+                tally[0] += 1
+                tally[1] += rep.duration
     if not any(n for n, _ in tiers.values()):
         return
     wall = time.monotonic() - config.stash[_START]
     terminalreporter.write_line(
         "ratelimit: tiers: " + "; ".join(f"{name} {n} test(s), {s:.0f} s of test time" for name, (n, s) in tiers.items())
-        + f"; wall {wall:.0f} s")
+        + f"; of them alone, one at a time, {alone[0]} test(s), {alone[1]:.0f} s; wall {wall:.0f} s")
 
 
 def _reports(config):

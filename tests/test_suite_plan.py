@@ -3,6 +3,7 @@ the pure parts, and one real xdist run of a small suite."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -37,9 +38,9 @@ def test_host_differences_name_what_changed():
     assert hostcheck.differences(before, before) == []
 
 
-def _run_xdist(tmp_path, workers: int) -> Path:
+def _run_xdist(tmp_path, workers: int) -> tuple[Path, str]:
     """Run the small suite written in ``tmp_path`` on ``workers`` xdist workers under this
-    scheduler; its tests log their runs to the returned file."""
+    scheduler; its tests log their runs to the returned file; pytest's output with it."""
     log = tmp_path / "log.jsonl"
     env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, "LOG": str(log),
            "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]), "RATELIMIT_HOST_CHECK": "0"}
@@ -47,7 +48,7 @@ def _run_xdist(tmp_path, workers: int) -> Path:
                         "-W", "ignore::pytest.PytestUnknownMarkWarning", "-p", "no:randomly", str(tmp_path)],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
-    return log
+    return log, r.stdout
 
 
 def test_a_real_xdist_run_keeps_groups_together_and_runs_alone_tests_alone(tmp_path):
@@ -79,13 +80,17 @@ def test_a_real_xdist_run_keeps_groups_together_and_runs_alone_tests_alone(tmp_p
         @pytest.mark.parametrize("n", range(4))
         def test_more(n): record(f"m{n}", 0.4)
     '''))
-    log = _run_xdist(tmp_path, 2)
+    log, out = _run_xdist(tmp_path, 2)
     runs = {name: (worker, start, end) for name, worker, start, end in map(json.loads, log.read_text().splitlines())}
     assert len(runs) == 13 and len(log.read_text().splitlines()) == 13
     assert runs["k1"][0] == runs["k2"][0]
     _, a0, a1 = runs["alone"]
     assert [n for n, (_, s, e) in runs.items() if n != "alone" and s < a1 and e > a0] == []
     assert len({w for w, _, _ in runs.values()}) == 2  # side by side, not one after another
+    tiers = re.search(r"ratelimit: tiers: quick (\d+) test\(s\), .* slow (\d+) test\(s\), .*; of them alone, one at a "
+                      r"time, (\d+) test\(s\), ([\d.]+) s; wall", out)
+    # the kernel tests are alone too: 0.3 + 0.3 + 0.5 s of sleep
+    assert tiers and tiers.groups()[:3] == ("11", "2", "3") and float(tiers.group(4)) >= 1, out
 
 
 def test_a_run_of_mostly_alone_tests_on_more_workers_than_pairs_of_units_ends(tmp_path):
@@ -109,7 +114,7 @@ def test_a_run_of_mostly_alone_tests_on_more_workers_than_pairs_of_units_ends(tm
         @pytest.mark.parametrize("n", range(6))
         def test_quiet(n): record(f"alone{n}")
     '''))
-    log = _run_xdist(tmp_path, 6)
+    log, _ = _run_xdist(tmp_path, 6)
     runs = sorted((start, end, name) for name, start, end in map(json.loads, log.read_text().splitlines()))
     assert len(runs) == 7
     alone = [(s, e) for s, e, name in runs if name.startswith("alone")]
