@@ -13,6 +13,7 @@
     python -m bench cohorts [--quick]    16 cohorts vs one (setup, per packet); whole hosts vs per port
     python -m bench shaped-load [--quick] [--queues Q ...]  K backlogged links through the router: 1 tx queue vs 2
     python -m bench trace [--quick]      100-10,000 links following a cellular trace; the driver vs tc per link
+    python -m bench qdisc-hash [--quick] installs and class changes: the groups in a hash bucket of their own vs slot order
     python -m bench soak [--minutes N]   the dashboard's memory over an hour under load (not in all)
     python -m bench report               docs/benchmarks.md from bench/results/
 
@@ -32,13 +33,13 @@ import traceback
 from . import common, results, sandbox
 
 PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "audience", "faults", "switch", "cohorts",
-         "shaped-load", "trace")
+         "shaped-load", "trace", "qdisc-hash")
 SOLO = ("soak",)  # run on their own only: not part of ``all`` (an hour)
 
 
 _MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "metrics": "metrics_cost",
             "fidelity": "fidelity", "dialup": "dialup", "audience": "audience", "faults": "faults", "switch": "switch",
-            "cohorts": "cohorts", "shaped-load": "shaped_load", "trace": "trace",
+            "cohorts": "cohorts", "shaped-load": "shaped_load", "trace": "trace", "qdisc-hash": "qdisc_hash",
             "soak": "soak"}
 
 
@@ -59,7 +60,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, metavar="DIR",
                    help=f"results directory (default {results.RESULTS_DIR})")
     p.add_argument("--flows", type=int, nargs="+", metavar="N",
-                   help="flow counts (setup, packet, stats) or link counts (metrics, shaped-load) instead of the defaults")
+                   help="flow counts (setup, packet, stats) or link counts (metrics, shaped-load, qdisc-hash) instead of "
+                        "the defaults")
     p.add_argument("--queues", type=int, nargs="+", metavar="Q",
                    help="shaped-load: tx queue counts, each measured beside the others (default 1 2)")
     p.add_argument("--clients", type=int, nargs="+", metavar="X",

@@ -21,6 +21,7 @@ from pathlib import Path
 from .common import REPO, fmt_time, ratio
 from .dialup import table_rows
 from .section_audience import section_audience
+from .section_hash import section_qdisc_hash
 from .section_shaped import section_shaped
 from .section_trace import section_trace
 from .sections import rows_of, section_cohorts, section_dialup, section_faults, section_fidelity, section_switch, section_packet, section_setup, section_stats
@@ -148,8 +149,8 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
                   "pip install -e '.[bench]'    # matplotlib, for the plots",
                   "python -m bench all          # every part (long; the VM parts boot one VM)",
                   "python -m bench all --quick  # small sizes, what CI runs",
-                  "python -m bench setup|packet|stats|fidelity|dialup|audience|faults|switch|cohorts|shaped-load "
-                  "[--quick] [--no-vm]", "```", "",
+                  "python -m bench setup|packet|stats|fidelity|dialup|audience|faults|switch|cohorts|shaped-load"
+                  "|trace|qdisc-hash [--quick] [--no-vm]", "```", "",
                   "Commands of this report's runs: " + "; ".join(sorted({f"`{d.get('command')}`"
                                                                           for d in results.values()})) + ".", ""]
     if quick:
@@ -174,6 +175,7 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
     lines += section_cohorts(results.get(("cohorts", "host")))
     lines += section_shaped(results.get(("shaped-load", "host")))
     lines += section_trace(results.get(("trace", "host")))
+    lines += section_qdisc_hash(results.get(("qdisc-hash", "host")))
     if failed:
         lines += ["Plots not drawn (pip install matplotlib): " + "; ".join(failed), ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -202,7 +202,7 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
     over, atm = lay.overhead(c)
     for g, first in enumerate(range(0, n, lay.group_links)):
         members = range(first, min(first + lay.group_links, n))
-        group, qdisc = lay.group_class_of(span, g), (at.group_top - g) << 16
+        group, qdisc = lay.group_class_of(span, g), lay.group_qdisc(span, g)
         pool = group & 0xFFFF0000 | 1  # its tree's pool class (52:1 with one queue)
         ops.append(HtbClass(dev, pool, group, min(bw, guaranteed * len(members)), bw, pool_burst, mtu, mpu,
                             over, atm))
@@ -214,10 +214,10 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
             classid = qdisc | (LINK_MINOR_BASE + link - first)
             ops.append(HtbClass(dev, qdisc | 1, classid, guaranteed, ceil, burst, mtu, mpu, over, atm))
             leaf = _leaf if traced is None else _gate
-            ops.append(leaf(req, lay, c, params, rate, dev, classid, (at.leaf_base + link) << 16))
+            ops.append(leaf(req, lay, c, params, rate, dev, classid, lay.queue_qdisc(at.leaf_base + link)))
             if staged:
-                ops.append(_stage(req, lay, c, params, rate, dev, (at.leaf_base + link) << 16,
-                                  (at.leaf_base + n + link) << 16, traced))
+                ops.append(_stage(req, lay, c, params, rate, dev, lay.queue_qdisc(at.leaf_base + link),
+                                  lay.queue_qdisc(at.leaf_base + n + link), traced))
         # the group's own trees: a flow's link class, which reports for it
         ports, wholes = lay.group_flows(span.first_link + first, span.first_link + members.stop)
         ids = table_ids(FIRST)  # a group's trees have its qdisc to themselves

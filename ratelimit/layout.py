@@ -3,6 +3,7 @@ cohort's span of links and groups, the flows the trees select, and the device's 
 (``compile`` builds the operations from it; ``validate`` checks it fits).
 """
 
+import functools
 import zlib
 from bisect import bisect_left
 from dataclasses import dataclass, replace
@@ -61,6 +62,63 @@ def max_shape_links(h: Handles) -> int:
         return h.leaf_top - h.leaf_base + 1
     return max(n for n in range(h.group_top - h.leaf_base + 1)
                if h.leaf_base + n <= h.group_top - -(-n // GROUP_LINKS))
+
+
+# The device's qdisc hash (``qdisc_hash`` in struct net_device: 16 buckets, a qdisc's handle
+# hashed with hash_32).  The kernel finds a qdisc by its handle for every class, filter and
+# qdisc message -- each change a trace driver sends looks up its link's group qdisc -- and
+# walks the handle's bucket from its newest entry.  A group is made before its links'
+# queues, so with majors in slot order its lookup walked past nearly every queue of its
+# bucket: about links / 32 entries for every change.  With ``Request.group_bucket`` the
+# groups' qdiscs take the majors of one bucket, which the links' queues leave to them until a
+# plan of some 61,000 links needs them (docs/design.md, "The qdisc hash").
+QDISC_HASH_BITS = 4
+GOLDEN_RATIO_32 = 0x61C88647  # linux/hash.h
+GROUP_SLOTS = 512  # each generation's group slots, from its ``group_top`` down, that take the bucket's majors
+
+
+def hash_bucket(major: int) -> int:
+    """The bucket of the device's qdisc hash a qdisc of ``major`` goes to."""
+    return ((major << 16) * GOLDEN_RATIO_32 & 0xFFFFFFFF) >> (32 - QDISC_HASH_BITS)
+
+
+GROUP_BUCKET = hash_bucket(GENERATIONS[0].group_top)  # fffe:'s, and 7fff:'s: the first groups keep their majors
+
+
+@functools.cache
+def _majors() -> tuple[int, ...]:
+    """slot -> major over the groups' and queues' slots (``MAJORS``; the identity outside).
+    Each generation's group slots (``GROUP_SLOTS``, from its ``group_top`` down) take the
+    bucket's majors from its ``group_top`` down (so each generation's first group keeps its
+    major), then the slots below generation 0's, which its queues fill last, take the rest;
+    every other slot takes the next major of the other buckets, in order."""
+    lo, end = MAJORS
+    ours = [hash_bucket(m) == GROUP_BUCKET for m in range(end)]
+    free = [m for m in range(end - 1, lo - 1, -1) if ours[m]]
+    table = list(range(1 << 16))
+    taken = set()
+    for g in sorted(GENERATIONS, key=lambda g: g.group_top):
+        picks = [m for m in free if m <= g.group_top][:GROUP_SLOTS]
+        for slot, m in zip(range(g.group_top, g.group_top - GROUP_SLOTS, -1), picks):
+            table[slot] = m
+            taken.add(slot)
+        picked = set(picks)
+        free = [m for m in free if m not in picked]
+    below = GENERATIONS[0].group_top - GROUP_SLOTS
+    for m in free:
+        table[below] = m
+        taken.add(below)
+        below -= 1
+    others = (m for m in range(lo, end) if not ours[m])
+    for slot, m in zip((s for s in range(lo, end) if s not in taken), others):
+        table[slot] = m
+    return tuple(table)
+
+
+def major(slot: int, bucketed: bool = True) -> int:
+    """The qdisc major of a group's or a queue's ``slot`` (``Place``'s numbers): with
+    ``bucketed`` (``Request.group_bucket``) through the table above, else the slot itself."""
+    return _majors()[slot] if bucketed else slot
 
 
 MAX_SHAPE_LINKS = max_shape_links(GENERATIONS[0])
@@ -139,6 +197,7 @@ class Layout:
     group_links: int = GROUP_LINKS
     queues: int = 1
     leaves: int = 0  # qdisc majors the links' queues take (``leaf_majors``)
+    bucketed: bool = True  # ``Request.group_bucket``: slots to majors through ``major``
 
     @classmethod
     def of(cls, req: Request, group_links: int = GROUP_LINKS) -> "Layout":
@@ -173,7 +232,7 @@ class Layout:
         plain = [c for c in req.cohorts if not c.link.cells] or list(req.cohorts)
         base = min(plain, key=lambda c: c.link.overhead_bytes)
         return cls(tuple(spans), tuple(port_flows), tuple(port_link), tuple(whole_flows), tuple(whole_link),
-                   tuple(link_cohort), base, link, group, group_links, req.queues, leaf)
+                   tuple(link_cohort), base, link, group, group_links, req.queues, leaf, req.group_bucket)
 
     def overhead(self, c: Cohort) -> tuple[int, bool]:
         """What ``c``'s classes add to the length the device's size table gives a packet, and
@@ -204,7 +263,15 @@ class Layout:
         """Link ``link``'s HTB class: in its group's qdisc, from LINK_MINOR_BASE."""
         span = self.spans[self.link_cohort[link]]
         i = link - span.first_link
-        return (span.place.group_top - i // self.group_links) << 16 | (LINK_MINOR_BASE + i % self.group_links)
+        return self.group_qdisc(span, i // self.group_links) | (LINK_MINOR_BASE + i % self.group_links)
+
+    def group_qdisc(self, span: Span, group: int) -> int:
+        """The HTB qdisc of ``span``'s group ``group``."""
+        return major(span.place.group_top - group, self.bucketed) << 16
+
+    def queue_qdisc(self, slot: int) -> int:
+        """The qdisc of a link's queue (or gate, or delay stage) in ``slot``."""
+        return major(slot, self.bucketed) << 16
 
     def clash(self) -> tuple | None:
         """Two spans whose handles overlap, or one outside the handle space, as (span,

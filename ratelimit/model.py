@@ -246,6 +246,10 @@ class Request:
     # shape mode: the device's tx queues used, each with its own HTB tree under an mq root
     # (``layout.queue_of`` places each group); 1: one tree at the root, as before queues
     queues: int = 1
+    # shape mode: the groups' qdiscs take the majors of one bucket of the device's qdisc
+    # hash that the links' queues leave alone (``layout.major``); False: majors in the
+    # order of their slots, as ratelimit made them before (a record without the field)
+    group_bucket: bool = True
 
     @classmethod
     def single(cls, interface: str, hosts, ports, down: LinkParams, up: LinkParams, *, per: str = "port",

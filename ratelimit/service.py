@@ -292,14 +292,16 @@ def _over(old, plan):
        and switched to with new root trees in the other generation (``layout.replaced``).
     3. Otherwise the whole plan is built beside the old in the other generation, when both
        fit (packed there, or failing that in free handles);
-    4. else (None, None): the old is removed and ``plan`` built."""
-    req, gen = plan.request, old.request.generation
+    4. else (None, None): the old is removed and ``plan`` built.
+    1-3 number the qdiscs as the installed plan does (``Request.group_bucket``: a plan an
+    earlier ratelimit installed keeps its numbering until it is removed)."""
+    req, gen = dataclasses.replace(plan.request, group_bucket=old.request.group_bucket), old.request.generation
 
     def as_(generation, places):
         if places is not None and places == layout.packed(dataclasses.replace(req, generation=generation)):
             places = None  # the packed layout: the record says so by leaving places out
         moved = dataclasses.replace(req, generation=generation, places=places)
-        return plan if moved == req else compile_plan(moved)
+        return plan if moved == plan.request else compile_plan(moved)
 
     by_cohort = req.mode == old.request.mode == "shape"
     places = layout.replaced(req, old.request) if by_cohort else None

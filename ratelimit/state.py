@@ -84,6 +84,7 @@ def from_json(data: dict) -> Request:
     cohorts = data["cohorts"] if "cohorts" in data else [data]
     if not isinstance(cohorts, list):
         raise TypeError("cohorts is not a list")
+    values.setdefault("group_bucket", False)  # written before the groups had a bucket of their own
     if values.get("places") is not None:
         values["places"] = tuple(Place(*p) for p in values["places"])
     if values.get("container") is not None:

@@ -624,6 +624,20 @@ def test_quick_cohorts_benchmark_compares_like_with_like(tmp_path):
     assert rows["packet"]["one_pps"] > 0 and rows["packet"]["many_pps"] > 0
 
 
+@pytest.mark.netns
+def test_quick_qdisc_hash_benchmark_measures_both_numberings(tmp_path):
+    from bench import qdisc_hash
+    a, b = (qdisc_hash.plan(300, "x", bucketed).ops for bucketed in (True, False))
+    assert len(a) == len(b) and a != b  # the same plan, numbered two ways
+    rc = bench_main(["qdisc-hash", "--quick", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "qdisc-hash-host-quick.json").read_text())
+    [row] = doc["rows"]
+    assert row["links"] == 2000 and set(row["install_s"]) == set(row["changes"]) == {"bucketed", "slot order"}
+    assert all(v > 0 for v in row["install_s"].values()) and all(c["round_s"] > 0 for c in row["changes"].values())
+    assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{sandbox.NS_PREFIX}{os.getpid()}-")]
+
+
 # ---------------------------------------------------------------- the VM parts (quick), where act_police and netem are
 
 

@@ -20,13 +20,13 @@ filter add dev eth0 parent fffe: prio 3 handle 3:2:1 protocol ip u32 ht 3:2: mat
 filter add dev eth0 parent fffe: prio 3 handle 3:3:1 protocol ip u32 ht 3:3: match u32 0xc6120103 0xffffffff at 16 classid fffe:101
 filter add dev eth0 parent fffe: prio 3 handle ::1 protocol ip u32 match u32 0x00000000 0x00000000 at 0 hashkey mask 0x000000ff at 16 link 3:
 class add dev eth0 parent 55:1 classid 55:11 htb rate 62982bit ceil 100mbit burst 125000b cburst 125000b quantum 1468
-qdisc add dev eth0 parent 55:11 handle fffd: htb default 0
-class add dev eth0 parent fffd: classid fffd:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
-class add dev eth0 parent fffd:1 classid fffd:100 htb rate 62982bit ceil 100mbit burst 8b cburst 8b quantum 1468
-qdisc add dev eth0 parent fffd:100 handle 102: netem limit 11 delay 5ms rate 62982bit
-filter add dev eth0 parent fffd: prio 4 handle 3: protocol ipv6 u32 divisor 256
-filter add dev eth0 parent fffd: prio 4 handle 3:2:1 protocol ipv6 u32 ht 3:2: match u32 0x20010db8 0xffffffff at 24 match u32 0x00010000 0xffffffff at 28 match u32 0x00000000 0xffffffff at 32 match u32 0x00000002 0xffffffff at 36 classid fffd:100
-filter add dev eth0 parent fffd: prio 4 handle ::1 protocol ipv6 u32 match u32 0x00000000 0x00000000 at 0 hashkey mask 0x000000ff at 36 link 3:
+qdisc add dev eth0 parent 55:11 handle ffeb: htb default 0
+class add dev eth0 parent ffeb: classid ffeb:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
+class add dev eth0 parent ffeb:1 classid ffeb:100 htb rate 62982bit ceil 100mbit burst 8b cburst 8b quantum 1468
+qdisc add dev eth0 parent ffeb:100 handle 102: netem limit 11 delay 5ms rate 62982bit
+filter add dev eth0 parent ffeb: prio 4 handle 3: protocol ipv6 u32 divisor 256
+filter add dev eth0 parent ffeb: prio 4 handle 3:2:1 protocol ipv6 u32 ht 3:2: match u32 0x20010db8 0xffffffff at 24 match u32 0x00010000 0xffffffff at 28 match u32 0x00000000 0xffffffff at 32 match u32 0x00000002 0xffffffff at 36 classid ffeb:100
+filter add dev eth0 parent ffeb: prio 4 handle ::1 protocol ipv6 u32 match u32 0x00000000 0x00000000 at 0 hashkey mask 0x000000ff at 36 link 3:
 qdisc add dev eth0 clsact
 EOF
 # bpf: map on dev eth0: hash, key (family, kind, port, address) 20 bytes, value (queue_mapping, priority) 8 bytes, 3 entries
@@ -203,13 +203,13 @@ filter add dev rl-eth0 parent fffe: prio 3 handle 3:2:1 protocol ip u32 ht 3:2: 
 filter add dev rl-eth0 parent fffe: prio 3 handle 3:3:1 protocol ip u32 ht 3:3: match u32 0xc6120103 0xffffffff at 12 classid fffe:101
 filter add dev rl-eth0 parent fffe: prio 3 handle ::1 protocol ip u32 match u32 0x00000000 0x00000000 at 0 hashkey mask 0x000000ff at 12 link 3:
 class add dev rl-eth0 parent 55:1 classid 55:11 htb rate 62982bit ceil 100mbit burst 125000b cburst 125000b quantum 1468
-qdisc add dev rl-eth0 parent 55:11 handle fffd: htb default 0
-class add dev rl-eth0 parent fffd: classid fffd:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
-class add dev rl-eth0 parent fffd:1 classid fffd:100 htb rate 62982bit ceil 100mbit burst 8b cburst 8b quantum 1468
-qdisc add dev rl-eth0 parent fffd:100 handle 102: netem limit 11 delay 5ms rate 62982bit
-filter add dev rl-eth0 parent fffd: prio 4 handle 3: protocol ipv6 u32 divisor 256
-filter add dev rl-eth0 parent fffd: prio 4 handle 3:2:1 protocol ipv6 u32 ht 3:2: match u32 0x20010db8 0xffffffff at 8 match u32 0x00010000 0xffffffff at 12 match u32 0x00000000 0xffffffff at 16 match u32 0x00000002 0xffffffff at 20 classid fffd:100
-filter add dev rl-eth0 parent fffd: prio 4 handle ::1 protocol ipv6 u32 match u32 0x00000000 0x00000000 at 0 hashkey mask 0x000000ff at 20 link 3:
+qdisc add dev rl-eth0 parent 55:11 handle ffeb: htb default 0
+class add dev rl-eth0 parent ffeb: classid ffeb:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
+class add dev rl-eth0 parent ffeb:1 classid ffeb:100 htb rate 62982bit ceil 100mbit burst 8b cburst 8b quantum 1468
+qdisc add dev rl-eth0 parent ffeb:100 handle 102: netem limit 11 delay 5ms rate 62982bit
+filter add dev rl-eth0 parent ffeb: prio 4 handle 3: protocol ipv6 u32 divisor 256
+filter add dev rl-eth0 parent ffeb: prio 4 handle 3:2:1 protocol ipv6 u32 ht 3:2: match u32 0x20010db8 0xffffffff at 8 match u32 0x00010000 0xffffffff at 12 match u32 0x00000000 0xffffffff at 16 match u32 0x00000002 0xffffffff at 20 classid ffeb:100
+filter add dev rl-eth0 parent ffeb: prio 4 handle ::1 protocol ipv6 u32 match u32 0x00000000 0x00000000 at 0 hashkey mask 0x000000ff at 20 link 3:
 qdisc add dev rl-eth0 clsact
 EOF
 # bpf: map on dev rl-eth0: hash, key (family, kind, port, address) 20 bytes, value (queue_mapping, priority) 8 bytes, 3 entries

@@ -9,9 +9,9 @@ class add dev eth0 parent 52:1 classid 52:8010 htb rate 53728bit ceil 100mbit bu
 qdisc add dev eth0 parent 52:8010 handle 7fff: htb default 0
 class add dev eth0 parent 7fff: classid 7fff:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
 class add dev eth0 parent 7fff:1 classid 7fff:100 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468
-qdisc add dev eth0 parent 7fff:100 handle 8000: netem limit 13 delay 50ms rate 26864bit
+qdisc add dev eth0 parent 7fff:100 handle 8655: netem limit 13 delay 50ms rate 26864bit
 class add dev eth0 parent 7fff:1 classid 7fff:101 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468
-qdisc add dev eth0 parent 7fff:101 handle 8001: netem limit 13 delay 50ms rate 26864bit
+qdisc add dev eth0 parent 7fff:101 handle 8656: netem limit 13 delay 50ms rate 26864bit
 filter add dev eth0 parent 7fff: prio 1 handle 1: protocol ip u32 divisor 256
 filter add dev eth0 parent 7fff: prio 1 handle 1:88:1 protocol ip u32 ht 1:88: match u32 0xc6120102 0xffffffff at 16 match u32 0x00001388 0x0000ffff at 20 classid 7fff:100
 filter add dev eth0 parent 7fff: prio 1 handle 1:89:1 protocol ip u32 ht 1:89: match u32 0xc6120102 0xffffffff at 16 match u32 0x00001389 0x0000ffff at 20 classid 7fff:100
@@ -112,9 +112,9 @@ class add dev rl-eth0 parent 52:1 classid 52:8010 htb rate 53728bit ceil 100mbit
 qdisc add dev rl-eth0 parent 52:8010 handle 7fff: htb default 0
 class add dev rl-eth0 parent 7fff: classid 7fff:1 htb rate 100mbit ceil 100mbit burst 125000b cburst 125000b quantum 1468
 class add dev rl-eth0 parent 7fff:1 classid 7fff:100 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468
-qdisc add dev rl-eth0 parent 7fff:100 handle 8000: netem limit 4 delay 50ms rate 26864bit
+qdisc add dev rl-eth0 parent 7fff:100 handle 8655: netem limit 4 delay 50ms rate 26864bit
 class add dev rl-eth0 parent 7fff:1 classid 7fff:101 htb rate 26864bit ceil 100mbit burst 4b cburst 4b quantum 1468
-qdisc add dev rl-eth0 parent 7fff:101 handle 8001: netem limit 4 delay 50ms rate 26864bit
+qdisc add dev rl-eth0 parent 7fff:101 handle 8656: netem limit 4 delay 50ms rate 26864bit
 filter add dev rl-eth0 parent 7fff: prio 1 handle 1: protocol ip u32 divisor 256
 filter add dev rl-eth0 parent 7fff: prio 1 handle 1:88:1 protocol ip u32 ht 1:88: match u32 0xc6120102 0xffffffff at 12 match u32 0x13880000 0xffff0000 at 20 classid 7fff:100
 filter add dev rl-eth0 parent 7fff: prio 1 handle 1:89:1 protocol ip u32 ht 1:89: match u32 0xc6120102 0xffffffff at 12 match u32 0x13890000 0xffff0000 at 20 classid 7fff:100
