@@ -7,6 +7,7 @@ select passes untouched; a rate changes in place; a download takes the link mode
 ``--clean`` removes the mq root, the clsact qdiscs, the IFB device and the program.
 """
 
+import contextlib
 import io
 import itertools
 import json
@@ -96,10 +97,10 @@ HOSTS = ("hosts", (CLIENT4[1],), None, "host", False)
 OTHERS = ("rest", (), None, "shared", True)
 
 
-def _probe(server, client, host, port, server_port=SERVER_PORT):
-    """``PROBES`` datagrams each way between the server (port ``server_port``) and client
-    address ``host``, port ``port``, each end's socket open throughout (no ICMP
-    port-unreachable comes back)."""
+@contextlib.contextmanager
+def _ends(server, client, host, port, server_port=SERVER_PORT):
+    """A UDP socket on the server (port ``server_port``) and one on client address ``host``,
+    port ``port``, open for the block (no ICMP port-unreachable comes back meanwhile)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     ends = []
     try:
@@ -107,13 +108,24 @@ def _probe(server, client, host, port, server_port=SERVER_PORT):
             s = netns.netns_socket(ns, family, socket.SOCK_DGRAM)
             ends.append(s)
             s.bind(addr)
-        for a, b in ((ends[0], ends[1]), (ends[1], ends[0])):
-            for _ in range(PROBES):
-                a.sendto(b"q" * 100, b.getsockname()[:2])
-        time.sleep(0.05)  # received before the sockets close
+        yield ends
     finally:
         for s in ends:
             s.close()
+
+
+def _send(ends) -> None:
+    """``PROBES`` datagrams each way between the two ends, received before they close."""
+    for a, b in ((ends[0], ends[1]), (ends[1], ends[0])):
+        for _ in range(PROBES):
+            a.sendto(b"q" * 100, b.getsockname()[:2])
+    time.sleep(0.05)
+
+
+def _probe(server, client, host, port, server_port=SERVER_PORT):
+    """``PROBES`` datagrams each way between the server and client address ``host``, port ``port``."""
+    with _ends(server, client, host, port, server_port) as ends:
+        _send(ends)
 
 
 def _settled(router):
@@ -294,10 +306,15 @@ def test_a_grown_cohort_switches_make_before_break_and_no_packet_passes_unclassi
     before = {(r["direction"], r["port"]): r["packets"] for r in _settled(router)}
     direct = _direct(router, "r0"), _direct(router, "rl-r0")
     stop = threading.Event()
+    failed = []
 
-    def flow(port):
-        while not stop.is_set():
-            _probe(server, client, CLIENT4[0], port, server_port=port)
+    def flow(port):  # one pair of sockets throughout: rebinding a port just closed can fail under load
+        try:
+            with _ends(server, client, CLIENT4[0], port, server_port=port) as ends:
+                while not stop.is_set():
+                    _send(ends)
+        except Exception as err:  # the test's, not a warning's
+            failed.append((port, err))
     senders = [threading.Thread(target=flow, args=(port,)) for port in (10005, 20005)]
     for t in senders:
         t.start()
@@ -310,7 +327,7 @@ def test_a_grown_cohort_switches_make_before_break_and_no_packet_passes_unclassi
         stop.set()
         for t in senders:
             t.join(10)
-    assert plan.how == "make-before-break"
+    assert failed == [] and plan.how == "make-before-break"
     with Executor(router) as ex:
         assert all(ex.queue_program(dev) not in (None, old) for dev, old in zip(("r0", "rl-r0"), programs))
     _probe(server, client, CLIENT4[0], 10500)  # a new link of a's
