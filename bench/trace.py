@@ -98,6 +98,9 @@ def driver_alone(links: int, scale: float, steps: tuple, seconds: float) -> list
         for step in steps:
             pid = follow.start(ns["rtr"], traceload.DEV, step)
             time.sleep(2.0)
+            until = time.monotonic() + 60  # its first round (every link's class and gate) may take longer
+            while "sent" not in (follow.read_status(ns["rtr"], traceload.DEV) or {}) and time.monotonic() < until:
+                time.sleep(0.2)
             s0, (u0, k0), t0 = follow.read_status(ns["rtr"], traceload.DEV), traceload.cpu_s(pid, True), \
                 time.monotonic()
             time.sleep(seconds)
