@@ -11,8 +11,8 @@ For each K:
   times each, alternately (A, B, A, B, ...); the median of each;
 - **changes**: both plans installed on two namespaces, then ``rounds`` rounds of a change
   of every link's class to a new rate (the messages the trace driver sends each step),
-  alternately; each round's wall time and this process's CPU (user + system: the kernel
-  handles the messages in our send calls), the median round of each.
+  alternately; each round's wall time and CPU (``common.Clock``: user + system of the
+  sending thread, where the kernel handles the messages), the median round of each.
 
 Shape mode on the host; no traffic.
 """
@@ -20,7 +20,6 @@ Shape mode on the host; no traffic.
 from __future__ import annotations
 
 import dataclasses
-import resource
 import time
 from dataclasses import dataclass
 
@@ -30,7 +29,7 @@ from ratelimit.kernel.executor import Executor
 from ratelimit.layout import LINK_MINOR_BASE
 from ratelimit.plan import Change, HtbClass
 
-from .common import DEV, Steps, median, ratio, say
+from .common import DEV, Clock, Steps, median, ratio, say
 from .results import new_result, save
 from .sandbox import Netns
 
@@ -60,11 +59,6 @@ def plan(k: int, netns: str, bucketed: bool):
     return compile_plan(dataclasses.replace(req, group_bucket=bucketed))
 
 
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def installs(k: int, n: int) -> dict:
     times: dict[str, list] = {name: [] for name, _ in SIDES}
     for i in range(n):
@@ -92,10 +86,9 @@ def rounds(k: int, n: int) -> dict:
             rate = RATE_BPS + 8 * (i + 1)
             for name, _ in SIDES if i % 2 == 0 else SIDES[::-1]:
                 ops = [Change(op.with_rates(rate, rate, op.burst_bytes)) for op in links[name]]
-                with Executor(boxes[name]) as ex:
-                    c0, t0 = _cpu(), time.perf_counter()
+                with Executor(boxes[name]) as ex, Clock() as c:
                     ex.apply(ops)
-                    out[name].append((time.perf_counter() - t0, _cpu() - c0))
+                out[name].append((c.wall, c.cpu))
     return {name: {"round_s": median([w for w, _ in v]), "cpu_s": median([c for _, c in v]),
                    "best_s": min(w for w, _ in v)} for name, v in out.items()}
 

@@ -18,7 +18,7 @@ def section_qdisc_hash(doc: dict | None) -> list[str]:
             f"installing the whole plan on a fresh namespace, {cfg.get('installs')} times each, alternately, the "
             f"median. *A round*: with both plans installed, a change of every link's class to a new rate (the "
             f"messages the trace driver sends each step), {cfg.get('rounds')} rounds each, alternately: the "
-            f"median round's wall time and CPU (this process's user + system: the kernel handles the messages in "
+            f"median round's wall time and CPU (the sending thread's user + system: the kernel handles the messages in "
             f"our send calls). docs/design.md, \"The qdisc hash\", says why.", ""]
     body = []
     for r in doc.get("rows", []):
