@@ -286,7 +286,9 @@ class HtbClass(_Tc):
         """This class at other rates: what ``dataclasses.replace`` gives, made without
         ``__init__`` (a trace driver makes one for every link every step)."""
         new = object.__new__(type(self))
-        new.__dict__.update(self.__dict__, rate_bps=rate_bps, ceil_bps=ceil_bps, burst_bytes=burst_bytes)
+        fields = new.__dict__
+        fields.update(self.__dict__)
+        fields["rate_bps"], fields["ceil_bps"], fields["burst_bytes"] = rate_bps, ceil_bps, burst_bytes
         return new
 
     def tc(self) -> str:
@@ -403,6 +405,14 @@ class Change(_Tc):
     (``tc ... change``): its queue, its place in the tree and its classification stay."""
 
     op: object  # an HtbClass, NetemQdisc, FifoQdisc, TbfQdisc or filters.U32Filter
+
+    @classmethod
+    def of(cls, op) -> "Change":
+        """``Change(op)``, made without the frozen dataclass's ``__init__`` (a trace driver
+        makes one for every link every step)."""
+        new = object.__new__(cls)
+        new.__dict__["op"] = op
+        return new
 
     @property
     def features(self) -> frozenset:

@@ -113,6 +113,7 @@ class Traced:
 
     def __post_init__(self):
         self.to_class = gate.class_rate_of(self.source, self.layer)
+        self.most_ahead = 2 * self.gate.burst_bytes  # what ``gain`` keeps, either way
 
     @property
     def shut(self) -> bool:
@@ -121,8 +122,8 @@ class Traced:
     def gain(self, ahead_bytes: float) -> None:
         """Count what a change lets out beyond the capacity (below 0: short of it), at most
         two frames either way."""
-        frame = self.gate.burst_bytes
-        self.ahead_bytes = max(-2 * frame, min(2 * frame, self.ahead_bytes + ahead_bytes))
+        most, ahead = self.most_ahead, self.ahead_bytes + ahead_bytes
+        self.ahead_bytes = most if ahead > most else -most if ahead < -most else ahead
 
     def delivering_bps(self) -> int | None:
         """The rate the link passes as last set: its gate's when shut or held, else its class's."""
@@ -274,7 +275,7 @@ class Stepper:
                     else:  # the gate's bucket refills: a frame at once, one packet of it due
                         link.gain(frame - packet)
                 else:
-                    if _held(was_gate):  # a held rise: the gate opens now
+                    if was_gate not in (OPEN, SHUT, None):  # ``_held``: a held rise, the gate opens now
                         link.gain(CHANGE_GAIN * packet * (1 - was_gate / rate))
                     if nxt != rate and k != link.counted:  # the change after this window, paid before it
                         link.gain(SHUT_GAIN * frame if nxt == 0 else CHANGE_GAIN * packet * (1 - nxt / rate))
@@ -286,15 +287,20 @@ class Stepper:
                     link.ahead_bytes -= pay * step_s / 8
             last = None  # the list that holds the link's last operation of the step
             if klass is not None and (resend or klass != was_rate):
-                classes.append(Change(link.klass_at(klass)))
+                classes.append(Change.of(link.klass_at(klass)))
                 link.rate_bps, last = klass, classes
             if resend or gate_bps != was_gate:
                 reopens = reopens or was_gate == SHUT
                 last = opening if gate_bps == OPEN else closing
-                last.append(Change(link.gate_at(gate_bps)))
+                last.append(Change.of(link.gate_at(gate_bps)))
                 link.gate_bps = gate_bps
-            before = _passing_bps(was_rate, was_gate) if last is not None else None
-            if before is not None and before != (after := _passing_bps(link.rate_bps, link.gate_bps)):
+            if last is None:
+                continue
+            if was_gate == OPEN == gate_bps and was_rate is not None:  # the usual change: ``_passing_bps``'s
+                before, after = was_rate, link.rate_bps
+            else:
+                before, after = _passing_bps(was_rate, was_gate), _passing_bps(link.rate_bps, gate_bps)
+            if before is not None and before != after:
                 sent.append((link, before, after, last, len(last) - 1))  # it passes ``after`` once ``last`` landed
         stages = self._stages(k, resend)
         ops = stages + closing + classes + opening

@@ -23,6 +23,8 @@ import uuid
 from ipaddress import ip_address
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ratelimit.compile import compile_plan
 from ratelimit.errors import ApplyError, NotFoundError
@@ -30,6 +32,7 @@ from ratelimit.model import LinkParams, Queue, Request
 from ratelimit.kernel.executor import Executor, StepFailed, shorten
 from ratelimit.kernel import encode
 from ratelimit.kernel.encode import Encoder
+from ratelimit.kernel.kinds import htb
 from ratelimit.kernel.rates import Clock, percent
 from ratelimit import linklayer
 from ratelimit.plan import AddIfb, Change, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc, Plan, TbfQdisc
@@ -101,16 +104,25 @@ def test_u32_selector_bytes():
                                                    "0000ffff" "00000400" "14000000" "00000000")
 
 
-def test_the_class_options_cache_starts_over_before_it_grows_without_end(monkeypatch):
-    """A trace driver's encoder sets a new rate on every link every step, for hours."""
-    monkeypatch.setattr(encode, "HTB_CACHE_MOST", 100)
+def test_the_class_options_cache_does_not_grow_with_the_rates():
+    """A trace driver's encoder sets a new rate on every link every step, for hours: what it
+    keeps is one packer per class's fixed parameters."""
     enc = Encoder(lambda name: 7, Clock("000003e8 00000040 000f4240 3b9aca00"))
-    fresh = Encoder(lambda name: 7, Clock("000003e8 00000040 000f4240 3b9aca00"))
     for rate in range(1000, 1350):
-        op = HtbClass("eth0", 0x10001, 0x10002, rate, rate, 1600, 1514)
-        assert enc.htb_class(op, 1, 1) == fresh.htb_class(op, 1, 1)  # the same bytes, cached or not
-        fresh._htb.clear()
-    assert 0 < len(enc._htb) <= 100
+        enc.htb_class(HtbClass("eth0", 0x10001, 0x10002, rate, rate * 2, rate // 10 + 1600, 1514), 1, 1)
+    assert len(enc._htb) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(rate=st.integers(8, 2**40), ceil=st.integers(8, 2**40), burst=st.integers(1, 2**20),
+       quantum=st.integers(1, 200_000), mpu=st.integers(0, 1600), overhead=st.integers(0, 64),
+       atm=st.booleans(), tables=st.booleans())
+def test_a_class_packer_packs_what_class_options_packs(rate, ceil, burst, quantum, mpu, overhead, atm, tables):
+    """The driver's path (the rates packed into options made once per class) and the plain
+    one give the same bytes, 64-bit rates and rate tables included."""
+    clk = Clock("000003e8 00000040 000f4240 3b9aca00")
+    packer = htb.class_packer(quantum, mpu, overhead, atm, clk, tables)
+    assert packer(rate, ceil, burst) == htb.class_options(rate, ceil, burst, quantum, mpu, overhead, atm, clk, tables)
 
 
 # ------------------------------------------------------------------ namespaces

@@ -19,16 +19,14 @@ from .rates import Clock, clock
 _KIND_U32 = attr_str(TCA_KIND, "u32")
 _ADD = NLM_F_CREATE | NLM_F_EXCL
 
-HTB_CACHE_MOST = 1 << 16  # class options kept (a plan's links mostly share a few)
-
 
 class Encoder:
     """Packs plan operations as netlink messages for one namespace.
 
     ``ifindex(name)`` resolves device names (raising for unknown ones); the
-    caches below make identical actions, class options and filter heads cost
-    one dictionary lookup after the first.  The class options' cache starts over
-    at ``HTB_CACHE_MOST`` entries: a trace driver's encoder lives for hours and
+    caches below make identical actions and filter heads cost one dictionary
+    lookup after the first, and pack a class's options from the rates alone.
+    Their keys leave the rates out: a trace driver's encoder lives for hours and
     sets a new rate on every link every step.
     """
 
@@ -84,13 +82,11 @@ class Encoder:
     # -- classes
 
     def htb_class(self, op, seq: int, flags: int, add: int = _ADD) -> bytes:
-        key = (op.rate_bps, op.ceil_bps, op.burst_bytes, op.quantum_bytes, op.mpu_bytes, op.overhead_bytes, op.atm)
-        opts = self._htb.get(key)
-        if opts is None:
-            if len(self._htb) >= HTB_CACHE_MOST:
-                self._htb.clear()
-            opts = self._htb[key] = htb.class_options(*key, self.clock, self.htb_tables)
-        body = tcmsg(self.ifindex(op.dev), op.classid, op.parent) + opts
+        key = (op.quantum_bytes, op.mpu_bytes, op.overhead_bytes, op.atm)
+        options = self._htb.get(key)
+        if options is None:
+            options = self._htb[key] = htb.class_packer(*key, self.clock, self.htb_tables)
+        body = tcmsg(self.ifindex(op.dev), op.classid, op.parent) + options(op.rate_bps, op.ceil_bps, op.burst_bytes)
         return message(RTM_NEWTCLASS, flags | add, seq, body)
 
     def del_class(self, op, seq: int, flags: int) -> bytes:

@@ -2,14 +2,17 @@
 
 import struct
 
-from ..nl import NLA_TYPE_MASK, U32_MAX, U64, attr, attr_str, attrs, hexof, nest, rebuild, TCA_KIND, TCA_OPTIONS
-from ..rates import LINKLAYER_ATM, LINKLAYER_ETHERNET, Clock, decode_ratespec, rate_bytes, rate_table, ratespec
+from ..nl import (NLA_TYPE_MASK, NLATTR, U32_MAX, U64, attr, attr_str, attrs, hexof, nest, rebuild, TCA_KIND,
+                  TCA_OPTIONS)
+from ..rates import (LINKLAYER_ATM, LINKLAYER_ETHERNET, RATESPEC, Clock, cell_log_for, decode_ratespec, rate_bytes,
+                     rate_table, ratespec)
 
 TCA_HTB_PARMS, TCA_HTB_INIT, TCA_HTB_CTAB, TCA_HTB_RTAB = 1, 2, 3, 4
 TCA_HTB_RATE64, TCA_HTB_CEIL64 = 6, 7
 HTB_DEFAULT_MTU = 1600  # tc's default when a class gives no "mtu"
 HTB_OPT = struct.Struct("=12s12sIIIII")  # rate, ceil, buffer, cbuffer, quantum, level, prio
 HTB_GLOB = struct.Struct("=IIIII")  # version, rate2quantum, defcls, debug, direct_pkts
+_PARMS_FLAT = struct.Struct("=" + RATESPEC.format[1:] * 2 + HTB_OPT.format[7:])  # HTB_OPT, its rate specs unpacked
 
 KIND = attr_str(TCA_KIND, "htb")
 
@@ -40,6 +43,25 @@ def class_options(rate_bps: int, ceil_bps: int, burst: int, quantum: int, mpu: i
         parts.append(attr(TCA_HTB_RTAB, rate_table(min(rate, U32_MAX), HTB_DEFAULT_MTU, mpu, clk, atm)))
         parts.append(attr(TCA_HTB_CTAB, rate_table(min(ceil, U32_MAX), HTB_DEFAULT_MTU, mpu, clk, atm)))
     return KIND + nest(TCA_OPTIONS, *parts)
+
+
+def class_packer(quantum: int, mpu: int, overhead: int, atm: bool, clk: Clock, tables: bool = False):
+    """``class_options`` for a class's fixed parameters, as a function of its rate, ceil and
+    burst: the same bytes, with what does not depend on the rates packed once (a trace
+    driver sets new rates on thousands of classes a step)."""
+    layer = LINKLAYER_ATM if atm else LINKLAYER_ETHERNET
+    cell_log = cell_log_for(HTB_DEFAULT_MTU)
+    head = KIND + NLATTR.pack(8 + HTB_OPT.size, TCA_OPTIONS) + NLATTR.pack(4 + HTB_OPT.size, TCA_HTB_PARMS)
+    pack, xmittime = _PARMS_FLAT.pack, clk.xmittime
+
+    def options(rate_bps: int, ceil_bps: int, burst: int) -> bytes:
+        rate, ceil = rate_bytes(rate_bps), rate_bytes(ceil_bps)
+        if tables or rate > U32_MAX or ceil > U32_MAX:
+            return class_options(rate_bps, ceil_bps, burst, quantum, mpu, overhead, atm, clk, tables)
+        buffer = xmittime(rate, burst)
+        return head + pack(cell_log, layer, overhead, -1, mpu, rate, cell_log, layer, overhead, -1, mpu, ceil,
+                           buffer, buffer if ceil == rate else xmittime(ceil, burst), quantum, 0, 0)
+    return options
 
 
 def decode_qdisc(buf, s, e) -> tuple:
