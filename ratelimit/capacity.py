@@ -64,20 +64,19 @@ class TraceCapacity:
         if not (math.isfinite(self.scale) and self.scale > 0):
             raise ValueError(f"scale {self.scale!r} is not a positive number")
 
-    def _before(self, u_ms: float) -> int:
-        """Opportunities at trace times below ``u_ms`` (the looped trace from time 0)."""
-        if u_ms <= 0:
-            return 0
-        period, n = self.trace.period_ms, self.trace.opportunities
-        if not self.loop and u_ms > period:
-            return n
-        k = math.ceil(u_ms / period) - 1  # whole periods before u, so that 0 < u - k x period <= period
-        return k * n + self.trace.before(u_ms - k * period)
-
     def units_before(self, t_ms: float) -> int:
         """The opportunities before the link's time ``t_ms`` (``bytes_of`` them: bytes):
-        a window's are the difference of its edges'."""
-        return self._before(t_ms + self.phase_ms)
+        a window's are the difference of its edges'.  The trace loops from time 0 (unless
+        ``loop`` is off: nothing after its end)."""
+        u_ms = t_ms + self.phase_ms
+        if u_ms <= 0:
+            return 0
+        trace = self.trace
+        period, stamps = trace.period_ms, trace.timestamps_ms
+        if not self.loop and u_ms > period:
+            return len(stamps)
+        k = math.ceil(u_ms / period) - 1  # whole periods before u, so that 0 < u - k x period <= period
+        return k * len(stamps) + bisect.bisect_left(stamps, u_ms - k * period)  # and those of the period below u
 
     def bytes_of(self, units: int) -> float:
         return units * PACKET_BYTES * self.scale

@@ -85,10 +85,6 @@ class Trace:
         per opportunity) per second."""
         return self.opportunities * PACKET_BYTES * 8 * 1000 / self.period_ms
 
-    def before(self, offset_ms: float) -> int:
-        """Opportunities of one period whose time is below ``offset_ms``."""
-        return bisect.bisect_left(self.timestamps_ms, offset_ms)
-
 
 def load(path, field: str = "trace") -> Trace:
     """The trace in the file ``path``; ``field`` starts every error (``--trace-down``, a
