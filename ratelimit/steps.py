@@ -275,7 +275,7 @@ class Stepper:
                     else:  # the gate's bucket refills: a frame at once, one packet of it due
                         link.gain(frame - packet)
                 else:
-                    if was_gate not in (OPEN, SHUT, None):  # ``_held``: a held rise, the gate opens now
+                    if _held(was_gate):  # a held rise: the gate opens now
                         link.gain(CHANGE_GAIN * packet * (1 - was_gate / rate))
                     if nxt != rate and k != link.counted:  # the change after this window, paid before it
                         link.gain(SHUT_GAIN * frame if nxt == 0 else CHANGE_GAIN * packet * (1 - nxt / rate))
@@ -294,13 +294,8 @@ class Stepper:
                 last = opening if gate_bps == OPEN else closing
                 last.append(Change.of(link.gate_at(gate_bps)))
                 link.gate_bps = gate_bps
-            if last is None:
-                continue
-            if was_gate == OPEN == gate_bps and was_rate is not None:  # the usual change: ``_passing_bps``'s
-                before, after = was_rate, link.rate_bps
-            else:
-                before, after = _passing_bps(was_rate, was_gate), _passing_bps(link.rate_bps, gate_bps)
-            if before is not None and before != after:
+            before = _passing_bps(was_rate, was_gate) if last is not None else None
+            if before is not None and before != (after := _passing_bps(link.rate_bps, link.gate_bps)):
                 sent.append((link, before, after, last, len(last) - 1))  # it passes ``after`` once ``last`` landed
         stages = self._stages(k, resend)
         ops = stages + closing + classes + opening

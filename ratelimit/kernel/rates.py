@@ -31,7 +31,7 @@ class Clock:
     def xmittime(self, rate_bytes: int, size: int) -> int:
         """Ticks to send ``size`` bytes at ``rate_bytes``/s: whole microseconds first, as tc does."""
         time_us = min(int(TIME_UNITS_PER_SEC * (size / rate_bytes)), U32_MAX)
-        return min(int(time_us * self.tick_in_usec), U32_MAX)  # time2tick's, without the call
+        return self.time2tick(time_us)
 
     def size_of(self, rate_bytes: int, ticks: int) -> int:
         """The smallest size whose xmittime is ``ticks``: the inverse of a lossy
