@@ -113,7 +113,6 @@ class Traced:
 
     def __post_init__(self):
         self.to_class = gate.class_rate_of(self.source, self.layer)
-        self.most_ahead = 2 * self.gate.burst_bytes  # what ``gain`` keeps, either way
 
     @property
     def shut(self) -> bool:
@@ -122,7 +121,7 @@ class Traced:
     def gain(self, ahead_bytes: float) -> None:
         """Count what a change lets out beyond the capacity (below 0: short of it), at most
         two frames either way."""
-        most, ahead = self.most_ahead, self.ahead_bytes + ahead_bytes
+        most, ahead = 2 * self.gate.burst_bytes, self.ahead_bytes + ahead_bytes
         self.ahead_bytes = most if ahead > most else -most if ahead < -most else ahead
 
     def delivering_bps(self) -> int | None:

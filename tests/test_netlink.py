@@ -30,7 +30,6 @@ from ratelimit.compile import compile_plan
 from ratelimit.errors import ApplyError, NotFoundError
 from ratelimit.model import LinkParams, Queue, Request
 from ratelimit.kernel.executor import Executor, StepFailed, shorten
-from ratelimit.kernel import encode
 from ratelimit.kernel.encode import Encoder
 from ratelimit.kernel.kinds import htb
 from ratelimit.kernel.rates import Clock, percent

@@ -154,8 +154,7 @@ class Executor(Reader):
                     report(i)
                 entries.append(i)
                 continue
-            if entries:
-                add_entries()
+            add_entries()
             packer = _BATCHED.get(type(op))
             if packer is not None and not (type(op) is NetemQdisc and op.parent in (TC_H_ROOT, TC_H_INGRESS)):
                 try:
