@@ -19,7 +19,7 @@ setup(
     include_package_data=True,
     data_files=[("share/ratelimit/vagrant/provision",
                  ["vagrant/provision/client.sh", "vagrant/provision/server.sh", "vagrant/provision/router.sh"])],
-    install_requires=["pyroute2==0.9.7", "flask>=3.0", "waitress>=3.0"],
+    install_requires=["pyroute2==0.9.7", "flask>=3.0", "waitress>=3.0", "numpy>=1.24"],
     extras_require={
         "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6", "playwright>=1.40"],
         "vm": ["virtme-ng==1.42"],

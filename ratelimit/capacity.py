@@ -108,8 +108,14 @@ class TraceCapacity:
     @staticmethod
     def class_rate_of(layer: LinkLayer, ip_bytes: int = FULL_IP_BYTES):
         """``class_rate_bps`` for one layer and packet size, as a function of the rate."""
-        metered, carried = metered_bytes(ip_bytes, layer), ip_bytes + TUN_HEADER_BYTES
+        metered, carried = TraceCapacity.class_rate_factors(layer, ip_bytes)
         return lambda rate_bps: 0 if rate_bps <= 0 else max(1, round(rate_bps * metered / carried))
+
+    @staticmethod
+    def class_rate_factors(layer: LinkLayer, ip_bytes: int = FULL_IP_BYTES) -> tuple[int, int]:
+        """(what the class meters, what mm-link counts) of one packet: ``class_rate_of``
+        multiplies a rate by the first and divides it by the second."""
+        return metered_bytes(ip_bytes, layer), ip_bytes + TUN_HEADER_BYTES
 
 
 @dataclass(frozen=True)

@@ -236,6 +236,8 @@ class Stepper:
             raise ValueError(f"step {step_ms!r} ms is not positive")
         self.links, self.step_ms = links, step_ms
         self._staged = [link for link in links if link.staged]
+        from .tracewindows import TraceWindows  # numpy: only a driver pays for its import
+        self._windows = TraceWindows(links, step_ms)
         self._sent: list = []
         self.learnt = 0  # links whose packets ``learn`` knows
         self.reopens = False  # whether the last ``changes`` opens a shut gate (an outage ends)
@@ -253,9 +255,11 @@ class Stepper:
         closing, classes, opening = [], [], []
         sent = self._sent = []
         reopens = False
-        for link in self.links:
+        rows = self._windows.rows(k, 1 + LOOKAHEAD)
+        for link, rates in zip(self.links, rows):
             was_rate, was_gate = link.rate_bps, link.gate_bps
-            rates = link.upcoming(k, 1 + LOOKAHEAD, step_ms)
+            if rates is None:
+                rates = link.upcoming(k, 1 + LOOKAHEAD, step_ms)
             rate = rates[0]
             if rate == 0:
                 klass, gate_bps = None, SHUT
