@@ -63,6 +63,7 @@ followed in those.
 """
 
 import dataclasses
+import itertools
 from dataclasses import dataclass
 
 RISE = 2.0  # a coming window this many times this one's rate, or more, is a rise the gate holds
@@ -236,8 +237,10 @@ class Stepper:
             raise ValueError(f"step {step_ms!r} ms is not positive")
         self.links, self.step_ms = links, step_ms
         self._staged = [link for link in links if link.staged]
-        from .tracewindows import TraceWindows  # numpy: only a driver pays for its import
-        self._windows = TraceWindows(links, step_ms)
+        self._windows = None  # the windows of the links that follow a trace, all at once
+        if any(type(link.capacity) is TraceCapacity for link in links):
+            from .tracewindows import TraceWindows  # numpy: only a driver of traces pays for its import
+            self._windows = TraceWindows(links, step_ms)
         self._sent: list = []
         self.learnt = 0  # links whose packets ``learn`` knows
         self.reopens = False  # whether the last ``changes`` opens a shut gate (an outage ends)
@@ -255,7 +258,7 @@ class Stepper:
         closing, classes, opening = [], [], []
         sent = self._sent = []
         reopens = False
-        rows = self._windows.rows(k, 1 + LOOKAHEAD)
+        rows = self._windows.rows(k, 1 + LOOKAHEAD) if self._windows else itertools.repeat(None)
         for link, rates in zip(self.links, rows):
             was_rate, was_gate = link.rate_bps, link.gate_bps
             if rates is None:

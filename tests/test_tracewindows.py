@@ -76,3 +76,22 @@ def test_a_stepper_over_traces_and_a_schedule_takes_each_from_its_own():
     alone._windows.rows = lambda k, count: [None] * len(links)  # the reference: every link by its own upcoming
     for k in (0, 1, 2, 5, 30, 31, 400):
         assert stepper.changes(k, k == 0) == alone.changes(k, k == 0)
+
+
+def test_a_stepper_of_schedules_alone_does_not_import_numpy():
+    """numpy's import takes seconds in a software-emulated VM: a driver that follows only
+    schedules (whose windows ``upcoming`` computes) does not pay for it, one of traces does."""
+    import subprocess
+    import sys
+    code = ("import sys; from pathlib import Path; from ratelimit import tracespec; "
+            "from ratelimit.compile import compile_plan; from ratelimit.service import make_request; "
+            "from ratelimit.steps import Stepper, traced_links; "
+            "req = tracespec.stamped(make_request('veth0', hosts='198.18.1.3', ports='3000-3001', direction='dest', "
+            "**{sys.argv[1]: sys.argv[2]}), None, 0); "
+            "loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down,) if s}; "
+            "s = Stepper(traced_links(compile_plan(req), loaded), 100); s.changes(0, True); s.changes(1); "
+            "print('numpy' in sys.modules)")
+    for kind, path, imported in (("schedule", str(ROOT / "tests" / "cases" / "traces" / "square.toml"), "False"),
+                                 ("trace_down", "lte-drive.down", "True")):
+        out = subprocess.run([sys.executable, "-c", code, kind, path], cwd=ROOT, capture_output=True, text=True)
+        assert (out.returncode, out.stdout.strip()) == (0, imported), out.stderr
