@@ -24,7 +24,6 @@ class TraceWindows:
     """The trace-following links among ``links`` (``steps.Traced``), by trace."""
 
     def __init__(self, links, step_ms: int):
-        self.step_ms = step_ms
         groups: dict = {}
         for i, link in enumerate(links):
             cap = link.capacity
