@@ -42,9 +42,10 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   which takes minutes, boot included).  ``python -m pytest -m "not slow" tests``
   is the quick tier for the edit loop.  A test not yet in the file counts as
   quick until it is measured: ``python -m pytest -n 0 -ra tests
-  --record-durations tests/durations.json`` writes the file from a full run in one
-  process, so that each test is timed alone, as the file's are (25 minutes on 2
-  cores); a run side by side gives each test's time under load instead.
+  --record-durations tests/durations.json`` times each test alone, in one process,
+  as the file's are (25 minutes on 2 cores; a run side by side gives each test's
+  time under load instead), and writes the times into the file over those it had:
+  a selection (``-m "not slow"``, a module) measures just its own tests.
 - **Report**: the summary gives each tier's test count and summed test time, and
   the ``alone`` tests' (their sum is a floor under the wall time), next to the
   run's wall time.
@@ -81,6 +82,13 @@ def load_durations(path: Path = DURATIONS) -> dict[str, float]:
         return {k: float(v) for k, v in json.loads(path.read_text()).items()}
     except FileNotFoundError:
         return {}
+
+
+def record_durations(path: Path, times: dict[str, float]) -> None:
+    """Write ``times`` (node id -> seconds) into the file at ``path`` over its own: the
+    entries of the tests that did not run stay."""
+    merged = load_durations(path) | times
+    path.write_text(json.dumps({k: round(v, 2) for k, v in sorted(merged.items())}, indent=1) + "\n")
 
 
 def group_of(item) -> str | None:
@@ -223,7 +231,7 @@ def pytest_sessionfinish(session, exitstatus):
         times: dict[str, float] = {}
         for rep in _reports(config):
             times[rep.nodeid] = times.get(rep.nodeid, 0.0) + rep.duration
-        Path(path).write_text(json.dumps({k: round(v, 2) for k, v in sorted(times.items())}, indent=1) + "\n")
+        record_durations(Path(path), times)
     shared = _shared_dir(config)
     if shared is not None:
         shutil.rmtree(shared, ignore_errors=True)

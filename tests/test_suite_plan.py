@@ -119,3 +119,16 @@ def test_a_run_of_mostly_alone_tests_on_more_workers_than_pairs_of_units_ends(tm
     assert len(runs) == 7
     alone = [(s, e) for s, e, name in runs if name.startswith("alone")]
     assert all(e0 <= s1 for (_, e0), (s1, _) in zip(alone, alone[1:]))
+
+
+
+def test_recorded_durations_go_over_the_files_and_keep_the_tests_not_run(tmp_path):
+    """``--record-durations`` on a selection: the tests that ran get their new times, the
+    file's other entries stay; a file not there yet is written."""
+    recorded = tmp_path / "durations.json"
+    schedule.record_durations(recorded, {"t.py::test_a": 99.0})
+    assert json.loads(recorded.read_text()) == {"t.py::test_a": 99.0}
+    schedule.record_durations(recorded, {"t.py::test_b": 0.004, "t.py::test_a": 0.216})
+    assert json.loads(recorded.read_text()) == {"t.py::test_a": 0.22, "t.py::test_b": 0.0}
+    schedule.record_durations(recorded, {"u.py::test_c": 7.0})
+    assert json.loads(recorded.read_text()) == {"t.py::test_a": 0.22, "t.py::test_b": 0.0, "u.py::test_c": 7.0}
