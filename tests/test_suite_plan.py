@@ -121,7 +121,6 @@ def test_a_run_of_mostly_alone_tests_on_more_workers_than_pairs_of_units_ends(tm
     assert all(e0 <= s1 for (_, e0), (s1, _) in zip(alone, alone[1:]))
 
 
-
 def test_recorded_durations_go_over_the_files_and_keep_the_tests_not_run(tmp_path):
     """``--record-durations`` on a selection: the tests that ran get their new times, the
     file's other entries stay; a file not there yet is written."""

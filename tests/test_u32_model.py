@@ -33,6 +33,8 @@ def _any_host(rng, selected):
     if kind == 1:
         return IPv4Address(f"198.18.{rng.randrange(4)}.{rng.choice(V4_LAST)}")
     return IPv6Address(f"2001:db8:{rng.randrange(4):x}::{rng.choice(V6_LAST):x}")
+
+
 port_ranges = st.lists(st.tuples(st.integers(1, 65535), st.integers(0, 300)).map(
     lambda t: (t[0], min(65535, t[0] + t[1]))), min_size=1, max_size=3)
 
