@@ -21,18 +21,28 @@ SERVER6 = IPv6Address("2001:db8:ffff::9")
 
 # Hosts that often share a last octet or more, to force deep trees.
 V4_LAST, V6_LAST = [1, 2, 255], [1, 0x101]
-v4_hosts = st.builds(lambda a, b: IPv4Address(f"198.18.{a}.{b}"), st.integers(0, 3), st.sampled_from(V4_LAST))
-v6_hosts = st.builds(lambda a, b: IPv6Address(f"2001:db8:{a:x}::{b:x}"), st.integers(0, 3), st.sampled_from(V6_LAST))
+
+
+def _v4(a: int, b: int) -> IPv4Address:
+    return IPv4Address(f"198.18.{a}.{b}")
+
+
+def _v6(a: int, b: int) -> IPv6Address:
+    return IPv6Address(f"2001:db8:{a:x}::{b:x}")
+
+
+v4_hosts = st.builds(_v4, st.integers(0, 3), st.sampled_from(V4_LAST))
+v6_hosts = st.builds(_v6, st.integers(0, 3), st.sampled_from(V6_LAST))
 
 
 def _any_host(rng, selected):
-    """One of ``selected``, or a host drawn as ``v4_hosts`` / ``v6_hosts`` draw them."""
+    """One of ``selected``, or a host as ``v4_hosts`` / ``v6_hosts`` build them."""
     kind = rng.randrange(3)
     if kind == 0:
         return rng.choice(selected)
     if kind == 1:
-        return IPv4Address(f"198.18.{rng.randrange(4)}.{rng.choice(V4_LAST)}")
-    return IPv6Address(f"2001:db8:{rng.randrange(4):x}::{rng.choice(V6_LAST):x}")
+        return _v4(rng.randrange(4), rng.choice(V4_LAST))
+    return _v6(rng.randrange(4), rng.choice(V6_LAST))
 
 
 port_ranges = st.lists(st.tuples(st.integers(1, 65535), st.integers(0, 300)).map(
@@ -102,7 +112,7 @@ def test_every_packet_lands_on_its_own_filter(hosts, ranges, mode, direction, de
             assert hit.classid == flow.classid
         elif mine.police:
             assert hit.police == mine.police and hit.police.index  # one bucket for all its ports
-    # the probes from one seed per example: 80 draws of Hypothesis's own each took most of the test's time
+    # the probes from one seed per example (drawing each of the 80 from Hypothesis took most of the test's time)
     rng = random.Random(probes.draw(st.integers(0, 2**32 - 1), label="probe seed"))
     directions = ["dest", "source"] if direction == "both" else [direction]
     ports = [p for lo, hi in req.ports for p in range(lo, hi + 1)]
