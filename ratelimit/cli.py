@@ -170,8 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "supervisor runs 'ratelimit follow')")
     g.add_argument("--netns", help="network namespace the interface is in")
     g.add_argument("--container", metavar="NAME|ID", help="a Docker or Podman container: with --hosts (or a "
-                   "scenario) it is the server and the links go on its own interface; without, it is one user "
-                   "on a slow link, one link for all its traffic on its host-side veth (docs/containers.md)")
+                   "scenario) it is the server and its links go on its host-side veth, facing it; without, it is "
+                   "one user on a slow link, one link for all its traffic on that veth (docs/containers.md)")
     g.add_argument("--engine", choices=("docker", "podman"), help="the engine of --container and of "
                    "container:NAME hosts (default: whichever has it)")
     g.add_argument("--network", metavar="NAME", help="the network of --container to use, when it is on several")
@@ -316,20 +316,22 @@ def _run(args, action, con, target=None, named=()) -> int:
         warning = oversubscribed(req)
         if warning:
             con.out(f"# warning: {warning}")
-        if target is not None and target.netns:
-            from .names import shell_word
-            con.out(f"# the container's namespace has this name only while ratelimit runs; first: "
-                    f"ip netns attach {shell_word(target.netns)} {target.pid}")
         for line in traced_lines(req):
             con.out(f"# {line}")
         con.out(text.rstrip("\n"))
         return 0
     started = time.monotonic()
+    if target is not None:
+        from .targets import recorded_use
+        was_server = recorded_use(target.interface) == "server"  # the veth held a server's links
     plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo, notice=notice,
                          on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"),
                          follow=not args.no_follow)
     sent = f"{len(plan.ops)} operations" if plan.changed is None else \
         f"{_HOW[plan.how]} ({len(plan.changed)} operations)"
+    if target is not None and (target.server_side or was_server):
+        from .containers import single_segments  # a server's device sends single segments; a user's as it did
+        single_segments(target.pid, target.inside_index, on=target.server_side)
     con.out(f"{req.interface}: {describe(summary(req))}; {sent} in {time.monotonic() - started:.2f} s")
     return 0
 
@@ -364,8 +366,9 @@ def _as_json(data: dict, action: str) -> str:
 
 
 def _container(args, action, con) -> int:
-    """--container: the links on the container's own interface (the server of --hosts) or
-    on its host-side veth (one user); clean, --list and --stats look at both."""
+    """--container: the links on the container's host-side veth, as the server of --hosts or
+    as one user; clean, --list and --stats also look at its own interface (where records
+    of 0.4 and earlier put a server's)."""
     from .targets import both_targets, container_target
     if not isinstance(args.interface, _Default) or args.netns is not None:
         raise UsageError("--container: it says which device; leave out --interface and --netns")
@@ -385,6 +388,9 @@ def _container(args, action, con) -> int:
             for t in found:
                 args.interface, args.netns = t.interface, t.netns
                 _run(args, "clean", con)
+                if t.server_side:
+                    from .containers import single_segments
+                    single_segments(t.pid, t.inside_index, on=False)
             return 0
         from .readout import statistics
         datas = [statistics(t.interface, t.netns, notice=con.notice) for t in found]
@@ -397,7 +403,7 @@ def _container(args, action, con) -> int:
             if args.json:
                 con.out(_as_json(data, action))
             else:
-                where = "its own interface" if t.use == "server" else "its host-side veth"
+                where = "its own interface" if t.netns else "its host-side veth"
                 con.out(f"# {args.container}: {where}, {t.interface}")
                 con.out(render_table(data, counters=action == "stats"))
         return 0

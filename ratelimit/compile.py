@@ -55,7 +55,7 @@ from . import gate
 from .errors import FieldError
 from .filters import Key, Police, U32Filter
 from .layout import (GENERATIONS, GROUP_LINKS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, Layout, carried,
-                     ingress_policing, traced_stage, tree_handle)
+                     ingress_direction, ingress_policing, traced_stage, tree_handle)
 from .linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES, ETHERNET_HEADER_BYTES
 from .model import Cohort, LinkParams, Request
 from .plan import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, TC_H_CLSACT_INGRESS, AddIfb, FifoQdisc, Flow, HtbClass,
@@ -81,12 +81,15 @@ def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
     lay = check(req, group_links=group_links)
     ops: list = []
     links: list[Flow] = []
-    if req.direction in ("dest", "both"):
-        _egress(req, lay, req.interface, "dest", ops, links)
-    if req.direction in ("source", "both"):
-        if ingress_policing(req):
+    arriving = ingress_direction(req)
+    for direction in ("dest", "source"):
+        if req.direction not in (direction, "both"):
+            continue
+        if direction != arriving:
+            _egress(req, lay, req.interface, direction, ops, links)
+        elif ingress_policing(req):
             ops.append(IngressQdisc(req.interface))
-            _police_trees(req, lay, req.interface, INGRESS_HANDLE, "source", ops, links,
+            _police_trees(req, lay, req.interface, INGRESS_HANDLE, direction, ops, links,
                           overhead_bytes=ETHERNET_HEADER_BYTES)  # count the frame, as egress does
         else:
             ifb = ifb_name(req.interface)
@@ -98,8 +101,14 @@ def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
                 ops.append(IngressQdisc(req.interface))
             ops.append(U32Filter(req.interface, hook, 1, "all", 0, 0, 1,
                                  (Key(0, 0, 0),), redirect=ifb))
-            _egress(req, lay, ifb, "source", ops, links)
+            _egress(req, lay, ifb, direction, ops, links)
     return Plan(req, tuple(ops), tuple(links))
+
+
+def device_of(req: Request, direction: str) -> str:
+    """The device whose root qdisc holds ``direction``'s links in shape mode: the interface
+    for what it sends, its IFB device for what arrives on it (``ingress_direction``)."""
+    return ifb_name(req.interface) if direction == ingress_direction(req) else req.interface
 
 
 def link_flows(req: Request) -> tuple[Flow, ...]:
@@ -114,9 +123,10 @@ def link_flows(req: Request) -> tuple[Flow, ...]:
         for pair, link in zip(pairs, owner):
             first.setdefault(link, pair)
     out = []
-    for direction, dev in (("dest", req.interface), ("source", ifb_name(req.interface))):
+    for direction in ("dest", "source"):
         if req.direction not in (direction, "both"):
             continue
+        dev = device_of(req, direction)
         for link in range(lay.links):
             c = lay.spans[lay.link_cohort[link]].cohort
             host, port, _ = first.get(link, (None, None, None))  # the default cohort has no flows

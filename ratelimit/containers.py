@@ -353,6 +353,23 @@ def wiring(owner: Container, endpoint: Endpoint) -> Wiring:
     return Wiring(endpoint.network, dev.name, dev.index, peer.name, peer.index, endpoint.addresses())
 
 
+GSO_MAX_SEGS = 65535  # what a veth takes unless told otherwise (the kernel's GSO_MAX_SEGS)
+
+
+def single_segments(pid: int, index: int, on: bool = True) -> None:
+    """The server use: the container's own device (``index`` in the namespace of ``pid``)
+    hands its qdisc one TCP segment a packet (``on``), as the lab's devices do, so that
+    the links on its veth meter each segment as a frame of its own (a packet of several
+    would pass a token bucket at once and be paid for afterwards); ``on=False`` gives it
+    back the kernel's default (clean)."""
+    from .kernel import peers
+    from pyroute2 import NetlinkError
+    try:
+        peers.gso_max_segs(netns_path(pid), index, 1 if on else GSO_MAX_SEGS)
+    except (OSError, NetlinkError) as err:
+        raise ContainerError(f"--container: cannot set gso_max_segs on the container's device ({err})") from None
+
+
 # ---------------------------------------------------------------- a name for one run
 
 

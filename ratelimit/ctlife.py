@@ -4,9 +4,10 @@ the container stopped, restarted or came back on another veth (docs/containers.m
 
 A record made with ``--container`` notes the container (``Request.container``: engine,
 name, the id of the container that owns the namespace, network, use).  ``now`` finds that
-container again by its id and gives the request as it goes *now*: for the server use on
-its own interface in its namespace (named ``rl-ct-ID`` again, for the block); for the user
-use on the veth the engine wired this time, for the addresses it has this time.  Hosts
+container again by its id and gives the request as it goes *now*: on the veth the engine
+wired this time -- the server use facing the container (``Request.server_side``; a record
+from 0.4 or earlier had its links inside the container's namespace, and goes on the veth
+too), the user use for the addresses it has this time.  Hosts
 given by name (``container:NAME``) are resolved again, with a notice when one moved: the
 names are what the person asked for, the addresses only what they were.  A container
 that is not running is no error: ``now`` yields None and says why.
@@ -27,10 +28,8 @@ def now(req, notice):
     """``req`` (recorded for a container) as it would be applied now, or None (with a
     ``notice``) when its container is not running or is gone."""
     engine, name, owner_id, network, use = req.container
-    try:
-        _, owner = containers.resolve(owner_id[:12], engine)
-    except containers.ContainerError as err:
-        notice(f"{_reason(err)}: its links are left out (run this again once it runs)")
+    owner = _running(req, notice)
+    if owner is None:
         yield None
         return
     with containers.turn():
@@ -45,8 +44,41 @@ def now(req, notice):
             yield dataclasses.replace(req, interface=wired.veth, netns=None, cohorts=(cohort,))
             return
         cohorts = tuple(_again(c, owner, network, engine, notice) for c in req.cohorts)
-        with containers.attached(owner) as ns:
-            yield dataclasses.replace(req, interface=wired.inside, netns=ns, cohorts=cohorts)
+        yield dataclasses.replace(req, interface=wired.veth, netns=None, cohorts=cohorts, server_side=True)
+
+
+def single_segments(req) -> None:
+    """After a server's links went on its veth (``now``): its own device hands its qdisc
+    single segments (``containers.single_segments``)."""
+    engine, name, owner_id, network, use = req.container
+    _, owner = containers.resolve(owner_id[:12], engine)
+    with containers.turn():
+        wired = containers.wiring(owner, containers.choose_network(owner, network))
+    containers.single_segments(owner.pid, wired.inside_index)
+
+
+@contextmanager
+def inside(req, notice):
+    """The name of the namespace of the container a record from 0.4 or earlier had a server's
+    links in (``rl-ct-ID``, named again for the block), or None (with a ``notice``) when it
+    is not running."""
+    owner = _running(req, notice)
+    if owner is None:
+        yield None
+        return
+    with containers.turn(), containers.attached(owner) as ns:
+        yield ns
+
+
+def _running(req, notice):
+    """The container that owns the namespace of the one ``req`` was recorded for, or None
+    (with a ``notice``) when it is not running or is gone."""
+    engine, _, owner_id, _, _ = req.container
+    try:
+        return containers.resolve(owner_id[:12], engine)[1]
+    except containers.ContainerError as err:
+        notice(f"{_reason(err)}: its links are left out (run this again once it runs)")
+        return None
 
 
 def _reason(err: RatelimitError) -> str:

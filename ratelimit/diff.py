@@ -239,7 +239,8 @@ def make_before_break(old: Plan, new: Plan) -> Switch | None:
     police-mode netem stage where shape mode hangs its groups), a kept group that cannot
     change in place, or handles that clash (together they need more than the handle
     space)."""
-    if old.request.generation == new.request.generation or old.request.queues != new.request.queues:
+    if old.request.generation == new.request.generation or old.request.queues != new.request.queues or \
+            old.request.server_side != new.request.server_side:  # the directions trade devices
         return None
     shared = _paired([op for op in old.ops if _shared(op)], [op for op in new.ops if _shared(op)])
     if shared is None:

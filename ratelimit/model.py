@@ -250,6 +250,11 @@ class Request:
     # hash that the links' queues leave alone (``layout.major``); False: majors in the
     # order of their slots, as ratelimit made them before (a record without the field)
     group_bucket: bool = True
+    # the interface faces the server, not the clients: down (``dest``) is what arrives on it,
+    # through its IFB device, and up (``source``) what it sends; the match on each direction
+    # stays the clients' address (a server container's host-side veth, outside the server's
+    # own network stack).  False: down is what it sends, as on a router's client side
+    server_side: bool = False
 
     @classmethod
     def single(cls, interface: str, hosts, ports, down: LinkParams, up: LinkParams, *, per: str = "port",

@@ -61,16 +61,17 @@ def save(path: Path | None = None, *, say=print, warn=_stderr) -> tuple[Path, in
 
 def _applied(netns: str | None, interface: str, notice):
     """What is applied on ``interface``; a container's namespace (``rl-ct-ID``, named only
-    while ratelimit runs) is named again for the reading, if its container runs."""
+    while ratelimit runs: where 0.4 and earlier put a server's links) is named again for
+    the reading, if its container runs."""
     from . import containers
     if not (netns or "").startswith(containers.NETNS_PREFIX):
         return readout.applied(interface, netns, notice=notice)
     record = state.load(netns, interface)
     if record is None or record.request is None or record.request.container is None:
         return None
-    from .ctlife import now
-    with now(record.request, notice) as req:
-        return None if req is None else readout.applied(req.interface, req.netns, notice=notice)
+    from .ctlife import inside
+    with inside(record.request, notice) as ns:
+        return None if ns is None else readout.applied(interface, ns, notice=notice)
 
 
 def load(path: Path | None = None) -> list:
@@ -124,4 +125,7 @@ def _restore_one(req, force: bool, notice):
     with now(req, notice) as again:
         if again is not None:
             service.apply(again, force=force, notice=notice)
-        return again
+    if again is not None and again.server_side:
+        from .ctlife import single_segments
+        single_segments(again)
+    return again

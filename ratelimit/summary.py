@@ -27,6 +27,8 @@ def summary(req: Request) -> dict:
         out["container"] = dict(zip(("engine", "name", "id", "network", "use"), req.container))
     if req.queues > 1:
         out["queues"] = req.queues
+    if req.server_side:
+        out["server_side"] = True  # down arrives on the interface (its IFB device), up leaves it
     return out
 
 
@@ -79,7 +81,8 @@ def _container(applied: dict) -> str:
     c = applied.get("container")
     text = f" on {applied['queues']} tx queues" if applied.get("queues") else ""
     text += "" if c is None else (f"; {c['engine']} container {c['name']} ({c['id'][:12]}) on {c['network']}, as "
-                                 + ("the server" if c["use"] == "server" else "one user"))
+                                 + ("the server" if c["use"] == "server" else "one user")
+                                 + (" (its host-side veth: down arrives on it)" if applied.get("server_side") else ""))
     named = {n: a for co in applied.get("cohorts", ()) for n, a in (co.get("named") or {}).items()}
     return text + "".join(f"; {n} = {','.join(a)}" for n, a in named.items())
 

@@ -1,16 +1,23 @@
 """``--container``: which device a container's links go on, for the CLI's apply, clean,
 --list and --stats (docs/containers.md).
 
-Two uses, told apart by ``--hosts``:
+Two uses, told apart by ``--hosts``; both put the links on the container's host-side
+veth, in the host's namespace, outside the container's own network stack (a queue inside
+the sender's stack changes how its TCP behaves: it holds back and retransmits otherwise):
 
-- **server** (``--hosts`` given: the container's clients): the links go on the
-  container's own interface on the network, inside its namespace -- down is what it
-  sends to the selected clients, up comes back through an IFB device in that namespace,
-  exactly as ``--netns NS --interface eth0`` does.  The namespace is named only while
-  the run lasts (``containers.attached``).
+- **server** (``--hosts`` given: the container's clients): down is what the container
+  sends to the selected clients, arriving on the veth and shaped on its IFB device; up is
+  what the veth sends into the container (``Request.server_side``).  The container's own
+  device is set to hand its qdisc single TCP segments (``gso_max_segs 1``, as the lab's
+  devices are), so that each segment is metered as its own frame
+  (``containers.single_segments``).
 - **user** (no ``--hosts``): the container is one client on a slow link: one link per
-  address of its own (``--per host``, every port) on its host-side veth, in the host's
-  namespace -- down is what reaches the container, up what it sends.
+  address of its own (``--per host``, every port) -- down is what the veth sends into
+  the container, up what arrives from it.
+
+Records made by 0.4 and earlier put a server's links on its own interface, inside its
+namespace (named only while the run lasts, ``containers.attached``); clean, --list and
+--stats still find them there (``both_targets``).
 
 ``Target`` is what both uses need: the device, the namespace name, the hosts as the
 request takes them, and the record's note of the container.
@@ -38,6 +45,12 @@ class Target:
     named: tuple  # ((name, (address, ...)), ...) for the record
     container: tuple  # Request.container: (engine, name, id, network, use)
     owner: object = None  # the containers.Container that owns the namespace
+    inside_index: int | None = None  # the container's own device on the network (its index there)
+
+    @property
+    def server_side(self) -> bool:
+        """The links are a server's on its host-side veth (``Request.server_side``)."""
+        return self.use == "server" and self.netns is None
 
 
 @contextmanager
@@ -64,38 +77,52 @@ def container_target(name: str, *, hosts=None, network: str | None = None, engin
             if not addrs:
                 raise containers.ContainerError(f"--container: {c.label()} has no address on network "
                                                 f"'{endpoint.network}'")
-            try:
-                yield Target(use, owner.pid, wired.veth, None, addrs, ((c.name, tuple(addrs)),), note, owner)
-            finally:
-                containers.tidy(None, wired.veth)
-            return
-        expanded, named = (None, ()) if hosts is None else \
-            containers.expand_hosts(hosts, server=owner, network=endpoint.network, engine=engine or c.engine)
-        with containers.attached(owner) as ns:
-            try:
-                yield Target(use, owner.pid, wired.inside, ns, expanded, named, note, owner)
-            finally:
-                containers.tidy(ns, wired.inside)
+            hosts, named = addrs, ((c.name, tuple(addrs)),)
+        elif hosts is None:
+            named = ()
+        else:
+            hosts, named = containers.expand_hosts(hosts, server=owner, network=endpoint.network,
+                                                   engine=engine or c.engine)
+        try:
+            yield Target(use, owner.pid, wired.veth, None, hosts, named, note, owner, wired.inside_index)
+        finally:
+            containers.tidy(None, wired.veth)
 
 
 @contextmanager
 def both_targets(name: str, *, network: str | None = None, engine: str | None = None, notice=None):
-    """For clean, --list and --stats: (the server target, the user target) of ``name``."""
+    """For clean, --list and --stats: (the target on the container's own interface, where
+    records of 0.4 and earlier put a server's links; the target on its host-side veth, as the
+    use its record names, else a user's) of ``name``."""
     with containers.turn():
         c, owner = containers.resolve(name, engine)
         endpoint = containers.choose_network(owner, network)
         wired = containers.wiring(owner, endpoint)
         note = (c.engine, c.name, owner.id, endpoint.network)
         _forget_gone(c, owner, notice)
+        use = recorded_use(wired.veth)
         with containers.attached(owner) as ns:
             from .ctlife import forget_if_gone
             forget_if_gone(c, ns, wired.inside, notice or (lambda text: None))
             try:
-                yield (Target("server", owner.pid, wired.inside, ns, None, (), note + ("server",)),
-                       Target("user", owner.pid, wired.veth, None, None, (), note + ("user",)))
+                yield (Target("server", owner.pid, wired.inside, ns, None, (), note + ("server",), owner,
+                              wired.inside_index),
+                       Target(use, owner.pid, wired.veth, None, None, (), note + (use,), owner, wired.inside_index))
             finally:
                 containers.tidy(ns, wired.inside)
                 containers.tidy(None, wired.veth)
+
+
+def recorded_use(veth: str) -> str:
+    """The use a record on a container's host-side veth names ("user" when there is none)."""
+    from . import state
+    from .errors import RatelimitError
+    try:
+        record = state.load(None, veth)
+    except RatelimitError:
+        return "user"  # the read that follows reports it
+    req = record.request if record is not None else None
+    return req.container[4] if req is not None and req.container else "user"
 
 
 def _forget_gone(c, owner, notice) -> None:

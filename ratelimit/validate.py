@@ -79,6 +79,9 @@ def _validate_queues(req: Request) -> None:
         raise FieldError("--queues", q, f"is not a number of tx queues from 1 to {MAX_QUEUES} (or auto)")
     if q == 1:
         return
+    if req.server_side:
+        raise FieldError("--queues", q, "spreads the links a device sends, and a server's links come in on its "
+                         "host-side veth (through an IFB device); use --queues 1")
     if req.mode != "shape":
         raise FieldError("--queues", q, "needs --mode shape (police mode's policers ride on one u32 tree); "
                          "use --queues 1")

@@ -180,5 +180,24 @@ def qdiscs(e, *names):
     return out
 
 
+def gso_max_segs(e, name, dev="eth0"):
+    """How many TCP segments container ``name``'s ``dev`` takes in one packet."""
+    out = sh("nsenter", f"--net=/proc/{e.pid(name)}/ns/net", "ip", "-d", "-j", "link", "show", "dev", dev).stdout
+    return json.loads(out)[0]["gso_max_segs"]
+
+
+def single_segments(e, name, dev="eth0"):
+    """What docs/containers.md ("Segments") tells a user whose server container serves a
+    container on a user's link: its device sends single segments (``gso_max_segs 1``)."""
+    sh("nsenter", f"--net=/proc/{e.pid(name)}/ns/net", "ip", "link", "set", "dev", dev, "gso_max_segs", "1")
+
+
+def host_veth(e, name):
+    """The host-side veth of container ``name`` on the engine's network."""
+    from ratelimit import containers
+    owner = containers.resolve(name, e.name)[1]
+    return containers.wiring(owner, containers.choose_network(owner, e.net)).veth
+
+
 def run_dir():
     return sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else []

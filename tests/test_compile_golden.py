@@ -1,6 +1,7 @@
 """Golden cases: request (as a person types it) -> exact plan script or exact error.
 
-Each ``tests/cases/golden/*.json`` is one test (``generation``: the request's, default 0).  Set ``UPDATE_GOLDEN=1`` to
+Each ``tests/cases/golden/*.json`` is one test (``generation``: the request's, default 0; ``server_side``: a
+server's links on its host-side veth, as ``--container`` makes them).  Set ``UPDATE_GOLDEN=1`` to
 rewrite the expected ``.sh`` files after a deliberate change, then review the diff.
 """
 
@@ -37,7 +38,8 @@ def test_golden(path, monkeypatch):
         assert "\n" not in message
         assert info.value.exit_code == case["exit_code"]
         return
-    req = dataclasses.replace(make_request(**case["request"]), generation=case.get("generation", 0))
+    req = dataclasses.replace(make_request(**case["request"]), generation=case.get("generation", 0),
+                              server_side=case.get("server_side", False))
     text = script(compile_plan(req).ops, req.netns)
     expected = CASES / case["script"]
     if os.environ.get("UPDATE_GOLDEN"):

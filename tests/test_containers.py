@@ -144,6 +144,37 @@ def test_the_record_keeps_the_container_and_the_names_of_its_hosts():
                                 "rlct-client = 198.18.240.3")
 
 
+def test_a_servers_record_on_its_veth_faces_it_and_reads_back_so():
+    """The server use on the host-side veth: the record says the links face the server
+    (``server_side``), and a record from before (no field) reads back as a router's side."""
+    from ratelimit import service, state
+    from ratelimit.compile import compile_plan, device_of, ifb_name
+    from ratelimit.summary import describe, summary
+    req = service.make_request("veth1a2b3c4", hosts=["198.18.240.3"], per="host", profile="modem-28k8", delay="0ms")
+    req = service.for_container(req, ("podman", "rlct-web", "ab" * 32, "rlct-net", "server"),
+                                (("rlct-client", ("198.18.240.3",)),))
+    assert req.server_side
+    back = state.from_json(json.loads(json.dumps(state.to_json(req))))
+    assert back == req and summary(back)["server_side"] is True
+    assert describe(summary(back)).endswith("as the server (its host-side veth: down arrives on it); "
+                                            "rlct-client = 198.18.240.3")
+    before = state.to_json(req)
+    del before["server_side"]
+    assert state.from_json(before).server_side is False
+    plan = compile_plan(req)
+    assert {f.direction: f.dev for f in plan.flows} == {"dest": ifb_name("veth1a2b3c4"), "source": "veth1a2b3c4"}
+    assert [device_of(req, d) for d in ("dest", "source")] == [ifb_name("veth1a2b3c4"), "veth1a2b3c4"]
+    # a user's links (and a router's) are the other way round
+    user = service.for_container(req, ("podman", "rlct-client", "ab" * 32, "rlct-net", "user"), ())
+    assert not user.server_side
+    assert {f.direction: f.dev for f in compile_plan(user).flows} == {"dest": "veth1a2b3c4",
+                                                                     "source": ifb_name("veth1a2b3c4")}
+    with pytest.raises(FieldError) as e:
+        compile_plan(dataclasses.replace(req, mode="shape", queues=2))
+    assert str(e.value) == ("--queues: 2 spreads the links a device sends, and a server's links come in on its "
+                            "host-side veth (through an IFB device); use --queues 1")
+
+
 DOCKER_DOWN = "Cannot connect to the Docker daemon at unix:///run/rlct2-none.sock. Is the docker daemon running?"
 
 

@@ -1,11 +1,11 @@
 """The dashboard and containers, with a real Podman and a real headless Chromium:
 ``ratelimit web --container web`` shows the links ``ratelimit --container web --hosts
-container:client`` put inside web's namespace, and says what became of them:
+container:client`` put on web's host-side veth, and says what became of them:
 
 - the client restarted with another address: a notice on the card (and from ``--list``)
   that the links select the old one, a stranger's or no one's;
-- the server restarted: the card's error says its links went with its namespace; applied
-  again, the card shows them again (the dashboard followed the new namespace);
+- the server restarted: the card's error says its veth went, and its links with it;
+  applied again and watched again, the new veth's card shows them;
 - the dashboard never keeps the namespace named (no ``rl-ct-`` name in /run/netns between
   its reads), and after ``--clean`` nothing is left.
 
@@ -72,6 +72,18 @@ def test_the_dashboard_shows_a_containers_links_and_what_became_of_them(engines_
     web, client = f"{P}web", f"{P}client"
     apply = ["--container", web, "--hosts", f"container:{client}", "--profile", "modem-28k8", *delay_args()]
     dashboard = None
+
+    def watch():
+        """A dashboard watching web: the process and its first line's (own interface, veth, URL)."""
+        log = open(tmp_path / "dashboard.log", "a")
+        proc = subprocess.Popen([sys.executable, "-m", "webui", "--container", web, "--engine", "podman",
+                                 "--listen", "127.0.0.1:0", "--interval", "0.5"], stdout=subprocess.PIPE,
+                                stderr=log, text=True, env=env, cwd=str(ROOT))
+        line = proc.stdout.readline()
+        m = re.search(r"watching (\S+), (\S+); serving (http://127\.0\.0\.1:\d+/)", line)
+        assert m, line + (tmp_path / "dashboard.log").read_text()
+        assert m.group(1) == f"{ns}/eth0" and m.group(2).startswith("veth"), line
+        return proc, m.group(2), m.group(3)
     try:
         web_and_client(e, prefix=P)
         before = router(e, web, client)
@@ -79,22 +91,15 @@ def test_the_dashboard_shows_a_containers_links_and_what_became_of_them(engines_
         assert r.returncode == 0, r.stderr
         was = e.address(client)
         ns = "rl-ct-" + json.loads(e("inspect", web).stdout)[0]["Id"][:12]
-        log = open(tmp_path / "dashboard.log", "w")
-        dashboard = subprocess.Popen([sys.executable, "-m", "webui", "--container", web, "--engine", "podman",
-                                      "--listen", "127.0.0.1:0", "--interval", "0.5"], stdout=subprocess.PIPE,
-                                     stderr=log, text=True, env=env, cwd=str(ROOT))
-        line = dashboard.stdout.readline()
-        m = re.search(r"watching (\S+), (\S+); serving (http://127\.0\.0\.1:\d+/)", line)
-        assert m, line + (tmp_path / "dashboard.log").read_text()
-        assert m.group(1) == f"{ns}/eth0" and m.group(2).startswith("veth"), line
+        dashboard, veth, url = watch()
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
             try:
-                page, errors = open_page(browser, m.group(3) + "#token=" + TOKEN)
-                text = card_text(page, f"{ns}/eth0", has=was)
-                assert f"podman container {web} (" in text and "the server, on its own interface" in text, text
+                page, errors = open_page(browser, url + "#token=" + TOKEN)
+                text = card_text(page, veth, has=was)
+                assert f"podman container {web} (" in text and "the server, on its host-side veth" in text, text
                 assert "modem-28k8" in text and "now has" not in text, text
-                assert "nothing applied" in card_text(page, m.group(2))
+                assert "nothing applied" in card_text(page, f"{ns}/eth0")  # where links were in 0.4 and earlier
                 assert names_between_reads(tmp_path / "state") == []  # named only for each read
 
                 # the client comes back with another address: its links select the old one
@@ -103,23 +108,33 @@ def test_the_dashboard_shows_a_containers_links_and_what_became_of_them(engines_
                 assert now != was, (now, was)
                 notice = (f"container '{client}' now has {now} (was {was}): its links select {was}, a stranger's "
                           f"or no one's; apply again (or ratelimit restore) to follow it")
-                text = card_text(page, f"{ns}/eth0", has=notice)
+                text = card_text(page, veth, has=notice)
                 assert "modem-28k8" in text, text
                 r = ratelimit("--container", web, "--list", env=env)
                 assert r.returncode == 0 and r.stderr == f"ratelimit: {notice}\n", r.stderr
 
-                # the server restarts: its links went with its namespace
+                # the server restarts: its links went with its veth
                 e("restart", "-t", "0", web)
-                gone = (f"podman container '{web}': the links recorded on its eth0 went with its network namespace "
-                        f"(the container was restarted): apply again to put them back")
-                card_text(page, f"{ns}/eth0", has=gone)
-                r = ratelimit(*apply, env=env)  # applied again: both names resolved again
-                assert r.returncode == 0, r.stderr
-                page.wait_for_function("(sel) => { const t = document.querySelector(sel)?.textContent || '';"
-                                       " return t.includes('modem-28k8') && !t.includes('went with') &&"
-                                       " !t.includes('now has'); }",
-                                       arg=f"#overview .card[data-name='{ns}/eth0']", timeout=20000)
-                assert now in card_text(page, f"{ns}/eth0")
+                gone = (f"podman container '{web}': its veth {veth} is gone (the container was restarted or stopped), "
+                        f"and the links recorded on it with it; watch it again (restart the dashboard) to see its "
+                        f"new veth")
+                card_text(page, veth, has=gone)
+                assert errors == [], errors
+            finally:
+                browser.close()
+        stop(dashboard, 10)
+        assert dashboard.returncode == 0, (tmp_path / "dashboard.log").read_text()
+        r = ratelimit(*apply, env=env)  # applied again: both names resolved again
+        assert r.returncode == 0, r.stderr
+        ns = "rl-ct-" + json.loads(e("inspect", web).stdout)[0]["Id"][:12]
+        dashboard, veth_now, url = watch()  # watched again: its new veth
+        assert veth_now != veth
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+            try:
+                page, errors = open_page(browser, url + "#token=" + TOKEN)
+                text = card_text(page, veth_now, has=now)
+                assert "modem-28k8" in text and "went with" not in text and "now has" not in text, text
                 assert errors == [], errors
             finally:
                 browser.close()

@@ -2,10 +2,12 @@
 init system, no iptables) and rootful Podman (CNI), both from Debian, the image built
 with mmdebstrap and imported (no registry).
 
-- a web container behind ``--container web --hosts container:client --profile modem-28k8``:
-  a 10,000-byte fetch from the client container within 5% of the link model, with each
+- a web container behind ``--container web --hosts container:client --profile modem-28k8``
+  (its links on its host-side veth, its own device sending single segments): a
+  10,000-byte fetch from the client container within 5% of the link model, with each
   engine;
-- the client container as one user on a slow link (its host-side veth), the same fetch;
+- the client container as one user on a slow link (its host-side veth), the same fetch, the
+  web container sending single segments as docs/containers.md ("Segments") says to;
 - a Podman pod: two containers, one namespace, one owner;
 - bad input: one line each, and the router (the host's and the containers' qdiscs, the
   named namespaces, the records) exactly as it was.
@@ -25,7 +27,10 @@ import pytest
 from ratelimit.compile import ifb_name
 from ratelimit.kernel.probe import probe
 
-from enginekit import delay_args, fetch, model, qdiscs, ratelimit, run_dir, sh, web_and_client
+from ratelimit import __version__, containers
+
+from enginekit import (delay_args, fetch, gso_max_segs, host_veth, model, qdiscs, ratelimit, run_dir, sh, single_segments,
+                       web_and_client)
 
 pytestmark = [pytest.mark.netns, pytest.mark.alone]
 
@@ -37,44 +42,77 @@ def test_a_web_container_serves_a_client_container_over_a_modem(engine, ct_state
     e = engine
     web = web_and_client(e)
     before = qdiscs(e, "rlct-web", "rlct-client")
+    segs_before = gso_max_segs(e, "rlct-web")
     owner = json.loads(e("inspect", "rlct-web").stdout)[0]["Id"][:12]
+    veth = host_veth(e, "rlct-web")
     dry = ratelimit("--container", "rlct-web", "--hosts", "container:rlct-client", "--profile", "modem-28k8",
                     *delay_args(), "--dry-run")
     assert dry.returncode == 0, dry.stderr
-    assert f"# the container's namespace has this name only while ratelimit runs; first: ip netns attach " \
-           f"rl-ct-{owner} {e.pid('rlct-web')}" in dry.stdout
-    assert f"tc -n rl-ct-{owner}" in dry.stdout or f"ip netns exec rl-ct-{owner}" in dry.stdout, dry.stdout[:400]
-    assert qdiscs(e, "rlct-web", "rlct-client") == before and not [n for n in run_dir() if n.startswith("rl-ct-")]
+    assert f"# ratelimit {__version__} plan for {veth}: " in dry.stdout and "netns" not in dry.stdout
+    assert f"dev {ifb_name(veth)} " in dry.stdout  # down comes in on the veth: shaped on its IFB device
+    assert qdiscs(e, "rlct-web", "rlct-client") == before and gso_max_segs(e, "rlct-web") == segs_before
     r = ratelimit("--container", "rlct-web", "--hosts", "container:rlct-client", "--profile", "modem-28k8",
                   *delay_args())
     assert r.returncode == 0, r.stderr
     client = e.address("rlct-client")
     assert f"rlct-client = {client}" in r.stdout and f"{e.name} container rlct-web" in r.stdout
-    assert not [n for n in run_dir() if n.startswith("rl-ct-")]  # the namespace's name went with the run
+    assert "as the server (its host-side veth: down arrives on it)" in r.stdout
+    assert not [n for n in run_dir() if n.startswith("rl-ct-")]  # no namespace was named
     try:
         listed = json.loads(ratelimit("--container", "rlct-web", "--list", "--json").stdout)
         applied = listed["applied"]
-        assert listed["container"] == {"use": "server", "interface": "eth0"}
+        assert listed["container"] == {"use": "server", "interface": veth}
+        assert applied["server_side"] is True and applied["interface"] == veth and applied["netns"] is None
         assert applied["hosts"] == [client] and applied["named"] == {"rlct-client": [client]}
         assert applied["container"]["name"] == "rlct-web" and applied["container"]["use"] == "server"
+        # web's own device hands its qdisc single segments, each metered as its own frame
+        assert gso_max_segs(e, "rlct-web") == 1
         d = fetch(e, web)
         assert (d.http_code, d.bytes) == (200, 10_000)
         ratio = d.seconds / d.model_seconds(model(applied))
         print(f"{e.name}, server: {d.seconds:.3f} s, the model {d.model_seconds(model(applied)):.3f} s ({ratio:.3f})")
         assert 0.95 < ratio < 1.05, (d.seconds, ratio)
-        # the links are on web's own interface, in its namespace: the host's devices are as they were
-        assert qdiscs(e, "rlct-web")[0] == before[0]
+        # the links are on web's host-side veth, outside its network stack: its namespace is as it was
+        assert qdiscs(e, "rlct-web")[1] == before[1]
     finally:
         r = ratelimit("--container", "rlct-web", "--clean")
-    assert r.returncode == 0 and "eth0: removed what ratelimit installed" in r.stdout, r.stderr
+    assert r.returncode == 0 and f"{veth}: removed what ratelimit installed" in r.stdout, r.stderr
     assert qdiscs(e, "rlct-web", "rlct-client") == before
+    assert gso_max_segs(e, "rlct-web") == segs_before == containers.GSO_MAX_SEGS
     assert not [n for n in run_dir() if n.startswith("rl-ct-")]
-    assert not (ct_state / f"rl-ct-{owner}").exists()  # no record, no lock file left behind
+    assert not (ct_state / f"rl-ct-{owner}").exists() and not (ct_state / "-" / f"{veth}.json").exists()
+
+
+@pytest.mark.parametrize("engine", ["podman"], indirect=True)  # no engine code runs: one engine's time
+def test_a_servers_links_recorded_in_its_namespace_by_0_4_are_listed_and_cleaned(engine, ct_state):
+    """In 0.4 and earlier a server's links went on its own interface, in its namespace: --list
+    still shows such a record (on "its own interface"), and --clean removes it."""
+    from ratelimit import service
+    e = engine
+    web_and_client(e)
+    before = qdiscs(e, "rlct-web", "rlct-client")
+    client = e.address("rlct-client")
+    with containers.turn():
+        owner = containers.resolve("rlct-web", e.name)[1]
+        with containers.attached(owner) as ns:
+            req = service.make_request("eth0", hosts=[client], per="host", rate="1mbit", mode="shape", netns=ns)
+            req = service.for_container(req, (e.name, "rlct-web", owner.id, e.net, "server"), ())
+            assert not req.server_side
+            service.apply(req)
+    assert qdiscs(e, "rlct-web")[1] != before[1]
+    r = ratelimit("--container", "rlct-web", "--list")
+    assert r.returncode == 0 and "# rlct-web: its own interface, eth0" in r.stdout, r.stdout + r.stderr
+    assert f"hosts {client}" in r.stdout or client in r.stdout
+    r = ratelimit("--container", "rlct-web", "--clean")
+    assert r.returncode == 0 and "eth0: removed what ratelimit installed" in r.stdout, r.stderr
+    assert qdiscs(e, "rlct-web", "rlct-client") == before and not list(ct_state.rglob("*.json"))
+    assert not [n for n in run_dir() if n.startswith("rl-ct-")]
 
 
 def test_a_client_container_as_one_user_on_a_slow_link(engine, ct_state):
     e = engine
     web = web_and_client(e)
+    single_segments(e, "rlct-web")  # docs/containers.md, "Segments": the server sends single segments
     before = qdiscs(e, "rlct-web", "rlct-client")
     r = ratelimit("--container", "rlct-client", "--profile", "modem-28k8", *delay_args())
     assert r.returncode == 0, r.stderr
@@ -145,6 +183,7 @@ def test_six_parallel_fetches_of_one_3g_user_share_its_one_link(engine, ct_state
     their frames need at the one link's rate (per host, every port)."""
     e = engine
     web = web_and_client(e, timestamps=True)  # 3G's link layer is Ethernet: the model keeps timestamps
+    single_segments(e, "rlct-web")  # docs/containers.md, "Segments": the server sends single segments
     no_netem = [] if probe(["netem"])["netem"] else ["--delay", "0ms", "--jitter", "0ms", "--loss", "0%"]
     r = ratelimit("--container", "rlct-client", "--profile", "3g", *no_netem)
     assert r.returncode == 0, r.stderr

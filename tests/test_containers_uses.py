@@ -27,10 +27,12 @@ from pathlib import Path
 
 import pytest
 
+from ratelimit.compile import ifb_name
 from ratelimit.kernel.probe import probe
 from ratelimit.linkmodel import LinkModel
 
-from enginekit import ENGINES_SH, PODMAN_ENV, ROOT, Engine, delay_args, fetch, model, qdiscs, ratelimit, run_dir, sh, web_and_client
+from enginekit import (ENGINES_SH, PODMAN_ENV, ROOT, Engine, delay_args, fetch, gso_max_segs, model, qdiscs, ratelimit,
+                       run_dir, sh, single_segments, web_and_client)
 from test_pytest_plugin import run_pytest
 
 pytestmark = [pytest.mark.netns, pytest.mark.alone]
@@ -59,7 +61,8 @@ def test_the_fixture_puts_a_container_behind_a_modem(engine, tmp_path):
                                     engine=ENGINE)
         def test_server(container_link):
             link = container_link
-            assert (link.use, link.interface, link.engine) == ("server", "eth0", ENGINE)
+            assert (link.use, link.engine) == ("server", ENGINE) and link.interface.startswith("veth")
+            assert link.applied["server_side"] is True
             d = link.fetch("/10000.bin")  # from the one client named, to web's address
             assert (d.http_code, d.bytes, d.client) == (200, 10_000, "{P}client")
             model = d.model_seconds(link.model)
@@ -71,6 +74,12 @@ def test_the_fixture_puts_a_container_behind_a_modem(engine, tmp_path):
         def test_user(container_link):
             link = container_link
             assert link.use == "user" and link.interface != "eth0"
+            # docs/containers.md, "Segments": the server web sends single segments, as its own links set it
+            import subprocess
+            from ratelimit.containers import resolve
+            pid = resolve("{P}web", ENGINE)[1].pid
+            subprocess.run(["nsenter", f"--net=/proc/{{pid}}/ns/net", "ip", "link", "set", "dev", "eth0",
+                            "gso_max_segs", "1"], check=True)
             d = link.fetch(link.url("/10000.bin", server="{P}web"))
             model = d.model_seconds(link.model)
             print(f"RESULT user {{d.seconds:.3f}} {{model:.3f}}")
@@ -188,7 +197,7 @@ def test_the_compose_example_runs_as_its_readme_says(engines_up, tmp_path, tool)
         assert 0.97 < d.seconds / expected < 1.03, (d.seconds, expected)
         assert "ratelimit --container rl-example-web --clean" in said
         r = ratelimit("--container", web, "--clean", env=env)
-        assert r.returncode == 0 and "eth0: removed what ratelimit installed" in r.stdout, r.stderr
+        assert r.returncode == 0 and "removed what ratelimit installed" in r.stdout, r.stderr
         step(f"{tool} -f examples/compose/compose.yaml down -t 0", *compose, "down", "-t", "0")
         assert not e("ps", "-aq", "--filter", f"name={name}").stdout.strip()
         if engine == "docker":
@@ -274,6 +283,8 @@ def test_a_v6_fetch_is_shaped_as_a_v4_one(engine6, use, ct_state):
         if e("exec", f"{P}client", "curl", "-sg", "-o", "/dev/null", f"http://[{web6}]/", check=False).returncode == 0:
             break
         time.sleep(0.1)
+    if use == "user":  # docs/containers.md, "Segments": the server sends single segments
+        single_segments(e, f"{P}web")
     before = qdiscs(e, f"{P}web", f"{P}client")
     shaped = f"{P}web" if use == "server" else f"{P}client"
     hosts = ["--hosts", f"container:{P}client"] if use == "server" else []
@@ -306,10 +317,11 @@ def test_a_v6_fetch_is_shaped_as_a_v4_one(engine6, use, ct_state):
 
 @pytest.mark.parametrize("engine", ["podman"], indirect=True)  # the same code with Docker: one engine's time
 def test_restarts_save_and_restore_follow_the_containers(engine, ct_state, tmp_path):
-    """A restarted server's links went with its namespace: --list says so and forgets the
-    record; ``save`` keeps both uses' links by container, ``restore`` puts them where the
-    containers are now (new namespace, new veth, addresses resolved again) and skips, with
-    a notice, a container that is not running."""
+    """A restarted server's links went with its veth: --list says so and forgets the record
+    and its IFB device; ``save`` keeps both uses' links by container, ``restore`` puts them
+    where the containers are now (new veths, addresses resolved again, the server's own
+    device sending single segments again) and skips, with a notice, a container that is
+    not running."""
     e = engine
     web_and_client(e, prefix=P)
     web, client = f"{P}web", f"{P}client"
@@ -322,10 +334,12 @@ def test_restarts_save_and_restore_follow_the_containers(engine, ct_state, tmp_p
     try:
         assert ratelimit("--container", web, "--hosts", f"container:{client}", "--rate", "1mbit",
                          "--mode", "shape").returncode == 0
+        old_veth = listed(web)[0][0]["container"]["interface"]
         e("restart", "-t", "0", web)
         shown, said = listed(web)
-        assert said == (f"ratelimit: podman container '{web}': the links recorded on its eth0 went with its network "
-                        f"namespace (the container was restarted); record removed: apply again to put them back\n")
+        assert said == (f"ratelimit: podman container '{web}': the links recorded on {old_veth} went with that device "
+                        f"(the container was restarted); record and IFB device removed\n")
+        assert not Path(f"/sys/class/net/{ifb_name(old_veth)}").exists()
         assert not any(d["applied"] for d in shown) and not list(ct_state.rglob("*.json"))
         assert listed(web)[1] == ""  # said once
         # save both uses, restart both containers, restore
@@ -343,6 +357,8 @@ def test_restarts_save_and_restore_follow_the_containers(engine, ct_state, tmp_p
         server_now, user_now = listed(web)[0][0], listed(client)[0][0]
         address = e.address(client)
         assert server_now["applied"]["named"] == {client: [address]} and server_now["applied"]["hosts"] == [address]
+        assert server_now["container"]["use"] == "server" and server_now["applied"]["server_side"] is True
+        assert gso_max_segs(e, web) == 1
         assert user_now["container"]["use"] == "user" and user_now["applied"]["hosts"] == [address]
         assert user_now["container"]["interface"] != veth  # the veth of this start, not the one saved
         assert not Path(f"/sys/class/net/{veth}").exists()

@@ -965,7 +965,7 @@ def test_a_containers_target_is_watched_not_changed(reader, control):
     targets = [w.server, w.user, (None, "eth0")]
     app, _src = make_app(reader, control, targets, CONTAINER_TARGETS=owners([w]))
     c = app.test_client()
-    for target, use in ((w.server, "the server's links"), (w.user, "a user's link")):
+    for target, use in ((w.server, "the server's links"), (w.user, "a server's or a user's links")):
         body = {"interface": target[1], "netns": target[0]}
         for path, extra in (("/api/apply", {"profile": "modem-28k8"}), ("/api/clean", {})):
             resp = post(c, path, {**body, **extra})

@@ -39,8 +39,9 @@ def _parser() -> argparse.ArgumentParser:
                         "default: every interface ratelimit configured in --netns, else eth0")
     p.add_argument("--netns", default=None, metavar="NS", help="namespace of the interfaces (default: this one)")
     p.add_argument("--container", action="append", default=[], metavar="NAME|ID",
-                   help="a Docker or Podman container whose links to watch: on its own interface (a server's) "
-                        "and on its host-side veth (a user's); repeat or comma-separate (docs/containers.md)")
+                   help="a Docker or Podman container whose links to watch: on its host-side veth (a server's "
+                        "or a user's) and on its own interface (a server's in 0.4 and earlier); repeat or "
+                        "comma-separate (docs/containers.md)")
     p.add_argument("--engine", choices=("docker", "podman"), help="the engine of --container (default: whichever has it)")
     p.add_argument("--network", metavar="NAME", help="the network of --container, when it is on several")
     p.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT",

@@ -1,8 +1,9 @@
 """The dashboard and containers (docs/containers.md, "The dashboard").
 
 ``ratelimit web --container NAME`` watches the two devices a container's links can be on,
-as ``ratelimit --container NAME --list`` does: its own interface inside its network
-namespace (the server of an audience) and its host-side veth (one user).  The namespace
+as ``ratelimit --container NAME --list`` does: its host-side veth (the server of an
+audience, or one user) and its own interface inside its network namespace (where records
+of 0.4 and earlier put a server's links).  The namespace
 has a name in /run/netns (``rl-ct-ID``, the record's) only while a run of ratelimit lasts,
 so the dashboard names it for each read, in the containers' turn, and lets it go after:
 it never holds the namespace, and a restarted container's old one goes, links and all, as
@@ -37,8 +38,8 @@ class Watch:
     engine: str
     owner: containers.Container  # the container that owns the namespace
     inode: tuple
-    server: tuple  # (namespace name, its interface): the server's target
-    user: tuple  # (None, host-side veth): the user's target
+    server: tuple  # (namespace name, its interface): a server's target in 0.4 and earlier
+    user: tuple  # (None, host-side veth): a server's or a user's target
     failed: tuple = (0.0, None)  # (when, the error) of the last failed look at the engine
 
 
@@ -65,7 +66,8 @@ def owners(watches: list[Watch]) -> dict:
     out = {}
     for w in watches:
         name = w.label.rsplit(" ", 1)[-1]
-        for target, use in ((w.server, "its interface, the server's links"), (w.user, "its veth, a user's link")):
+        for target, use in ((w.server, "its interface, the server's links"),
+                            (w.user, "its veth, a server's or a user's links")):
             out[target] = (f"is {w.label}'s ({use}): the dashboard only watches a container's links; change them "
                            f"with ratelimit --container {name} (docs/containers.md)")
     return out

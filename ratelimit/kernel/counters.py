@@ -26,6 +26,7 @@ import struct
 from array import array
 from dataclasses import dataclass
 
+from ..layout import ingress_direction
 from ..plan import INGRESS_HANDLE
 
 from ..filters import U32Filter
@@ -57,16 +58,16 @@ class FlowTable:
         by_class: dict = {}
         by_filter: dict = {}
         same = []
-        where = None
+        where = arriving = None
         for row, flow in enumerate(plan.flows):
             if flow.classid is not None:
                 want, key = by_class.setdefault((flow.dev, flow.classid & 0xFFFF0000), {}), flow.classid
             else:
-                if where is None:
-                    where = _leaf_parents(plan.ops)
+                if where is None:  # police mode: a flow's counters are its filter's
+                    where, arriving = _leaf_parents(plan.ops), ingress_direction(plan.request)
                 root, ingress = where.get((flow.dev, flow.prio, flow.handle), (None, False))
                 # the same u32 handle can exist under both the root and the ingress qdisc of a device
-                parent = INGRESS_HANDLE if root is None or (ingress and flow.direction == "source") else root
+                parent = INGRESS_HANDLE if root is None or (ingress and flow.direction == arriving) else root
                 want, key = by_filter.setdefault((flow.dev, parent), {}), flow.prio << 32 | flow.handle
             _place(want, key, row, same)
         return cls(len(plan.flows), tuple((dev, qdisc, want) for (dev, qdisc), want in by_class.items()),

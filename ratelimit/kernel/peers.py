@@ -6,8 +6,9 @@ peer's index (``IFLA_LINK``) with the id of the namespace the peer is in
 (``IFLA_LINK_NETNSID``, from the reading namespace's side).  ``by_mac`` reads the devices
 of a namespace given by path (``/proc/PID/ns/net``: no name in /run/netns needed);
 ``in_host`` reads one device of this process's namespace by index, with the id this
-namespace gives the one at a path.  ``attach``/``detach`` name a process's namespace in
-/run/netns and remove the name.  Every pyroute2 call goes through ``netns.off_loop``.
+namespace gives the one at a path.  ``gso_max_segs`` sets how many TCP segments a
+device of a namespace given by path takes in one packet.  ``attach``/``detach`` name a
+process's namespace in /run/netns and remove the name.  Every pyroute2 call goes through ``netns.off_loop``.
 """
 
 from __future__ import annotations
@@ -68,6 +69,18 @@ def in_host(index: int, ns_path: str) -> tuple[Device | None, int | None]:
             os.close(fd)
         return (_device(found[0]) if found else None), (None if nsid is None or nsid >= NO_NSID else nsid)
     return off_loop(read)
+
+
+def gso_max_segs(ns_path: str, index: int, segments: int) -> None:
+    """Set the device ``index`` of the namespace at ``ns_path`` to take at most
+    ``segments`` TCP segments a packet from its own sockets (``IFLA_GSO_MAX_SEGS``; new
+    connections take it up)."""
+    from pyroute2 import IPRoute
+
+    def change():
+        with IPRoute(netns=ns_path, flags=0) as ipr:
+            ipr.link("set", index=index, gso_max_segs=segments)
+    off_loop(change)
 
 
 def attach(name: str, pid: int) -> str:

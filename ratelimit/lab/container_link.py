@@ -63,7 +63,7 @@ class ContainerLink:
 
     @property
     def use(self) -> str:
-        """``server`` (links on its own interface, for ``hosts``) or ``user`` (one link on its veth)."""
+        """``server`` (links for ``hosts`` on its veth, facing it) or ``user`` (one link on its veth)."""
         return self.listed["container"]["use"]
 
     @property
@@ -151,11 +151,11 @@ class ContainerLink:
         code, _, err = _cli(*self._select, "--clean")
         if code == 0:
             return None
-        if self.use == "user":  # a container that went: its veth went too, the IFB device stays
-            from ..containers import gone_veths, turn
-            with turn():
-                if gone_veths(self.applied["container"]["id"]):
-                    return None
+        # a container that went: its veth went too (both uses' links are on it), the IFB device stays
+        from ..containers import gone_veths, turn
+        with turn():
+            if gone_veths(self.applied["container"]["id"]):
+                return None
         return f"{self.container}: {_one_line(err)}"
 
 

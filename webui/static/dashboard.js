@@ -267,7 +267,8 @@
     const out = [];
     const ct = a.container;
     if (ct) out.push(el("p", {class: "container", text: ct.engine + " container " + ct.name + " (" + ct.id.slice(0, 12) +
-      "), " + (ct.use === "user" ? "one user, on its host-side veth" : "the server, on its own interface") +
+      "), " + (ct.use === "user" ? "one user, on its host-side veth" :
+        a.server_side ? "the server, on its host-side veth" : "the server, on its own interface") +
       ", network " + ct.network}));
     for (const n of a.notices || []) out.push(el("p", {class: "error notice", text: n}));
     return out;
