@@ -318,6 +318,10 @@ def _run(args, action, con, target=None, named=()) -> int:
             con.out(f"# warning: {warning}")
         for line in traced_lines(req):
             con.out(f"# {line}")
+        if target is not None and target.server_side:
+            from .names import shell_word
+            con.out(f"# then the container's own device sends single segments: nsenter "
+                    f"--net=/proc/{target.pid}/ns/net ip link set dev {shell_word(target.wired.inside)} gso_max_segs 1")
         con.out(text.rstrip("\n"))
         return 0
     started = time.monotonic()
@@ -331,7 +335,7 @@ def _run(args, action, con, target=None, named=()) -> int:
         f"{_HOW[plan.how]} ({len(plan.changed)} operations)"
     if target is not None and (target.server_side or was_server):
         from .containers import single_segments  # a server's device sends single segments; a user's as it did
-        single_segments(target.pid, target.inside_index, on=target.server_side)
+        single_segments(target.pid, target.wired.inside_index, on=target.server_side)
     con.out(f"{req.interface}: {describe(summary(req))}; {sent} in {time.monotonic() - started:.2f} s")
     return 0
 
@@ -390,7 +394,7 @@ def _container(args, action, con) -> int:
                 _run(args, "clean", con)
                 if t.server_side:
                     from .containers import single_segments
-                    single_segments(t.pid, t.inside_index, on=False)
+                    single_segments(t.pid, t.wired.inside_index, on=False)
             return 0
         from .readout import statistics
         datas = [statistics(t.interface, t.netns, notice=con.notice) for t in found]

@@ -181,9 +181,10 @@ def _units(plan: Plan) -> tuple[list, dict]:
 
 
 def _held(groups: list) -> list:
-    """The groups' rates set to ``FROZEN_BPS``: from then on their links send nothing, so
-    no flow gets an old link's rate beside its new link's while the new tree takes over
-    (until it does, a flow's packets wait in its old link)."""
+    """The groups' rates set to ``FROZEN_BPS``: from then on their links send nothing but
+    the one packet HTB lets a class send on the credit it had (it charges a packet after
+    sending it), so no flow gets an old link's rate beside its new link's while the new
+    tree takes over (until it does, a flow's packets wait in its old link)."""
     return [Change(replace(op, rate_bps=FROZEN_BPS, ceil_bps=FROZEN_BPS, burst_bytes=op.quantum_bytes))
             for op in groups]
 

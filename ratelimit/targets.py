@@ -45,7 +45,7 @@ class Target:
     named: tuple  # ((name, (address, ...)), ...) for the record
     container: tuple  # Request.container: (engine, name, id, network, use)
     owner: object = None  # the containers.Container that owns the namespace
-    inside_index: int | None = None  # the container's own device on the network (its index there)
+    wired: containers.Wiring | None = None  # its device on the network and that device's host-side veth
 
     @property
     def server_side(self) -> bool:
@@ -84,7 +84,7 @@ def container_target(name: str, *, hosts=None, network: str | None = None, engin
             hosts, named = containers.expand_hosts(hosts, server=owner, network=endpoint.network,
                                                    engine=engine or c.engine)
         try:
-            yield Target(use, owner.pid, wired.veth, None, hosts, named, note, owner, wired.inside_index)
+            yield Target(use, owner.pid, wired.veth, None, hosts, named, note, owner, wired)
         finally:
             containers.tidy(None, wired.veth)
 
@@ -106,8 +106,8 @@ def both_targets(name: str, *, network: str | None = None, engine: str | None = 
             forget_if_gone(c, ns, wired.inside, notice or (lambda text: None))
             try:
                 yield (Target("server", owner.pid, wired.inside, ns, None, (), note + ("server",), owner,
-                              wired.inside_index),
-                       Target(use, owner.pid, wired.veth, None, None, (), note + (use,), owner, wired.inside_index))
+                              wired),
+                       Target(use, owner.pid, wired.veth, None, None, (), note + (use,), owner, wired))
             finally:
                 containers.tidy(ns, wired.inside)
                 containers.tidy(None, wired.veth)

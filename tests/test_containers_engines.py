@@ -50,6 +50,8 @@ def test_a_web_container_serves_a_client_container_over_a_modem(engine, ct_state
     assert dry.returncode == 0, dry.stderr
     assert f"# ratelimit {__version__} plan for {veth}: " in dry.stdout and "netns" not in dry.stdout
     assert f"dev {ifb_name(veth)} " in dry.stdout  # down comes in on the veth: shaped on its IFB device
+    assert (f"# then the container's own device sends single segments: nsenter --net=/proc/{e.pid('rlct-web')}/ns/net "
+            f"ip link set dev eth0 gso_max_segs 1") in dry.stdout
     assert qdiscs(e, "rlct-web", "rlct-client") == before and gso_max_segs(e, "rlct-web") == segs_before
     r = ratelimit("--container", "rlct-web", "--hosts", "container:rlct-client", "--profile", "modem-28k8",
                   *delay_args())

@@ -92,7 +92,9 @@ def test_a_flow_both_plans_select_stays_within_its_rate_across_the_switch(rlhd):
     arrives (kernel receive times): in no 1 s window more than the rate plus one burst,
     and never less than 90% of the rate.  A window that starts at an arrival holds the rate
     and that packet; the new link's bucket starts full, and HTB's burst is its ``burst``
-    plus the packet it sends on credit (it charges a packet after sending it).  A rebuild
+    plus the packet it sends on credit (it charges a packet after sending it); the old
+    link's group, held still, may send one packet on the credit it had too (``diff._held``;
+    a CI run on the slower machine caught it: 253,206 B against 252,334 B).  A rebuild
     instead leaves the flow unshaped -- twice its rate -- while it runs.  The sender runs on
     until 3 s after the switch, however long the switch takes."""
     ns = rlhd()
@@ -131,7 +133,7 @@ def test_a_flow_both_plans_select_stays_within_its_rate_across_the_switch(rlhd):
     arrivals = [(float(t), int(n)) for t, n in (line.split() for line in out.splitlines())]
     frame = size + 8 + 20 + 14  # what the link meters: UDP, IP and Ethernet headers
     burst = request(ns).burst_bytes(request(ns).down, rate_bps)
-    ceiling = rate_bps / 8 + frame + (burst + frame)
+    ceiling = rate_bps / 8 + frame + (burst + frame) + frame
     start, end = arrivals[0][0] + 1.0, arrivals[-1][0] - 1.0  # the queue filled; the sender still going
     assert start < t_switch and t_switch + switch_s < end
     times = [t for t, _ in arrivals]
