@@ -253,9 +253,9 @@ def _dispatch(argv, con) -> int:
         return _container(args, action, con)
     named = ()
     if action is None and args.hosts is not None:
-        from . import containers
+        from . import containers, ctrun
         if any(h.lower().startswith(containers.HOST_PREFIX) for h in containers.host_items(args.hosts)):
-            with containers.turn():  # container:NAME on a router's own interface: its one network's address
+            with ctrun.turn():  # container:NAME on a router's own interface: its one network's address
                 args.hosts, named = containers.expand_hosts(args.hosts, server=None, network=args.network,
                                                             engine=args.engine)
             return _run(args, action, con, named=named)

@@ -15,34 +15,24 @@ address the engine reports, its ``IFLA_LINK`` (the peer's index) and
 link is the container's device, in the container's namespace).  No device is
 guessed from its name.
 
-The container's namespace is ``/proc/PID/ns/net``.  ratelimit's executor and
-record work on named namespaces, so ``attached`` gives it a name in /run/netns
-(``rl-ct-`` and 12 hex digits of the owning container's id) for the length of one
-run and removes the name afterwards: nothing holds the namespace once the run is
-over, and the record (under that name) stays with the container's id, so two
-containers of one pod lead to one record.  Runs on containers take turns (``turn``):
-within one, ``tidy`` removes the lock files of targets that hold no record (container
-ids and veths come and go), and ``gone_veths`` forgets the records, and deletes the IFB
-devices, of a container's veths that went when it restarted.
-
-Over 400 lines: the pure half (tested on real inspect output without an engine) and the
-engine half share the ``Container`` they read and write; the last part, a run's name,
-lock and leftovers, could go to a module of its own if it grows.
+The container's namespace is ``/proc/PID/ns/net``; ``netns_name`` is the name a run
+gives it in /run/netns (``rl-ct-`` and 12 hex digits of the owning container's id), so
+two containers of one pod lead to one record.  The server use sets the container's own
+device to single segments (``single_segments``).  A run's turn, the names it gives and
+what it leaves are ``ctrun``'s.
 """
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import re
 import shutil
 import subprocess
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from ipaddress import ip_address
 
-from .errors import FieldError, NotFoundError, RatelimitError, UsageError
+from .errors import FieldError, NotFoundError, UsageError
 
 ENGINES = ("docker", "podman")
 # Docker's and Podman's rule for a container name (both: [a-zA-Z0-9][a-zA-Z0-9_.-]*);
@@ -50,7 +40,7 @@ ENGINES = ("docker", "podman")
 NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 NAME_ALLOWED = "is not a container name or id (a letter or digit, then letters, digits, '_', '.' or '-'; 128 at most)"
 HOST_PREFIX = "container:"  # in --hosts: container:NAME
-NETNS_PREFIX = "rl-ct-"  # the names ``attached`` gives container namespaces
+NETNS_PREFIX = "rl-ct-"  # the names ``ctrun.attached`` gives container namespaces
 ENGINE_TIMEOUT_S = 30
 DOCKERD_HINT = ("start it (systemctl start docker; where no init system runs, dockerd: docs/lab.md, "
                 "Container engines without an init system), or set DOCKER_HOST to its socket")
@@ -199,7 +189,7 @@ def host_items(text) -> list[str]:
 
 
 def netns_name(c: Container) -> str:
-    """The name ``attached`` gives the namespace ``c`` owns (``c`` must own it)."""
+    """The name ``ctrun.attached`` gives the namespace ``c`` owns (``c`` must own it)."""
     return f"{NETNS_PREFIX}{c.short_id}"
 
 
@@ -368,92 +358,6 @@ def single_segments(pid: int, index: int, on: bool = True) -> None:
         peers.gso_max_segs(netns_path(pid), index, 1 if on else GSO_MAX_SEGS)
     except (OSError, NetlinkError) as err:
         raise ContainerError(f"--container: cannot set gso_max_segs on the container's device ({err})") from None
-
-
-# ---------------------------------------------------------------- a name for one run
-
-
-@contextmanager
-def turn():
-    """Runs of ratelimit on containers take turns (one lock file in the state directory):
-    the names ``attached`` gives and the files ``tidy`` removes are then no other run's."""
-    from . import state
-    state.state_dir().mkdir(parents=True, exist_ok=True)
-    with open(state.state_dir() / "containers.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
-
-
-@contextmanager
-def attached(owner: Container):
-    """A name in /run/netns for ``owner``'s namespace while the block runs (``netns_name``),
-    removed afterwards; call it within ``turn``.  A name a killed run left is replaced."""
-    from .kernel import peers
-    name = netns_name(owner)
-    try:
-        path = peers.attach(name, owner.pid)
-    except OSError as err:
-        raise ContainerError(f"--container: cannot name {owner.label()}'s namespace ({err})") from None
-    try:
-        st = os.stat(path)
-        if (st.st_dev, st.st_ino) != netns_inode(owner.pid):
-            raise ContainerError(f"--container: {owner.label()}'s namespace changed while it was being named")
-        yield name
-    finally:
-        peers.detach(name)
-
-
-def tidy(netns: str | None, interface: str) -> None:
-    """Remove the lock file of a container target that holds no record (within ``turn``):
-    containers come and go with new ids and veths, and their lock files would pile up in
-    the state directory; a container's namespace directory goes with its last file."""
-    from . import state
-    d = state.state_dir() / (netns or "-")
-    if (d / f"{interface}.json").exists() or (d / f"{interface}.marker").exists():
-        return  # links are recorded, or a run was killed mid-change: the lock stays with them
-    (d / f"{interface}.lock").unlink(missing_ok=True)
-    if netns and netns.startswith(NETNS_PREFIX):
-        try:
-            d.rmdir()
-        except OSError:
-            pass
-
-
-def gone_veths(owner_id: str) -> list[str]:
-    """Host-side veths recorded for the container ``owner_id`` (the user use) that no longer
-    exist: a restarted container comes back on a new veth, and the old record is then about
-    a device that is gone.  Their records are forgotten and the IFB devices they own
-    deleted; returns their names."""
-    from . import state
-    out = []
-    for interface in state.interfaces(None):
-        if os.path.exists(f"/sys/class/net/{interface}"):
-            continue
-        try:
-            record = state.load(None, interface)
-        except RatelimitError:
-            continue
-        req = record.request if record is not None else None
-        if req is not None and req.container and req.container[2] == owner_id:
-            _drop_ifbs(record)
-            state.forget(None, interface)
-            tidy(None, interface)
-            out.append(interface)
-    return out
-
-
-def _drop_ifbs(record) -> None:
-    """Delete the IFB devices a record of a vanished veth owns (they stay when the veth goes)."""
-    from .compile import compiled
-    from .fingerprint import of_plan
-    from .installed import executor
-    from .plan import DelLink
-    owned = record.fingerprint or of_plan(compiled(record.request))
-    names = [dev for dev, parts in owned.items() if parts.get("device")]
-    if not names:
-        return
-    with executor(None) as ex:
-        ex.remove([DelLink(name) for name in names if (ex.links.state(name) or {}).get("kind") == "ifb"])
 
 
 # ---------------------------------------------------------------- --hosts container:NAME

@@ -19,7 +19,7 @@ import dataclasses
 from contextlib import contextmanager
 from ipaddress import ip_address
 
-from . import containers
+from . import containers, ctrun
 from .errors import RatelimitError
 
 
@@ -32,11 +32,11 @@ def now(req, notice):
     if owner is None:
         yield None
         return
-    with containers.turn():
+    with ctrun.turn():
         endpoint = containers.choose_network(owner, network)
         wired = containers.wiring(owner, endpoint)
         if use == "user":
-            containers.gone_veths(owner.id)  # a record on the veth it had before it restarted
+            ctrun.gone_veths(owner.id)  # a record on the veth it had before it restarted
             addrs = tuple(ip_address(a) for a in wired.addresses)
             cohort = dataclasses.replace(req.cohorts[0], hosts=addrs,
                                          named=((name, tuple(str(a) for a in addrs)),))
@@ -52,7 +52,7 @@ def single_segments(req) -> None:
     single segments (``containers.single_segments``)."""
     engine, name, owner_id, network, use = req.container
     _, owner = containers.resolve(owner_id[:12], engine)
-    with containers.turn():
+    with ctrun.turn():
         wired = containers.wiring(owner, containers.choose_network(owner, network))
     containers.single_segments(owner.pid, wired.inside_index)
 
@@ -66,7 +66,7 @@ def inside(req, notice):
     if owner is None:
         yield None
         return
-    with containers.turn(), containers.attached(owner) as ns:
+    with ctrun.turn(), ctrun.attached(owner) as ns:
         yield ns
 
 

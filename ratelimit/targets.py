@@ -16,7 +16,7 @@ the sender's stack changes how its TCP behaves: it holds back and retransmits ot
   the container, up what arrives from it.
 
 Records made by 0.4 and earlier put a server's links on its own interface, inside its
-namespace (named only while the run lasts, ``containers.attached``); clean, --list and
+namespace (named only while the run lasts, ``ctrun.attached``); clean, --list and
 --stats still find them there (``both_targets``).
 
 ``Target`` is what both uses need: the device, the namespace name, the hosts as the
@@ -29,7 +29,7 @@ import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from . import containers
+from . import containers, ctrun
 from .errors import UsageError
 
 USES = ("server", "user")
@@ -63,7 +63,7 @@ def container_target(name: str, *, hosts=None, network: str | None = None, engin
     use = use or ("server" if hosts is not None else "user")
     if use not in USES:
         raise UsageError(f"use: '{use}' is not one of {', '.join(USES)}")
-    with containers.turn():
+    with ctrun.turn():
         c, owner = containers.resolve(name, engine)
         endpoint = containers.choose_network(owner, network)
         wired = containers.wiring(owner, endpoint)
@@ -86,7 +86,7 @@ def container_target(name: str, *, hosts=None, network: str | None = None, engin
         try:
             yield Target(use, owner.pid, wired.veth, None, hosts, named, note, owner, wired)
         finally:
-            containers.tidy(None, wired.veth)
+            ctrun.tidy(None, wired.veth)
 
 
 @contextmanager
@@ -94,14 +94,14 @@ def both_targets(name: str, *, network: str | None = None, engine: str | None = 
     """For clean, --list and --stats: (the target on the container's own interface, where
     records of 0.4 and earlier put a server's links; the target on its host-side veth, as the
     use its record names, else a user's) of ``name``."""
-    with containers.turn():
+    with ctrun.turn():
         c, owner = containers.resolve(name, engine)
         endpoint = containers.choose_network(owner, network)
         wired = containers.wiring(owner, endpoint)
         note = (c.engine, c.name, owner.id, endpoint.network)
         _forget_gone(c, owner, notice)
         use = recorded_use(wired.veth)
-        with containers.attached(owner) as ns:
+        with ctrun.attached(owner) as ns:
             from .ctlife import forget_if_gone
             forget_if_gone(c, ns, wired.inside, notice or (lambda text: None))
             try:
@@ -109,8 +109,8 @@ def both_targets(name: str, *, network: str | None = None, engine: str | None = 
                               wired),
                        Target(use, owner.pid, wired.veth, None, None, (), note + (use,), owner, wired))
             finally:
-                containers.tidy(ns, wired.inside)
-                containers.tidy(None, wired.veth)
+                ctrun.tidy(ns, wired.inside)
+                ctrun.tidy(None, wired.veth)
 
 
 def recorded_use(veth: str) -> str:
@@ -126,7 +126,7 @@ def recorded_use(veth: str) -> str:
 
 
 def _forget_gone(c, owner, notice) -> None:
-    for veth in containers.gone_veths(owner.id):
+    for veth in ctrun.gone_veths(owner.id):
         if notice:
             notice(f"{c.label()}: the links recorded on {veth} went with that device "
                    f"(the container was restarted); record and IFB device removed")
@@ -161,5 +161,5 @@ def scenario_hosts(asks: list, target: Target | None, *, network: str | None, en
         return out
     if target is not None:  # its run holds the containers' turn already
         return expand()
-    with containers.turn():
+    with ctrun.turn():
         return expand()

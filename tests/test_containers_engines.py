@@ -27,7 +27,7 @@ import pytest
 from ratelimit.compile import ifb_name
 from ratelimit.kernel.probe import probe
 
-from ratelimit import __version__, containers
+from ratelimit import __version__, containers, ctrun
 
 from enginekit import (delay_args, fetch, gso_max_segs, host_veth, model, qdiscs, ratelimit, run_dir, sh, single_segments,
                        web_and_client)
@@ -94,9 +94,9 @@ def test_a_servers_links_recorded_in_its_namespace_by_0_4_are_listed_and_cleaned
     web_and_client(e)
     before = qdiscs(e, "rlct-web", "rlct-client")
     client = e.address("rlct-client")
-    with containers.turn():
+    with ctrun.turn():
         owner = containers.resolve("rlct-web", e.name)[1]
-        with containers.attached(owner) as ns:
+        with ctrun.attached(owner) as ns:
             req = service.make_request("eth0", hosts=[client], per="host", rate="1mbit", mode="shape", netns=ns)
             req = service.for_container(req, (e.name, "rlct-web", owner.id, e.net, "server"), ())
             assert not req.server_side

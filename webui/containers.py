@@ -22,7 +22,7 @@ import os
 import time
 from dataclasses import dataclass
 
-from ratelimit import containers, readout, state
+from ratelimit import containers, ctrun, readout, state
 from ratelimit.ctlife import strangers
 from ratelimit.errors import RatelimitError
 
@@ -46,7 +46,7 @@ class Watch:
 def watch(names: list[str], *, network: str | None = None, engine: str | None = None) -> list[Watch]:
     """Resolve each container (one-line ContainerError as the CLI's)."""
     out = []
-    with containers.turn():
+    with ctrun.turn():
         for name in names:
             c, owner = containers.resolve(name, engine)
             wired = containers.wiring(owner, containers.choose_network(owner, network))
@@ -100,9 +100,9 @@ class Reader:
         self.base.close()
 
     def _server(self, w: Watch, interface: str) -> dict:
-        with containers.turn():
+        with ctrun.turn():
             self._follow(w)
-            with containers.attached(w.owner) as ns:
+            with ctrun.attached(w.owner) as ns:
                 stats = readout.counters(interface, ns)
                 if stats["applied"] is None and state.load(ns, interface) is not None:
                     raise RatelimitError(f"{w.label}: the links recorded on its {interface} went with its network "

@@ -152,7 +152,7 @@ class ContainerLink:
         if code == 0:
             return None
         # a container that went: its veth went too (both uses' links are on it), the IFB device stays
-        from ..containers import gone_veths, turn
+        from ..ctrun import gone_veths, turn
         with turn():
             if gone_veths(self.applied["container"]["id"]):
                 return None
