@@ -306,7 +306,8 @@ def _run(args, action, con, target=None, named=()) -> int:
         **{name: getattr(args, name) for name in service.IMPAIRMENTS}, **_traces(args))
     if target is not None or named:
         req = service.for_container(req, None if target is None else target.container,
-                                    named if target is None else target.named)
+                                    named if target is None else target.named,
+                                    server_side=target is not None and target.server_side)
     if args.dry_run:
         from .script import script
         ops, how = service.preview(req)
@@ -318,7 +319,7 @@ def _run(args, action, con, target=None, named=()) -> int:
             con.out(f"# warning: {warning}")
         for line in traced_lines(req):
             con.out(f"# {line}")
-        if target is not None and target.server_side:
+        if req.server_side:  # set only for a container target (for_container)
             from .names import shell_word
             con.out(f"# then the container's own device sends single segments: nsenter "
                     f"--net=/proc/{target.pid}/ns/net ip link set dev {shell_word(target.wired.inside)} gso_max_segs 1")
@@ -333,9 +334,9 @@ def _run(args, action, con, target=None, named=()) -> int:
                          follow=not args.no_follow)
     sent = f"{len(plan.ops)} operations" if plan.changed is None else \
         f"{_HOW[plan.how]} ({len(plan.changed)} operations)"
-    if target is not None and (target.server_side or was_server):
+    if target is not None and (req.server_side or was_server):
         from .containers import single_segments  # a server's device sends single segments; a user's as it did
-        single_segments(target.pid, target.wired.inside_index, on=target.server_side)
+        single_segments(target.pid, target.wired.inside_index, on=req.server_side)
     con.out(f"{req.interface}: {describe(summary(req))}; {sent} in {time.monotonic() - started:.2f} s")
     return 0
 

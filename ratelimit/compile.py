@@ -150,10 +150,6 @@ def _stab(base: Cohort) -> Stab | None:
     return None if base.link.is_ethernet else Stab(base.link.stab_overhead, base.link.cells)
 
 
-def _side(c: Cohort, direction: str) -> LinkParams:
-    return c.down if direction == "dest" else c.up
-
-
 def _egress(req, lay, dev, direction, ops, links):
     """An HTB root on ``dev`` with the pool class, the tree, and per-link classes (several
     queues: an mq root with an HTB tree and pool class per queue, and the queue pins)."""
@@ -173,7 +169,7 @@ def _egress(req, lay, dev, direction, ops, links):
         ops.append(HtbQdisc(dev, ROOT, stab=_stab(lay.base)))
         ops.append(HtbClass(dev, ROOT, POOL_CLASS, bw, bw, pool_burst, base_mtu, lay.base.mpu_bytes))
     if req.mode == "police":
-        params = _side(req.cohorts[0], direction)
+        params = req.cohorts[0].side(direction)
         if params.needs_netem():  # one stage for every cohort (``_validate``: they share it)
             # serializing at the device's bandwidth keeps every flow's packets in order
             ops.append(NetemQdisc(dev, POOL_CLASS, POOL_NETEM, params, _pool_limit(req, lay, direction), bw))
@@ -204,7 +200,7 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
     """A cohort's groups: each its class under the pool, its HTB qdisc with a root class,
     a class and queue per link, and the tree that finds a flow's link class."""
     c, bw, at = span.cohort, req.bandwidth_bps, span.place
-    params = _side(c, direction)
+    params = c.side(direction)
     traced = gate.traced(c, direction)
     rate = carried(req, c, params) if traced is None else gate.first_rate_bps(c, traced)
     n = c.link_count()
@@ -321,8 +317,8 @@ def _pool_limit(req: Request, lay: Layout, direction: str) -> int:
     """The shared netem stage of police mode holds what all links have in flight (a
     policer has no queue): twice the aggregate rate (capped by the bandwidth) times the
     delay, at least netem's default of 1000 packets."""
-    params = _side(req.cohorts[0], direction)
-    rate = min(req.bandwidth_bps, sum(carried(req, c, _side(c, direction)) * c.link_count() for c in req.cohorts))
+    params = req.cohorts[0].side(direction)
+    rate = min(req.bandwidth_bps, sum(carried(req, c, c.side(direction)) * c.link_count() for c in req.cohorts))
     in_flight = rate * (params.delay_us + params.jitter_us) / 1e6 / 8 / req.avpkt_bytes
     return max(1000, int(2 * in_flight) + 1)
 
@@ -333,7 +329,7 @@ def _police_trees(req, lay, dev, parent, direction, ops, links, *, overhead_byte
     h = GENERATIONS[req.generation]
     pool = POOL_CLASS if parent == ROOT else INGRESS_HANDLE | 1
     tag = (zlib.crc32(req.interface.encode()) & 0xFFF) << 18 | (direction == "source") << 17
-    police = [_police(req, c, _side(c, direction), overhead_bytes) for c in req.cohorts]
+    police = [_police(req, c, c.side(direction), overhead_bytes) for c in req.cohorts]
     reported: set[int] = set()
     ids = table_ids(h.tree)
     for pairs, owner, whole in ((lay.port_flows, lay.port_link, False), (lay.whole_flows, lay.whole_link, True)):

@@ -149,7 +149,7 @@ def traced_stage(c: Cohort, direction: str) -> bool:
     its own delay or loss, or a schedule whose steps delay or lose packets there
     (``tracespec.Source.netem``).  Such a link's gate has the netem stage as its child."""
     src = None if c.trace is None else c.trace.source(direction)
-    return src is not None and ((c.down if direction == "dest" else c.up).needs_netem() or src.netem)
+    return src is not None and (c.side(direction).needs_netem() or src.netem)
 
 
 def leaf_majors(c: Cohort) -> int:
@@ -309,8 +309,8 @@ def ingress_policing(req: Request) -> bool:
     """True when the arriving direction (``ingress_direction``) is policed on the ingress
     qdisc (v0.3's way): police mode, no netem stage, and Ethernet framing (the ingress
     hook has no size table)."""
-    down = req.server_side
-    return req.mode == "police" and all(not (c.down if down else c.up).needs_netem() and c.link.is_ethernet
+    arriving = ingress_direction(req)
+    return req.mode == "police" and all(not c.side(arriving).needs_netem() and c.link.is_ethernet
                                         for c in req.cohorts)
 
 
@@ -320,9 +320,10 @@ def links_rate_bps(req: Request) -> dict[str, int]:
     which has no pool): the most they can take of it at once."""
     out = {}
     for direction in ("dest", "source"):
-        if req.direction in (direction, "both") and not (direction == ingress_direction(req) and ingress_policing(req)):
-            out[direction] = sum(carried(req, c, p) * c.link_count() for c in req.cohorts
-                                 for p in ((c.down if direction == "dest" else c.up),) if p.rate_bps)
+        if req.direction in (direction, "both") and not (direction == ingress_direction(req)
+                                                         and ingress_policing(req)):
+            out[direction] = sum(carried(req, c, c.side(direction)) * c.link_count() for c in req.cohorts
+                                 if c.side(direction).rate_bps)
     return out
 
 

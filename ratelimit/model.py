@@ -173,6 +173,10 @@ class Cohort:
     named: tuple = ()
     trace: object = None  # a tracespec.TraceSpec: the links' rates follow traces or a schedule
 
+    def side(self, direction: str) -> LinkParams:
+        """One side's link parameters: ``down`` for a plan's ``dest``, ``up`` for ``source``."""
+        return self.down if direction == "dest" else self.up
+
     def servers_for(self, family: int) -> tuple:
         """The server prefixes a host of ``family`` (4 or 6) talks to: (None,) for any."""
         if self.servers is None:

@@ -135,13 +135,12 @@ def _check_queues(ex, req: Request) -> None:
                          f"made with ip link add ... numtxqueues {req.queues})")
 
 
-def for_container(req: Request, container: tuple | None, named: tuple) -> Request:
+def for_container(req: Request, container: tuple | None, named: tuple, server_side: bool = False) -> Request:
     """``req`` noting the container it is for (``Request.container``, None for none) and,
-    on its one cohort, the hosts given by container name (``Cohort.named``); a server's
-    links on its host-side veth (not in its namespace) face it (``Request.server_side``)."""
+    on its one cohort, the hosts given by container name (``Cohort.named``); ``server_side``:
+    the links face the container, a server (``targets.Target.server_side``)."""
     cohorts = req.cohorts if not named or len(req.cohorts) != 1 else \
         (dataclasses.replace(req.cohorts[0], named=tuple(named)),)
-    server_side = container is not None and container[4] == "server" and req.netns is None
     return dataclasses.replace(req, container=None if container is None else tuple(container), cohorts=cohorts,
                                server_side=server_side)
 

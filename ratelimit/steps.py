@@ -221,7 +221,7 @@ def traced_links(plan, loaded) -> list[Traced]:
             capacity = TraceCapacity(followed, spec.scale, phase % src.period_ms, src.loop)
         else:
             capacity = ScheduleCapacity(followed, SIDES[flow.direction], phase % src.period_ms, spec.scale)
-        params = c.down if flow.direction == "dest" else c.up
+        params = c.side(flow.direction)
         out.append(Traced(c.name, flow.host, flow.port, flow.direction, classes[flow.dev, flow.classid],
                           gates[flow.dev, flow.classid], capacity, src, phase,
                           link_rates_of(req, lay, c, params, traced=True), c.link, (spec.started_ms or 0) - first,

@@ -152,7 +152,7 @@ def test_a_servers_record_on_its_veth_faces_it_and_reads_back_so():
     from ratelimit.summary import describe, summary
     req = service.make_request("veth1a2b3c4", hosts=["198.18.240.3"], per="host", profile="modem-28k8", delay="0ms")
     req = service.for_container(req, ("podman", "rlct-web", "ab" * 32, "rlct-net", "server"),
-                                (("rlct-client", ("198.18.240.3",)),))
+                                (("rlct-client", ("198.18.240.3",)),), server_side=True)
     assert req.server_side
     back = state.from_json(json.loads(json.dumps(state.to_json(req))))
     assert back == req and summary(back)["server_side"] is True

@@ -8,7 +8,8 @@ of a namespace given by path (``/proc/PID/ns/net``: no name in /run/netns needed
 ``in_host`` reads one device of this process's namespace by index, with the id this
 namespace gives the one at a path.  ``gso_max_segs`` sets how many TCP segments a
 device of a namespace given by path takes in one packet.  ``attach``/``detach`` name a
-process's namespace in /run/netns and remove the name.  Every pyroute2 call goes through ``netns.off_loop``.
+process's namespace in /run/netns and remove the name.  Every pyroute2 call goes
+through ``netns.off_loop``.
 """
 
 from __future__ import annotations
