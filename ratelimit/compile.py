@@ -55,7 +55,7 @@ from . import gate
 from .errors import FieldError
 from .filters import Key, Police, U32Filter
 from .layout import (GENERATIONS, GROUP_LINKS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, Layout, carried,
-                     ingress_direction, ingress_policing, traced_stage, tree_handle)
+                     ingress_policing, traced_stage, tree_handle)
 from .linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES, ETHERNET_HEADER_BYTES
 from .model import Cohort, LinkParams, Request
 from .plan import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, TC_H_CLSACT_INGRESS, AddIfb, FifoQdisc, Flow, HtbClass,
@@ -81,11 +81,10 @@ def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
     lay = check(req, group_links=group_links)
     ops: list = []
     links: list[Flow] = []
-    arriving = ingress_direction(req)
     for direction in ("dest", "source"):
         if req.direction not in (direction, "both"):
             continue
-        if direction != arriving:
+        if direction != req.arriving:
             _egress(req, lay, req.interface, direction, ops, links)
         elif ingress_policing(req):
             ops.append(IngressQdisc(req.interface))
@@ -107,8 +106,8 @@ def compile_plan(req: Request, *, group_links: int = GROUP_LINKS) -> Plan:
 
 def device_of(req: Request, direction: str) -> str:
     """The device whose root qdisc holds ``direction``'s links in shape mode: the interface
-    for what it sends, its IFB device for what arrives on it (``ingress_direction``)."""
-    return ifb_name(req.interface) if direction == ingress_direction(req) else req.interface
+    for what it sends, its IFB device for what arrives on it (``Request.arriving``)."""
+    return ifb_name(req.interface) if direction == req.arriving else req.interface
 
 
 def link_flows(req: Request) -> tuple[Flow, ...]:

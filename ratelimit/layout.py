@@ -299,18 +299,11 @@ def carried(req: Request, c: Cohort, params: LinkParams) -> int:
     return c.link.carried_bps(params.rate_bps or req.bandwidth_bps)
 
 
-def ingress_direction(req: Request) -> str:
-    """The direction that arrives on the interface: ``source`` (up, from the clients) on a
-    router's client side, ``dest`` (down) on a server's (``Request.server_side``)."""
-    return "dest" if req.server_side else "source"
-
-
 def ingress_policing(req: Request) -> bool:
-    """True when the arriving direction (``ingress_direction``) is policed on the ingress
+    """True when the arriving direction (``Request.arriving``) is policed on the ingress
     qdisc (v0.3's way): police mode, no netem stage, and Ethernet framing (the ingress
     hook has no size table)."""
-    arriving = ingress_direction(req)
-    return req.mode == "police" and all(not c.side(arriving).needs_netem() and c.link.is_ethernet
+    return req.mode == "police" and all(not c.side(req.arriving).needs_netem() and c.link.is_ethernet
                                         for c in req.cohorts)
 
 
@@ -320,8 +313,7 @@ def links_rate_bps(req: Request) -> dict[str, int]:
     which has no pool): the most they can take of it at once."""
     out = {}
     for direction in ("dest", "source"):
-        if req.direction in (direction, "both") and not (direction == ingress_direction(req)
-                                                         and ingress_policing(req)):
+        if req.direction in (direction, "both") and not (direction == req.arriving and ingress_policing(req)):
             out[direction] = sum(carried(req, c, c.side(direction)) * c.link_count() for c in req.cohorts
                                  if c.side(direction).rate_bps)
     return out

@@ -286,6 +286,12 @@ class Request:
     burst = property(lambda self: self.only.burst)
     mpu_bytes = property(lambda self: self.only.mpu_bytes)
 
+    @property
+    def arriving(self) -> str:
+        """The direction that arrives on the interface: ``source`` (up, from the clients) on a
+        router's client side, ``dest`` (down) on a server's (``server_side``)."""
+        return "dest" if self.server_side else "source"
+
     def burst_of(self, params: LinkParams, cohort: Cohort | None = None) -> Burst:
         """The burst one side's links get: --burst, else the side's, else the mode's default."""
         return (cohort or self.only).burst or params.burst or DEFAULT_BURST[self.mode]

@@ -26,7 +26,6 @@ import struct
 from array import array
 from dataclasses import dataclass
 
-from ..layout import ingress_direction
 from ..plan import INGRESS_HANDLE
 
 from ..filters import U32Filter
@@ -64,7 +63,7 @@ class FlowTable:
                 want, key = by_class.setdefault((flow.dev, flow.classid & 0xFFFF0000), {}), flow.classid
             else:
                 if where is None:  # police mode: a flow's counters are its filter's
-                    where, arriving = _leaf_parents(plan.ops), ingress_direction(plan.request)
+                    where, arriving = _leaf_parents(plan.ops), plan.request.arriving
                 root, ingress = where.get((flow.dev, flow.prio, flow.handle), (None, False))
                 # the same u32 handle can exist under both the root and the ingress qdisc of a device
                 parent = INGRESS_HANDLE if root is None or (ingress and flow.direction == arriving) else root
