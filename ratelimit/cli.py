@@ -8,29 +8,28 @@ netem impairments, ``--netns``, ``--dry-run``, ``--json``, ``--force``,
 ``--debug`` and the subcommands ``profiles``, ``save``, ``restore``, ``vm``,
 ``lab`` and ``web``.
 
-Over 400 lines on purpose: one parser and the dispatch every action goes through, kept
-together so that an option and what reads it are side by side; the work itself is in
-``service``, ``readout``, ``targets`` and the subcommands' own modules.
+The parser and the dispatch every action goes through are kept together, so that an
+option and what reads it are side by side; the work itself is in ``service``, ``readout``
+and ``targets``, what --list and --stats print in ``listing``, and the subcommands in
+``subcommands``.
 """
 
 import argparse
-import json
-import os
 import sys
 import time
 import traceback
 
 from . import __version__
-from . import scenario as scenarios
-from .errors import PermissionDenied, RatelimitError, UsageError
+from . import scenario as scenarios, subcommands
+from .errors import RatelimitError, UsageError
 from .model import GRANULARITIES
 from .getopt import long_options
 from .summary import describe, summary
 from .layout import oversubscribed
+from .listing import as_json, render_table, strangers
+from .subcommands import Parser
 
 EXIT_INTERNAL = 70
-SUBCOMMANDS = ("profiles", "save", "restore", "vm", "lab", "web", "follow")  # web: registered by the webui package
-PLUGIN_GROUP = "ratelimit.subcommands"
 ACTIONS = {"clean": "clean", "list": "list", "stats": "stats", "statistics": "stats"}
 
 USAGE = """\
@@ -46,65 +45,12 @@ ratelimit [options]                      apply limits (needs --hosts and --ports
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):  # one line, our exit code, no usage dump
-        where = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""  # a subcommand's name
-        if message.startswith("unrecognized arguments: "):
-            extra = message.split(": ", 1)[1]
-            message = (f"{extra}: not an option (see {self.prog} --help)" if extra.startswith("-") else
-                       f"{where}'{extra}' is an argument too many (see {self.prog} --help)")
-        elif where:
-            message = f"{where}{message} (see {self.prog} --help)"
-        raise UsageError(message)
-
-
-def _subparser(name: str, description: str) -> _Parser:
-    """A subcommand's parser: ``--help`` (and ``-h``, which only the main command line
-    gives to --hosts) prints its usage and options."""
-    p = _Parser(prog=f"ratelimit {name}", add_help=False, description=description)
-    p.add_argument("--help", "-h", action="store_true", help="show this help")
-    return p
-
-
-def _profiles_parser() -> _Parser:
-    p = _subparser("profiles", "List the link profiles: built-in ones and those in the profile path "
-                               "(docs/profiles.md).")
-    p.add_argument("--json", action="store_true", help="as JSON")
-    return p
-
-
-SAVED = "$RATELIMIT_CONFIG_DIR/links.json, by default /etc/ratelimit/links.json"
-
-
-def _save_parser() -> _Parser:
-    p = _subparser("save", "Save the links applied on every interface, resolved, for restore at boot.")
-    p.add_argument("file", nargs="?", metavar="FILE", help=f"where to write (default {SAVED})")
-    return p
-
-
-def _restore_parser() -> _Parser:
-    p = _subparser("restore", "Apply the saved links again (at boot: README, Surviving a reboot).")
-    p.add_argument("file", nargs="?", metavar="FILE", help=f"what to read (default {SAVED})")
-    p.add_argument("--force", action="store_true",
-                   help="replace root/ingress qdiscs and IFB devices ratelimit did not install")
-    return p
-
-
-def _parse_sub(parser: _Parser, argv, con):
-    """The subcommand's arguments, or None once its help is printed."""
-    args = parser.parse_args(argv)
-    if args.help:
-        con.out(parser.format_help().rstrip("\n"))
-        return None
-    return args
-
-
 class _Default(str):
     """A default value, told apart from the same text typed (--container chooses the device)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="ratelimit", add_help=False, usage=USAGE, allow_abbrev=True,
+    p = Parser(prog="ratelimit", add_help=False, usage=USAGE, allow_abbrev=True,
                 description="Emulate slow or distant links per (host, port) on a Linux router.")
     a = p.add_argument
     g = p.add_argument_group("actions (v0.3)")
@@ -211,7 +157,7 @@ class Console:
 def main(argv=None, console: Console | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     con = console or Console()
-    if not (argv and argv[0] in SUBCOMMANDS):
+    if not (argv and argv[0] in subcommands.NAMES):
         argv = long_options(argv, build_parser())  # v0.3's -interface, -rate=28800, ...
     debug = "--debug" in argv
     try:
@@ -234,8 +180,8 @@ def main(argv=None, console: Console | None = None) -> int:
 
 
 def _dispatch(argv, con) -> int:
-    if argv and argv[0] in SUBCOMMANDS:
-        return _subcommand(argv[0], argv[1:], con)
+    if argv and argv[0] in subcommands.NAMES:
+        return subcommands.run(argv[0], argv[1:], con)
     args = build_parser().parse_args(argv)
     if args.help:
         con.out(build_parser().format_help())
@@ -244,7 +190,7 @@ def _dispatch(argv, con) -> int:
     if args.action:
         if args.action not in ACTIONS:
             raise UsageError(f"'{args.action}' is not an action (clean, list, stats, statistics) "
-                             f"or subcommand ({', '.join(SUBCOMMANDS)})")
+                             f"or subcommand ({', '.join(subcommands.NAMES)})")
         action = ACTIONS[args.action]
     for flag in ("clean", "list", "stats"):
         if getattr(args, flag):
@@ -284,9 +230,9 @@ def _run(args, action, con, target=None, named=()) -> int:
     if action in ("list", "stats"):
         from .readout import statistics
         data = statistics(args.interface, args.netns, notice=notice)
-        _strangers(data, con)
+        strangers(data, con)
         if args.json:
-            con.out(_as_json(data, action))
+            con.out(as_json(data, action))
         else:
             con.out(render_table(data, counters=action == "stats"))
         return 0
@@ -361,15 +307,6 @@ def traced_lines(req) -> list[str]:
     return lines
 
 
-def _as_json(data: dict, action: str) -> str:
-    """--list --json (the links without their counters) or --stats --json, as one line."""
-    if action == "list":
-        for row in data["links"]:
-            for key in ("bytes", "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"):
-                row.pop(key, None)
-    return json.dumps(data, separators=(",", ":"))  # compact: the C encoder (indent is Python's)
-
-
 def _container(args, action, con) -> int:
     """--container: the links on the container's host-side veth, as the server of --hosts or
     as one user; clean, --list and --stats also look at its own interface (where records
@@ -403,10 +340,10 @@ def _container(args, action, con) -> int:
         for t, data in zip(found, datas):
             if data not in shown:
                 continue
-            _strangers(data, con)
+            strangers(data, con)
             data["container"] = {"use": t.use, "interface": t.interface}
             if args.json:
-                con.out(_as_json(data, action))
+                con.out(as_json(data, action))
             else:
                 where = "its own interface" if t.netns else "its host-side veth"
                 con.out(f"# {args.container}: {where}, {t.interface}")
@@ -414,46 +351,7 @@ def _container(args, action, con) -> int:
         return 0
 
 
-def _strangers(data: dict, con) -> None:
-    """A notice for each container named in the hosts that has other addresses now, or is
-    not running (``ctlife.strangers``)."""
-    from .ctlife import strangers
-    for line in strangers(data["applied"]):
-        con.notice(line)
-
-
 _HOW = {"in place": "changed in place", "make-before-break": "built beside the old plan, then the old removed"}
-
-
-def render_table(data: dict, counters: bool) -> str:
-    from .units import format_rate
-    applied = data["applied"]
-    if not applied:
-        return f"{data['interface']}: nothing installed by ratelimit"
-    head = f"{applied['interface']}: {describe(applied)}"
-    driver = data.get("driver")
-    if driver:
-        head += "\n" + (f"trace driver: following (pid {driver['pid']}, a step every {driver['step_ms']} ms, at step "
-                        f"{driver['step']}; {driver['shut']} of {driver['links']} traced links shut)"
-                        if driver["running"] else f"trace driver: NOT RUNNING: {driver['notice']}")
-    cols = ["direction", "host", "port", "rate"]
-    if counters:
-        cols += ["bytes", "packets", "drops", "overlimits", "backlog"]
-    rows = []
-    for link in data["links"]:
-        rate = format_rate(link["rate_bps"]) if link["rate_bps"] else "unlimited"
-        if link.get("trace"):
-            now = link.get("trace_bps")
-            rate = f"follows {link['trace']}" + ("" if now is None else f" (now {format_rate(now) if now else 'shut'})")
-        row = [link["direction"], link["host"] or "others", "all" if link["port"] is None else str(link["port"]), rate]
-        if counters:
-            row += [str(link["bytes"]), str(link["packets"]), str(link["drops"]), str(link["overlimits"]),
-                    f"{link['backlog_bytes']}b/{link['backlog_pkts']}p"]
-        rows.append(row)
-    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
-    lines = [head, "  ".join(c.ljust(w) for c, w in zip(cols, widths))]
-    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
-    return "\n".join(lines)
 
 
 def _dry_clean(args, con) -> int:
@@ -467,111 +365,6 @@ def _dry_clean(args, con) -> int:
         con.out(f"# {args.interface}: nothing recorded as installed by ratelimit")
         return 0
     con.out(script(compile_plan(record.request).teardown(), args.netns).rstrip("\n"))
-    return 0
-
-
-def _save(argv, con) -> int:
-    from . import persist
-    args = _parse_sub(_save_parser(), argv, con)
-    if args is None:
-        return 0
-    path = args.file
-    if os.geteuid() != 0:
-        raise PermissionDenied("save: needs root (it reads what is applied on every interface)")
-    written, count = persist.save(path, say=con.out, warn=con.err)
-    con.out(f"saved {count} link configuration(s) to {written}")
-    return 0
-
-
-def _restore(argv, con) -> int:
-    from . import persist
-    args = _parse_sub(_restore_parser(), argv, con)
-    if args is None:
-        return 0
-    if os.geteuid() != 0:
-        raise PermissionDenied("restore: needs root (it changes traffic control)")
-    return persist.restore(args.file, force=args.force, say=con.out, warn=con.err)
-
-
-def _follow_parser() -> _Parser:
-    p = _subparser("follow", "The trace driver: keep the traced links of the interface's plan following their "
-                             "traces, step by step, until the plan is removed (docs/profiles.md, The driver). An "
-                             "apply starts it; run it by hand or from a supervisor after --no-follow or a crash.")
-    p.add_argument("--interface", "--if", required=True, help="the interface whose plan to follow")
-    p.add_argument("--netns", help="network namespace the interface is in")
-    p.add_argument("--step", default=None, metavar="TIME", help="time between changes (default 100ms; 10ms-10s)")
-    return p
-
-
-def _follow(argv, con) -> int:
-    from . import follow
-    from .names import check_target
-    from .units import parse_seconds
-    args = _parse_sub(_follow_parser(), argv, con)
-    if args is None:
-        return 0
-    interface, netns = check_target(args.interface, args.netns)
-    step_ms = follow.DEFAULT_STEP_MS if args.step is None else \
-        round(1000 * parse_seconds(args.step, "--step", follow.MIN_STEP_MS / 1000, follow.MAX_STEP_MS / 1000))
-    if os.geteuid() != 0:
-        raise PermissionDenied("follow: needs root (it changes traffic control)")
-    return follow.run(netns, interface, step_ms, say=con.err)
-
-
-def _vm(argv, con) -> int:
-    from .kernel.vm import vm_main
-    return vm_main(argv)
-
-
-def _lab(argv, con) -> int:
-    from .lab.cli import lab_main
-    return lab_main(argv)
-
-
-def _subcommand(name, argv, con) -> int:
-    own = {"profiles": _profiles, "save": _save, "restore": _restore, "vm": _vm, "lab": _lab,
-           "follow": _follow}.get(name)
-    if own is not None:
-        return own(argv, con)
-    return _registered(name)(argv)
-
-
-def _registered(name):
-    """A subcommand another package registers (entry point group ``ratelimit.subcommands``;
-    the dashboard's ``web`` is one), so ratelimit needs none of them to run."""
-    from importlib.metadata import entry_points
-    for ep in entry_points(group=PLUGIN_GROUP, name=name):
-        return ep.load()
-    raise UsageError(f"{name}: not installed (the '{name}' subcommand comes with the webui package of "
-                     f"ratelimit's checkout: pip install -e .)")
-
-
-def _profiles(argv, con) -> int:
-    from . import profiles
-    from .units import format_percent, format_rate, format_time
-    args = _parse_sub(_profiles_parser(), argv, con)
-    if args is None:
-        return 0
-    loaded = [profiles.load(str(path)) for path in profiles.available().values()]
-    if args.json:
-        con.out(json.dumps([p.as_dict() for p in loaded], indent=1))
-        return 0
-
-    def side(s):
-        parts = [format_rate(s.rate_bps) if s.rate_bps else "unlimited"]
-        if s.delay_us:
-            parts.append(format_time(s.delay_us) + (f"±{format_time(s.jitter_us)}" if s.jitter_us else ""))
-        if s.loss_pct:
-            parts.append(f"loss {format_percent(s.loss_pct)}")
-        if s.queue:
-            parts.append(f"queue {s.queue.text()}")
-        return " ".join(parts)
-    head = ("profile", "link", "down", "up")
-    rows = [(p.name, p.link.name, side(p.down), side(p.up), p.description) for p in loaded]
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-    con.out("  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  description")
-    for r in rows:
-        con.out("  ".join(v.ljust(w) for v, w in zip(r[:-1], widths)) + "  " + r[-1])
     return 0
 
 
