@@ -215,17 +215,21 @@ ENGINE_NETWORK_ALONE = "--engine/--network: they go with --container, or contain
 
 def _run(args, action, con, target=None, named=()) -> int:
     """One action (None: apply) on ``args.interface`` in ``args.netns``; ``target``: the
-    ``targets.Target`` of --container, for the record; ``named``: hosts given as
-    container:NAME, for the record."""
+    ``targets.Target`` of --container, for the record and its device; ``named``: hosts
+    given as container:NAME, for the record."""
     echo = con.out if args.verbose else None
     notice = con.notice
     from . import service
+    from .targets import recorded_server
     if action == "clean":
         if args.dry_run:
             return _dry_clean(args, con)
+        server = recorded_server(args.interface, args.netns)
         removed = service.clean(args.interface, args.netns, force=args.force, echo=echo, notice=notice)
         con.out(f"{args.interface}: removed what ratelimit installed" if removed
                 else f"{args.interface}: nothing installed by ratelimit")
+        if server is not None:
+            _whole_packets(server, target, con)
         return 0
     if action in ("list", "stats"):
         from .readout import statistics
@@ -272,19 +276,32 @@ def _run(args, action, con, target=None, named=()) -> int:
         con.out(text.rstrip("\n"))
         return 0
     started = time.monotonic()
-    if target is not None:
-        from .targets import recorded_use
-        was_server = recorded_use(target.interface) == "server"  # the veth held a server's links
+    server = recorded_server(req.interface, req.netns)  # a container server's links, which this apply replaces
     plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo, notice=notice,
                          on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"),
                          follow=not args.no_follow)
     sent = f"{len(plan.ops)} operations" if plan.changed is None else \
         f"{_HOW[plan.how]} ({len(plan.changed)} operations)"
-    if target is not None and (req.server_side or was_server):
-        from .containers import single_segments  # a server's device sends single segments; a user's as it did
-        single_segments(target.pid, target.wired.inside_index, on=req.server_side)
+    if req.server_side:  # a server's device sends single segments (set only for a container target)
+        from .containers import single_segments
+        single_segments(target.pid, target.wired.inside_index)
+    elif server is not None:
+        _whole_packets(server, target, con)
     con.out(f"{req.interface}: {describe(summary(req))}; {sent} in {time.monotonic() - started:.2f} s")
     return 0
+
+
+def _whole_packets(server, target, con) -> None:
+    """The container whose server links were on the interface (``server``, its recorded
+    request) has them no more: its device hands its qdisc whole packets again, as before
+    they came.  A --container run (``target``: the same container) holds the containers'
+    turn and knows the device; otherwise the record's note of the container finds it."""
+    if target is not None:
+        from .containers import single_segments
+        single_segments(target.pid, target.wired.inside_index, on=False)
+    else:
+        from .ctlife import single_segments
+        single_segments(server, on=False, notice=con.notice)
 
 
 def _traces(args) -> dict:
@@ -329,10 +346,7 @@ def _container(args, action, con) -> int:
         if action == "clean":
             for t in found:
                 args.interface, args.netns = t.interface, t.netns
-                _run(args, "clean", con)
-                if t.server_side:
-                    from .containers import single_segments
-                    single_segments(t.pid, t.wired.inside_index, on=False)
+                _run(args, "clean", con, t)
             return 0
         from .readout import statistics
         datas = [statistics(t.interface, t.netns, notice=con.notice) for t in found]

@@ -47,14 +47,23 @@ def now(req, notice):
         yield dataclasses.replace(req, interface=wired.veth, netns=None, cohorts=cohorts, server_side=True)
 
 
-def single_segments(req) -> None:
-    """After a server's links went on its veth (``now``): its own device hands its qdisc
-    single segments (``containers.single_segments``)."""
+def single_segments(req, on: bool = True, notice=None) -> None:
+    """The device of the container ``req`` was recorded for hands its qdisc single segments
+    (``on``: after a server's links went on its veth, ``now``), or whole packets again once
+    they are gone (``containers.single_segments``).  Call it outside the containers' turn.
+    With ``on=False`` a container that cannot be set (not running: its device went with it)
+    is no error; ``notice`` says so."""
     engine, name, owner_id, network, use = req.container
-    _, owner = containers.resolve(owner_id[:12], engine)
-    with ctrun.turn():
-        wired = containers.wiring(owner, containers.choose_network(owner, network))
-    containers.single_segments(owner.pid, wired.inside_index)
+    try:
+        _, owner = containers.resolve(owner_id[:12], engine)
+        with ctrun.turn():
+            wired = containers.wiring(owner, containers.choose_network(owner, network))
+        containers.single_segments(owner.pid, wired.inside_index, on)
+    except containers.ContainerError as err:
+        if on:
+            raise
+        if notice:
+            notice(f"container '{name}': its device was not given back whole packets: {_reason(err)}")
 
 
 @contextmanager

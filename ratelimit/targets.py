@@ -116,14 +116,26 @@ def both_targets(name: str, *, network: str | None = None, engine: str | None = 
 
 def recorded_use(veth: str) -> str:
     """The use a record on a container's host-side veth names ("user" when there is none)."""
+    req = _recorded(veth, None)
+    return req.container[4] if req is not None and req.container else "user"
+
+
+def recorded_server(interface: str, netns: str | None):
+    """The request recorded on ``interface`` when it holds a container server's links on its
+    host-side veth (``Request.server_side``), else None: that container's device sends single
+    segments until they are gone."""
+    req = _recorded(interface, netns)
+    return req if req is not None and req.server_side and req.container else None
+
+
+def _recorded(interface: str, netns: str | None):
     from . import state
     from .errors import RatelimitError
     try:
-        record = state.load(None, veth)
+        record = state.load(netns, interface)
     except RatelimitError:
-        return "user"  # the read that follows reports it
-    req = record.request if record is not None else None
-    return req.container[4] if req is not None and req.container else "user"
+        return None  # the read that follows reports it
+    return record.request if record is not None else None
 
 
 def _forget_gone(c, owner, notice) -> None:

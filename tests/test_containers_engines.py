@@ -85,6 +85,28 @@ def test_a_web_container_serves_a_client_container_over_a_modem(engine, ct_state
     assert not (ct_state / f"rl-ct-{owner}").exists() and not (ct_state / "-" / f"{veth}.json").exists()
 
 
+@pytest.mark.parametrize("engine", ["podman"], indirect=True)  # what is tested is the record's: one engine's time
+def test_links_put_by_hand_over_a_servers_give_its_device_whole_packets_again(engine, ct_state):
+    """A server's links on its veth make its device send single segments; links applied over
+    them on that veth by name (as any router interface), or a clean by name, find the
+    container from the record and give its device whole packets again."""
+    e = engine
+    web_and_client(e)
+    veth, client = host_veth(e, "rlct-web"), e.address("rlct-client")
+    server = ("--container", "rlct-web", "--hosts", "container:rlct-client", "--rate", "1mbit", "--mode", "shape")
+    try:
+        for by_name in (("--hosts", client, "--ports", "80", "--rate", "2mbit", "--mode", "shape"), ("clean",)):
+            r = ratelimit(*server)
+            assert r.returncode == 0, r.stderr
+            assert gso_max_segs(e, "rlct-web") == 1
+            r = ratelimit("--interface", veth, *by_name)
+            assert r.returncode == 0 and "whole packets" not in r.stderr, r.stderr
+            assert gso_max_segs(e, "rlct-web") == containers.GSO_MAX_SEGS, by_name
+    finally:
+        ratelimit("--interface", veth, "--clean")
+    assert not (ct_state / "-" / f"{veth}.json").exists()
+
+
 @pytest.mark.parametrize("engine", ["podman"], indirect=True)  # no engine code runs: one engine's time
 def test_a_servers_links_recorded_in_its_namespace_by_0_4_are_listed_and_cleaned(engine, ct_state):
     """In 0.4 and earlier a server's links went on its own interface, in its namespace: --list
