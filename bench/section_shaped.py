@@ -4,6 +4,7 @@ alone with K links that all wait for tokens, one tx queue's tree against several
 from __future__ import annotations
 
 from .sections import _machine_line, table
+from .shaped_load import softirq_us_per_packet
 
 SATURATED = 0.95  # the machine's busy share from which a row is read as saturated
 OTHER_WORK = 0.05  # user time above this in a window: something besides the router and pace.c ran
@@ -28,9 +29,12 @@ def section_shaped(doc: dict | None) -> list[str]:
             f"against its rate (mean, 5th percentile, least; a link's count is whole packets, so its share moves "
             f"in steps of about one packet over the window, *step*); the machine's CPU from /proc/stat (*busy*, "
             f"*softirq*: the router's forwarding and shaping run there); the CPU time per delivered packet "
-            f"(busy CPU-seconds over delivered packets, the senders' and the sink's work included); perf's top "
+            f"(busy CPU-seconds over delivered packets, the senders' and the sink's work included) and the "
+            f"softirq time per delivered packet (*softirq per packet*: the router's receiving, forwarding and "
+            f"shaping, and the sink's IP input, the same in every row; the senders' sends are system time); perf's top "
             f"symbols (self time, all CPUs) over {cfg.get('perf_s', 0):g} s after the window, the load still on. "
             f"Every row runs in fresh namespaces, one after the other in one run.", ""]
+    cpus = cfg.get("cpus") or 1
     body = []
     for r in doc.get("rows", []):
         m = r["cpu"]["machine"]
@@ -38,14 +42,16 @@ def section_shaped(doc: dict | None) -> list[str]:
         body.append([f"{r['links']:,}", str(r["queues"]),
                      f"{r['share_mean']:.2%} / {r['share_p5']:.2%} / {r['share_min']:.2%}", f"{r['step']:.1%}",
                      f"{m['busy']:.1%}", f"{m['softirq']:.1%}", f"{r['cpu_us_per_packet']:.1f} µs",
+                     f"{softirq_us_per_packet(r, cpus):.1f} µs",
                      f"{r['setup_s']:.1f} s", top])
     out += table(["links", "queues", "delivered (mean / p5 / least)", "step", "busy", "softirq",
-                  "CPU per packet", "setup", "top symbols"], body) + [""]
-    return out + _reading(doc.get("rows", []))
+                  "CPU per packet", "softirq per packet", "setup", "top symbols"], body) + [""]
+    return out + _reading(doc.get("rows", []), cpus)
 
 
-def _reading(rows: list[dict]) -> list[str]:
-    """Per K: the CPU per packet of each queue count against one tree's, and what saturates."""
+def _reading(rows: list[dict], cpus: int) -> list[str]:
+    """Per K: the CPU (and softirq) per packet of each queue count against one tree's, and
+    what saturates."""
     lines = []
     for k in sorted({r["links"] for r in rows}):
         at = sorted((r for r in rows if r["links"] == k), key=lambda r: r["queues"])
@@ -53,9 +59,12 @@ def _reading(rows: list[dict]) -> list[str]:
         parts = []
         for r in at:
             m = r["cpu"]["machine"]
-            what = f"{r['queues']} queue{'s' if r['queues'] > 1 else ''}: {r['cpu_us_per_packet']:.1f} µs"
+            soft = softirq_us_per_packet(r, cpus)
+            what = (f"{r['queues']} queue{'s' if r['queues'] > 1 else ''}: {r['cpu_us_per_packet']:.1f} µs, "
+                    f"{soft:.1f} µs softirq")
             if one is not None and r is not one:
-                what += f" ({one['cpu_us_per_packet'] / r['cpu_us_per_packet']:.2f}x less than one tree)"
+                what += (f" ({one['cpu_us_per_packet'] / r['cpu_us_per_packet']:.2f}x and "
+                         f"{softirq_us_per_packet(one, cpus) / soft:.2f}x less than one tree)")
             if m["busy"] >= SATURATED:
                 what += (f", saturated: the machine {m['busy']:.0%} busy, {m['softirq']:.0%} of it in softirq "
                          f"(the router's shaping), {m['user']:.0%} user (the senders)")

@@ -14,6 +14,12 @@ def _bytes(v) -> str:
     return "-" if v is None else f"{v:,.0f}"
 
 
+def _links(r: dict) -> str:
+    """A tracking row's links, and how many of them carried the load where not all did."""
+    loaded = r.get("loaded", r["links"])
+    return f"{r['links']:,}" + ("" if loaded == r["links"] else f" ({loaded:,} loaded)")
+
+
 def section_trace(doc: dict | None) -> list[str]:
     out = ["## 11. Links that follow a trace", ""]
     if not doc:
@@ -39,10 +45,13 @@ def section_trace(doc: dict | None) -> list[str]:
             "more at the trace's mean where this machine forwards that many in all, and as many as it forwards "
             "beside the driver where it does not (column *a link's 1 s window*, datagrams at the trace's mean); a "
             "window where the trace is low holds fewer, and its tolerance is one datagram. Where the senders fall "
-            "behind (below), a row reads the load as much as the driver. *Driver CPU*: its user + system time (`/proc/PID/stat`: the kernel's work on its netlink "
+            "behind (below), a row reads the load as much as the driver. In a row of *N (K loaded)* links the "
+            "driver follows all N while the senders pace only K of them (every (N/K)-th port), as many datagrams a "
+            "window as in the row of K links: the tracking at the driver's full size, with a load this machine "
+            "carries. *Driver CPU*: its user + system time (`/proc/PID/stat`: the kernel's work on its netlink "
             "messages is done in its own calls) over the run, as a share of one core.", ""]
     if track:
-        body = [[f"{r['links']:,}", f"{r['step_ms']} ms", f"{r['scale']:g}", f"{r['payload_bytes'] + 42}",
+        body = [[_links(r), f"{r['step_ms']} ms", f"{r['scale']:g}", f"{r['payload_bytes'] + 42}",
                  f"{r.get('datagrams_per_window', r['datagrams_per_link_s']):g}",
                  f"{r['datagrams_per_s']:,}", f"{r['mbit_s']:g}", f"{(r['mean_ratio'] - 1) * 100:+.2f}%",
                  f"{_pct(r['p95_error_1000ms'])} ({r['p95_tolerances_1000ms']:.2f})",
@@ -52,7 +61,7 @@ def section_trace(doc: dict | None) -> list[str]:
         out += table(["links", "step", "scale", "frame, bytes", "a link's 1 s window, datagrams", "in all, datagrams/s",
                       "Mbit/s", "mean vs capacity", "1 s windows: p95 error (tolerances)", "1 s windows: p95 error, bytes",
                       "100 ms windows: p95 (tolerances)", "driver CPU", "steps missed"], body) + [""]
-        frames = [f"{r['links']:,} links at {r['step_ms']} ms {r['p95_error_bytes_1000ms'] / 1514:.2f}" for r in track
+        frames = [f"{_links(r)} links at {r['step_ms']} ms {r['p95_error_bytes_1000ms'] / 1514:.2f}" for r in track
                   if r.get("p95_error_bytes_1000ms") is not None]
         if frames:
             out += ["The 1 s windows' p95 error in full-size frames (1,514 bytes): " + ", ".join(frames) + ". "
@@ -62,7 +71,7 @@ def section_trace(doc: dict | None) -> list[str]:
                     "([traces-notes.md, section 7](traces-notes.md#7-50-datagrams-a-window-at-1000-links-a-load-"
                     "generator-in-c-2026-11-25)).", ""]
         from . import traceload
-        load = [f"{r['links']:,} links: {r['sender']['late_ms']:,.0f} ms at most, "
+        load = [f"{_links(r)} links: {r['sender']['late_ms']:,.0f} ms at most, "
                 f"{r['sender'].get('late_10ms', 0) / max(1, r['sender']['sent']) * 100:.0f}% over 10 ms, "
                 f"{r['receiver_lost']:,} lost of {r['class_packets']:,}" for r in track if "receiver_lost" in r]
         if load:
@@ -73,7 +82,7 @@ def section_trace(doc: dict | None) -> list[str]:
     if alone:
         out += [f"The driver alone (the same links, no traffic), {cfg.get('alone_s', 0):g} s at each step after 2 s to "
                 "settle:", ""]
-        body = [[f"{r['links']:,}", f"{r['step_ms']} ms", f"{_pct(r['cpu'])} ({_pct(r.get('user'))} user)", f"{r['changes_per_s']:,}",
+        body = [[_links(r), f"{r['step_ms']} ms", f"{_pct(r['cpu'])} ({_pct(r.get('user'))} user)", f"{r['changes_per_s']:,}",
                  f"{r['rounds_per_s']:g}", f"{r['missed_per_s']:g}", f"{r.get('round_ms') or 0:.1f} ms"]
                 for r in alone]
         out += table(["links", "step", "driver CPU (of it user)", "changes/s", "rounds/s", "steps missed/s", "last round"],
@@ -95,9 +104,8 @@ def section_trace(doc: dict | None) -> list[str]:
         late = [r for r in alone if r["links"] == big and "_every" in r]
         if late:
             r = max(late, key=lambda r: r["step_ms"])
-            reading.append(f"so at {big:,} links this machine sustains a round about every {r['_every']:.0f} ms "
-                           f"(at a {r['step_ms']} ms step it sent {r['rounds_per_s']:g} rounds a second), "
-                           "a longer step than measured here")
+            reading.append(f"so at {big:,} links this machine's driver makes a round about every {r['_every']:.0f} ms "
+                           f"at most (at a {r['step_ms']} ms step it sent {r['rounds_per_s']:g} rounds a second)")
         out += ["Reading: " + "; ".join(reading) + ". The driver is one process of two threads, one making each "
                 "step's changes while the other sends the last (so its CPU can pass a core): where it misses steps "
                 "it is the saturated one (its user time is its own Python: working out each link's rate, hold and "

@@ -147,18 +147,19 @@ def read_records(path: Path) -> tuple[array, array, array]:
 
 
 def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Path, *, payload: int, factor: float,
-                     prefill: int) -> tuple[dict, tuple]:
-    """Pace every traced link of ``req`` (its record's request, started at ``started_ms``)
-    for ``seconds``; returns the senders' counts (with the receiver's, ``receiver``; whether
-    the queues had emptied before it stopped, ``drained``; and the packets the links' classes
-    had sent, ``class_packets``, just before it was told to stop and after it stopped) and the
-    receiver's records."""
+                     prefill: int, ports: set | None = None) -> tuple[dict, tuple]:
+    """Pace every traced link of ``req`` (its record's request, started at ``started_ms``;
+    ``ports``: only the links to these client ports) for ``seconds``; returns the senders'
+    counts (with the receiver's, ``receiver``; whether the queues had emptied before it
+    stopped, ``drained``; and the packets the links' classes had sent, ``class_packets``,
+    just before it was told to stop and after it stopped) and the receiver's records."""
     from ratelimit import tracespec
     from ratelimit.compile import compile_plan
     from ratelimit.steps import traced_links
     sender_exe, receiver_exe = _compiled(SENDER), _compiled(RECEIVER)
     srcs = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
-    links = [link for link in traced_links(compile_plan(req), srcs) if link.direction == "dest"]
+    links = [link for link in traced_links(compile_plan(req), srcs)
+             if link.direction == "dest" and (ports is None or link.port in ports)]
     out, senders = workdir / "received.bin", []
     receiver = subprocess.Popen(["ip", "netns", "exec", ns["cli"], receiver_exe, CLIENT_DEV, str(seconds + 300),
                                  str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -323,12 +324,14 @@ def cpu_s(pid: int, split: bool = False):
 
 def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: int = 1472,
                factor: float = 1.1, prefill: int = 4, settle_s: float = 3.0, step_ms: int | None = None,
-               **request) -> dict:
+               loaded: int | None = None, **request) -> dict:
     """Apply ``links`` traced links (a link per client port, ``--direction dest``; ``request``:
     the rest of ``service.make_request``'s options, a ``schedule`` or ``trace_down`` among
     them; the driver started after the apply, at ``step_ms``), pace each at ``factor`` times its capacity for
     ``seconds``, remove it all; the score over the run less its first ``settle_s`` and last
-    half second (``score``), the sender's counts and the driver's last status."""
+    half second (``score``), the sender's counts and the driver's last status.  ``loaded``:
+    pace and score only that many of the links, spread evenly over them (every k-th port), while
+    the driver follows them all: the tracking at a driver's scale with a load the machine carries."""
     from ratelimit import follow, service, state, tracespec
     from ratelimit.compile import compile_plan
     from ratelimit.steps import traced_links
@@ -340,11 +343,13 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
         pid = follow.start(ns["rtr"], DEV, step_ms)
         req = state.load(ns["rtr"], DEV).request
         started = req.cohorts[0].trace.started_ms
-        loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
-        traced = [link for link in traced_links(compile_plan(req), loaded) if link.direction == "dest"]
+        srcs = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+        traced = [link for link in traced_links(compile_plan(req), srcs) if link.direction == "dest"]
+        if loaded is not None:
+            traced = traced[::max(1, len(traced) // loaded)][:loaded]
         cpu0, t0 = cpu_s(pid), time.monotonic()
         sent, records = send_and_receive(ns, req, started, seconds, workdir, payload=payload, factor=factor,
-                                         prefill=prefill)
+                                         prefill=prefill, ports={link.port for link in traced})
         driver = follow.read_status(ns["rtr"], DEV)
         driver["cpu_share"] = round((cpu_s(pid) - cpu0) / (time.monotonic() - t0), 4)  # of one core
         first, last = records[0][0] / 1e6, records[0][-1] / 1e6  # the receiver runs on after the sender's end
@@ -380,13 +385,14 @@ def main(argv=None) -> int:
     p.add_argument("--bandwidth", default="1gbit")
     p.add_argument("--payload", type=int, default=1472, help="UDP payload bytes of each datagram")
     p.add_argument("--step", type=int, default=None, help="the driver's step, ms")
+    p.add_argument("--loaded", type=int, default=None, help="pace and score only this many of the links")
     args = p.parse_args(argv)
     request = {k: v for k, v in vars(args).items() if k in ("schedule", "trace_down", "trace_scale", "phase",
                                                             "phase_seed", "queue", "bandwidth") and v is not None}
     with tempfile.TemporaryDirectory() as workdir:
         os.environ.setdefault("RATELIMIT_STATE_DIR", str(Path(workdir) / "state"))  # the driver's too
         r = traced_run(f"b{os.getpid()}", args.seconds, Path(workdir), links=args.links, settle_s=args.settle,
-                       payload=args.payload, step_ms=args.step, **request)
+                       payload=args.payload, step_ms=args.step, loaded=args.loaded, **request)
     print(json.dumps(r, indent=1))
     return 0
 
