@@ -14,9 +14,10 @@ phase, the driver (``ratelimit follow``) at ``step_ms``.
   window holds 50 datagrams or more at the trace's mean at 100 and 1,000 links, as many as
   this machine forwards beside the driver at 4,000 and 10,000.  Each row also says how
   late the senders were and what the receiver missed of what the classes sent.  The
-  driver's CPU is its user + system time from ``/proc/PID/stat`` over the run.  A sampled
-  row (``SAMPLED``) has the driver follow 10,000 links and the senders load 200 of them
-  with the 1,000-link row's small datagrams: the tracking at the driver's full size.
+  driver's CPU is its user + system time from ``/proc/PID/stat`` over the run.  The
+  sampled rows (``SAMPLED``) have the driver follow 4,000 or 10,000 links and the senders
+  load some of them with the 1,000-link row's small datagrams: the tracking at the driver's
+  full size, 50 datagrams or more in each scored window.
 * **driver alone**: the same links, no traffic, the driver at each of ``STEPS``: its CPU
   (``/proc/PID/stat``), the changes it sent a second and the steps it missed (their time
   had passed before it could send them: the step it cannot sustain).
@@ -53,11 +54,11 @@ STEPS = (50, 100, 200)
 # tracking at other steps than 100 ms: the error each step size gives at 1,000 links, and 10,000
 # links at the shortest step the driver sustains there (measured alone: 200 ms)
 OTHER_STEPS = ((1000, 50), (1000, 200), (10000, 200))
-# the tracking at 10,000 links with datagrams as small as the 1,000-link row's: the driver follows every
-# link, the senders pace 200 of them (every 50th), 52 datagrams a link's 1 s window, about 11,000 a second
-# (1,000 loaded, 56,000 a second, fell up to 4.8 s behind beside a driver taking 92% of a core: measured):
-# links, scale, UDP payload bytes, links loaded
-SAMPLED = ((10000, 0.01, 160, 200),)
+# the tracking at 4,000 and 10,000 links with datagrams as small as the 1,000-link row's, 52 a link's 1 s
+# window: the driver follows every link, the senders pace 500 (every 8th) and 200 (every 50th) of them,
+# about 28,000 and 11,000 datagrams a second beside a driver taking 40% and 90% of a core (1,000 of the
+# 10,000 loaded, 56,000 a second, fell up to 4.8 s behind: measured): links, scale, UDP payload bytes, loaded
+SAMPLED = ((4000, 0.01, 160, 500), (10000, 0.01, 160, 200))
 SECONDS, QUICK_SECONDS = 20.0, 8.0
 ALONE_S = 8.0
 NAIVE_LINKS, QUICK_NAIVE_LINKS = (100, 1000), (100,)
