@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from .. import layout, profiles, service
 from ..errors import FieldError, KernelMissing, UsageError
-from .topology import QUEUES as DEVICE_QUEUES  # the router's client-facing bridge has one per CPU
+from .topology import QUEUES as DEVICE_QUEUES  # the queues of the router's client-facing bridge
 
 MODES = ("shape", "police")  # the lab shapes by default: it queues like the real link
 GRANULARITIES = ("host", "port")  # a lab client is a machine (per host) unless asked otherwise

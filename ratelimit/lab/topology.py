@@ -23,8 +23,8 @@ prefix ``rl-NAME-``, so ``destroy(NAME)`` finds it again even after a crash)::
   clients and the server route everything (``default``) via the router.
 - Addresses are from 198.18.0.0/15 (RFC 2544 benchmark range) and 2001:db8::/32
   (documentation range): never a range a real LAN uses.
-- Every lab link has a transmit queue per CPU: ratelimit spreads the links over them
-  (``--queues auto``, the lab's default), shaping on every CPU.
+- Every lab link has eight transmit queues per CPU (``QUEUES``): ratelimit spreads the
+  links over them (``--queues auto``, the lab's default), shaping on every CPU.
 - Unless ``offload=True``, every lab link has ``gso_max_segs 1``: TCP then hands
   the router MTU-sized packets, as a real wire would, instead of 64 kB
   super-packets that a per-packet policer or netem would treat as one.
@@ -139,12 +139,17 @@ def _route(gateway: str) -> Step:
             lambda ipr: ipr.route("add", dst=dst, gateway=gateway, family=socket.AF_INET6 if v6 else socket.AF_INET))
 
 
-QUEUES = min(os.cpu_count() or 1, MAX_QUEUES)  # every lab link's transmit (and receive) queues: one per CPU
+# Every lab link's transmit (and receive) queues: eight per CPU.  `--queues auto` makes a tree
+# per queue, so shaping uses every CPU, and each tree walks few groups: at 20,000 busy modem
+# links on 2 CPUs, 16 trees take the dial-up row to 98.4-98.9% of the model, 8 to 93-98% with
+# the machine saturated, 2 to 70-73% (docs/design.md, "Why queues").
+QUEUES_PER_CPU = 8
+QUEUES = min(QUEUES_PER_CPU * (os.cpu_count() or 1), MAX_QUEUES)
 
 
 def _queues() -> dict:
-    """A transmit and a receive queue per CPU, so that ratelimit can shape on every CPU
-    (``--queues auto``)."""
+    """QUEUES transmit and receive queues, so that ratelimit can shape on every CPU with few
+    groups per tree (``--queues auto``)."""
     return {"num_tx_queues": QUEUES, "num_rx_queues": QUEUES}
 
 
