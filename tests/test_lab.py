@@ -199,6 +199,18 @@ def test_up_exec_apply_down_with_traffic(names):
     rng = ok("exec", "--name", name, "client2", "--", "cat", "/proc/sys/net/ipv4/ip_local_port_range")
     assert rng.stdout.split() == ["20000", "20199"]
 
+    # the router's client-facing device has the lab's QUEUES tx queues, and --queues auto a tree on each
+    router = f"{topology.lab_prefix(name)}router"
+    dev = json.loads(subprocess.run(["ip", "-n", router, "-d", "-j", "link", "show", "lan0"], check=True,
+                                    capture_output=True, text=True).stdout)[0]
+    assert dev["num_tx_queues"] == topology.QUEUES == min(8 * os.cpu_count(), 128)
+    qdiscs = json.loads(subprocess.run(["tc", "-n", router, "-j", "qdisc", "show", "dev", "lan0"], check=True,
+                                       capture_output=True, text=True).stdout)
+    root = [q for q in qdiscs if q.get("root")]
+    assert [q["kind"] for q in root] == ["mq"]
+    trees = [q for q in qdiscs if q["kind"] == "htb" and q.get("parent", "").startswith(root[0]["handle"])]
+    assert len(trees) == topology.QUEUES, qdiscs
+
     code, size, seconds, port, d = curl(name, "client1", "/100000.bin")
     assert (code, size) == (200, 100_000) and 20000 <= port <= 20199
     model = model_of(name)
