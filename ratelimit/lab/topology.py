@@ -140,9 +140,8 @@ def _route(gateway: str) -> Step:
 
 
 # Every lab link's transmit (and receive) queues: eight per CPU.  `--queues auto` makes a tree
-# per queue, so shaping uses every CPU, and each tree walks few groups: at 20,000 busy modem
-# links on 2 CPUs, 16 trees take the dial-up row to 98.4-98.9% of the model, 8 to 93-98% with
-# the machine saturated, 2 to 70-73% (docs/design.md, "Why queues").
+# per queue, so shaping uses every CPU and each tree walks few groups; why eight, measured:
+# docs/design.md, "Why queues".
 QUEUES_PER_CPU = 8
 QUEUES = min(QUEUES_PER_CPU * (os.cpu_count() or 1), MAX_QUEUES)
 
