@@ -21,7 +21,7 @@ def section_shaped(doc: dict | None) -> list[str]:
             f"a sender, the router and a sink. The router's sink-facing veth has Q tx queues, and ratelimit's "
             f"shape-mode plan on it gives K per-port links of one sink address a class each at {rate / 1000:g} "
             f"kbit/s (no size table, so HTB meters the {cfg.get('frame_bytes')}-byte frames as they are), with "
-            f"`--queues Q` (Q = 1: one tree, today's default). Paced UDP senders (`bench/pace.c`, one per CPU) "
+            f"`--queues Q` (Q = 1: one tree, today's default; groups of 256 links with one tree, 512 with several). Paced UDP senders (`bench/pace.c`, one per CPU) "
             f"offer every link {cfg.get('load', 0):g}x its rate in full-size datagrams, so every class always "
             f"waits for tokens: HTB's hard case, without a server or TCP in the way; the sink drops the packets "
             f"at its IP input. After {cfg.get('warm_s', 0):g} s of load one window of "
@@ -39,12 +39,12 @@ def section_shaped(doc: dict | None) -> list[str]:
     for r in doc.get("rows", []):
         m = r["cpu"]["machine"]
         top = ", ".join(f"`{s}` {p:.1f}%" for s, p in (r.get("perf_top") or [])[:4]) or "-"
-        body.append([f"{r['links']:,}", str(r["queues"]),
+        body.append([f"{r['links']:,}", str(r["queues"]), f"{r.get('group_links', 256):,}",
                      f"{r['share_mean']:.2%} / {r['share_p5']:.2%} / {r['share_min']:.2%}", f"{r['step']:.1%}",
                      f"{m['busy']:.1%}", f"{m['softirq']:.1%}", f"{r['cpu_us_per_packet']:.1f} µs",
                      f"{softirq_us_per_packet(r, cpus):.1f} µs",
                      f"{r['setup_s']:.1f} s", top])
-    out += table(["links", "queues", "delivered (mean / p5 / least)", "step", "busy", "softirq",
+    out += table(["links", "queues", "links per group", "delivered (mean / p5 / least)", "step", "busy", "softirq",
                   "CPU per packet", "softirq per packet", "setup", "top symbols"], body) + [""]
     return out + _reading(doc.get("rows", []), cpus)
 

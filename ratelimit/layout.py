@@ -15,8 +15,10 @@ from .units import format_rate
 ROOT = 0x520000  # 52:
 POOL_CLASS = 0x520001  # 52:1
 POOL_NETEM = 0x530000  # 53:
-GROUP_LINKS = 256  # links per group qdisc (docs/benchmarks.md, "Setup": the layout's curve)
+GROUP_LINKS = 256  # links per group qdisc with one tree (docs/benchmarks.md, "Setup": the layout's curve)
+QUEUE_GROUP_LINKS = 512  # with a tree per tx queue, each walks fewer groups (docs/design.md, "Why queues")
 LINK_MINOR_BASE = 0x100  # the group's links are (fffe - g):100..
+MAX_GROUP_LINKS = 0xFFFF - LINK_MINOR_BASE + 1  # the class minors a group's qdisc has for links
 TREE_BASE = 0x54  # with several tx queues: queue q's tree is the HTB qdisc (54 + q):, under mq class 52:(q + 1)
 MAX_QUEUES = 128  # the trees' majors stay below the groups' and queues' (MAJORS)
 
@@ -24,6 +26,14 @@ MAX_QUEUES = 128  # the trees' majors stay below the groups' and queues' (MAJORS
 def tree_handle(queue: int) -> int:
     """The HTB qdisc of tx queue ``queue``'s tree (several queues; one queue: the root 52:)."""
     return (TREE_BASE + queue) << 16
+
+
+def group_links_of(req: Request) -> int:
+    """Links per group qdisc: the request's own (``Request.group_links``, a record's), else
+    ``GROUP_LINKS`` with one tree and ``QUEUE_GROUP_LINKS`` with several."""
+    if req.group_links is not None:
+        return req.group_links
+    return GROUP_LINKS if req.queues == 1 else QUEUE_GROUP_LINKS
 
 
 def queue_of(cohort: str, group: int, queues: int) -> int:
@@ -200,7 +210,9 @@ class Layout:
     bucketed: bool = True  # ``Request.group_bucket``: slots to majors through ``major``
 
     @classmethod
-    def of(cls, req: Request, group_links: int = GROUP_LINKS) -> "Layout":
+    def of(cls, req: Request, group_links: int | None = None) -> "Layout":
+        """``group_links``: links per group instead of the request's (``group_links_of``)."""
+        group_links = group_links or group_links_of(req)
         spans, port_flows, port_link, whole_flows, whole_link, link_cohort = [], [], [], [], [], []
         link = group = leaf = 0
         gen = GENERATIONS[req.generation]
@@ -333,7 +345,7 @@ def oversubscribed(req: Request) -> str | None:
             f"(--bandwidth {format_rate(need)} carries them)")
 
 
-def replaced(req: Request, old: Request, move=frozenset(), group_links: int = GROUP_LINKS) -> tuple | None:
+def replaced(req: Request, old: Request, move=frozenset(), group_links: int | None = None) -> tuple | None:
     """Places for ``req``'s cohorts over the installed ``old`` (shape mode, a pure function
     of the two): a cohort of the same name and number of links as one of ``old``'s stays
     where it is, unless named in ``move``; every other takes free handles, clear of all of
@@ -341,6 +353,7 @@ def replaced(req: Request, old: Request, move=frozenset(), group_links: int = GR
     groups from the top of the majors, its queues from the bottom.  None when they do not
     fit: the caller rebuilds in the other generation or from scratch."""
     before = {s.cohort.name: s for s in Layout.of(old, group_links).spans}
+    size = group_links or group_links_of(req)
     places: list = []
     for c in req.cohorts:
         s = before.get(c.name)
@@ -352,7 +365,7 @@ def replaced(req: Request, old: Request, move=frozenset(), group_links: int = GR
         if places[k] is not None:
             continue
         n = c.link_count()
-        groups = -(-n // group_links)
+        groups = -(-n // size)
         minor = _first_fit(taken, "minor", groups, MINORS, top=False)
         groups_at = _first_fit(taken, "major", groups, MAJORS, top=True)
         if minor is None or groups_at is None:
@@ -384,11 +397,11 @@ def _first_fit(taken: list, space: str, size: int, bounds: tuple[int, int], *, t
     return fits[-1][1] - size if top else fits[0][0]
 
 
-def places_of(req: Request, group_links: int = GROUP_LINKS) -> tuple:
+def places_of(req: Request, group_links: int | None = None) -> tuple:
     """Where ``req``'s cohorts are: its places, or the packed ones when it has none."""
     return tuple(s.place for s in Layout.of(req, group_links).spans)
 
 
-def packed(req: Request, group_links: int = GROUP_LINKS) -> tuple:
+def packed(req: Request, group_links: int | None = None) -> tuple:
     """The places of ``req``'s cohorts packed in its generation's handles (``places`` None)."""
     return places_of(replace(req, places=None), group_links)

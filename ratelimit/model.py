@@ -254,6 +254,10 @@ class Request:
     # hash that the links' queues leave alone (``layout.major``); False: majors in the
     # order of their slots, as ratelimit made them before (a record without the field)
     group_bucket: bool = True
+    # shape mode: links per group qdisc; None: the layout's for the queues (256 with one tree,
+    # 512 with several: ``layout.group_links_of``).  A record written before the size
+    # depended on the queues reads 256 and keeps it over re-applies
+    group_links: int | None = None
     # the interface faces the server, not the clients: down (``dest``) is what arrives on it,
     # through its IFB device, and up (``source``) what it sends; the match on each direction
     # stays the clients' address (a server container's host-side veth, outside the server's

@@ -295,9 +295,11 @@ def _over(old, plan):
     3. Otherwise the whole plan is built beside the old in the other generation, when both
        fit (packed there, or failing that in free handles);
     4. else (None, None): the old is removed and ``plan`` built.
-    1-3 number the qdiscs as the installed plan does (``Request.group_bucket``: a plan an
-    earlier ratelimit installed keeps its numbering until it is removed)."""
-    req, gen = dataclasses.replace(plan.request, group_bucket=old.request.group_bucket), old.request.generation
+    1-3 number the qdiscs and size the groups as the installed plan does
+    (``Request.group_bucket``, ``Request.group_links``: a plan an earlier ratelimit installed
+    keeps its numbering and its groups until it is removed)."""
+    req, gen = dataclasses.replace(plan.request, group_bucket=old.request.group_bucket,
+                                   group_links=old.request.group_links), old.request.generation
 
     def as_(generation, places):
         if places is not None and places == layout.packed(dataclasses.replace(req, generation=generation)):

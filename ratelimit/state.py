@@ -85,6 +85,7 @@ def from_json(data: dict) -> Request:
     if not isinstance(cohorts, list):
         raise TypeError("cohorts is not a list")
     values.setdefault("group_bucket", False)  # written before the groups had a bucket of their own
+    values.setdefault("group_links", 256)  # written when every group held 256 links
     if values.get("places") is not None:
         values["places"] = tuple(Place(*p) for p in values["places"])
     if values.get("container") is not None:

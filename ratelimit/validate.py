@@ -8,18 +8,22 @@ import re
 from dataclasses import astuple
 
 from .errors import FieldError, UsageError
-from .layout import (GENERATIONS, GROUP_LINKS, MAX_FLOWS, MAX_POLICED_HOSTS, MAX_QUEUES, Handles, Layout, Place, carried,
-                     max_shape_links)
+from .layout import (GENERATIONS, MAX_FLOWS, MAX_GROUP_LINKS, MAX_POLICED_HOSTS, MAX_QUEUES, Handles, Layout, Place,
+                     carried, group_links_of, max_shape_links)
 from .model import DIRECTIONS, GRANULARITIES, MODES, Cohort, Request, min_police_burst
 from .names import check_target
 from .tracespec import check as check_trace
 
 
-def check(req: Request, *, group_links: int = GROUP_LINKS) -> Layout:
+def check(req: Request, *, group_links: int | None = None) -> Layout:
     """Every check ``compile_plan`` makes of a request, without building its operations;
     its layout (a record read back is checked this way: compiling 65,536 links takes a
     second, its layout a tenth of that)."""
     _validate(req)
+    size = group_links or group_links_of(req)
+    if type(size) is not int or not 1 <= size <= MAX_GROUP_LINKS:
+        raise FieldError("group links", size, f"is not a number of links from 1 to {MAX_GROUP_LINKS} "
+                                              "(the class minors of a group's qdisc)")
     lay = Layout.of(req, group_links)
     _validate_layout(req, lay)
     return lay

@@ -9,9 +9,9 @@ import pytest
 
 from ratelimit import diff, fingerprint, layout, service, state
 from ratelimit.compile import compile_plan, ifb_name, link_flows
-from ratelimit.errors import FieldError, UsageError
+from ratelimit.errors import FieldError, StateError, UsageError
 from ratelimit.linklayer import layer
-from ratelimit.layout import GROUP_LINKS, MAX_QUEUES, ROOT, TREE_BASE, Layout, queue_of, tree_handle
+from ratelimit.layout import GROUP_LINKS, MAX_QUEUES, QUEUE_GROUP_LINKS, ROOT, TREE_BASE, Layout, queue_of, tree_handle
 from ratelimit.model import Cohort, LinkParams, Request
 from ratelimit.plan import (TC_H_CLSACT_INGRESS, TC_H_INGRESS, TC_H_ROOT, AddIfb, ClsactQdisc, DelClass, DelLink,
                             DelQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc)
@@ -22,7 +22,7 @@ from ratelimit.scenario import load as load_scenario
 LINK = LinkParams(28800)
 
 
-def _cohort(name, hosts, ports=(10000, 10000 + GROUP_LINKS - 1), per="port"):
+def _cohort(name, hosts, ports=(10000, 10000 + QUEUE_GROUP_LINKS - 1), per="port"):
     return Cohort(name, tuple(ip_address(h) for h in hosts), None if ports is None else (ports,), LINK, LINK, per=per)
 
 
@@ -58,7 +58,8 @@ def test_growing_a_cohort_moves_none_of_its_groups_and_no_other_cohorts():
 
 def test_a_group_keeps_its_minor_in_whichever_tree_it_is():
     lay = Layout.of(_request(_cohort("a", ["198.18.0.2", "198.18.0.3"]), queues=2))
-    one = Layout.of(_request(_cohort("a", ["198.18.0.2", "198.18.0.3"]), queues=1))
+    one = Layout.of(dataclasses.replace(_request(_cohort("a", ["198.18.0.2", "198.18.0.3"]), queues=1),
+                                        group_links=QUEUE_GROUP_LINKS))
     for link in range(lay.links):
         assert lay.group_class(link) & 0xFFFF == one.group_class(link) & 0xFFFF
         assert lay.group_class(link) >> 16 in range(TREE_BASE, TREE_BASE + 2)
@@ -82,10 +83,11 @@ def test_each_queue_gets_a_tree_with_the_size_table_and_its_share_of_the_bandwid
     pools = {op.classid: op for op in plan.ops if type(op) is HtbClass and op.classid & 0xFFFF == 1
              and _is_tree(op.classid)}
     held = Layout.of(req).queue_links()
-    assert held == [256, 512] or held == [512, 256]
+    n = QUEUE_GROUP_LINKS
+    assert held == [n, 2 * n] or held == [2 * n, n]
     for q, links in enumerate(held):
         pool = pools[tree_handle(q) | 1]
-        assert pool.rate_bps == pool.ceil_bps == req.bandwidth_bps * links // 768
+        assert pool.rate_bps == pool.ceil_bps == req.bandwidth_bps * links // (3 * n)
     assert sum(p.rate_bps for p in pools.values()) <= req.bandwidth_bps  # (no tree is empty here)
     groups = [op for op in plan.ops if type(op) is HtbClass and op.parent in pools]
     assert {g.classid & 0xFFFF for g in groups} == {0x10, 0x11, 0x12}
@@ -137,7 +139,7 @@ def test_upload_only_keeps_the_ingress_qdisc_on_the_interface():
 
 def test_statistics_find_each_link_in_its_group_as_with_one_queue():
     req = _request(_cohort("a", ["198.18.0.2", "198.18.0.3"]), queues=2, direction="both")
-    assert link_flows(req) == link_flows(dataclasses.replace(req, queues=1))
+    assert link_flows(req) == link_flows(dataclasses.replace(req, queues=1, group_links=QUEUE_GROUP_LINKS))
 
     def links(flows):
         return {(f.direction, f.host, f.port, f.dev, f.classid) for f in flows}
@@ -159,6 +161,13 @@ def test_teardown_fingerprint_and_record():
     old = state.to_json(req)
     del old["queues"]  # a record written before queues
     assert state.from_json(old).queues == 1
+    old = state.to_json(req)
+    del old["group_links"]  # a record written when every group held 256 links, on two queues
+    assert Layout.of(state.from_json(old)).group_links == GROUP_LINKS
+    assert Layout.of(req).group_links == QUEUE_GROUP_LINKS == 2 * GROUP_LINKS
+    for bad in (0, -1, 70000, "many", 1.5):  # a damaged record: one line, naming the field
+        with pytest.raises(StateError, match=f"group links: {bad!s} is not a number of links from 1 to 65280"):
+            state.request_from_json(state.to_json(req) | {"group_links": bad}, "r.json")
 
 
 # ---------------------------------------------------------------- re-applies
@@ -178,7 +187,7 @@ def test_other_numbers_change_in_place_and_other_links_switch_with_the_program()
     plan, changes, switch = service._over(old, compile_plan(grown))
     assert changes is None and switch is not None
     b_before = {op for op in old.ops if type(op) is HtbClass and op.dev == "eth0"
-                and op.classid == Layout.of(old.request).group_class(2 * GROUP_LINKS)}
+                and op.classid == Layout.of(old.request).group_class(2 * QUEUE_GROUP_LINKS)}
     assert b_before and not any(type(op) is DelClass and op in b_before for op in switch.removal)
     for dev in ("eth0", ifb_name("eth0")):
         mine = [type(op) for op in switch.adds if getattr(op, "dev", None) == dev]
@@ -187,9 +196,9 @@ def test_other_numbers_change_in_place_and_other_links_switch_with_the_program()
         assert set(mine[first_pin:]) == {QueueMap, QueueEntry, QueueProgram}
     assert {type(op) for op in switch.removal} == {DelClass}
     assert {op.classid for op in switch.removal} == \
-        {Layout.of(old.request).group_class(link) for link in range(2 * GROUP_LINKS)}
+        {Layout.of(old.request).group_class(link) for link in range(2 * QUEUE_GROUP_LINKS)}
     entries = {op.key(): op for op in switch.adds if type(op) is QueueEntry and op.dev == "eth0"}
-    assert len(entries) == 4 * GROUP_LINKS
+    assert len(entries) == 4 * QUEUE_GROUP_LINKS
     # another number of queues, or one queue against several: rebuilt
     assert diff.make_before_break(old, compile_plan(dataclasses.replace(grown, queues=3, generation=1))) is None
     one = compile_plan(dataclasses.replace(req, queues=1))

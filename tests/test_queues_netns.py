@@ -24,7 +24,7 @@ import pytest
 from ratelimit import cli, readout, service
 from ratelimit.kernel import bpf, netns
 from ratelimit.kernel.executor import Executor
-from ratelimit.layout import TREE_BASE, Layout
+from ratelimit.layout import QUEUE_GROUP_LINKS, TREE_BASE, Layout
 from ratelimit.linkmodel import LinkModel
 from ratelimit.model import Cohort, LinkParams, Request
 from ratelimit.summary import summary
@@ -92,7 +92,7 @@ def _request(router, *cohorts, queues=2):
                    mode="shape", direction="both", netns=router, queues=queues)
 
 
-PORTS = ("ports", (CLIENT4[0], CLIENT6[0]), ((10000, 10599),), "port", False)  # 1,200 links: 5 groups
+PORTS = ("ports", (CLIENT4[0], CLIENT6[0]), ((10000, 10599),), "port", False)  # 1,200 links: 3 groups of up to 512
 HOSTS = ("hosts", (CLIENT4[1],), None, "host", False)
 OTHERS = ("rest", (), None, "shared", True)
 
@@ -238,20 +238,21 @@ def test_links_in_both_queues_keep_the_link_model_and_change_rate_in_place(route
     time at 400 kbit/s; after a change in place to 800 kbit/s (the program and its map
     untouched), again.  Each link queues more than the download (as in test_shape_traffic)."""
     server, router, client = routed
-    req = service.make_request("r0", netns=router, hosts=CLIENT4[0], ports="10000-10599", rate="400kbit",
+    other = QUEUE_GROUP_LINKS + 88  # a link of the second group
+    req = service.make_request("r0", netns=router, hosts=CLIENT4[0], ports="10000-10999", rate="400kbit",
                                mode="shape", direction="dest", queue=f"{2 * SIZE}b", queues="2")
     plan = service.apply(req)
     lay = Layout.of(plan.request)
-    assert {lay.group_class(0) >> 16, lay.group_class(300) >> 16} == {TREE_BASE, TREE_BASE + 1}
+    assert {lay.group_class(0) >> 16, lay.group_class(other) >> 16} == {TREE_BASE, TREE_BASE + 1}
     with Executor(router) as ex:
         program = ex.queue_program("r0")
-    _timed(server, client, req, (10000, 10300))
-    faster = service.make_request("r0", netns=router, hosts=CLIENT4[0], ports="10000-10599", rate="800kbit",
+    _timed(server, client, req, (10000, 10000 + other))
+    faster = service.make_request("r0", netns=router, hosts=CLIENT4[0], ports="10000-10999", rate="800kbit",
                                   mode="shape", direction="dest", queue=f"{2 * SIZE}b", queues="2")
     assert service.apply(faster).how == "in place"
     with Executor(router) as ex:
         assert ex.queue_program("r0") == program
-    _timed(server, client, faster, (10001, 10301))
+    _timed(server, client, faster, (10001, 10001 + other))
 
 
 def test_a_bad_queue_count_is_one_line_and_leaves_the_router_as_it_was(routed):

@@ -126,9 +126,9 @@ def test_a_record_from_before_cohorts_reads_as_one_cohort():
            "profile": None, "link": None, "per": "port", "generation": 0}
     req = state.from_json(old)
     assert [c.name for c in req.cohorts] == ["main"] and req.ports == ((1024, 1031),) and req.mpu_bytes == 64
-    # its qdiscs numbered as that ratelimit numbered them (``Request.group_bucket``)
+    # its qdiscs numbered and its groups sized as that ratelimit did (``Request.group_bucket``, ``group_links``)
     assert req == dataclasses.replace(service.make_request("eth0", hosts="198.18.0.2", ports="1024-1031"),
-                                      group_bucket=False)
+                                      group_bucket=False, group_links=256)
 
 
 def test_one_cohort_compiles_as_the_command_line_always_did():

@@ -11,14 +11,14 @@ import pytest
 from ratelimit import readout, service
 from ratelimit.kernel.executor import Executor
 from ratelimit.lab import topology
-from ratelimit.layout import TREE_BASE, Layout
+from ratelimit.layout import QUEUE_GROUP_LINKS, TREE_BASE, Layout
 from ratelimit.linkmodel import LinkModel
 from ratelimit.summary import summary
 from downloads import download, serve
 
 SIZE = 64_000
-PORTS = "10000-10299"  # 300 links: two groups of 256 and 44, one in each tree
-FIRST, SECOND = 10000, 10256  # a link of each group
+PORTS = "10000-10599"  # 600 links: two groups of 512 and 88, one in each tree
+FIRST, SECOND = 10000, 10000 + QUEUE_GROUP_LINKS  # a link of each group
 
 
 @pytest.mark.kernel("netem", "htb", "clsact", "bpf")
