@@ -298,8 +298,11 @@ def _over(old, plan):
     1-3 number the qdiscs and size the groups as the installed plan does
     (``Request.group_bucket``, ``Request.group_links``: a plan an earlier ratelimit installed
     keeps its numbering and its groups until it is removed)."""
-    req, gen = dataclasses.replace(plan.request, group_bucket=old.request.group_bucket,
-                                   group_links=old.request.group_links), old.request.generation
+    sized = old.request.queues == plan.request.queues and \
+        layout.group_links_of(old.request) != layout.group_links_of(plan.request)
+    req = dataclasses.replace(plan.request, group_bucket=old.request.group_bucket,
+                              **({"group_links": old.request.group_links} if sized else {}))
+    gen = old.request.generation
 
     def as_(generation, places):
         if places is not None and places == layout.packed(dataclasses.replace(req, generation=generation)):

@@ -205,6 +205,19 @@ def test_other_numbers_change_in_place_and_other_links_switch_with_the_program()
     assert diff.in_place(one, old) is None and service._over(one, old)[1:] == (None, None)
 
 
+def test_a_plan_recorded_with_groups_of_256_keeps_them_over_a_re_apply():
+    req = _request(_cohort("a", ["198.18.0.2", "198.18.0.3"]), queues=2)
+    old = compile_plan(dataclasses.replace(req, group_links=GROUP_LINKS))  # as a record from before reads
+    faster = compile_plan(dataclasses.replace(req, cohorts=(dataclasses.replace(req.cohorts[0],
+                                                                                down=LinkParams(56000)),)))
+    assert Layout.of(faster.request).group_links == QUEUE_GROUP_LINKS  # a fresh plan's
+    plan, changes, switch = service._over(old, faster)
+    assert changes and switch is None and all(type(c.op) is HtbClass for c in changes)
+    assert plan.request.group_links == GROUP_LINKS  # and the record written after says so
+    # the same size as the plan's own: nothing carried over, the plan compiled once
+    assert service._over(compile_plan(req), faster)[0] is faster
+
+
 # ---------------------------------------------------------------- what a person types
 
 
