@@ -7,8 +7,8 @@ namespace by
 - ``ratelimit``: our executor, ``Executor(netns).apply(plan.ops)`` (socket
   opening included);
 - ``ratelimit, one qdisc`` (shape mode, up to ``single_max`` flows): our
-  executor with every link's class in one HTB qdisc (``compile_plan(...,
-  group_links=N)``), the layout before groups: the kernel walks a qdisc's
+  executor with every link's class in one HTB qdisc (``Request.group_links``
+  N), the layout before groups: the kernel walks a qdisc's
   classes for every class it adds, so this grows with N squared;
 - ``tc -batch``: one ``tc -n NS -batch -`` process fed ``tc_batch(plan.ops)``
   (the text is rendered beforehand and not timed: this favours tc);
@@ -40,7 +40,7 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ratelimit.compile import compile_plan
 from ratelimit.script import tc_batch
@@ -210,7 +210,7 @@ def measure(quick: bool, place: str, *, flows: tuple[int, ...] | None = None, ou
                         say(NAME, "WARNING: our executor and tc -batch left different kernel state")
             single = None
             if mode == "shape" and n <= cfg.single_max:
-                one = compile_plan(req, group_links=n)
+                one = compile_plan(replace(req, group_links=n))
                 with Netns("setup-1qdisc") as ns:
                     single = _ours(ns, one)
                 steps(f"{mode} {n:,} flows ratelimit, one qdisc: {fmt_time(single.wall)}")

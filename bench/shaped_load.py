@@ -188,7 +188,8 @@ def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = N
         raise BenchError("pace.c: no C compiler (apt-get install gcc)")
     with Path3(queues) as path:
         req = request(k, queues, cfg.rate_bps, path.router, burst)
-        plan = compile_plan(req, group_links=group_links)
+        req = req if group_links is None else replace(req, group_links=group_links)
+        plan = compile_plan(req)
         t0 = time.perf_counter()
         with Executor(path.router) as ex:
             ex.apply(plan.ops)
@@ -226,7 +227,7 @@ def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = N
     if cpu["machine"]["user"] > 0.05:  # the router's work is softirq and system time; pace.c sleeps
         say(NAME, f"warning: {cpu['machine']['user']:.0%} user time in the window: something else ran")
     sent = [o.split() for o, _ in outs]
-    return {"links": k, "queues": queues, "group_links": group_links or group_links_of(req), "rate_bps": cfg.rate_bps,
+    return {"links": k, "queues": queues, "group_links": group_links_of(req), "rate_bps": cfg.rate_bps,
             "burst": req.burst_of(req.down).text(), "setup_s": round(setup_s, 2),
             "window_s": round(window, 2), "step": round(FRAME_BYTES * 8 / window / cfg.rate_bps, 4),
             "share_mean": sum(shares) / k, "share_p5": percentile(shares, 5), "share_p50": percentile(shares, 50),

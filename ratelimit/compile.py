@@ -74,10 +74,10 @@ def ifb_name(interface: str) -> str:
     return f"rl-{head}{zlib.crc32(raw) & 0xFFFFFFFF:08x}"
 
 
-def compile_plan(req: Request, *, group_links: int | None = None) -> Plan:
-    """Turn a request into the ordered operations that build it (``group_links``: shape
-    mode's links per HTB qdisc; the benchmarks set it to compare layouts)."""
-    lay = check(req, group_links=group_links)
+def compile_plan(req: Request) -> Plan:
+    """Turn a request into the ordered operations that build it (shape mode's links per
+    HTB qdisc: ``Request.group_links``, which the benchmarks set to compare layouts)."""
+    lay = check(req)
     ops: list = []
     links: list[Flow] = []
     for direction in ("dest", "source"):

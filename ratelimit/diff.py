@@ -225,7 +225,7 @@ def _paired(old: list, new: list) -> tuple[list, list] | None:
 def rebuilt_groups(old: Plan, new: Plan) -> set:
     """The groups (device, class) both plans have under the same handles but that a change
     in place cannot turn into each other (another queue kind, other flows, ...): a re-apply
-    must give them other handles (``layout.replaced``'s ``move``) to build them beside."""
+    must give them other handles (``placement.replaced``'s ``move``) to build them beside."""
     _, before = _units(old)
     _, after = _units(new)
     return {key for key in before.keys() & after.keys() if _paired(before[key], after[key]) is None}

@@ -6,7 +6,7 @@ cohort's span of links and groups, the flows the trees select, and the device's 
 import functools
 import zlib
 from bisect import bisect_left
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .model import Cohort, LinkParams, Request
 from .u32tree import FIRST, SECOND, TreeIds
@@ -210,9 +210,8 @@ class Layout:
     bucketed: bool = True  # ``Request.group_bucket``: slots to majors through ``major``
 
     @classmethod
-    def of(cls, req: Request, group_links: int | None = None) -> "Layout":
-        """``group_links``: links per group instead of the request's (``group_links_of``)."""
-        group_links = group_links or group_links_of(req)
+    def of(cls, req: Request) -> "Layout":
+        group_links = group_links_of(req)
         spans, port_flows, port_link, whole_flows, whole_link, link_cohort = [], [], [], [], [], []
         link = group = leaf = 0
         gen = GENERATIONS[req.generation]
@@ -343,65 +342,3 @@ def oversubscribed(req: Request) -> str | None:
             f"{'to' if direction == 'dest' else 'from'} the hosts, more than the device's "
             f"{format_rate(req.bandwidth_bps)}: while all are busy each gets a share, not its rate "
             f"(--bandwidth {format_rate(need)} carries them)")
-
-
-def replaced(req: Request, old: Request, move=frozenset(), group_links: int | None = None) -> tuple | None:
-    """Places for ``req``'s cohorts over the installed ``old`` (shape mode, a pure function
-    of the two): a cohort of the same name and number of links as one of ``old``'s stays
-    where it is, unless named in ``move``; every other takes free handles, clear of all of
-    ``old``'s (they stand until a switch has ended) and of each other's -- first fit, its
-    groups from the top of the majors, its queues from the bottom.  None when they do not
-    fit: the caller rebuilds in the other generation or from scratch."""
-    before = {s.cohort.name: s for s in Layout.of(old, group_links).spans}
-    size = group_links or group_links_of(req)
-    places: list = []
-    for c in req.cohorts:
-        s = before.get(c.name)
-        kept = s and c.name not in move and s.cohort.link_count() == c.link_count() and \
-            leaf_majors(s.cohort) == leaf_majors(c)  # as many queue majors too
-        places.append(s.place if kept else None)
-    taken = [r for s in before.values() for r in s.ranges()]
-    for k, c in enumerate(req.cohorts):
-        if places[k] is not None:
-            continue
-        n = c.link_count()
-        groups = -(-n // size)
-        minor = _first_fit(taken, "minor", groups, MINORS, top=False)
-        groups_at = _first_fit(taken, "major", groups, MAJORS, top=True)
-        if minor is None or groups_at is None:
-            return None
-        taken += [("minor", minor, minor + groups), ("major", groups_at, groups_at + groups)]
-        leaves = n * leaf_majors(c)
-        leaf = _first_fit(taken, "major", leaves, MAJORS, top=False)
-        if leaf is None:
-            return None
-        taken.append(("major", leaf, leaf + leaves))
-        places[k] = Place(minor, groups_at + groups - 1, leaf)
-    return tuple(places)
-
-
-def _first_fit(taken: list, space: str, size: int, bounds: tuple[int, int], *, top: bool) -> int | None:
-    """The first handle of ``size`` free ones in ``space`` within ``bounds``: the lowest such
-    run, or with ``top`` the highest."""
-    used = sorted((lo, hi) for s, lo, hi in taken if s == space and lo < hi)
-    gaps, at = [], bounds[0]
-    for lo, hi in used:
-        if lo > at:
-            gaps.append((at, min(lo, bounds[1])))
-        at = max(at, hi)
-    if at < bounds[1]:
-        gaps.append((at, bounds[1]))
-    fits = [(lo, hi) for lo, hi in gaps if hi - lo >= size]
-    if not fits:
-        return None
-    return fits[-1][1] - size if top else fits[0][0]
-
-
-def places_of(req: Request, group_links: int | None = None) -> tuple:
-    """Where ``req``'s cohorts are: its places, or the packed ones when it has none."""
-    return tuple(s.place for s in Layout.of(req, group_links).spans)
-
-
-def packed(req: Request, group_links: int | None = None) -> tuple:
-    """The places of ``req``'s cohorts packed in its generation's handles (``places`` None)."""
-    return places_of(replace(req, places=None), group_links)

@@ -14,7 +14,7 @@ import dataclasses
 import os
 import time
 
-from . import diff, layout, linklayer, profiles, recovery, state, tracespec
+from . import diff, layout, linklayer, placement, profiles, recovery, state, tracespec
 from . import scenario as scenarios
 from .compile import compile_plan, compiled, ifb_name
 from .validate import check
@@ -230,7 +230,7 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
           notice=None, follow: bool = True):
     """Install ``req``; returns the plan installed (``how``: "built", "in place" or
     "make-before-break", with ``changed`` the operations sent for the last two; its
-    ``request.generation`` may differ from ``req``'s: see ``_over``).  The interface ends
+    ``request.generation`` may differ from ``req``'s: see ``placement.over``).  The interface ends
     up with the new plan whole, or as it was (``recovery.Change``): on a refused step, an
     exception, SIGINT or SIGTERM.
     ``lock_timeout``: seconds to wait for another run on the interface (default: as long as
@@ -264,7 +264,7 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
         if installed.plan is not None:
             removal = installed.plan.teardown() + removal
             if not (force and foreign):
-                plan, changes, switch = _over(installed.plan, plan)
+                plan, changes, switch = placement.over(installed.plan, plan)
                 undo = None if changes is None else diff.in_place(plan, installed.plan)
         change = recovery.Change(ex, req.netns, req.interface, old=installed.plan, new=plan, captured=captured)
         change.run(removal, progress=progress, echo=echo, changes=changes, undo=undo, switch=switch)
@@ -283,67 +283,6 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     return plan
 
 
-def _over(old, plan):
-    """How ``plan`` goes over the installed plan ``old``: (the plan to install, changes in
-    place or None, a make-before-break switch or None).
-
-    1. Every cohort where it stands (the same selectors and layout, other numbers): changes
-       in place, in the installed plan's handles.
-    2. Shape mode, some cohorts kept where they stand: those change in place and keep their
-       queues; the others (grown, other flows or queue kind, new) are built in free handles
-       and switched to with new root trees in the other generation (``layout.replaced``).
-    3. Otherwise the whole plan is built beside the old in the other generation, when both
-       fit (packed there, or failing that in free handles);
-    4. else (None, None): the old is removed and ``plan`` built.
-    1-3 number the qdiscs and size the groups as the installed plan does
-    (``Request.group_bucket``, ``Request.group_links``: a plan an earlier ratelimit installed
-    keeps its numbering and its groups until it is removed)."""
-    sized = old.request.queues == plan.request.queues and \
-        layout.group_links_of(old.request) != layout.group_links_of(plan.request)
-    req = dataclasses.replace(plan.request, group_bucket=old.request.group_bucket,
-                              **({"group_links": old.request.group_links} if sized else {}))
-    gen = old.request.generation
-
-    def as_(generation, places):
-        if places is not None and places == layout.packed(dataclasses.replace(req, generation=generation)):
-            places = None  # the packed layout: the record says so by leaving places out
-        moved = dataclasses.replace(req, generation=generation, places=places)
-        return plan if moved == plan.request else compile_plan(moved)
-
-    by_cohort = req.mode == old.request.mode == "shape"
-    places = layout.replaced(req, old.request) if by_cohort else None
-    try:
-        same = as_(gen, places)
-    except FieldError:  # too many links for the installed plan's generation
-        same = None
-    changes = None if same is None else diff.in_place(old, same)
-    if changes is not None:
-        return same, changes, None
-    tries = []  # places for the other generation, best first (None: packed there)
-    if places is not None and same is not None and set(places) & set(layout.places_of(old.request)):
-        move = _cohorts_of(same, diff.rebuilt_groups(old, same))  # kept where they stand, but not the same parts
-        tries.append(layout.replaced(req, old.request, move) if move else places)
-    tries.append(None)
-    if by_cohort:
-        tries.append(layout.replaced(req, old.request, {c.name for c in req.cohorts}))
-    for places in dict.fromkeys(tries):  # each once (a failed replacement is None: packed)
-        try:
-            other = as_(1 - gen, places)
-        except FieldError:  # too many links for the other generation
-            continue
-        switch = diff.make_before_break(old, other)
-        if switch is not None:
-            return other, None, switch
-    return plan, None, None
-
-
-def _cohorts_of(plan, groups: set) -> set:
-    """The names of the cohorts whose groups are among ``groups`` ((device, class) pairs)."""
-    lay = layout.Layout.of(plan.request)
-    return {s.cohort.name for s in lay.spans for g in range(s.groups) for dev, classid in groups
-            if classid == lay.group_class_of(s, g)}
-
-
 def preview(req: Request) -> tuple[tuple, str]:
     """What ``apply`` would send for ``req`` (for --dry-run), without the lock or root:
     (operations, how) -- the changes in place over the plan ratelimit recorded on the
@@ -358,7 +297,7 @@ def preview(req: Request) -> tuple[tuple, str]:
     if record is None or record.request is None or record.problem:
         return plan.ops, "a new plan"
     old = compiled(record.request)
-    plan, changes, switch = _over(old, plan)
+    plan, changes, switch = placement.over(old, plan)
     if changes is not None:
         return changes, f"changes in place of the installed plan ({len(changes)} operations)"
     if switch is not None:

@@ -15,16 +15,16 @@ from .names import check_target
 from .tracespec import check as check_trace
 
 
-def check(req: Request, *, group_links: int | None = None) -> Layout:
+def check(req: Request) -> Layout:
     """Every check ``compile_plan`` makes of a request, without building its operations;
     its layout (a record read back is checked this way: compiling 65,536 links takes a
     second, its layout a tenth of that)."""
     _validate(req)
-    size = group_links or group_links_of(req)
+    size = group_links_of(req)
     if type(size) is not int or not 1 <= size <= MAX_GROUP_LINKS:
         raise FieldError("group links", size, f"is not a number of links from 1 to {MAX_GROUP_LINKS} "
                                               "(the class minors of a group's qdisc)")
-    lay = Layout.of(req, group_links)
+    lay = Layout.of(req)
     _validate_layout(req, lay)
     return lay
 

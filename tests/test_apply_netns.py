@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ratelimit import readout, service
+from ratelimit import placement, readout, service
 from ratelimit.errors import ApplyError, ConflictError, KernelMissing, NotFoundError, PermissionDenied
 from ratelimit.kernel.executor import Executor
 from ratelimit.plan import HtbClass, Plan
@@ -83,6 +83,7 @@ def test_failure_mid_apply_leaves_the_dumps_identical(router, monkeypatch):
         return Plan(plan.request, tuple(ops), plan.flows)
 
     monkeypatch.setattr(service, "compile_plan", compile_with_a_duplicate_class)
+    monkeypatch.setattr(placement, "compile_plan", compile_with_a_duplicate_class)  # a plan moved over the old
     with pytest.raises(ApplyError) as info:
         service.apply(request(router, rate="300kbit"))
     assert "failed" in str(info.value) and "back as it was" in str(info.value)

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from ratelimit import installed, readout, service, state
+from ratelimit import installed, placement, readout, service, state
 from ratelimit.errors import ApplyError, StateError
 from ratelimit.plan import HtbClass, Plan
 from tcdump import tc_dump
@@ -68,8 +68,9 @@ def start_big_apply(ns, *extra):
 def with_a_duplicate_class(monkeypatch, only=lambda req: True):
     """compile_plan whose plans (for requests ``only`` picks) hold one class twice: the
     kernel refuses the second, a real failure in the middle of the plan.  The service
-    compiles a new request with ``compile_plan`` and a recorded one with ``compiled`` (here and
-    in ``installed``): all are replaced.  ``monkeypatch`` is a MonkeyPatch of its own: its undo() must not undo the
+    compiles a new request with ``compile_plan`` (here, and in ``placement`` when it moves a plan
+    over the installed one) and a recorded one with ``compiled`` (here and in ``installed``): all
+    are replaced.  ``monkeypatch`` is a MonkeyPatch of its own: its undo() must not undo the
     fixtures' state directory."""
     real = service.compile_plan
 
@@ -83,6 +84,7 @@ def with_a_duplicate_class(monkeypatch, only=lambda req: True):
         return Plan(plan.request, tuple(ops), plan.flows)
     monkeypatch.setattr(service, "compile_plan", compile_plan)
     monkeypatch.setattr(service, "compiled", compile_plan)
+    monkeypatch.setattr(placement, "compile_plan", compile_plan)
     monkeypatch.setattr(installed, "compiled", compile_plan)
 
 

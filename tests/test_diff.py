@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from ratelimit import diff, layout, scenario, service, state
+from ratelimit import diff, layout, placement, scenario, service, state
 from ratelimit.errors import FieldError
 from ratelimit.compile import compile_plan
 from ratelimit.plan import Change, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc
@@ -155,18 +155,18 @@ def test_the_same_generation_is_never_switched():
 
 def test_how_an_apply_goes_over_an_installed_plan():
     old = plan()
-    new, changes, switch = service._over(old, plan(rate="56000"))
+    new, changes, switch = placement.over(old, plan(rate="56000"))
     assert changes and switch is None and new.request.generation == 0
-    new, changes, switch = service._over(old, plan(ports="6000-6003"))
+    new, changes, switch = placement.over(old, plan(ports="6000-6003"))
     assert changes is None and switch is not None and new.request.generation == 1
-    back, changes, switch = service._over(new, plan(ports="7000-7003"))  # from the second back to the first
+    back, changes, switch = placement.over(new, plan(ports="7000-7003"))  # from the second back to the first
     assert switch is not None and back.request.generation == 0
-    same, changes, switch = service._over(new, plan(ports="6000-6003", rate="56000"))
+    same, changes, switch = placement.over(new, plan(ports="6000-6003", rate="56000"))
     assert changes and same.request.generation == 1  # in place, where it stands
     big = plan(hosts="198.18.1.2,198.18.1.3", ports="10000-29999", direction="dest")  # 40,000 links
-    new, changes, switch = service._over(plan(direction="dest"), big)  # more than the second generation holds:
+    new, changes, switch = placement.over(plan(direction="dest"), big)  # more than the second generation holds:
     assert switch is not None and new.request.places  # built beside in the handles the old leaves free
-    again, changes, switch = service._over(new, plan(hosts="198.18.1.4,198.18.1.5", ports="10000-29999",
+    again, changes, switch = placement.over(new, plan(hosts="198.18.1.4,198.18.1.5", ports="10000-29999",
                                                      direction="dest"))
     assert (changes, switch, again.request.generation) == (None, None, 0)  # no room beside: rebuilt
 
@@ -203,7 +203,7 @@ def cohort_ops(plan, name):
 def test_a_cohort_that_grows_is_built_beside_and_the_others_stay_where_they_stand():
     old = audience(modems=MODEMS, phones=PHONES)
     grown = audience(modems=MODEMS, phones=PHONES.replace("198.18.2.6", "198.18.2.9"))
-    new, changes, switch = service._over(old, grown)
+    new, changes, switch = placement.over(old, grown)
     assert changes is None and switch is not None and new.request.generation == 1
     # the modems' groups: the same handles, and nothing in the switch adds or removes them
     assert handles(new, cohort_ops(new, "modems")) == handles(old, cohort_ops(old, "modems"))
@@ -223,7 +223,7 @@ def test_a_cohort_that_grows_is_built_beside_and_the_others_stay_where_they_stan
     assert state.from_json(json.loads(json.dumps(state.to_json(new.request)))) == new.request
     assert compile_plan(new.request) == new
     # the next change of numbers only goes in place where they stand now
-    again, changes, switch = service._over(new, audience(modems=MODEMS.replace("modem-28k8", "modem-56k"),
+    again, changes, switch = placement.over(new, audience(modems=MODEMS.replace("modem-28k8", "modem-56k"),
                                                          phones=PHONES.replace("198.18.2.6", "198.18.2.9")))
     assert changes and switch is None and again.request.places == new.request.places
 
@@ -231,7 +231,7 @@ def test_a_cohort_that_grows_is_built_beside_and_the_others_stay_where_they_stan
 def test_a_cohort_whose_queues_change_kind_moves_and_the_others_stay():
     old = audience(modems=MODEMS, phones=PHONES)
     # the phones keep their hosts but lose their delay stage: a fifo replaces each netem queue
-    new, changes, switch = service._over(old, audience(modems=MODEMS, phones=PHONES + NO_NETEM))
+    new, changes, switch = placement.over(old, audience(modems=MODEMS, phones=PHONES + NO_NETEM))
     assert switch is not None
     assert handles(new, cohort_ops(new, "modems")) == handles(old, cohort_ops(old, "modems"))
     assert not handles(new, cohort_ops(new, "phones")) & handles(old)
@@ -239,25 +239,25 @@ def test_a_cohort_whose_queues_change_kind_moves_and_the_others_stay():
 
 def test_cohorts_added_and_removed():
     old = audience(modems=MODEMS)
-    both, changes, switch = service._over(old, audience(modems=MODEMS, phones=PHONES))
+    both, changes, switch = placement.over(old, audience(modems=MODEMS, phones=PHONES))
     assert switch is not None
     assert handles(both, cohort_ops(both, "modems")) == handles(old, cohort_ops(old, "modems"))
-    alone, changes, switch = service._over(both, audience(modems=MODEMS))
+    alone, changes, switch = placement.over(both, audience(modems=MODEMS))
     assert switch is not None
     assert handles(alone, cohort_ops(alone, "modems")) == handles(both, cohort_ops(both, "modems"))
     assert {op.classid for op in switch.removal if type(op).__name__ == "DelClass"} == \
         {op.classid for op in cohort_ops(both, "phones") if type(op) is HtbClass and op.parent == layout.POOL_CLASS}
     # without the modems the device's link layer is another (no size table): rebuilt
-    assert service._over(both, audience(phones=PHONES))[1:] == (None, None)
+    assert placement.over(both, audience(phones=PHONES))[1:] == (None, None)
 
 
 def test_free_handles_are_first_fit_and_never_taken_twice():
     old = service.make_request("eth0", scenario=scenario.parse(f"[cohort.modems]\ndescription = 'x'\n{MODEMS}[cohort.phones]\ndescription = 'x'\n{PHONES}"),
                                direction="dest")
-    places = layout.replaced(dataclasses.replace(old, cohorts=old.cohorts[::-1]), old, {"modems"})
+    places = placement.replaced(dataclasses.replace(old, cohorts=old.cohorts[::-1]), old, {"modems"})
     phones, modems = places
-    assert phones == layout.packed(old)[1]  # kept
-    before = layout.packed(old)
+    assert phones == placement.packed(old)[1]  # kept
+    before = placement.packed(old)
     assert modems.group_minor == before[1].group_minor + 1  # the first free class minor
     assert modems.leaf_base == before[1].leaf_base + 5  # queues: the first free majors from the bottom
     assert modems.group_top == before[1].group_top - 1  # groups: from the top

@@ -7,7 +7,7 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from ratelimit import diff, fingerprint, layout, service, state
+from ratelimit import diff, fingerprint, placement, service, state
 from ratelimit.compile import compile_plan, ifb_name, link_flows
 from ratelimit.errors import FieldError, StateError, UsageError
 from ratelimit.linklayer import layer
@@ -184,7 +184,7 @@ def test_other_numbers_change_in_place_and_other_links_switch_with_the_program()
     # a grows: built beside in free handles, b stays; the map and program switch last
     grown = _request(_cohort("a", ["198.18.0.2", "198.18.0.3", "198.18.0.4"]), _cohort("b", ["198.18.0.9"]),
                      queues=2, direction="both")
-    plan, changes, switch = service._over(old, compile_plan(grown))
+    plan, changes, switch = placement.over(old, compile_plan(grown))
     assert changes is None and switch is not None
     b_before = {op for op in old.ops if type(op) is HtbClass and op.dev == "eth0"
                 and op.classid == Layout.of(old.request).group_class(2 * QUEUE_GROUP_LINKS)}
@@ -202,7 +202,7 @@ def test_other_numbers_change_in_place_and_other_links_switch_with_the_program()
     # another number of queues, or one queue against several: rebuilt
     assert diff.make_before_break(old, compile_plan(dataclasses.replace(grown, queues=3, generation=1))) is None
     one = compile_plan(dataclasses.replace(req, queues=1))
-    assert diff.in_place(one, old) is None and service._over(one, old)[1:] == (None, None)
+    assert diff.in_place(one, old) is None and placement.over(one, old)[1:] == (None, None)
 
 
 def test_a_plan_recorded_with_groups_of_256_keeps_them_over_a_re_apply():
@@ -211,11 +211,11 @@ def test_a_plan_recorded_with_groups_of_256_keeps_them_over_a_re_apply():
     faster = compile_plan(dataclasses.replace(req, cohorts=(dataclasses.replace(req.cohorts[0],
                                                                                 down=LinkParams(56000)),)))
     assert Layout.of(faster.request).group_links == QUEUE_GROUP_LINKS  # a fresh plan's
-    plan, changes, switch = service._over(old, faster)
+    plan, changes, switch = placement.over(old, faster)
     assert changes and switch is None and all(type(c.op) is HtbClass for c in changes)
     assert plan.request.group_links == GROUP_LINKS  # and the record written after says so
     # the same size as the plan's own: nothing carried over, the plan compiled once
-    assert service._over(compile_plan(req), faster)[0] is faster
+    assert placement.over(compile_plan(req), faster)[0] is faster
 
 
 # ---------------------------------------------------------------- what a person types
@@ -262,4 +262,4 @@ def test_places_and_generations_keep_their_minors_under_the_trees():
     req = dataclasses.replace(_request(_cohort("a", ["198.18.0.2"]), queues=2), generation=1)
     groups = [op for op in compile_plan(req).ops if type(op) is HtbClass and op.classid & 0xFFFF >= 0x8010]
     assert groups and all(_is_tree(g.parent) for g in groups)
-    assert layout.packed(req) == layout.packed(dataclasses.replace(req, queues=1))
+    assert placement.packed(req) == placement.packed(dataclasses.replace(req, queues=1))
