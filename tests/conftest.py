@@ -122,6 +122,7 @@ class KernelVMItem(pytest.Item):
             if mark.name in ("kernel", "netns", "slow", "alone"):
                 self.own_markers.append(mark)
                 self.keywords[mark.name] = mark
+        self.add_marker(pytest.mark.own_cpu)  # the schedule runs it on a CPU of its own (tests/schedule.py)
 
     def reportinfo(self):
         return self._location

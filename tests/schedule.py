@@ -10,12 +10,13 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   order.
 - **Order**: longest first, by the durations measured in ``tests/durations.json``,
   so that the long poles (the Vagrant lab, the quick benchmarks) start at once and
-  the short tests fill in around them; the ``alone`` tests last.
+  the short tests fill in around them; the alone tests after them (below).
 - **Groups**: one worker runs a group's tests one after another, as one unit:
-  ``kernel-vm``, every kernel test, so that one VM boots for all of them (at the
-  end, alone: see below); ``browser``, the dashboard's browser tests, which share
-  one Chromium; ``containers``, the tests with real engines, which share one dockerd
-  (and are all ``alone``: they time downloads).
+  ``kernel-vm``, every kernel test, so that one VM boots for all of them (after
+  the shared tests, on a CPU of its own: see below); ``browser``, the dashboard's
+  browser tests, which share one Chromium; ``containers``, the tests with real
+  engines, which share one dockerd (and are all ``alone_on_host``: they time
+  downloads).
 - **Dealing** (``LongestFirst``, through xdist's ``pytest_xdist_make_scheduler``
   hook): an xdist worker starts a test only once it holds the one after it, and
   that one waits for the first to end.  So each worker is first dealt the next
@@ -25,14 +26,22 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   ``load`` deals the first two dozen tests, the longest, to one worker.)
 - **Alone**: a test marked ``alone`` times something that a busy neighbour would
   stretch (a switch of 8,000 links against a flow through it; httperf, which
-  busy-polls a core per process; a download timed from userspace, as in the fixture
-  tests, which also count the fixtures' labs on the whole machine), so it runs when
-  nothing else does: it comes last, and it waits for every other running test to
-  end while the tests that would start after it wait for it (shared and exclusive
-  ``flock``s on one file of the run's).  Every kernel test is alone too: in the
-  software-emulated VM a guest whose CPUs wait for the host's loses time, and side
-  by side with the rest of the suite the VM's tests took 700-800 s instead of 505 s
-  and two runs in three failed a timing assertion in there.
+  busy-polls a core per process; paced senders that read the machine's CPUs), so
+  it runs when nothing else does: it comes last, and it waits for every other
+  running test to end while the tests that would start after it wait for it
+  (shared and exclusive ``flock``s, ``claims``).
+- **Alone on the host**: a test marked ``alone_on_host`` times downloads against
+  their link model from userspace (the fixtures' tests also count the labs on the
+  whole machine), so no other host test runs beside it; but the kernel VM's tests
+  may, each side on CPUs of its own.  The VM's tests (``own_cpu``, set by
+  conftest) run on the last CPU this process may use, in a guest with one vCPU,
+  and an ``alone_on_host`` test on the others.  Measured on 2 CPUs: 41 such tests
+  passed on CPU 0 beside the VM's tests on CPU 1; side by side with the rest of
+  the suite, unpinned, the VM's tests took 700-800 s instead of 505 s and two
+  runs in three failed a timing assertion in there (in the software-emulated VM a
+  guest whose CPUs wait for the host's loses time).  With one CPU both are
+  simply ``alone``.  Order: the VM's tests and the ``alone_on_host`` tests come
+  after the others, longest first (the VM first), and the ``alone`` tests last.
 - **Background**: a test marked ``background`` burns CPU but asserts nothing about
   time (the faults benchmark kills applies over and over), so it runs at nice
   ``BACKGROUND_NICE``, and so do the processes it starts: the tests beside it get
@@ -47,12 +56,14 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   time under load instead), and writes the times into the file over those it had:
   a selection (``-m "not slow"``, a module) measures just its own tests.
 - **Report**: the summary gives each tier's test count and summed test time, and
-  the ``alone`` tests' (their sum is a floor under the wall time), next to the
-  run's wall time.
+  the alone tests' of each kind (a floor under the wall time: the ``alone``
+  tests' sum, plus the longer of the VM's and the ``alone_on_host`` tests'), next
+  to the run's wall time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -73,6 +84,10 @@ GROUP_OF_MODULE = {"test_webui_browser.py": "browser", "test_containers_engines.
                    "test_containers_uses.py": "containers",
                    "test_containers_dashboard.py": "containers"}
 KERNEL_GROUP = "kernel-vm"
+# how a test shares the machine (``kind_of``): the order they come in, the locks they hold
+SHARED, OWN_CPU, ALONE_ON_HOST, ALONE = "shared", "own_cpu", "alone_on_host", "alone"
+RANK = {SHARED: 0, OWN_CPU: 1, ALONE_ON_HOST: 1, ALONE: 2}
+MACHINE, HOST = "machine", "host"  # the run's locks, taken in this order
 BACKGROUND_NICE = 10
 _START = pytest.StashKey[float]()
 
@@ -98,14 +113,47 @@ def group_of(item) -> str | None:
 
 
 def plan_order(nodeids: list[str], durations: dict[str, float], groups: dict[str, str],
-               alone: frozenset[str] = frozenset()) -> list[str]:
-    """Longest first; a group's tests together, where the group's summed time puts
-    them, in their own order; the ``alone`` tests last (pure)."""
+               kinds: dict[str, str] | None = None) -> list[str]:
+    """By kind (``RANK``: the shared tests first, the ``alone`` ones last; a test not in
+    ``kinds`` is shared), then longest first; a group's tests together, where the group's
+    summed time puts them, in their own order (pure)."""
+    kinds = kinds or {}
     weight: dict[str, float] = {}
     for n in nodeids:
         key = groups.get(n, n)
         weight[key] = weight.get(key, 0.0) + durations.get(n, 0.0)
-    return sorted(nodeids, key=lambda n: (n in alone, -weight[groups.get(n, n)]))
+    return sorted(nodeids, key=lambda n: (RANK[kinds.get(n, SHARED)], -weight[groups.get(n, n)]))
+
+
+def kind_of(item) -> str:
+    """How a test shares the machine, from its markers: the VM's tests (``own_cpu``) before
+    ``alone`` (the schedule marks every kernel test so), then ``alone_on_host``."""
+    for kind in (OWN_CPU, ALONE, ALONE_ON_HOST):
+        if item.get_closest_marker(kind) is not None:
+            return kind
+    return SHARED
+
+
+def claims(kind: str, cpus: int) -> dict[str, int]:
+    """The locks a test of ``kind`` holds while it runs, shared or exclusive, on a machine
+    where the run may use ``cpus`` CPUs (pure).  A shared test holds both shared; an
+    ``alone`` test both exclusive; the VM's tests the machine, so that only the
+    ``alone_on_host`` tests, which hold the host, run beside them.  With one CPU there
+    is none to give the VM: its tests and the ``alone_on_host`` ones are ``alone``."""
+    if cpus < 2 and kind in (OWN_CPU, ALONE_ON_HOST):
+        kind = ALONE
+    sh, ex = fcntl.LOCK_SH, fcntl.LOCK_EX
+    return {SHARED: {MACHINE: sh, HOST: sh}, ALONE: {MACHINE: ex, HOST: ex},
+            OWN_CPU: {MACHINE: ex}, ALONE_ON_HOST: {HOST: ex}}[kind]
+
+
+def pinned_cpus(kind: str, allowed: set[int]) -> set[int] | None:
+    """The CPUs a test of ``kind`` runs on, of the ``allowed`` ones; None: all (pure).
+    The VM's tests get the last one, the ``alone_on_host`` tests the others."""
+    if len(allowed) < 2:
+        return None
+    last = max(allowed)
+    return {OWN_CPU: {last}, ALONE_ON_HOST: allowed - {last}}.get(kind)
 
 
 def units(nodeids: list[str], groups: dict[str, str]) -> list[list[int]]:
@@ -136,6 +184,10 @@ def pytest_addoption(parser):
 def pytest_configure(config):
     config.addinivalue_line("markers", "alone: its assertions depend on CPU time: runs last, with no other test "
                                        "running (tests/schedule.py)")
+    config.addinivalue_line("markers", "alone_on_host: times the host's links: no other host test runs beside it, "
+                                       "only the kernel VM's, each on CPUs of its own (tests/schedule.py)")
+    config.addinivalue_line("markers", "own_cpu: a kernel test run in the VM, on a CPU of its own; the alone_on_host "
+                                       "tests may run beside it (set by conftest; tests/schedule.py)")
     config.addinivalue_line("markers", f"background: CPU-bound, asserts nothing about time: runs at nice "
                                        f"{BACKGROUND_NICE} (tests/schedule.py)")
     config.addinivalue_line("markers", f"slow: measured at {SLOW_S:g} s or more (tests/durations.json), "
@@ -176,50 +228,61 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.alone)
         if group[item.nodeid] == KERNEL_GROUP or durations.get(item.nodeid, 0.0) >= SLOW_S:
             item.add_marker(pytest.mark.slow)
-    alone = frozenset(i.nodeid for i in items if i.get_closest_marker("alone"))
+    kinds = {i.nodeid: kind_of(i) for i in items if kind_of(i) != SHARED}
     # a group of alone tests and others runs beside the rest: its alone tests leave it
-    mixed = {group[n] for n in alone} & {g for n, g in group.items() if n not in alone}
-    groups = {n: g for n, g in group.items() if g and not (g in mixed and n in alone)}
-    rank = {n: i for i, n in enumerate(plan_order([i.nodeid for i in items], durations, groups, alone))}
+    mixed = {group[n] for n in kinds} & {g for n, g in group.items() if n not in kinds}
+    groups = {n: g for n, g in group.items() if g and not (g in mixed and n in kinds)}
+    rank = {n: i for i, n in enumerate(plan_order([i.nodeid for i in items], durations, groups, kinds))}
     items.sort(key=lambda item: rank[item.nodeid])
     shared = _shared_dir(config)
     if shared is not None and hasattr(config, "workerinput"):  # for the controller's scheduler
         shared.mkdir(exist_ok=True)
         tmp = shared / f"groups.{os.getpid()}"
-        tmp.write_text(json.dumps({"groups": groups, "alone": sorted(alone)}))
+        tmp.write_text(json.dumps({"groups": groups, "alone": sorted(kinds)}))
         tmp.replace(shared / "groups.json")
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Hold the run's lock for the whole test: shared, or exclusive for an ``alone`` test.
-    The gate, held exclusive by an ``alone`` test while it waits, keeps new tests out."""
+    """Hold the run's locks for the whole test (``claims``), on the test's CPUs
+    (``pinned_cpus``); a ``background`` test at a lower priority.  The processes the test
+    starts inherit both."""
+    kind = kind_of(item)
+    allowed = os.sched_getaffinity(0)
+    cpus = pinned_cpus(kind, allowed)
+    before = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's, on Linux
     if item.get_closest_marker("background") is not None:
-        before = os.getpriority(os.PRIO_PROCESS, 0)  # this thread's, on Linux; children inherit it
         os.setpriority(os.PRIO_PROCESS, 0, BACKGROUND_NICE)
-        try:
-            return (yield from _locked(item))
-        finally:
-            os.setpriority(os.PRIO_PROCESS, 0, before)
-    return (yield from _locked(item))
+    try:
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+        return (yield from _locked(item, claims(kind, len(allowed))))
+    finally:
+        os.sched_setaffinity(0, allowed)
+        os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
-def _locked(item):
+def _locked(item, held: dict[str, int]):
+    """Take the run's locks in ``held``, in one order.  Each lock has a gate: a test that
+    waits for a lock exclusive holds its gate until it ends, and a test that takes a lock
+    shared first passes every gate, so that a waiting exclusive test keeps new ones out."""
     shared = _shared_dir(item.config)
     if shared is None:
         return (yield)
     shared.mkdir(exist_ok=True)
-    alone = item.get_closest_marker("alone") is not None
-    with open(shared / "gate.lock", "a") as gate, open(shared / "run.lock", "a") as run:
-        fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        if not alone:
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        fcntl.flock(run, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
-        try:
-            return (yield)
-        finally:
-            fcntl.flock(run, fcntl.LOCK_UN)
-            fcntl.flock(gate, fcntl.LOCK_UN)
+    with contextlib.ExitStack() as stack:
+        files = {(name, part): stack.enter_context(open(shared / f"{name}.{part}", "a"))
+                 for name in held for part in ("gate", "lock")}
+        for name, mode in held.items():
+            if mode == fcntl.LOCK_SH:
+                fcntl.flock(files[name, "gate"], fcntl.LOCK_SH)
+                fcntl.flock(files[name, "gate"], fcntl.LOCK_UN)
+        for name in (MACHINE, HOST):
+            if held.get(name) == fcntl.LOCK_EX:
+                fcntl.flock(files[name, "gate"], fcntl.LOCK_EX)
+            if name in held:
+                fcntl.flock(files[name, "lock"], held[name])
+        return (yield)  # closing the files lets go of the locks
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -241,20 +304,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if os.environ.get("RATELIMIT_IN_VM") == "1":
         return  # the host's summary counts the VM's tests
     tiers = {"quick": [0, 0.0], "slow": [0, 0.0]}
-    alone = [0, 0.0]  # run one at a time: a floor under the wall time whatever the workers
+    kinds = {kind: [0, 0.0] for kind in (OWN_CPU, ALONE, ALONE_ON_HOST)}
     for rep in _reports(config):
         if rep.when == "call":
-            tallies = [tiers["slow" if "slow" in rep.keywords else "quick"]] + ([alone] if "alone" in rep.keywords
-                                                                                else [])
-            for tally in tallies:
+            kind = next((k for k in kinds if k in rep.keywords), None)  # kind_of's order
+            for tally in [tiers["slow" if "slow" in rep.keywords else "quick"]] + ([kinds[kind]] if kind else []):
                 tally[0] += 1
                 tally[1] += rep.duration
     if not any(n for n, _ in tiers.values()):
         return
     wall = time.monotonic() - config.stash[_START]
+    (n_vm, s_vm), (n_alone, s_alone), (n_host, s_host) = kinds.values()
     terminalreporter.write_line(
         "ratelimit: tiers: " + "; ".join(f"{name} {n} test(s), {s:.0f} s of test time" for name, (n, s) in tiers.items())
-        + f"; of them alone, one at a time, {alone[0]} test(s), {alone[1]:.0f} s; wall {wall:.0f} s")
+        + f"; of them alone, one at a time, {n_alone} test(s), {s_alone:.0f} s; the VM's {n_vm} test(s), "
+          f"{s_vm:.0f} s, beside {n_host} alone on the host, one at a time, {s_host:.0f} s; wall {wall:.0f} s")
 
 
 def _reports(config):

@@ -146,7 +146,7 @@ def _sized(model, target_s: float = 2.2) -> int:
 
 @pytest.mark.netns
 @pytest.mark.slow
-@pytest.mark.alone  # downloads timed from userspace against each cohort's link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against each cohort's link model, within 5%
 def test_a_shipped_scenario_each_cohort_downloads_at_its_own_model(names):
     """``lab up --scenario dialup-1999`` (100 clients, four cohorts: 14.4k, 28.8k and 56k
     modems and DSL): one client of each cohort fetches, all at once, a part of the

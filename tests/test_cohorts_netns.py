@@ -147,7 +147,7 @@ queue = "128kb"
 """
 
 
-@pytest.mark.alone  # downloads timed from userspace against each cohort's link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against each cohort's link model, within 5%
 def test_each_cohort_is_its_own_link_model_at_once(lab3):
     """Three cohorts of three link layers (PPP with compressed headers, synchronous PPP,
     ATM cells over the modems' size table) downloading at the same time: each within 5%
@@ -188,7 +188,7 @@ queue = "64kb"
 """
 
 
-@pytest.mark.alone  # downloads timed from userspace against the link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against the link model, within 5%
 def test_a_whole_host_link_carries_every_connection_and_a_ping(lab3):
     """Per host without ports: six parallel fetches on whatever ports the client's kernel
     picks share one modem (the time one modem needs for all their frames, within 5%), and
@@ -236,7 +236,7 @@ queue = "64kb"
 """
 
 
-@pytest.mark.alone  # downloads timed from userspace against the link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against the link model, within 5%
 def test_a_shared_link_carries_every_host_of_its_cohort(lab3):
     """One link for a whole cohort: two clients fetching at once take the time one modem
     needs for both their frames (within 5%), and the statistics show one link each way."""
@@ -274,7 +274,7 @@ rate = "3mbit"
 """
 
 
-@pytest.mark.alone  # downloads timed from userspace against each cohort's link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against each cohort's link model, within 5%
 def test_server_side_selectors_give_one_client_a_link_per_server(lab3):
     """One client, two servers (two addresses of the lab's server): the fetch from each,
     at the same time, is within 5% of its own cohort's model (at least 2 s at its rate)."""
@@ -303,7 +303,7 @@ rate = "3mbit"
 """
 
 
-@pytest.mark.alone  # downloads timed from userspace against each cohort's link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against each cohort's link model, within 5%
 def test_a_default_cohort_takes_every_flow_no_cohort_selects(lab3):
     """A client no cohort names goes through the default cohort's one link, at its model,
     while a named one keeps its own; a ping of the unnamed client crosses the default link."""
@@ -336,7 +336,7 @@ queue = "64kb"
 """
 
 
-@pytest.mark.alone  # downloads timed from userspace against each cohort's link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against each cohort's link model, within 5%
 def test_server_ports_give_one_client_a_link_per_service(lab3):
     """One client and one server with two services (port 80, port 8001): a fetch from each
     at the same time is within 5% of its own cohort's model."""

@@ -27,7 +27,7 @@ from ratelimit.kernel.proc import stop
 from enginekit import ROOT, Engine, delay_args, qdiscs, ratelimit, run_dir, web_and_client
 from test_webui_browser import CHROMIUM, CHROMIUM_ARGS, open_page, sync_playwright
 
-pytestmark = [pytest.mark.netns, pytest.mark.alone,
+pytestmark = [pytest.mark.netns, pytest.mark.alone_on_host,
               pytest.mark.skipif(sync_playwright is None or not os.path.exists(CHROMIUM),
                                  reason="needs Python Playwright and Debian's chromium (/usr/bin/chromium)")]
 

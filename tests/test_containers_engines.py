@@ -32,7 +32,7 @@ from ratelimit import __version__, containers, ctrun
 from enginekit import (delay_args, fetch, gso_max_segs, host_veth, model, qdiscs, ratelimit, run_dir, sh, single_segments,
                        web_and_client)
 
-pytestmark = [pytest.mark.netns, pytest.mark.alone]
+pytestmark = [pytest.mark.netns, pytest.mark.alone_on_host]
 
 
 # ---------------------------------------------------------------- the two uses

@@ -35,7 +35,7 @@ from enginekit import (ENGINES_SH, PODMAN_ENV, ROOT, Engine, delay_args, fetch, 
                        run_dir, sh, single_segments, web_and_client)
 from test_pytest_plugin import run_pytest
 
-pytestmark = [pytest.mark.netns, pytest.mark.alone]
+pytestmark = [pytest.mark.netns, pytest.mark.alone_on_host]
 
 P = "rlct2-"
 

@@ -47,7 +47,7 @@ def _parallel(lab, n=FILES, size=SIZE):
     return sum(int(b) for b, _, _ in rows), max(t for _, _, t in rows), [int(h) for _, h, _ in rows]
 
 
-@pytest.mark.alone  # downloads timed from userspace against the link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against the link model, within 5%
 def test_a_host_shares_one_modem_among_its_connections(lab_maker):
     """Per host: six parallel downloads through one 28.8k modem share it: together they take
     the time one modem needs for all their frames, within 5% (with the profile's 16 KB queue,
@@ -67,7 +67,7 @@ def test_a_host_shares_one_modem_among_its_connections(lab_maker):
     assert 0.95 < seconds / expected < 1.05 and 0.95 < link_rate < 1.05
 
 
-@pytest.mark.alone  # downloads timed from userspace against the link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against the link model, within 5%
 def test_per_port_gives_each_connection_its_own_modem(lab_maker):
     """Per (host, port), v0.3's model: each of the six connections is a modem of its own."""
     lab = lab_maker("port", per="port")
@@ -78,7 +78,7 @@ def test_per_port_gives_each_connection_its_own_modem(lab_maker):
     assert 0.95 < seconds / one < 1.05
 
 
-@pytest.mark.alone  # downloads timed from userspace against the link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against the link model, within 5%
 def test_ipv6_is_shaped_like_ipv4(lab_maker):
     """The lab's nginx listens on IPv6 too, and the client's IPv6 address is a limited host."""
     lab = lab_maker("v6", rate="400kbit", queue="128kb")  # no drops: the model's time exactly

@@ -185,7 +185,7 @@ def test_bad_arguments_are_one_line_errors(argv, needle, state_dir):
 
 
 @pytest.mark.netns
-@pytest.mark.alone  # downloads timed from userspace against the link model, within 5% (loaded: 1.148)
+@pytest.mark.alone_on_host  # downloads timed from userspace against the link model, within 5% (loaded: 1.148)
 def test_up_exec_apply_down_with_traffic(names):
     """A lab with two clients: the 100 kB file crosses the router at the rate applied, live."""
     name = names("traffic")
@@ -409,7 +409,7 @@ def assert_demo_output(out, *, delay_stage):
 
 
 @pytest.mark.netns
-@pytest.mark.alone  # the demo times its download against the link model, within 5%
+@pytest.mark.alone_on_host  # the demo times its download against the link model, within 5%
 def test_demo_on_this_kernel(state_dir):
     """The newcomer's first command, wherever it runs (here: the host kernel)."""
     from ratelimit.kernel.probe import probe

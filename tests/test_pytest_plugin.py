@@ -47,7 +47,7 @@ def test_docs_show_the_tested_example():
 
 
 @pytest.mark.netns
-@pytest.mark.alone  # the example times a download against the link model, within 5%
+@pytest.mark.alone_on_host  # the example times a download against the link model, within 5%
 def test_the_documented_example_passes(tmp_path):
     before = fixture_labs()
     r = run_pytest(tmp_path, str(EXAMPLE), cwd=ROOT)
@@ -58,7 +58,7 @@ def test_the_documented_example_passes(tmp_path):
 
 
 @pytest.mark.netns
-@pytest.mark.alone  # the example times a download against the link model, within 5%
+@pytest.mark.alone_on_host  # the example times a download against the link model, within 5%
 def test_labs_are_removed_after_failures_and_errors(tmp_path):
     names = tmp_path / "names"
     (tmp_path / "test_user.py").write_text(textwrap.dedent(f"""
@@ -136,7 +136,7 @@ def test_marker_sets_the_servers_tcp_start(tmp_path):
 
 @pytest.mark.netns
 @pytest.mark.slow
-@pytest.mark.alone  # downloads timed from userspace against each client's cohort model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against each client's cohort model, within 5%
 def test_a_mix_gives_each_client_its_cohort_and_model(tmp_path):
     """``mix=`` in the marker splits the clients between profiles; ``profiles=[...]`` gives
     each client its own; ``link.cohort(i)`` and ``link.model_of(i)`` tell a test which link
@@ -186,7 +186,7 @@ def test_a_mix_gives_each_client_its_cohort_and_model(tmp_path):
 
 
 @pytest.mark.netns
-@pytest.mark.alone  # a download timed from userspace against the schedule's capacity, within 15%
+@pytest.mark.alone_on_host  # a download timed from userspace against the schedule's capacity, within 15%
 def test_a_traced_link_in_the_fixture_times_a_download_against_its_schedule(tmp_path):
     """``schedule=`` in the marker: the router's driver runs while the lab is up, and a
     download takes what the schedule's capacity from its start says (``link.trace_seconds``)."""

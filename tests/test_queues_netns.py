@@ -232,7 +232,7 @@ def _timed(server, client, req, local_ports):
         assert got == SIZE and 0.95 <= seconds / expected <= 1.05
 
 
-@pytest.mark.alone  # downloads timed from userspace against the link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against the link model, within 5%
 def test_links_in_both_queues_keep_the_link_model_and_change_rate_in_place(routed):
     """Two connections whose links are in different queues' trees each take the model's
     time at 400 kbit/s; after a change in place to 800 kbit/s (the program and its map

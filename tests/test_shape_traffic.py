@@ -24,7 +24,7 @@ def _download(topo, client, port, local_port, out, key):
     download(topo.socket(client), (topo.addr(client), local_port), (topo.server_addr, port), out, key)
 
 
-@pytest.mark.alone  # downloads timed from userspace against the link model, within 5%
+@pytest.mark.alone_on_host  # downloads timed from userspace against the link model, within 5%
 def test_each_selected_link_gets_its_own_rate_and_others_full_speed(lab):
     """Per (host, port): each limited connection takes the link model's time within 5%
     (a handshake, then its segments as Ethernet frames at the rate), concurrently.  Each

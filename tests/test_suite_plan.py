@@ -18,9 +18,38 @@ HERE = Path(__file__).resolve().parent
 def test_longest_first_with_groups_as_blocks_and_alone_last():
     durations = {"a": 1.0, "b": 30.0, "k1": 5.0, "k2": 20.0, "c": 10.0, "s": 50.0}
     groups = {"k1": "kernel-vm", "k2": "kernel-vm"}
-    order = schedule.plan_order(["a", "k1", "b", "s", "c", "k2", "new"], durations, groups, frozenset({"s"}))
+    order = schedule.plan_order(["a", "k1", "b", "s", "c", "k2", "new"], durations, groups, {"s": "alone"})
     # the group weighs 25 s, in its own order; an unmeasured test weighs nothing; alone is last
     assert order == ["b", "k1", "k2", "c", "a", "new", "s"]
+
+
+def test_the_vm_and_the_tests_alone_on_the_host_come_before_the_alone_ones():
+    durations = {"a": 1.0, "s": 50.0, "k1": 300.0, "h1": 10.0, "h2": 40.0, "x": 5.0}
+    kinds = {"s": "alone", "k1": "own_cpu", "h1": "alone_on_host", "h2": "alone_on_host"}
+    order = schedule.plan_order(["s", "h1", "a", "k1", "h2", "x"], durations, {}, kinds)
+    assert order == ["x", "a", "k1", "h2", "h1", "s"]
+
+
+def test_claims_let_only_the_vm_and_one_test_alone_on_the_host_run_together():
+    sh, ex = schedule.fcntl.LOCK_SH, schedule.fcntl.LOCK_EX
+    kinds = ("shared", "alone", "own_cpu", "alone_on_host")
+    held = {k: schedule.claims(k, 2) for k in kinds}
+
+    def together(a, b):  # no lock held by both, exclusive by either
+        return not [n for n in held[a] if n in held[b] and ex in (held[a][n], held[b][n])]
+    assert {(a, b) for a in kinds for b in kinds if together(a, b) and a <= b} == {
+        ("shared", "shared"), ("alone_on_host", "own_cpu")}
+    assert held["shared"] == {"machine": sh, "host": sh}
+    # with one CPU there is none to give the VM: both are alone
+    assert schedule.claims("own_cpu", 1) == schedule.claims("alone_on_host", 1) == schedule.claims("alone", 1)
+
+
+def test_the_vm_gets_the_last_cpu_and_the_tests_alone_on_the_host_the_others():
+    assert schedule.pinned_cpus("own_cpu", {0, 1, 2, 3}) == {3}
+    assert schedule.pinned_cpus("alone_on_host", {0, 1, 2, 3}) == {0, 1, 2}
+    assert schedule.pinned_cpus("own_cpu", {5, 7}) == {7}
+    assert schedule.pinned_cpus("alone", {0, 1}) is None and schedule.pinned_cpus("shared", {0, 1}) is None
+    assert schedule.pinned_cpus("own_cpu", {0}) is None and schedule.pinned_cpus("alone_on_host", {0}) is None
 
 
 def test_units_put_a_group_in_one_unit_where_its_first_test_stands():
@@ -88,7 +117,7 @@ def test_a_real_xdist_run_keeps_groups_together_and_runs_alone_tests_alone(tmp_p
     assert [n for n, (_, s, e) in runs.items() if n != "alone" and s < a1 and e > a0] == []
     assert len({w for w, _, _ in runs.values()}) == 2  # side by side, not one after another
     tiers = re.search(r"ratelimit: tiers: quick (\d+) test\(s\), .* slow (\d+) test\(s\), .*; of them alone, one at a "
-                      r"time, (\d+) test\(s\), ([\d.]+) s; wall", out)
+                      r"time, (\d+) test\(s\), ([\d.]+) s; the VM's 0 test\(s\), 0 s, beside 0 alone on the host", out)
     # the kernel tests are alone too: 0.3 + 0.3 + 0.5 s of sleep
     assert tiers and tiers.groups()[:3] == ("11", "2", "3") and float(tiers.group(4)) >= 1, out
 
@@ -119,6 +148,53 @@ def test_a_run_of_mostly_alone_tests_on_more_workers_than_pairs_of_units_ends(tm
     assert len(runs) == 7
     alone = [(s, e) for s, e, name in runs if name.startswith("alone")]
     assert all(e0 <= s1 for (_, e0), (s1, _) in zip(alone, alone[1:]))
+
+
+def test_the_vms_tests_run_beside_the_tests_alone_on_the_host_each_on_cpus_of_their_own(tmp_path):
+    """The VM's tests (``own_cpu``) on the last CPU, the ``alone_on_host`` tests on the others,
+    one at a time, beside them; neither beside a shared test or an ``alone`` one."""
+    allowed = sorted(os.sched_getaffinity(0))
+    assert len(allowed) >= 2, "this test needs two CPUs"
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["schedule"]\n')
+    (tmp_path / "test_vm.py").write_text(textwrap.dedent('''
+        import json, os, time
+        import pytest
+
+        def record(name, wait):
+            start = time.monotonic()
+            time.sleep(wait)
+            with open(os.environ["LOG"], "a") as f:
+                f.write(json.dumps([name, start, time.monotonic(), sorted(os.sched_getaffinity(0))]) + "\\n")
+
+        @pytest.mark.kernel
+        @pytest.mark.own_cpu
+        @pytest.mark.parametrize("n", range(2))
+        def test_vm(n): record(f"vm{n}", 1.0)
+
+        @pytest.mark.alone_on_host
+        @pytest.mark.parametrize("n", range(3))
+        def test_host(n): record(f"host{n}", 0.3)
+
+        @pytest.mark.parametrize("n", range(6))
+        def test_plain(n): record(f"plain{n}", 0.3)
+
+        @pytest.mark.alone
+        def test_quiet(): record("alone", 0.3)
+    '''))
+    log, out = _run_xdist(tmp_path, 3)
+    runs = {name: (start, end, cpus) for name, start, end, cpus in map(json.loads, log.read_text().splitlines())}
+    assert len(runs) == 12
+
+    def beside(a, b):
+        return runs[a][0] < runs[b][1] and runs[b][0] < runs[a][1]
+    kind = {n: n.rstrip("0123456789") for n in runs}
+    pairs = {(kind[a], kind[b]) for a in runs for b in runs if a < b and beside(a, b)}
+    assert pairs <= {("plain", "plain"), ("host", "vm"), ("vm", "vm")}, pairs  # vm0 and vm1: one after another
+    assert ("host", "vm") in pairs
+    assert not beside("vm0", "vm1")
+    for name, (_, _, cpus) in runs.items():
+        assert cpus == {"vm": allowed[-1:], "host": allowed[:-1]}.get(kind[name], allowed), (name, cpus)
+    assert re.search(r"the VM's 2 test\(s\), [\d.]+ s, beside 3 alone on the host, one at a time, [\d.]+ s", out), out
 
 
 def test_recorded_durations_go_over_the_files_and_keep_the_tests_not_run(tmp_path):

@@ -290,7 +290,7 @@ def _router_model():
 
 
 @pytest.mark.netns
-@pytest.mark.alone  # its download is timed against the model from userspace; loaded, it read 1.147 of it
+@pytest.mark.alone_on_host  # its download is timed against the model from userspace; loaded, it read 1.147 of it
 def test_provision_scripts_in_namespaces(tmp_path):
     """server.sh, router.sh and client.sh, with the Vagrantfile's own environment,
     make a lab in which a client's download crosses its router at the profile's rate."""

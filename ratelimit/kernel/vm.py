@@ -266,6 +266,10 @@ def run_vm(argv: Sequence[str], *, kernel: str | None = None, memory: str = DEFA
         script = os.path.join(workdir, "run.sh")
         with open(script, "w") as f:
             f.write(_script(argv, cwd, guest_env, workdir, announce))
+        # vng's default is every CPU of the machine; a guest with more CPUs than this process may
+        # run on crawls under software emulation (two on one: the suite's guest had not
+        # collected its tests after 5 minutes)
+        cpus = cpus or len(os.sched_getaffinity(0))
         cmd = vng_argv(vng=vng, kernel=kernel, memory=memory, cpus=cpus, kvm=use_kvm,
                        rwdirs=[workdir, *rwdirs], script=script)
         host_env = dict(os.environ)
@@ -324,7 +328,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=f"KVM is off unless --kvm or {KVM_ENV}=1; exit status is COMMAND's, "
                f"{EXIT_TIMEOUT} on timeout.")
     p.add_argument("--memory", "-m", default=DEFAULT_MEMORY, help="guest memory (default 1G)")
-    p.add_argument("--cpus", default=None, help="guest CPUs (default: vng's)")
+    p.add_argument("--cpus", default=None, help="guest CPUs (default: the CPUs this process may run on)")
     p.add_argument("--timeout", default=DEFAULT_TIMEOUT_S, metavar="S",
                    help=f"kill the VM after S seconds, boot included (default {DEFAULT_TIMEOUT_S:g}; 0: never)")
     p.add_argument("--kernel", default=None, metavar="PATH",
