@@ -228,7 +228,10 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.alone)
         if group[item.nodeid] == KERNEL_GROUP or durations.get(item.nodeid, 0.0) >= SLOW_S:
             item.add_marker(pytest.mark.slow)
-    kinds = {i.nodeid: kind_of(i) for i in items if kind_of(i) != SHARED}
+    # the kernel tests come with the VM's wherever they run: conftest makes the VM's stand-ins
+    # (own_cpu) after this hook, and on a host with a full kernel they are alone either way
+    kinds = {i.nodeid: OWN_CPU if group[i.nodeid] == KERNEL_GROUP else kind_of(i)
+             for i in items if group[i.nodeid] == KERNEL_GROUP or kind_of(i) != SHARED}
     # a group of alone tests and others runs beside the rest: its alone tests leave it
     mixed = {group[n] for n in kinds} & {g for n, g in group.items() if n not in kinds}
     groups = {n: g for n, g in group.items() if g and not (g in mixed and n in kinds)}
@@ -265,7 +268,7 @@ def pytest_runtest_protocol(item, nextitem):
 def _locked(item, held: dict[str, int]):
     """Take the run's locks in ``held``, in one order.  Each lock has a gate: a test that
     waits for a lock exclusive holds its gate until it ends, and a test that takes a lock
-    shared first passes every gate, so that a waiting exclusive test keeps new ones out."""
+    shared first passes its gate, so that a waiting exclusive test keeps new ones out."""
     shared = _shared_dir(item.config)
     if shared is None:
         return (yield)
@@ -273,16 +276,38 @@ def _locked(item, held: dict[str, int]):
     with contextlib.ExitStack() as stack:
         files = {(name, part): stack.enter_context(open(shared / f"{name}.{part}", "a"))
                  for name in held for part in ("gate", "lock")}
-        for name, mode in held.items():
-            if mode == fcntl.LOCK_SH:
-                fcntl.flock(files[name, "gate"], fcntl.LOCK_SH)
-                fcntl.flock(files[name, "gate"], fcntl.LOCK_UN)
-        for name in (MACHINE, HOST):
-            if held.get(name) == fcntl.LOCK_EX:
-                fcntl.flock(files[name, "gate"], fcntl.LOCK_EX)
-            if name in held:
-                fcntl.flock(files[name, "lock"], held[name])
+        if fcntl.LOCK_EX in held.values():
+            for name in (MACHINE, HOST):  # holding one while it waits for the next: only alone does
+                if held.get(name) == fcntl.LOCK_EX:
+                    fcntl.flock(files[name, "gate"], fcntl.LOCK_EX)
+                if name in held:
+                    fcntl.flock(files[name, "lock"], held[name])
+        else:
+            _take_shared([files[name, part] for name in (MACHINE, HOST) if name in held
+                          for part in ("gate", "lock")])
         return (yield)  # closing the files lets go of the locks
+
+
+def _take_shared(gates_and_locks: list) -> None:
+    """Every lock shared, or none while it waits: a shared test that held the machine
+    while it waited for the host would keep the VM's tests waiting as the tests alone on
+    the host went by one after another."""
+    gates, locks = gates_and_locks[0::2], gates_and_locks[1::2]
+    while True:
+        for gate in gates:
+            fcntl.flock(gate, fcntl.LOCK_SH)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        for i, lock in enumerate(locks):
+            try:
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                for taken in locks[:i]:
+                    fcntl.flock(taken, fcntl.LOCK_UN)
+                fcntl.flock(lock, fcntl.LOCK_SH)  # until it is free, holding none
+                fcntl.flock(lock, fcntl.LOCK_UN)
+                break
+        else:
+            return
 
 
 def pytest_sessionfinish(session, exitstatus):
