@@ -42,6 +42,8 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   guest whose CPUs wait for the host's loses time).  With one CPU both are
   simply ``alone``.  Order: the VM's tests and the ``alone_on_host`` tests come
   after the others, longest first (the VM first), and the ``alone`` tests last.
+  In a fresh-clone run on 2 CPUs the VM's tests took 564 s with 343 s of those
+  tests beside them, and the suite 1,615 s instead of 1,956 s.
 - **Background**: a test marked ``background`` burns CPU but asserts nothing about
   time (the faults benchmark kills applies over and over), so it runs at nice
   ``BACKGROUND_NICE``, and so do the processes it starts: the tests beside it get
