@@ -285,16 +285,15 @@ def _locked(item, held: dict[str, int]):
                 if name in held:
                     fcntl.flock(files[name, "lock"], held[name])
         else:
-            _take_shared([files[name, part] for name in (MACHINE, HOST) if name in held
-                          for part in ("gate", "lock")])
+            names = [name for name in (MACHINE, HOST) if name in held]
+            _take_shared([files[n, "gate"] for n in names], [files[n, "lock"] for n in names])
         return (yield)  # closing the files lets go of the locks
 
 
-def _take_shared(gates_and_locks: list) -> None:
+def _take_shared(gates: list, locks: list) -> None:
     """Every lock shared, or none while it waits: a shared test that held the machine
     while it waited for the host would keep the VM's tests waiting as the tests alone on
     the host went by one after another."""
-    gates, locks = gates_and_locks[0::2], gates_and_locks[1::2]
     while True:
         for gate in gates:
             fcntl.flock(gate, fcntl.LOCK_SH)
