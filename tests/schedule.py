@@ -89,6 +89,7 @@ KERNEL_GROUP = "kernel-vm"
 # how a test shares the machine (``kind_of``): the order they come in, the locks they hold
 SHARED, OWN_CPU, ALONE_ON_HOST, ALONE = "shared", "own_cpu", "alone_on_host", "alone"
 RANK = {SHARED: 0, OWN_CPU: 1, ALONE_ON_HOST: 1, ALONE: 2}
+PRECEDENCE = (OWN_CPU, ALONE, ALONE_ON_HOST)  # a test with several of these markers is the first
 MACHINE, HOST = "machine", "host"  # the run's locks, taken in this order
 BACKGROUND_NICE = 10
 _START = pytest.StashKey[float]()
@@ -130,7 +131,7 @@ def plan_order(nodeids: list[str], durations: dict[str, float], groups: dict[str
 def kind_of(item) -> str:
     """How a test shares the machine, from its markers: the VM's tests (``own_cpu``) before
     ``alone`` (the schedule marks every kernel test so), then ``alone_on_host``."""
-    for kind in (OWN_CPU, ALONE, ALONE_ON_HOST):
+    for kind in PRECEDENCE:
         if item.get_closest_marker(kind) is not None:
             return kind
     return SHARED
@@ -232,8 +233,8 @@ def pytest_collection_modifyitems(session, config, items):
             item.add_marker(pytest.mark.slow)
     # the kernel tests come with the VM's wherever they run: conftest makes the VM's stand-ins
     # (own_cpu) after this hook, and on a host with a full kernel they are alone either way
-    kinds = {i.nodeid: OWN_CPU if group[i.nodeid] == KERNEL_GROUP else kind_of(i)
-             for i in items if group[i.nodeid] == KERNEL_GROUP or kind_of(i) != SHARED}
+    kinds = {i.nodeid: OWN_CPU if group[i.nodeid] == KERNEL_GROUP else kind_of(i) for i in items}
+    kinds = {n: kind for n, kind in kinds.items() if kind != SHARED}
     # a group of alone tests and others runs beside the rest: its alone tests leave it
     mixed = {group[n] for n in kinds} & {g for n, g in group.items() if n not in kinds}
     groups = {n: g for n, g in group.items() if g and not (g in mixed and n in kinds)}
@@ -330,10 +331,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     if os.environ.get("RATELIMIT_IN_VM") == "1":
         return  # the host's summary counts the VM's tests
     tiers = {"quick": [0, 0.0], "slow": [0, 0.0]}
-    kinds = {kind: [0, 0.0] for kind in (OWN_CPU, ALONE, ALONE_ON_HOST)}
+    kinds = {kind: [0, 0.0] for kind in PRECEDENCE}
     for rep in _reports(config):
         if rep.when == "call":
-            kind = next((k for k in kinds if k in rep.keywords), None)  # kind_of's order
+            kind = next((k for k in PRECEDENCE if k in rep.keywords), None)  # as kind_of
             for tally in [tiers["slow" if "slow" in rep.keywords else "quick"]] + ([kinds[kind]] if kind else []):
                 tally[0] += 1
                 tally[1] += rep.duration
