@@ -22,3 +22,10 @@ __version__ = "0.4.0"
 # The directory holding the ratelimit package: the checkout when run from one
 # (then it holds profiles/, vagrant/ and webui/ too).
 SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+# The shipped profiles, with their traces/, schedules/ and scenarios/: installed beside
+# the package (setup.py packages profiles/ as ratelimit.shipped_profiles), or profiles/
+# in a checkout.
+SHIPPED = Path(__file__).resolve().parent / "shipped_profiles"
+if not SHIPPED.is_dir():
+    SHIPPED = SOURCE_ROOT / "profiles"

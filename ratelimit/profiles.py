@@ -11,14 +11,10 @@ import re
 import tomllib
 from pathlib import Path
 
-from . import linklayer, tracespec
+from . import SHIPPED, linklayer, tracespec
 from .errors import FieldError, NotFoundError, UsageError
 from .model import LinkParams, Profile
 from .units import parse_burst, parse_percent, parse_queue, parse_rate_bps, parse_time_us
-
-SHIPPED = Path(__file__).resolve().parent / "shipped_profiles"
-if not SHIPPED.is_dir():  # running from a checkout: profiles/ beside the package
-    SHIPPED = Path(__file__).resolve().parent.parent / "profiles"
 
 SIDE_FIELDS = {
     # toml key: (LinkParams field, parser)

@@ -42,7 +42,7 @@ from pathlib import Path
 from . import tracespec
 from .errors import FieldError, UsageError
 from .model import GRANULARITIES
-from .profiles import SHIPPED as SHIPPED_PROFILES
+from . import SHIPPED as SHIPPED_PROFILES
 from .profiles import SIDE_FIELDS, check_name
 from .units import decimal
 

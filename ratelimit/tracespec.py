@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import tracefile, userfile
+from . import SHIPPED, tracefile, userfile
 from .errors import FieldError, StateError, UsageError
 from .phases import MAX_SEED, RANDOM, Phase, parse_phase, parse_seed
 from .units import decimal
@@ -38,11 +38,6 @@ SOURCES = ("trace_down", "trace_up", "schedule")
 KINDS = ("trace", "schedule")
 MAX_SCALE = 1000.0
 SIDES = {"dest": "down", "source": "up", "down": "down", "up": "up"}  # a plan's direction, or a side
-
-
-def _shipped() -> Path:
-    from .profiles import SHIPPED
-    return SHIPPED
 
 
 @dataclass(frozen=True)
@@ -255,7 +250,7 @@ def _path(value, a: TraceAsk, key: str, shipped: Path, suffix: str = "") -> Path
 
 
 def _trace(value, a: TraceAsk, key: str) -> Source:
-    path = _path(value, a, key, _shipped() / "traces")
+    path = _path(value, a, key, SHIPPED / "traces")
     where = f"{a.field(key)} {value}"
     raw = userfile.read(path, tracefile.MAX_BYTES, where, f"a trace file ({tracefile.ALLOWED})")
     trace = tracefile.parse(raw, where, str(path))
@@ -265,7 +260,7 @@ def _trace(value, a: TraceAsk, key: str) -> Source:
 def _schedule(value, a: TraceAsk) -> tuple[Source, Source]:
     from . import schedulefile  # which reads profiles, which read this module's keys
     from .capacity import ScheduleCapacity
-    path = _path(value, a, "schedule", _shipped() / "schedules", ".toml")
+    path = _path(value, a, "schedule", SHIPPED / "schedules", ".toml")
     where = f"{a.field('schedule')} {value}"
     raw = userfile.read(path, schedulefile.MAX_BYTES, where, schedulefile.WHAT)
     sched = schedulefile.from_bytes(raw, where, str(path))
