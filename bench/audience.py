@@ -14,23 +14,23 @@ Each row runs in a lab of its own, as a run of that row alone would: after the x
 the same lab's x = 5,000 row read 1-3 points less (nginx 74% of a core against 48% alone,
 probes' first byte p95 149 ms against 28-34 ms), cause not found.
 
-The method is ``dialup``'s, with its functions: httperf sessions as in 2000 (each user one
+The method is the dial-up table's (``bench/httpload.py``): httperf sessions as in 2000 (each user one
 persistent connection, ``--burst-length 1``, the sessions started by ``--rate``), nginx,
 and two readings per row, per cohort, each against **its own** link model's ceiling:
 
 * *window*: replies in the server's access log over a steady-state window
-  (``dialup.run_window``, ``dialup.rate_in_window``), a cohort's clients' connections only.
+  (``httpload.run_window``, ``httpload.rate_in_window``), a cohort's clients' connections only.
   Its sessions are long enough to span the window: ``CALLS`` calls (2000's 20) where that
   suffices (the 28.8k modems), more on faster links (``window_calls``), whose 20 calls end
   before the window does;
-* *httperf's totals*, as in 2000 (``dialup.run_sessions``): every session of 20 calls
+* *httperf's totals*, as in 2000 (``httpload.run_sessions``): every session of 20 calls
   started within the first second and run to its end; a cohort's rate is the sum over its
-  clients of httperf's replies over its test duration, against ``dialup.totals_ceiling``.
+  clients of httperf's replies over its test duration, against ``httpload.totals_ceiling``.
 
 Errors are httperf's, per cohort; CPU is the row's (the load generators, the server,
 softirq, each CPU).  Where a call's time goes: ``dialup.PROBES`` curl probes in client 1
 (its cohort's links; left out of the rates), each call timed to its first byte and from
-there to its last (``dialup.probe_summary``).  The server's TCP: RFC 6298's 1 s RTO floor, as the dial-up table's.
+there to its last (``httpload.probe_summary``).  The server's TCP: RFC 6298's 1 s RTO floor, as the dial-up table's.
 On a kernel without netem the profiles' delays are left out (``--no-delay``).  The row
 records how long httperf's processes waited for a CPU before each turn on one
 (``load_wait_per_turn_ms``): the lab runs one busy-polling httperf per client namespace, 10
@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import dialup, httperf
+from . import dialup, httperf, httpload
 from .common import RFC_RTO_MIN_MS, BenchError, Steps, ratio, say, server_route
 from .results import new_result, save
 
@@ -55,7 +55,7 @@ MIXES = {"dialup": "modem-28k8:60%,modem-56k:30%,isdn-64k:10%",
          "broadband": "modem-28k8:40%,modem-56k:30%,3g:20%,cable:10%"}
 PORTS = "10000-11499"  # per client: 500 sessions (x = 5,000) twice within TIME_WAIT, and room
 QUICK_PORTS = "10000-10199"
-CALLS = dialup.CALLS
+CALLS = httpload.CALLS
 MIN_RATIO = 0.98  # the target: every cohort at least this share of its model's ceiling (window)
 
 
@@ -117,7 +117,7 @@ class Cohort:
 def cohorts(lab, x: int, header: int) -> list[Cohort]:
     """The applied mix's cohorts with x users spread over the clients."""
     users = dialup.shares(x, len(lab.clients))
-    request = dialup.request_bytes("httperf", lab)
+    request = httpload.request_bytes("httperf", lab)
     by_name = {c["name"]: c for c in lab.info["link"]["summary"]["cohorts"]}
     out = []
     for name, c in by_name.items():
@@ -125,8 +125,8 @@ def cohorts(lab, x: int, header: int) -> list[Cohort]:
         model = lab.link_model(cohort=name)
         burst = c["down"]["burst_bytes"]
         out.append(Cohort(name, c["profile"], members, tuple(users[i - 1] for i in members), model,
-                          model.call_seconds(dialup.FILE_BYTES, header=header, request=request),
-                          dialup.session_seconds(model, burst, header=header, request=request), burst))
+                          model.call_seconds(httpload.FILE_BYTES, header=header, request=request),
+                          httpload.session_seconds(model, burst, header=header, request=request), burst))
     return out
 
 
@@ -135,17 +135,17 @@ def run_point(lab, mix: str, x: int, cfg: Config, log: Path, header: int) -> dic
     groups = cohorts(lab, x, header)
     calls = {c.name: window_calls(c.call_s, cfg) for c in groups}
     duration = max(cfg.ramp_s + cfg.window_s + 5, *(calls[c.name] * c.call_s + cfg.ramp_s for c in groups))
-    loads = [(i, dialup.load_argv("httperf", lab.server.address, n, duration, cfg.ramp_s, calls[c.name]))
+    loads = [(i, httpload.load_argv("httperf", lab.server.address, n, duration, cfg.ramp_s, calls[c.name]))
              for c in groups for i, n in zip(c.clients, c.users) if n]
-    probed = next(c for c in groups if 1 in c.clients)  # the probes run in client 1 (dialup.probe_calls)
+    probed = next(c for c in groups if 1 in c.clients)  # the probes run in client 1 (httpload.probe_calls)
     probe_n = max(2, int(cfg.window_s / probed.call_s) - 1)
-    w = dialup.run_window(lab, "httperf", loads, cfg, log, duration_s=duration, probes=dialup.PROBES,
+    w = httpload.run_window(lab, "httperf", loads, cfg, log, duration_s=duration, probes=dialup.PROBES,
                           probe_n=probe_n, probe_timeout_s=probe_n * probed.call_s * 3 + 60)
     outputs = dict(zip((i for i, _ in loads), w.outputs))
     rows = []
     for c in groups:
         mine = {lab.client(i).address for i in c.clients}
-        rate, counted = dialup.rate_in_window([d for d in w.completions if d.client in mine], w.start, w.end)
+        rate, counted = httpload.rate_in_window([d for d in w.completions if d.client in mine], w.start, w.end)
         if counted < c.x * 0.95:
             raise BenchError(f"{c.name} x={x}: only {counted} of {c.x} connections finished two calls in the window")
         rep = httperf.combine([httperf.parse(outputs[i]) for i, n in zip(c.clients, c.users) if n])
@@ -157,7 +157,7 @@ def run_point(lab, mix: str, x: int, cfg: Config, log: Path, header: int) -> dic
     row = {"mix_name": next(k for k, v in MIXES.items() if v == mix), "mix": mix, "x": x,
            "users_per_client": dialup.shares(x, len(lab.clients)), "window_s": w.end - w.start,
            "cohorts": rows, "errors": sum(r["errors"] for r in rows), "cpu": w.cpu, "cpu_run": w.cpu_run, **w.tcp,
-           "probe": {"cohort": probed.name, **dialup.probe_summary(w, probed.model, header, probe_n)}}
+           "probe": {"cohort": probed.name, **httpload.probe_summary(w, probed.model, header, probe_n)}}
     time.sleep(5)  # the window's connections close
     row["totals"] = run_totals(lab, groups)
     if x >= WRK_FROM:  # a second tool for the same window: wrk (epoll) beside httperf (busy-polling)
@@ -173,16 +173,16 @@ def run_wrk_window(lab, groups: list[Cohort], cfg: Config, log: Path) -> dict:
     """The window reading again with wrk's persistent connections (each user one, calling
     for the whole run): per cohort, replies/s in the window against its model's ceiling."""
     duration = cfg.ramp_s + cfg.window_s + 5
-    loads = [(i, dialup.load_argv("wrk", lab.server.address, n, duration, cfg.ramp_s))
+    loads = [(i, httpload.load_argv("wrk", lab.server.address, n, duration, cfg.ramp_s))
              for c in groups for i, n in zip(c.clients, c.users) if n]
-    w = dialup.run_window(lab, "wrk", loads, cfg, log, duration_s=duration)
+    w = httpload.run_window(lab, "wrk", loads, cfg, log, duration_s=duration)
     outputs = dict(zip((i for i, _ in loads), w.outputs))
     rows = []
     for c in groups:
         mine = {lab.client(i).address for i in c.clients}
-        rate, counted = dialup.rate_in_window([d for d in w.completions if d.client in mine], w.start, w.end)
+        rate, counted = httpload.rate_in_window([d for d in w.completions if d.client in mine], w.start, w.end)
         ceiling = c.x / c.call_s
-        errors = dialup.generator_totals("wrk", [outputs[i] for i, n in zip(c.clients, c.users) if n])["errors"]
+        errors = httpload.generator_totals("wrk", [outputs[i] for i, n in zip(c.clients, c.users) if n])["errors"]
         rows.append({"cohort": c.name, "completed_per_s": rate, "model_ceiling": ceiling,
                      "ratio_to_model": ratio(rate, ceiling), "connections_counted": counted, "errors": errors})
     return {"cohorts": rows, "errors": sum(r["errors"] for r in rows), "cpu": w.cpu}
@@ -192,14 +192,14 @@ def run_totals(lab, groups: list[Cohort]) -> dict:
     """httperf's totals, the 2000 way: sessions of 20 calls started within the first second,
     run to their end; per cohort, the sum over its clients of replies / test duration."""
     timeout_s = max(c.session_s for c in groups) * 3 + 60
-    loads = [(i, dialup.totals_argv(lab, n, CALLS, timeout_s)) for c in groups for i, n in zip(c.clients, c.users) if n]
-    run = dialup.run_sessions(lab, loads, timeout_s)
+    loads = [(i, httpload.totals_argv(lab, n, CALLS, timeout_s)) for c in groups for i, n in zip(c.clients, c.users) if n]
+    run = httpload.run_sessions(lab, loads, timeout_s)
     reports = dict(zip((i for i, _ in loads), run.reports))
     rows = []
     for c in groups:
         mine = [reports[i] for i, n in zip(c.clients, c.users) if n]
         rate = sum(r["replies"] / r["duration_s"] for r in mine)
-        ceiling = dialup.totals_ceiling(list(c.users), c.session_s)
+        ceiling = httpload.totals_ceiling(list(c.users), c.session_s)
         rep = httperf.combine(mine)
         rows.append({"cohort": c.name, "completed_per_s": rate, "model_ceiling": ceiling,
                      "ratio_to_model": ratio(rate, ceiling), "model_session_s": c.session_s,
@@ -217,7 +217,7 @@ def measure(quick: bool, *, clients=None, outdir=None) -> dict:
     doc = new_result(NAME, quick)
     doc["config"] = {"points": [list(p) for p in cfg.points], "mixes": MIXES, "ramp_s": cfg.ramp_s,
                      "window_s": cfg.window_s, "calls": CALLS, "clients": CLIENTS, "ports": cfg.ports,
-                     "uri": dialup.URI, "mode": "shape", "per": "port", "delay_stage": netem,
+                     "uri": httpload.URI, "mode": "shape", "per": "port", "delay_stage": netem,
                      "server_rto_min_ms": RFC_RTO_MIN_MS, "bandwidth": {}}
     steps = Steps(NAME, len(cfg.points))
     for mix_name, x in cfg.points:  # each row in a lab of its own, as a run of that row alone would be

@@ -25,6 +25,7 @@ DEV, PEER = "rb0", "rb1"  # the device a plan goes on, and its veth peer
 FIRST_PORT = 10000
 PORTS_PER_HOST = 1024
 MODEM_BPS = 28_800
+MIN_CPU_S = 0.02  # CPU times below this are too coarse (scheduler ticks) to compare
 
 
 class BenchError(Exception):

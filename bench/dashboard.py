@@ -25,6 +25,7 @@ from pathlib import Path
 
 from ratelimit.kernel.proc import stop
 
+from . import procfs
 from .common import REPO, BenchError
 
 CHROMIUM = "/usr/bin/chromium"
@@ -53,11 +54,6 @@ def env_for(tree: Path, **extra) -> dict:
     """The environment that makes ``python`` import ratelimit and webui from ``tree`` (run it
     with ``cwd=tree`` too: ``python -m`` looks in the working directory first)."""
     return {**os.environ, "PYTHONPATH": str(tree), **extra}
-
-
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
 
 
 class _Browser:
@@ -134,9 +130,9 @@ def server_cpu(argv: list[str], env: dict, client: _Browser, *, warmup_s: float,
             raise BenchError(f"{' '.join(argv[:4])} ... did not start serving")
         page = client.open(url)
         time.sleep(warmup_s)
-        c0, t0 = _cpu_s(proc.pid), time.monotonic()
+        c0, t0 = procfs.cpu_s(proc.pid), time.monotonic()
         time.sleep(window_s)
-        cpu, wall = _cpu_s(proc.pid) - c0, time.monotonic() - t0
+        cpu, wall = procfs.cpu_s(proc.pid) - c0, time.monotonic() - t0
         return {"cpu_s": cpu, "wall_s": wall, "core_share": cpu / wall}
     finally:
         if page is not None:

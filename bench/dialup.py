@@ -47,35 +47,31 @@ packet before) and first byte to last byte (the response's frames down, which th
 model predicts: ``rest_model_s``).
 
 CPU: the load generators' and the server's processes (utime + stime from
-/proc), and the kernel's softirq time over all CPUs.  veth delivery runs in
-the sender's context, so the router's forwarding and shaping show up as
-softirq time, charged to whichever process sent the packet.
+/proc), and the kernel's softirq time over all CPUs.  The measuring (the window,
+the probes, whole sessions, the CPU) is ``bench/httpload.py``'s, which the
+audience benchmark shares; this module is the table: its rows, labs and readings.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import math
 import os
-import re
-import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf
 from .common import (LINUX_RTO_MIN_MS, RFC_RTO_MIN_MS, SERVER_2000, SERVER_CC, BenchError, MODEM_BPS, Steps, ratio,
-                     say, server_congestion_control, server_route, summarize, tcp_change, tcp_counters)
+                     say, server_congestion_control, server_route)
+from .httpload import (CALLS, FILE_BYTES, URI, generator_totals, load_argv, probe_summary, rate_in_window,
+                       request_bytes, response_header_bytes, run_sessions, run_window, session_seconds,
+                       totals_argv, totals_ceiling)
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
 
 NAME = "dialup"
 VM_WORK = True  # v0.3's settings (police mode) where the host lacks act_police
-URI = "/10000.bin"
-FILE_BYTES = 10_000
-CALLS = 20  # per session, as in 2000
 CLIENTS = 4  # client namespaces (the 2000 lab's four client machines)
 PER_HTTPERF = httperf.FD_SAFE  # sessions per httperf process: below FD_SETSIZE
 PORTS = "10000-12999"  # each client's ephemeral range, every port an emulated link
@@ -83,9 +79,6 @@ PROFILE = "modem-28k8"
 # x -> event-driven server's completed connections/s measured in 2000 (the published benchmark ratelimit v0.3 was written for)
 PUBLISHED = {200: 69, 1000: 349, 2000: 697, 3600: 1239}
 THEORY_FACTOR = MODEM_BPS / (FILE_BYTES * 8)  # 0.36 completions/s per user
-# what each generator sends for a call (the request's time on the uplink counts)
-REQUEST = {"httperf": "GET {uri} HTTP/1.1\r\nUser-Agent: httperf/0.9.0\r\nHost: {host}\r\n\r\n",
-           "wrk": "GET {uri} HTTP/1.1\r\nHost: {host}:80\r\n\r\n"}
 
 
 @dataclass(frozen=True)
@@ -150,207 +143,12 @@ def theoretical(x: int) -> float:
     return x * THEORY_FACTOR
 
 
-_NGINX_LINE = re.compile(r'^(\S+) \S+ \S+ \[(\d{2}/\w{3}/\d{4}:\d{2}:\d{2}:\d{2} [+-]\d{4})\] "[^"]*" (\d{3}) (\d+)'
-                         r'(?: "[^"]*" "[^"]*" (\d+\.\d+) (\d+))?', re.M)
-
-
-@dataclass(frozen=True)
-class Completion:
-    """A complete reply in the access log: when it ended and on which connection (the
-    lab's log format adds ``$msec`` and ``$remote_port``; the plain combined format has
-    the second only, and no port)."""
-
-    at: float
-    client: str
-    port: int | None
-
-
-def nginx_completions(text: str) -> list[Completion]:
-    """Complete 10,000-byte 200 replies in an nginx access log."""
-    out = []
-    for m in _NGINX_LINE.finditer(text):
-        if m.group(3) == "200" and int(m.group(4)) == FILE_BYTES:
-            at = float(m.group(5)) if m.group(5) else \
-                datetime.datetime.strptime(m.group(2), "%d/%b/%Y:%H:%M:%S %z").timestamp()
-            out.append(Completion(at, m.group(1), int(m.group(6)) if m.group(6) else None))
-    return out
-
-
-def rate_in_window(done: list[Completion], start: float, end: float) -> tuple[float, int]:
-    """(replies per second, connections counted) in [start, end]: the sum over connections
-    of each one's rate, (replies - 1) / (last - first) of its replies in the window.  A
-    count of replies in the window would depend on where the window cuts the calls: wrk
-    starts its connections together, so their replies come in waves a call apart, and a
-    40 s window holds 13 or 14 of them (7% apart)."""
-    by_conn: dict = {}
-    for c in done:
-        if start <= c.at <= end and c.port is not None:
-            by_conn.setdefault((c.client, c.port), []).append(c.at)
-    rate, counted = 0.0, 0
-    for times in by_conn.values():
-        if len(times) >= 2 and times[-1] > times[0]:
-            rate += (len(times) - 1) / (times[-1] - times[0])
-            counted += 1
-    return rate, counted
-
-
 def shares(x: int, n: int = CLIENTS) -> list[int]:
     """x users over n client namespaces, as evenly as possible."""
     return [x // n + (1 if i < x % n else 0) for i in range(n)]
 
 
-_PROBE_FORMAT = "%{time_starttransfer} %{time_total} %{local_port}\\n"
-
-
-def probe_calls(lab, url: str, calls: int) -> subprocess.Popen:
-    """One probe connection: ``calls`` fetches of ``url`` by one curl (which keeps its
-    connection open between them), each printed as first byte, total and local port."""
-    argv = ["curl", "-sS", "-w", _PROBE_FORMAT]
-    for _ in range(calls):
-        argv += ["-o", "/dev/null", url]
-    return lab.client(1).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-
-
-def probe_times(outputs: list[str]) -> tuple[list[float], list[float], set[int]]:
-    """(request to first byte, first to last byte, local ports) of every probe call that
-    completed (the first call of each connection, which also connects, left out)."""
-    first, rest, ports = [], [], set()
-    for out in outputs:
-        lines = [line.split() for line in out.splitlines()]
-        calls = [(float(a), float(b), int(c)) for a, b, c in (f for f in lines if len(f) == 3)
-                 if a.replace(".", "", 1).isdigit()]
-        ports.update(c for _, _, c in calls)
-        for start, total, _ in calls[1:]:
-            first.append(start)
-            rest.append(total - start)
-    return first, rest, ports
-
-
-def load_argv(generator: str, server: str, users: int, duration_s: float, ramp_s: float,
-              calls: int = CALLS) -> list[str]:
-    """One client namespace's load: ``users`` persistent connections, all started within
-    half the ramp (httperf: ``users`` sessions of ``calls`` calls at ``--rate`` users / (ramp / 2))."""
-    if generator == "httperf":
-        return httperf.session_argv(server, 80, URI, users, calls, rate=max(1.0, users / (ramp_s / 2)),
-                                    timeout_s=duration_s + 60)
-    return ["wrk", "-t1", f"-c{users}", f"-d{duration_s:.0f}s", "--timeout", "60s", f"http://{server}{URI}"]
-
-
-# ---------------------------------------------------------------- CPU
-
-
-def _proc_cpu_each(pids) -> dict[int, float]:
-    """Each of these processes' user + system seconds, its reaped children's included (a
-    process gone: left out)."""
-    out = {}
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rpartition(")")[2].split()
-            out[pid] = sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
-
-
-def _waits(pids) -> tuple[int, int]:
-    """These processes' time waiting for a CPU while runnable (ns) and their turns on one
-    (``/proc/PID/schedstat``: on-CPU ns, run delay ns, turns)."""
-    delay = turns = 0
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/schedstat") as f:
-                _, d, n = (int(v) for v in f.read().split())
-        except (OSError, ValueError):
-            continue
-        delay, turns = delay + d, turns + n
-    return delay, turns
-
-
-def _per_cpu() -> list[tuple[int, int, int]]:
-    """Each CPU's (all ticks, idle ticks, softirq ticks) since boot."""
-    out = []
-    with open("/proc/stat") as f:
-        for line in f:
-            name, *parts = line.split()
-            if name.startswith("cpu") and name != "cpu":
-                v = [int(x) for x in parts]
-                out.append((sum(v), v[3] + v[4], v[6]))
-    return out
-
-
-def _cpu_totals() -> tuple[float, float, float]:
-    """(all CPU seconds, idle seconds, softirq seconds) since boot, over every CPU."""
-    with open("/proc/stat") as f:
-        parts = [int(x) for x in f.readline().split()[1:]]
-    tick = os.sysconf("SC_CLK_TCK")
-    return sum(parts) / tick, (parts[3] + parts[4]) / tick, parts[6] / tick
-
-
 # ---------------------------------------------------------------- one row
-
-
-@dataclass
-class Window:
-    """What one steady-state window saw: the load's complete replies at the server (the
-    probes' left out) and the window's bounds, each load process's output, CPU and the
-    server's TCP over the window, and the probes' call times."""
-
-    start: float
-    end: float
-    completions: list[Completion]
-    outputs: list[str]
-    cpu: dict
-    cpu_run: dict
-    tcp: dict
-    probe: tuple[list[float], list[float], set[int]]
-
-
-def run_window(lab, generator: str, loads: list[tuple[int, list[str]]], cfg: Config, log: Path, *,
-               duration_s: float, probes: int = 0, probe_n: int = 2, probe_timeout_s: float = 60) -> Window:
-    """Start ``loads`` (client number, argv) at once, wait ``cfg.ramp_s``, watch
-    ``cfg.window_s`` (with ``probes`` curl probes of ``probe_n`` calls in client 1), stop the
-    load and read the server's access log (``duration_s``: the load's own run, for its timeout)."""
-    offset = log.stat().st_size if log.exists() else 0
-    server_pids = _server_pids(lab)
-    cpu0 = _cpu_totals()
-    procs = [lab.client(i).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i, argv in loads]
-    time.sleep(cfg.ramp_s)
-    tcp0 = tcp_counters(lab.server.netns)
-    start, c0 = time.time(), _cpu_sample(procs, server_pids)
-    probing = [probe_calls(lab, lab.url(URI), probe_n) for _ in range(probes)]
-    time.sleep(cfg.window_s)
-    end, c1 = time.time(), _cpu_sample(procs, server_pids)
-    tcp1 = tcp_counters(lab.server.netns)
-    probe = probe_times([p.communicate(timeout=probe_timeout_s)[0] for p in probing])
-    outputs = stop_load(procs, generator, duration_s + 60)
-    with open(log, "rb") as f:
-        f.seek(offset)
-        times = [c for c in nginx_completions(f.read().decode("utf-8", "replace"))
-                 if not (c.client == lab.client(1).address and c.port in probe[2])]
-    return Window(start, end, times, outputs, _cpu_share(c0, c1),
-                  {"machine_busy": 1 - (c1[0][1] - cpu0[1]) / ((c1[0][0] - cpu0[0]) or 1)},
-                  tcp_change(tcp0, tcp1), probe)
-
-
-def stop_load(procs: list[subprocess.Popen], generator: str, timeout_s: float) -> list[str]:
-    """Each load process's output, once it has ended (httperf is interrupted: it prints its
-    report then; wrk ends on its own)."""
-    outputs = []
-    for p in procs:
-        if generator == "httperf":
-            try:
-                p.send_signal(signal.SIGINT)
-            except ProcessLookupError:
-                pass
-        try:
-            out, _ = p.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            out, _ = p.communicate()
-        outputs.append(out)
-    return outputs
 
 
 def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, log: Path,
@@ -384,84 +182,6 @@ def run_point(lab, model, generator: str, x: int, rto_min_ms: int, cfg: Config, 
     return row
 
 
-def probe_summary(w: Window, model, header_bytes: int, probe_n: int) -> dict:
-    """A row's probe calls: request to first byte and first to last byte, and the latter's model."""
-    first, rest, _ = w.probe
-    return {"calls_per_connection": probe_n, "first_byte_s": summarize(first), "rest_s": summarize(rest),
-            "rest_model_s": model.transfer_seconds(header_bytes + FILE_BYTES)
-            - (model.down_delay_us / 1e6 if model.delay_stage else 0.0)}
-
-
-def request_bytes(generator: str, lab) -> int:
-    """What ``generator`` sends for one call to the lab's server (its time on the uplink counts)."""
-    return len(REQUEST[generator].format(uri=URI, host=lab.server.address))
-
-
-def _cpu_sample(procs, server_pids) -> tuple:
-    """(CPU totals, the load's CPU seconds, the server's CPU seconds, each CPU's (all, idle,
-    softirq), the load's waits for a CPU, each load and server process's CPU seconds)."""
-    load, server = _proc_cpu_each(p.pid for p in procs), _proc_cpu_each(server_pids)
-    return (_cpu_totals(), sum(load.values()), sum(server.values()), _per_cpu(),
-            _waits(p.pid for p in procs), load, server)
-
-
-def _cpu_share(c0: tuple, c1: tuple) -> dict:
-    """A row's CPU between two ``_cpu_sample`` s: the machine's busy share, the load
-    generators' and the server's processes and softirq (in cores), each CPU's busy share, and
-    how long a load generator waited for a CPU before each of its turns on one (mean, ms)."""
-    wall = (c1[0][0] - c0[0][0]) or 1.0
-    cores = os.cpu_count() or 1
-    return {"machine_busy": 1 - (c1[0][1] - c0[0][1]) / wall,
-            "load_generators": (c1[1] - c0[1]) / wall * cores,
-            "server": (c1[2] - c0[2]) / wall * cores,
-            "softirq": (c1[0][2] - c0[0][2]) / wall,
-            "per_cpu_busy": [1 - (b[1] - a[1]) / ((b[0] - a[0]) or 1) for a, b in zip(c0[3], c1[3])],
-            "per_cpu_softirq": [(b[2] - a[2]) / ((b[0] - a[0]) or 1) for a, b in zip(c0[3], c1[3])],
-            "load_each": _each_share(c0[5], c1[5], wall / cores),
-            "server_each": _each_share(c0[6], c1[6], wall / cores),
-            "load_wait_per_turn_ms": (c1[4][0] - c0[4][0]) / ((c1[4][1] - c0[4][1]) or 1) / 1e6,
-            "window_s": c1[0][0] - c0[0][0]}
-
-
-def _each_share(s0: dict[int, float], s1: dict[int, float], wall_s: float) -> list[float]:
-    """Each process's CPU between two samples, in cores, busiest first (one present in both)."""
-    return sorted(((s1[p] - s0[p]) / wall_s for p in s1 if p in s0), reverse=True)
-
-
-def generator_totals(generator: str, outputs: list[str]) -> dict:
-    """What the load generators say: errors and sessions lost (httperf), errors and the whole run's rate (wrk)."""
-    if generator == "httperf":
-        rep = httperf.combine([httperf.parse(o) for o in outputs])
-        errors = rep.get("errors", {}).get("total")
-        return {"errors": errors, "sessions_total": rep.get("sessions_total"),
-                "sessions_ok": rep.get("sessions_ok"), "generator_report": rep}
-    errors, whole = 0, 0.0
-    for o in outputs:
-        m = re.search(r"Requests/sec:\s+([\d.]+)", o)  # over wrk's whole run, its ramp included
-        whole = whole + float(m.group(1)) if m and whole is not None else None
-        m = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", o)
-        if m:
-            errors += sum(int(v) for v in m.groups())
-        m = re.search(r"Non-2xx or 3xx responses: (\d+)", o)
-        if m:
-            errors += int(m.group(1))
-    return {"errors": errors, "whole_run_per_s": whole, "generator_report": {"tail": [o[-400:] for o in outputs]}}
-
-
-def _server_pids(lab) -> list[int]:
-    from ratelimit.kernel.netns import netns_pids
-    return netns_pids(lab.server.netns)
-
-
-def _header_bytes(lab) -> int:
-    """The nginx response header for the file on a keep-alive connection."""
-    r = lab.client(1).run(["curl", "-sS", "-o", "/dev/null", "-w", "%{size_header}",
-                           "-H", "Connection: keep-alive", lab.url(URI)])
-    if r.returncode != 0:
-        raise BenchError(f"curl through the lab failed: {r.stderr.strip()}")
-    return int(r.stdout)
-
-
 # ---------------------------------------------------------------- the table
 
 
@@ -469,57 +189,6 @@ V03_X = (200,)  # the VM emulates its CPUs in software: the smallest row of the 
 V03_SERVER = {"cc": SERVER_2000.congestion_control, "initcwnd": SERVER_2000.initcwnd_segments}  # RFC 2581's IW
 # (RTO floor, server stack): today's server, and one whose TCP starts as 2000's did with Linux's floor
 V03_STACKS = ((RFC_RTO_MIN_MS, None), (None, V03_SERVER))
-
-
-def session_seconds(model, burst_bytes: int, *, header: int, request: int) -> float:
-    """A session's 20 calls on a policed link whose bucket starts full: the calls' time on
-    the link, less what the bucket lets through at once."""
-    return CALLS * model.call_seconds(FILE_BYTES, header=header, request=request) - burst_bytes * 8 / model.down_bps
-
-
-def totals_ceiling(users: list[int], session_s: float) -> float:
-    """The model's replies/s read the 2000 way: per client, its sessions' calls over the
-    test's duration (n sessions started 1/n s apart, the last lasting ``session_s``)."""
-    return sum(n * CALLS / ((n - 1) / n + session_s) for n in users if n)
-
-
-@dataclass
-class Sessions:
-    """What sessions run whole said: each load process's output and report, CPU and the
-    server's TCP over the run."""
-
-    outputs: list[str]
-    reports: list[dict]
-    cpu: dict
-    tcp: dict
-
-
-def run_sessions(lab, loads: list[tuple[int, list[str]]], timeout_s: float) -> Sessions:
-    """Start ``loads`` (client number, httperf argv) at once and let every session run to its
-    end; ``BenchError`` if a client printed no totals."""
-    server_pids = _server_pids(lab)
-    tcp0, c0 = tcp_counters(lab.server.netns), _cpu_sample([], server_pids)
-    procs = [lab.client(i).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for i, argv in loads]
-    outputs = []
-    for p in procs:
-        try:
-            outputs.append(p.communicate(timeout=timeout_s + 60)[0])
-        except subprocess.TimeoutExpired:
-            p.kill()
-            outputs.append(p.communicate()[0])
-    tcp1, c1 = tcp_counters(lab.server.netns), _cpu_sample([], server_pids)
-    reports = [httperf.parse(o) for o in outputs]
-    if any("duration_s" not in r or not r.get("replies") for r in reports):
-        raise BenchError(f"httperf: a client printed no totals: {[o[-300:] for o in outputs]}")
-    cpu = _cpu_share(c0, c1)
-    del cpu["load_generators"]  # the processes end before the second sample
-    return Sessions(outputs, reports, cpu, tcp_change(tcp0, tcp1))
-
-
-def totals_argv(lab, sessions: int, calls: int, timeout_s: float) -> list[str]:
-    """One client's httperf the 2000 way: ``sessions`` sessions started within the first second."""
-    return httperf.session_argv(lab.server.address, 80, URI, sessions, calls, rate=sessions, timeout_s=timeout_s)
 
 
 def run_totals(lab, model, x: int, rto_min_ms: int, header_bytes: int, burst_bytes: int) -> dict:
@@ -672,7 +341,7 @@ def nginx_lab(name: str, link, doc: dict, *, clients: int, ports: str, part: str
     track_topology(lab)
     try:
         doc["config"]["server_congestion_control"] = server_congestion_control(lab)
-        header = doc["config"]["header_bytes"] = _header_bytes(lab)
+        header = doc["config"]["header_bytes"] = response_header_bytes(lab)
         yield lab, header
     finally:
         lab.down()

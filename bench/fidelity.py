@@ -36,6 +36,7 @@ import re
 import time
 from dataclasses import dataclass
 
+from . import procfs
 from .common import (BenchError, MODEM_BPS, Steps, congestion_control, ratio, say,
                      server_congestion_control, summarize, tcp_change, tcp_counters)
 from .sandbox import track_topology, untrack_topology
@@ -80,13 +81,6 @@ def config(quick: bool, place: str, links=None) -> Config:
                   10 if quick else 30, (), 0)
 
 
-def _cpu_times() -> tuple[float, float]:
-    with open("/proc/stat") as f:
-        parts = [float(x) for x in f.readline().split()[1:]]
-    idle = parts[3] + (parts[4] if len(parts) > 4 else 0)
-    return sum(parts), idle
-
-
 def _lab(name: str, clients: int, mode: str):
     from ratelimit.kernel.probe import probe
     from ratelimit.lab.core import Lab
@@ -117,7 +111,7 @@ def downloads(lab, k: int, warmup: float, window: float, rcvbuf: int) -> dict:
         env = {**os.environ, "PYTHONPATH": str(_repo())}
         procs.append(lab.client(i + 1).popen(argv, stdout=-1, stderr=-1, text=True, env=env))
     time.sleep(warmup)
-    total0, idle0 = _cpu_times()
+    cpu0 = procfs.ticks()
     tcp0 = tcp_counters(lab.server.netns)
     model = lab.link_model()
     rate_bps = model.layer.carried_bps(model.down_bps)  # the frames' rate
@@ -143,9 +137,9 @@ def downloads(lab, k: int, warmup: float, window: float, rcvbuf: int) -> dict:
         if p.returncode != 0:
             raise BenchError(f"downloader exited {p.returncode}: {' '.join(err.split())[-300:]}")
         outs.append(json.loads(out.strip().splitlines()[-1]))
-    total1, idle1 = _cpu_times()
+    cpu1 = procfs.ticks()
     tcp1 = tcp_counters(lab.server.netns)
-    cpu_busy = 1 - (idle1 - idle0) / (total1 - total0) if total1 > total0 else None
+    cpu_busy = procfs.shares(cpu0, cpu1)["machine"]["busy"] if sum(cpu1[0]) > sum(cpu0[0]) else None
     failed = sum(o["failed"] for o in outs)
     return {"links": k, "clients": nclients, "measured_links": len(ratios), "failed": failed,
             "connections_seen": [len(got0), len(got1)],

@@ -24,7 +24,9 @@ from .section_audience import section_audience
 from .section_hash import section_qdisc_hash
 from .section_shaped import section_shaped
 from .section_trace import section_trace
-from .sections import rows_of, section_cohorts, section_dialup, section_faults, section_fidelity, section_switch, section_packet, section_setup, section_stats
+from .section_dialup import section_dialup
+from .section_setup import section_packet, section_setup
+from .sections import rows_of, section_cohorts, section_faults, section_fidelity, section_stats, section_switch
 from .plots import plot_dialup, plot_fidelity, plot_packet, plot_setup, plot_stats
 from .results import RESULTS_DIR, load_results
 

@@ -3,7 +3,8 @@ method with the server behind a mix of links, each cohort against its own model.
 
 from __future__ import annotations
 
-from .sections import _machine_line, _notes, _probe_cells, table
+from .section_dialup import probe_cells, probe_of
+from .sections import machine_line, notes_of, table
 
 
 def section_audience(doc: dict | None) -> list[str]:
@@ -17,7 +18,7 @@ def section_audience(doc: dict | None) -> list[str]:
     bandwidth = ", ".join(f"{k} {v}" for k, v in cfg.get("bandwidth", {}).items())
     queues = sorted({r.get("queues", 1) for r in doc.get("rows", [])})
     bandwidth += f"; tx queues: {', '.join(map(str, queues))} (one HTB tree each)" if queues != [1] else ""
-    out += [f"({_machine_line(doc)})", "",
+    out += [f"({machine_line(doc)})", "",
             f"The dial-up table's method (section 5: nginx, httperf sessions as in 2000, the same two readings) "
             f"with the server behind a **mix** instead of one profile: `ratelimit lab up --clients "
             f"{cfg.get('clients')} --mix MIX --per port`, so the mix splits the {cfg.get('clients')} client "
@@ -51,7 +52,7 @@ def section_audience(doc: dict | None) -> list[str]:
                             f"{100 * cpu.get('load_generators', 0):.0f}%", f"{100 * cpu.get('server', 0):.0f}%",
                             f"{100 * cpu.get('softirq', 0):.0f}%",
                             " / ".join(f"{100 * b:.0f}%" for b in cpu.get("per_cpu_busy", [])),
-                            *_probe_cells(r)]
+                            *probe_cells(r)]
                            if k == 0 else [""] * 7)])
     out += table(["mix, x", "cohort", "users (clients)", "calls/session (window)", "window: replies/s",
                   "its model's ceiling", "window: of the ceiling", "httperf's totals: replies/s",
@@ -74,7 +75,7 @@ def section_audience(doc: dict | None) -> list[str]:
             "Probe, as in section 5: 10 curl connections in client 1 (a 28.8k modem each), left out of the "
             "rates, each call timed from the request to the first byte and from there to the last.", ""]
     out += _reading(doc) + [""]
-    out += _notes(doc)
+    out += notes_of(doc)
     return out
 
 
@@ -116,7 +117,6 @@ def _reading(doc: dict) -> list[str]:
 
 def _shortfall(r: dict) -> str:
     """Where a row's missing replies went, from its own CPU and probe readings."""
-    from .sections import _probe
     cpu = r.get("cpu", {})
     short = ", ".join(f"{c['cohort']} {100 * c['ratio_to_model']:.1f}% ({c['model_call_s']:.2f} s a call: "
                       f"{1000 * c['model_call_s'] * (1 / c['ratio_to_model'] - 1):.0f} ms more per call)"
@@ -127,7 +127,7 @@ def _shortfall(r: dict) -> str:
             f"softirq {100 * cpu.get('softirq', 0):.0f}% of the machine"
             + (f"; httperf's processes waited {cpu['load_wait_per_turn_ms']:.2f} ms for a CPU before each turn on one"
                if "load_wait_per_turn_ms" in cpu else "") + ".")
-    first, rest = _probe(r, "first_byte_s"), _probe(r, "rest_s")
+    first, rest = probe_of(r, "first_byte_s"), probe_of(r, "rest_s")
     if first and rest:
         model = r["probe"]["rest_model_s"]
         text += (f" The probes' responses ({r['probe'].get('cohort')}) took {rest['p50']:.3f} s from first to last "

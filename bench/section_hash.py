@@ -3,7 +3,7 @@ numbered with the groups in a bucket of their own against the same plan in slot 
 
 from __future__ import annotations
 
-from .sections import _machine_line, fmt_ratio, table
+from .sections import fmt_ratio, machine_line, table
 
 
 def section_qdisc_hash(doc: dict | None) -> list[str]:
@@ -11,7 +11,7 @@ def section_qdisc_hash(doc: dict | None) -> list[str]:
     if not doc:
         return out + ["Not run.", ""]
     cfg = doc.get("config", {})
-    out += [f"({_machine_line(doc)})", "",
+    out += [f"({machine_line(doc)})", "",
             f"`python -m bench qdisc-hash`: one plan of K per-port links (a bfifo queue each, shape mode), numbered "
             f"as ratelimit numbers it (*bucketed*: the groups' qdiscs in a bucket of the device's qdisc hash that "
             f"the links' queues leave alone) and in slot order (as before), side by side. *Install*: our executor "

@@ -3,7 +3,7 @@ alone with K links that all wait for tokens, one tx queue's tree against several
 
 from __future__ import annotations
 
-from .sections import _machine_line, table
+from .sections import machine_line, table
 from .shaped_load import softirq_us_per_packet
 
 SATURATED = 0.95  # the machine's busy share from which a row is read as saturated
@@ -16,7 +16,7 @@ def section_shaped(doc: dict | None) -> list[str]:
         return out + ["Not run.", ""]
     cfg = doc.get("config", {})
     rate = cfg.get("rate_bps", 0)
-    out += [f"({_machine_line(doc)})", "",
+    out += [f"({machine_line(doc)})", "",
             f"The router alone (`python -m bench shaped-load [--flows K ...] [--queues Q ...]`): three namespaces, "
             f"a sender, the router and a sink. The router's sink-facing veth has Q tx queues, and ratelimit's "
             f"shape-mode plan on it gives K per-port links of one sink address a class each at {rate / 1000:g} "

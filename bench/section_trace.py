@@ -3,7 +3,7 @@ they track it at 100 to 10,000 links, what the driver costs at each step, and a 
 
 from __future__ import annotations
 
-from .sections import _machine_line, _notes, table
+from .sections import machine_line, notes_of, table
 
 
 def _pct(v) -> str:
@@ -29,7 +29,7 @@ def section_trace(doc: dict | None) -> list[str]:
     alone = [r for r in rows if r.get("kind") == "driver"]
     naive = [r for r in rows if r.get("kind") == "naive"]
     tcp = [r for r in rows if r.get("kind") == "tcp"]
-    out += [f"({_machine_line(doc)})", "",
+    out += [f"({machine_line(doc)})", "",
             f"`{doc.get('command')}` ([bench/trace.py](../bench/trace.py)). Each row's links (a link per client "
             "port, in namespaces of the run's own) follow the synthetic LTE drive `lte-drive.down` at a scale, each "
             "link from its own phase, with the driver (`ratelimit follow`) at the row's step. *Tracking*: UDP "
@@ -124,5 +124,5 @@ def section_trace(doc: dict | None) -> list[str]:
                 f"3 s against the trace's capacity then (each opportunity a full segment of 1,448 bytes): "
                 f"**{r['goodput_ratio_mean'] * 100:.1f}%** on average, {r['goodput_ratio_min'] * 100:.1f}% to "
                 f"{r['goodput_ratio_max'] * 100:.1f}% by link, the driver {_pct(r['driver_cpu'])} of a core.", ""]
-    out += _notes(doc)
+    out += notes_of(doc)
     return out

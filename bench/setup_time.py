@@ -45,12 +45,12 @@ from dataclasses import dataclass, replace
 from ratelimit.compile import compile_plan
 from ratelimit.script import tc_batch
 
-from .common import BenchError, Clock, DEV, Steps, flows_request, fmt_time, median, ratio, run, say, shape_flows
+from .common import (BenchError, Clock, DEV, MIN_CPU_S, Steps, flows_request, fmt_time, median, ratio, run, say,
+                     shape_flows)
 from .sandbox import Netns, host_has
 from .results import new_result, save
 
 NAME = "setup"
-MIN_CPU_S = 0.02  # CPU times below this are too coarse to compare
 VM_WORK = True  # police mode runs in the VM
 TOOLS = ("ratelimit", "ratelimit-1qdisc", "ratelimit CLI", "tc-batch", "tc-per-rule", "tcconfig")
 

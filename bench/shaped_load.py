@@ -41,7 +41,7 @@ from ratelimit.kernel.executor import Executor
 from ratelimit.layout import group_links_of
 from ratelimit.model import Burst, LinkParams, Request
 
-from . import blast
+from . import blast, procfs
 from .common import BenchError, Steps, percentile, run, say
 from .results import new_result, save
 from .sandbox import _LIVE, _delete_ns, ns_name
@@ -130,25 +130,6 @@ def request(k: int, queues: int, rate_bps: int, netns: str, burst: Burst | None 
     return replace(req, queues=queues)
 
 
-def cpu_times() -> list[list[int]]:
-    """/proc/stat's ``cpu`` lines: [user, nice, system, idle, iowait, irq, softirq, steal], machine first."""
-    out = []
-    with open("/proc/stat") as f:
-        for line in f:
-            if line.startswith("cpu"):
-                out.append([int(x) for x in line.split()[1:9]])
-    return out
-
-
-def cpu_shares(before: list, after: list) -> dict:
-    def one(a, b):
-        d = [y - x for x, y in zip(a, b)]
-        total = sum(d) or 1
-        return {"busy": 1 - (d[3] + d[4]) / total, "softirq": d[6] / total, "system": d[2] / total,
-                "user": (d[0] + d[1]) / total, "irq": d[5] / total}
-    return {"machine": one(before[0], after[0]), "per_cpu": [one(a, b) for a, b in zip(before[1:], after[1:])]}
-
-
 def perf_top(seconds: float, n: int = 12) -> list | None:
     """perf's top symbols (self time, all CPUs) over ``seconds``, or None without perf."""
     if not seconds or shutil.which("perf") is None:
@@ -209,9 +190,9 @@ def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = N
         try:
             time.sleep(cfg.warm_s)
             with Executor(path.router) as ex:
-                c0, (t_0, b0) = cpu_times(), _read(ex, table)
+                c0, (t_0, b0) = procfs.ticks(), _read(ex, table)
                 time.sleep(cfg.window_s)
-                c1, (t_1, b1) = cpu_times(), _read(ex, table)
+                c1, (t_1, b1) = procfs.ticks(), _read(ex, table)
             top = perf_top(cfg.perf_s)
         finally:
             outs = [p.communicate(timeout=run_s + 60) for p in senders]
@@ -223,17 +204,17 @@ def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = N
         raise BenchError(f"the plan has {table.rows} flows for {k} links")
     shares = sorted((b1["bytes"][i] - b0["bytes"][i]) * 8 / window / cfg.rate_bps for i in range(k))
     delivered = sum(b1["packets"][i] - b0["packets"][i] for i in range(k)) / window
-    cpu = cpu_shares(c0, c1)
-    if cpu["machine"]["user"] > 0.05:  # the router's work is softirq and system time; pace.c sleeps
-        say(NAME, f"warning: {cpu['machine']['user']:.0%} user time in the window: something else ran")
+    used = procfs.shares(c0, c1)
+    if used["machine"]["user"] > 0.05:  # the router's work is softirq and system time; pace.c sleeps
+        say(NAME, f"warning: {used['machine']['user']:.0%} user time in the window: something else ran")
     sent = [o.split() for o, _ in outs]
     return {"links": k, "queues": queues, "group_links": group_links_of(req), "rate_bps": cfg.rate_bps,
             "burst": req.burst_of(req.down).text(), "setup_s": round(setup_s, 2),
             "window_s": round(window, 2), "step": round(FRAME_BYTES * 8 / window / cfg.rate_bps, 4),
             "share_mean": sum(shares) / k, "share_p5": percentile(shares, 5), "share_p50": percentile(shares, 50),
             "share_min": shares[0], "delivered_pps": round(delivered),
-            "offered_pps": round(pps), "cpu": cpu,
-            "cpu_us_per_packet": cpu["machine"]["busy"] * (os.cpu_count() or 1) * 1e6 / max(delivered, 1),
+            "offered_pps": round(pps), "cpu": used,
+            "cpu_us_per_packet": used["machine"]["busy"] * (os.cpu_count() or 1) * 1e6 / max(delivered, 1),
             "sender_errors": sum(int(s[1]) for s in sent), "sender_late_wakeups": sum(int(s[3]) for s in sent),
             "perf_top": top}
 

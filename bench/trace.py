@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from . import procfs
 from .common import Steps, say
 from .results import new_result, save
 
@@ -110,10 +111,10 @@ def driver_alone(links: int, scale: float, steps: tuple, seconds: float) -> list
             until = time.monotonic() + 60  # its first round (every link's class and gate) may take longer
             while "sent" not in (follow.read_status(ns["rtr"], traceload.DEV) or {}) and time.monotonic() < until:
                 time.sleep(0.2)
-            s0, (u0, k0), t0 = follow.read_status(ns["rtr"], traceload.DEV), traceload.cpu_s(pid, True), \
+            s0, (u0, k0), t0 = follow.read_status(ns["rtr"], traceload.DEV), procfs.times_s(pid)[:2], \
                 time.monotonic()
             time.sleep(seconds)
-            s1, (u1, k1), t1 = follow.read_status(ns["rtr"], traceload.DEV), traceload.cpu_s(pid, True), \
+            s1, (u1, k1), t1 = follow.read_status(ns["rtr"], traceload.DEV), procfs.times_s(pid)[:2], \
                 time.monotonic()
             follow.stop(ns["rtr"], traceload.DEV)
             span = t1 - t0
@@ -239,11 +240,11 @@ def tcp(links: int, scale: float, seconds: float) -> dict:
         traced = {link.port: link for link in traced_links(compile_plan(req), loaded)}
         server = traceload._python(ns["srv"], TCP_SERVER, traceload.SERVER, stdout=subprocess.PIPE, text=True)
         assert server.stdout.readline().strip() == "ready"
-        c0, t0 = traceload.cpu_s(pid), time.monotonic()
+        c0, t0 = sum(procfs.times_s(pid)[:2]), time.monotonic()
         client = traceload._python(ns["cli"], TCP_CLIENT, traceload.SERVER, str(traceload.PORT0), str(links),
                                    str(seconds), "3", traceload.CLIENT, stdout=subprocess.PIPE, text=True)
         out = json.loads(client.communicate(timeout=seconds + 60)[0])
-        cpu = (traceload.cpu_s(pid) - c0) / (time.monotonic() - t0)
+        cpu = (sum(procfs.times_s(pid)[:2]) - c0) / (time.monotonic() - t0)
         ratios = []
         for i, got in enumerate(out["got"]):
             link = traced[traceload.PORT0 + i]

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from ratelimit import SOURCE_ROOT
 
-from . import tracefacts
+from . import procfs, tracefacts
 
 PORT0 = 20000
 CLIENT, SERVER = "198.18.70.2", "198.18.71.2"  # bench.tracefacts' topology
@@ -313,15 +313,6 @@ def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: flo
     return out
 
 
-def cpu_s(pid: int, split: bool = False):
-    """A process's user + system time so far (``/proc/PID/stat``: the kernel's work for its
-    netlink messages is done in its own system calls, so it is counted); ``split``: the
-    two apart."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    user, system = (int(fields[i]) / os.sysconf("SC_CLK_TCK") for i in (11, 12))
-    return (user, system) if split else user + system
-
-
 def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: int = 1472,
                factor: float = 1.1, prefill: int = 4, settle_s: float = 3.0, step_ms: int | None = None,
                loaded: int | None = None, **request) -> dict:
@@ -347,11 +338,11 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
         traced = [link for link in traced_links(compile_plan(req), srcs) if link.direction == "dest"]
         if loaded is not None:
             traced = traced[::max(1, len(traced) // loaded)][:loaded]
-        cpu0, t0 = cpu_s(pid), time.monotonic()
+        cpu0, t0 = sum(procfs.times_s(pid)[:2]), time.monotonic()
         sent, records = send_and_receive(ns, req, started, seconds, workdir, payload=payload, factor=factor,
                                          prefill=prefill, ports={link.port for link in traced})
         driver = follow.read_status(ns["rtr"], DEV)
-        driver["cpu_share"] = round((cpu_s(pid) - cpu0) / (time.monotonic() - t0), 4)  # of one core
+        driver["cpu_share"] = round((sum(procfs.times_s(pid)[:2]) - cpu0) / (time.monotonic() - t0), 4)  # of one core
         first, last = records[0][0] / 1e6, records[0][-1] / 1e6  # the receiver runs on after the sender's end
         result = score(records, traced, started, first + settle_s * 1000, min(last, sent["end_ms"]) - 500,
                        payload + 28 + ETH_HEADER_BYTES)

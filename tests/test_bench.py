@@ -16,7 +16,7 @@ from ipaddress import ip_address
 
 import pytest
 
-from bench import common, dialup, faults, httperf, packet, report, results, sandbox
+from bench import common, dialup, faults, httperf, httpload, packet, report, results, sandbox
 from bench.__main__ import main as bench_main
 
 # ---------------------------------------------------------------- httperf
@@ -185,21 +185,21 @@ def test_dialup_theory_and_windows():
     assert dialup.theoretical(3600) == pytest.approx(1296)
     assert dialup.theoretical(200) == pytest.approx(72)
     assert dialup.shares(3600) == [900] * 4 and dialup.shares(10) == [3, 3, 2, 2]
-    C = dialup.Completion
+    C = httpload.Completion
     # two connections in step, a call every 3 s: a window of 10 s holds 4 or 3 waves of
     # replies depending on where it starts, but each connection's rate is 1/3 per second
     done = [C(100.0 + 3 * k, "198.18.0.2", port) for k in range(8) for port in (10001, 10002)]
     for start in (100.5, 101.5, 102.5):
-        rate, counted = dialup.rate_in_window(done, start, start + 10)
+        rate, counted = httpload.rate_in_window(done, start, start + 10)
         assert counted == 2 and rate == pytest.approx(2 / 3)
     done.append(C(120.0, "198.18.0.3", 10001))  # one reply alone: no rate
-    assert dialup.rate_in_window(done, 119, 121) == (0.0, 0)
+    assert httpload.rate_in_window(done, 119, 121) == (0.0, 0)
 
 
 def test_dialup_probe_times_split_each_call_and_skip_the_connecting_one():
     outputs = ["0.480 3.540 10007\n0.050 3.110 10007\n0.250 3.311 10007\n",
                "curl: (28) Operation timed out\n0.470 3.530 12999\n", ""]
-    first, rest, ports = dialup.probe_times(outputs)
+    first, rest, ports = httpload.probe_times(outputs)
     assert first == [0.05, 0.25]
     assert rest == pytest.approx([3.06, 3.061])
     assert ports == {10007, 12999}
@@ -214,20 +214,20 @@ def test_dialup_counts_only_complete_replies():
         '198.18.0.6 - - [22/Nov/2026:02:34:15 +0000] "GET /10000.bin HTTP/1.1" 200 10000 "-" "wrk" '
         '1795833255.125 10042',  # the lab's format: when the reply ended, to the ms, and the port
     ])
-    done = dialup.nginx_completions(log)
+    done = httpload.nginx_completions(log)
     assert len(done) == 3
     assert done[1].at - done[0].at == pytest.approx(1.0)  # time zones honoured
     assert (done[2].at, done[2].client, done[2].port) == (1795833255.125, "198.18.0.6", 10042)
 
 
 def test_dialup_loads_are_the_2000_method():
-    argv = dialup.load_argv("httperf", "198.19.0.2", 900, 80, 12)
+    argv = httpload.load_argv("httperf", "198.19.0.2", 900, 80, 12)
     assert "--wsess=900,20,0" in argv and argv[argv.index("--burst-length") + 1] == "1"
     assert float(argv[argv.index("--rate") + 1]) == 150  # all 900 started within half the ramp
     assert "--hog" not in argv  # it would bind ports outside the limited range
     with pytest.raises(common.BenchError, match="select"):
-        dialup.load_argv("httperf", "198.19.0.2", 901, 80, 12)
-    assert dialup.load_argv("wrk", "198.19.0.2", 2500, 60, 12)[:3] == ["wrk", "-t1", "-c2500"]
+        httpload.load_argv("httperf", "198.19.0.2", 901, 80, 12)
+    assert httpload.load_argv("wrk", "198.19.0.2", 2500, 60, 12)[:3] == ["wrk", "-t1", "-c2500"]
 
 
 def test_dialup_rows_and_their_labs():
@@ -254,13 +254,13 @@ def test_dialup_v03_sessions_ride_the_policers_bucket():
     from ratelimit.linklayer import ETHERNET
     from ratelimit.linkmodel import LinkModel
     model = LinkModel(ETHERNET, 28_800, 28_800)  # a policer passes a packet once it has paid for it
-    call_s = model.call_seconds(dialup.FILE_BYTES, header=256, request=70)
-    session_s = dialup.session_seconds(model, 18_000, header=256, request=70)
+    call_s = model.call_seconds(httpload.FILE_BYTES, header=256, request=70)
+    session_s = httpload.session_seconds(model, 18_000, header=256, request=70)
     assert session_s == pytest.approx(20 * call_s - 5.0)
     assert 55 < session_s < 56  # what the VM's sessions took: 55.4-55.6 s
     # four clients of 50 sessions, the last started 49/50 s after the first
-    assert dialup.totals_ceiling([50] * 4, session_s) == pytest.approx(4 * 1000 / (0.98 + session_s))
-    assert dialup.totals_ceiling([1, 0], 10.0) == pytest.approx(2.0)  # one session alone: no spread
+    assert httpload.totals_ceiling([50] * 4, session_s) == pytest.approx(4 * 1000 / (0.98 + session_s))
+    assert httpload.totals_ceiling([1, 0], 10.0) == pytest.approx(2.0)  # one session alone: no spread
 
 
 # ---------------------------------------------------------------- results files and the report
@@ -603,13 +603,18 @@ def test_quick_faults_benchmark_finds_every_refusal_and_kill_leaves_one_plan(tmp
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"{sandbox.NS_PREFIX}{os.getpid()}-")]
 
 
+# it times a download across the switch: beside the loaded suite (a fresh-clone run's first
+# minutes, the Vagrant lab booting) the in-place switch's download retransmitted 4 segments
+# and stalled 2.56 s once; three CPU hogs beside it did not do that in two runs. Cause not found.
+@pytest.mark.alone_on_host
 @pytest.mark.netns
 def test_quick_switch_benchmark_keeps_the_queue_in_place(tmp_path):
     rc = bench_main(["switch", "--quick", "--no-vm", "--out", str(tmp_path)])
     assert rc == 0
     rows = {r["method"]: r for r in json.loads((tmp_path / "switch-host-quick.json").read_text())["rows"]}
     assert set(rows) == {"in place", "rebuild"}
-    assert rows["in place"]["server_tcp"]["TcpRetransSegs"] == 0  # no queued packet lost
+    place = {k: v for k, v in rows["in place"].items() if k != "samples"}
+    assert rows["in place"]["server_tcp"]["TcpRetransSegs"] == 0, place  # no queued packet lost
     assert rows["in place"]["received_bytes"] > rows["rebuild"]["received_bytes"]
 
 
