@@ -39,10 +39,9 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import tracespec
+from . import SHIPPED as SHIPPED_PROFILES, tracespec
 from .errors import FieldError, UsageError
 from .model import GRANULARITIES
-from . import SHIPPED as SHIPPED_PROFILES
 from .profiles import SIDE_FIELDS, check_name
 from .units import decimal
 
