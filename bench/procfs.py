@@ -40,9 +40,9 @@ def times_s(pid: int) -> tuple[float, float, float, float]:
     return tuple(int(v) * TICK_S for v in fields[11:15])
 
 
-def cpu_s(pid: int) -> float:
-    """A process's user + system seconds, its reaped children's included."""
-    return sum(times_s(pid))
+def cpu_s(pid: int, children: bool = True) -> float:
+    """A process's user + system seconds, with its reaped children's (``children``) or not."""
+    return sum(times_s(pid)[:4 if children else 2])
 
 
 def process_seconds(pids) -> dict[int, float]:

@@ -240,11 +240,11 @@ def tcp(links: int, scale: float, seconds: float) -> dict:
         traced = {link.port: link for link in traced_links(compile_plan(req), loaded)}
         server = traceload._python(ns["srv"], TCP_SERVER, traceload.SERVER, stdout=subprocess.PIPE, text=True)
         assert server.stdout.readline().strip() == "ready"
-        c0, t0 = sum(procfs.times_s(pid)[:2]), time.monotonic()
+        c0, t0 = procfs.cpu_s(pid, children=False), time.monotonic()
         client = traceload._python(ns["cli"], TCP_CLIENT, traceload.SERVER, str(traceload.PORT0), str(links),
                                    str(seconds), "3", traceload.CLIENT, stdout=subprocess.PIPE, text=True)
         out = json.loads(client.communicate(timeout=seconds + 60)[0])
-        cpu = (sum(procfs.times_s(pid)[:2]) - c0) / (time.monotonic() - t0)
+        cpu = (procfs.cpu_s(pid, children=False) - c0) / (time.monotonic() - t0)
         ratios = []
         for i, got in enumerate(out["got"]):
             link = traced[traceload.PORT0 + i]

@@ -338,11 +338,11 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
         traced = [link for link in traced_links(compile_plan(req), srcs) if link.direction == "dest"]
         if loaded is not None:
             traced = traced[::max(1, len(traced) // loaded)][:loaded]
-        cpu0, t0 = sum(procfs.times_s(pid)[:2]), time.monotonic()
+        cpu0, t0 = procfs.cpu_s(pid, children=False), time.monotonic()
         sent, records = send_and_receive(ns, req, started, seconds, workdir, payload=payload, factor=factor,
                                          prefill=prefill, ports={link.port for link in traced})
         driver = follow.read_status(ns["rtr"], DEV)
-        driver["cpu_share"] = round((sum(procfs.times_s(pid)[:2]) - cpu0) / (time.monotonic() - t0), 4)  # of one core
+        driver["cpu_share"] = round((procfs.cpu_s(pid, children=False) - cpu0) / (time.monotonic() - t0), 4)  # of one core
         first, last = records[0][0] / 1e6, records[0][-1] / 1e6  # the receiver runs on after the sender's end
         result = score(records, traced, started, first + settle_s * 1000, min(last, sent["end_ms"]) - 500,
                        payload + 28 + ETH_HEADER_BYTES)

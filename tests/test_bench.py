@@ -605,7 +605,8 @@ def test_quick_faults_benchmark_finds_every_refusal_and_kill_leaves_one_plan(tmp
 
 # it times a download across the switch: beside the loaded suite (a fresh-clone run's first
 # minutes, the Vagrant lab booting) the in-place switch's download retransmitted 4 segments
-# and stalled 2.56 s once; three CPU hogs beside it did not do that in two runs. Cause not found.
+# and stalled 2.56 s once; beside three CPU hogs (2 runs) or the Vagrant lab alone (10) it did
+# not. Cause not found.
 @pytest.mark.alone_on_host
 @pytest.mark.netns
 def test_quick_switch_benchmark_keeps_the_queue_in_place(tmp_path):
