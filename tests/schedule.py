@@ -21,9 +21,15 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   hook): an xdist worker starts a test only once it holds the one after it, and
   that one waits for the first to end.  So each worker is first dealt the next
   longest unit together with the shortest test left, and afterwards one unit at
-  a time as it runs dry.  (xdist's own ``--dist loadgroup`` does not group under
-  pytest 9.2, whose node ids no longer come from the ``_nodeid`` it rewrites; its
-  ``load`` deals the first two dozen tests, the longest, to one worker.)
+  a time as it runs dry.  A unit that takes the machine (the VM's, an ``alone``
+  test) waits while another worker holds a shared test that has not started:
+  that test would wait at the machine's gate for the unit's whole run, and its
+  worker with it (in a fresh-clone run no test alone on the host ran beside the
+  VM's 576 s so: every other worker held one).  The worker is dealt the first
+  unit that does not take the machine instead.  (xdist's own ``--dist
+  loadgroup`` does not group under pytest 9.2, whose node ids no longer come
+  from the ``_nodeid`` it rewrites; its ``load`` deals the first two dozen
+  tests, the longest, to one worker.)
 - **Alone**: a test marked ``alone`` times something that a busy neighbour would
   stretch (a switch of 8,000 links against a flow through it; httperf, which
   busy-polls a core per process; paced senders that read the machine's CPUs), so
@@ -250,7 +256,7 @@ def pytest_collection_modifyitems(session, config, items):
     if shared is not None and hasattr(config, "workerinput"):  # for the controller's scheduler
         shared.mkdir(exist_ok=True)
         tmp = shared / f"groups.{os.getpid()}"
-        tmp.write_text(json.dumps({"groups": groups, "alone": sorted(kinds)}))
+        tmp.write_text(json.dumps({"groups": groups, "kinds": kinds}))
         tmp.replace(shared / "groups.json")
 
 
@@ -375,6 +381,8 @@ class LongestFirst(LoadScheduling):
     def __init__(self, config, log=None):
         super().__init__(config, log)
         self.units: list[list[int]] = []
+        self.kinds: dict[int, str] = {}  # the tests that are not shared, by index
+        self.cpus = len(os.sched_getaffinity(0))
 
     def schedule(self) -> None:
         if self.collection is not None:
@@ -386,12 +394,14 @@ class LongestFirst(LoadScheduling):
             return
         self.collection = list(next(iter(self.node2collection.values())))
         self.pending[:] = range(len(self.collection))
-        plan = {"groups": {}, "alone": []}
+        plan = {"groups": {}, "kinds": {}}
         shared = _shared_dir(self.config)
         if shared is not None and (shared / "groups.json").exists():
             plan = json.loads((shared / "groups.json").read_text())
         self.units = units(self.collection, plan["groups"])
-        alone = {self.collection.index(n) for n in plan["alone"] if n in self.collection}
+        index = {n: i for i, n in enumerate(self.collection)}
+        self.kinds = {index[n]: kind for n, kind in plan["kinds"].items() if n in index}
+        alone = set(self.kinds)
         for node in self.nodes:
             if self.units:
                 self._deal(node, self.units.pop(0))
@@ -414,9 +424,30 @@ class LongestFirst(LoadScheduling):
         if node.shutting_down:
             return
         while self.units and len(self.node2pending[node]) < 2:
-            self._deal(node, self.units.pop(0))
+            self._deal(node, self.units.pop(self._next_unit(node)))
         if not self.pending:
             node.shutdown()
+
+    def _takes_machine(self, unit: list[int]) -> bool:
+        return claims(self.kinds.get(unit[0], SHARED), self.cpus).get(MACHINE) == fcntl.LOCK_EX
+
+    def _next_unit(self, node) -> int:
+        """The next unit, unless it takes the machine (the VM's, an ``alone`` test) while
+        another worker holds a shared test that has not started: that test would wait at
+        the machine's gate for as long as the unit runs (the VM's 576 s), and its worker
+        with it.  Then the first unit that does not take the machine (a test alone on the
+        host, which holds the host's gate a few seconds), if there is one: the worker may
+        hold a test that starts only once it holds a second."""
+        if not self._takes_machine(self.units[0]) or not any(
+                i not in self.kinds for other, held in self.node2pending.items() if other is not node
+                for i in self._not_started(other, held)):
+            return 0
+        return next((k for k, unit in enumerate(self.units) if not self._takes_machine(unit)), 0)
+
+    @staticmethod
+    def _not_started(node, held: list[int]) -> list[int]:
+        """A worker runs the first test it holds once it holds a second, or is shutting down."""
+        return held[1:] if len(held) > 1 or node.shutting_down else held
 
     def mark_test_pending(self, item: str) -> None:  # a crashed worker's test, to run again
         index = self.collection.index(item)

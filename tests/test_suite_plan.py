@@ -209,6 +209,60 @@ def test_the_vms_tests_run_beside_the_tests_alone_on_the_host_each_on_cpus_of_th
     assert re.search(r"the VM's 2 test\(s\), [\d.]+ s, beside 6 alone on the host, one at a time, [\d.]+ s", out), out
 
 
+def test_the_vm_is_dealt_once_no_other_worker_holds_a_shared_test_not_yet_started(tmp_path):
+    """Three workers; two run a long shared test each, with a short one dealt after it; the
+    third runs dry first.  Dealt the VM's unit then, it took the machine before those short
+    ones started, and they waited for the VM's whole run, their workers with them: no test
+    alone on the host ran beside the VM (a fresh-clone run of the suite, 2026-11-29: the
+    VM's 576 s, with the host's side idle).  The third worker is dealt a test alone on the
+    host instead, and the VM once every shared test has started: the tests alone on the
+    host run beside it."""
+    allowed = sorted(os.sched_getaffinity(0))
+    assert len(allowed) >= 2, "this test needs two CPUs"
+    (tmp_path / "conftest.py").write_text(textwrap.dedent('''
+        import pytest
+        pytest_plugins = ["schedule"]
+
+        @pytest.hookimpl(trylast=True)
+        def pytest_collection_modifyitems(items):
+            for item in items:
+                if item.get_closest_marker("kernel"):
+                    item.add_marker(pytest.mark.own_cpu)  # as conftest's stand-ins for the VM's tests
+    '''))
+    (tmp_path / "test_deal.py").write_text(textwrap.dedent('''
+        import json, os, time
+        import pytest
+
+        def record(name, wait):
+            start = time.monotonic()
+            time.sleep(wait)
+            with open(os.environ["LOG"], "a") as f:
+                f.write(json.dumps([name, start, time.monotonic()]) + "\\n")
+
+        @pytest.mark.parametrize("n", range(2))
+        def test_long(n): record(f"long{n}", 1.5)
+
+        @pytest.mark.parametrize("n", range(5))
+        def test_short(n): record(f"short{n}", 0.1)
+
+        @pytest.mark.kernel
+        @pytest.mark.parametrize("n", range(2))
+        def test_vm(n): record(f"vm{n}", 3.0 if n == 0 else 0.0)
+
+        @pytest.mark.alone_on_host
+        @pytest.mark.parametrize("n", range(6))
+        def test_host(n): record(f"host{n}", 0.3)
+    '''))
+    log, _ = _run_xdist(tmp_path, 3)
+    runs = {name: (start, end) for name, start, end in map(json.loads, log.read_text().splitlines())}
+    assert len(runs) == 15
+    vm_start, vm_end = runs["vm0"]
+    shared = {n: s for n, (s, _) in runs.items() if n.startswith(("long", "short"))}
+    assert max(shared.values()) < vm_start, (vm_start, shared)
+    beside = [n for n, (s, e) in runs.items() if n.startswith("host") and s < vm_end and e > vm_start]
+    assert len(beside) >= 3, (runs["vm0"], {n: runs[n] for n in runs if n.startswith("host")})
+
+
 def test_recorded_durations_go_over_the_files_and_keep_the_tests_not_run(tmp_path):
     """``--record-durations`` on a selection: the tests that ran get their new times, the
     file's other entries stay; a file not there yet is written."""
