@@ -93,7 +93,7 @@ def run_one(lab, method: str, old_link, new_link, lead_s: float, tail_s: float) 
     t0 = time.monotonic()
     if method == "rebuild":
         lab.clean()
-    lab.apply(new_link)
+    how = lab.apply(new_link)
     t1 = time.monotonic()
     new_model = lab.link_model()
     out, _ = reader.communicate(timeout=WARMUP_S + lead_s + tail_s + 60)
@@ -110,7 +110,7 @@ def run_one(lab, method: str, old_link, new_link, lead_s: float, tail_s: float) 
     allowed = (low + high) / 2
     times = [a] + [t for t, _ in samples if a < t < b] + [b]
     stall = max(y - x for x, y in zip(times, times[1:]))
-    return {"method": method, "switch_s": t1 - t0, "window_s": b - a, "received_bytes": got,
+    return {"method": method, "how": how, "switch_s": t1 - t0, "window_s": b - a, "received_bytes": got,
             "allowed_bytes": allowed, "allowed_range": [low, high], "ratio": ratio(got, allowed), "longest_stall_s": stall,
             "old_payload_bps": old_bps, "new_payload_bps": new_bps,
             "server_tcp": {k: tcp1.get(k, 0) - tcp0.get(k, 0) for k in TCP_COUNTERS},
@@ -140,7 +140,7 @@ def measure(quick: bool, outdir=None) -> dict:
         for method in ("in place", "rebuild"):
             row = run_one(lab, method, old_link, new_link, lead_s, tail_s)
             doc["rows"].append(row)
-            steps(f"{method}: switch {row['switch_s']:.2f} s; received {row['received_bytes']:,} bytes of "
+            steps(f"{method} (the apply: {row['how']}): switch {row['switch_s']:.2f} s; received {row['received_bytes']:,} bytes of "
                   f"{row['allowed_bytes']:,.0f} the links allow ({100 * row['ratio']:.1f}%) in "
                   f"{row['window_s']:.1f} s; longest stall {row['longest_stall_s']:.2f} s; server retransmitted "
                   f"{row['server_tcp']['TcpRetransSegs']} segments")

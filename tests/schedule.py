@@ -21,15 +21,19 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   hook): an xdist worker starts a test only once it holds the one after it, and
   that one waits for the first to end.  So each worker is first dealt the next
   longest unit together with the shortest test left, and afterwards one unit at
-  a time as it runs dry.  A unit that takes the machine (the VM's, an ``alone``
-  test) waits while another worker holds a shared test that has not started:
-  that test would wait at the machine's gate for the unit's whole run, and its
-  worker with it (in a fresh-clone run no test alone on the host ran beside the
-  VM's 576 s so: every other worker held one).  The worker is dealt the first
-  unit that does not take the machine instead.  (xdist's own ``--dist
-  loadgroup`` does not group under pytest 9.2, whose node ids no longer come
-  from the ``_nodeid`` it rewrites; its ``load`` deals the first two dozen
-  tests, the longest, to one worker.)
+  a time as it runs dry.  (xdist's own ``--dist loadgroup`` does not group under
+  pytest 9.2, whose node ids no longer come from the ``_nodeid`` it rewrites; its
+  ``load`` deals the first two dozen tests, the longest, to one worker.)
+- **Shared first**: the tests that are not shared (the kinds below) start once
+  every shared test has ended (the scheduler's file ``SHARED_LEFT`` is there
+  until then), holding no lock while they wait.  A test dealt after them cannot
+  hold them up: the shared tests come first.  Without this, one that took a lock
+  exclusive (the VM's tests, for 576 s) kept out the shared tests that workers
+  held but had not started, and those workers with them: in one fresh-clone run
+  every worker but the VM's, so that no test alone on the host ran beside it.
+  Holding back the VM's unit while such a test waited did not do: the Vagrant
+  lab's worker holds one for the lab's 9 minutes, and the tests alone on the host
+  kept it out at the host's gate for 3 minutes more.
 - **Alone**: a test marked ``alone`` times something that a busy neighbour would
   stretch (a switch of 8,000 links against a flow through it; httperf, which
   busy-polls a core per process; paced senders that read the machine's CPUs), so
@@ -104,6 +108,8 @@ RANK = {SHARED: 0, OWN_CPU: 1, ALONE_ON_HOST: 1, ALONE: 2}
 PRECEDENCE = (OWN_CPU, ALONE, ALONE_ON_HOST)  # a test with several of these markers is the first
 MACHINE, HOST = "machine", "host"  # the run's locks, taken in this order
 BACKGROUND_NICE = 10
+SHARED_LEFT = "shared.left"  # in the run's shared directory while a shared test has not ended
+POLL_S = 0.2
 _START = pytest.StashKey[float]()
 
 
@@ -256,7 +262,7 @@ def pytest_collection_modifyitems(session, config, items):
     if shared is not None and hasattr(config, "workerinput"):  # for the controller's scheduler
         shared.mkdir(exist_ok=True)
         tmp = shared / f"groups.{os.getpid()}"
-        tmp.write_text(json.dumps({"groups": groups, "kinds": kinds}))
+        tmp.write_text(json.dumps({"groups": groups, "alone": sorted(kinds)}))
         tmp.replace(shared / "groups.json")
 
 
@@ -274,20 +280,23 @@ def pytest_runtest_protocol(item, nextitem):
     try:
         if cpus:
             os.sched_setaffinity(0, cpus)
-        return (yield from _locked(item, claims(kind, len(allowed))))
+        return (yield from _locked(item, kind, claims(kind, len(allowed))))
     finally:
         os.sched_setaffinity(0, allowed)
         os.setpriority(os.PRIO_PROCESS, 0, before)
 
 
-def _locked(item, held: dict[str, int]):
-    """Take the run's locks in ``held``, in one order.  Each lock has a gate: a test that
-    waits for a lock exclusive holds its gate until it ends, and a test that takes a lock
-    shared first passes its gate, so that a waiting exclusive test keeps new ones out."""
+def _locked(item, kind: str, held: dict[str, int]):
+    """Take the run's locks in ``held``, in one order, a test that is not shared once the
+    shared ones have ended.  Each lock has a gate: a test that waits for a lock exclusive
+    holds its gate until it ends, and a test that takes a lock shared first passes its
+    gate, so that a waiting exclusive test keeps new ones out."""
     shared = _shared_dir(item.config)
     if shared is None:
         return (yield)
     shared.mkdir(exist_ok=True)
+    while kind != SHARED and (shared / SHARED_LEFT).exists():
+        time.sleep(POLL_S)
     with contextlib.ExitStack() as stack:
         files = {(name, part): stack.enter_context(open(shared / f"{name}.{part}", "a"))
                  for name in held for part in ("gate", "lock")}
@@ -381,8 +390,7 @@ class LongestFirst(LoadScheduling):
     def __init__(self, config, log=None):
         super().__init__(config, log)
         self.units: list[list[int]] = []
-        self.kinds: dict[int, str] = {}  # the tests that are not shared, by index
-        self.cpus = len(os.sched_getaffinity(0))
+        self.shared_left: set[int] = set()  # the shared tests that have not ended
 
     def schedule(self) -> None:
         if self.collection is not None:
@@ -394,14 +402,16 @@ class LongestFirst(LoadScheduling):
             return
         self.collection = list(next(iter(self.node2collection.values())))
         self.pending[:] = range(len(self.collection))
-        plan = {"groups": {}, "kinds": {}}
+        plan = {"groups": {}, "alone": []}
         shared = _shared_dir(self.config)
         if shared is not None and (shared / "groups.json").exists():
             plan = json.loads((shared / "groups.json").read_text())
         self.units = units(self.collection, plan["groups"])
-        index = {n: i for i, n in enumerate(self.collection)}
-        self.kinds = {index[n]: kind for n, kind in plan["kinds"].items() if n in index}
-        alone = set(self.kinds)
+        alone = {self.collection.index(n) for n in plan["alone"] if n in self.collection}
+        self.shared_left = set(range(len(self.collection))) - alone
+        if shared is not None and self.shared_left:
+            shared.mkdir(exist_ok=True)
+            (shared / SHARED_LEFT).touch()
         for node in self.nodes:
             if self.units:
                 self._deal(node, self.units.pop(0))
@@ -424,30 +434,34 @@ class LongestFirst(LoadScheduling):
         if node.shutting_down:
             return
         while self.units and len(self.node2pending[node]) < 2:
-            self._deal(node, self.units.pop(self._next_unit(node)))
+            self._deal(node, self.units.pop(0))
         if not self.pending:
             node.shutdown()
 
-    def _takes_machine(self, unit: list[int]) -> bool:
-        return claims(self.kinds.get(unit[0], SHARED), self.cpus).get(MACHINE) == fcntl.LOCK_EX
+    def mark_test_complete(self, node, item_index: int, duration: float = 0) -> None:
+        self._ended(item_index)
+        super().mark_test_complete(node, item_index, duration)
 
-    def _next_unit(self, node) -> int:
-        """The next unit, unless it takes the machine (the VM's, an ``alone`` test) while
-        another worker holds a shared test that has not started: that test would wait at
-        the machine's gate for as long as the unit runs (the VM's 576 s), and its worker
-        with it.  Then the first unit that does not take the machine (a test alone on the
-        host, which holds the host's gate a few seconds), if there is one: the worker may
-        hold a test that starts only once it holds a second."""
-        if not self._takes_machine(self.units[0]) or not any(
-                i not in self.kinds for other, held in self.node2pending.items() if other is not node
-                for i in self._not_started(other, held)):
-            return 0
-        return next((k for k, unit in enumerate(self.units) if not self._takes_machine(unit)), 0)
+    def _ended(self, index: int) -> None:
+        if index in self.shared_left:
+            self.shared_left.discard(index)
+            shared = _shared_dir(self.config)
+            if not self.shared_left and shared is not None:
+                (shared / SHARED_LEFT).unlink(missing_ok=True)
 
-    @staticmethod
-    def _not_started(node, held: list[int]) -> list[int]:
-        """A worker runs the first test it holds once it holds a second, or is shutting down."""
-        return held[1:] if len(held) > 1 or node.shutting_down else held
+    def remove_node(self, node) -> str | None:
+        """A worker that crashed: its test is reported, not run again; the tests it held
+        after it go to the front, as one unit."""
+        held = self.node2pending.pop(node)
+        if not held:
+            return None
+        self._ended(held[0])
+        if held[1:]:
+            self.pending[:0] = held[1:]
+            self.units.insert(0, held[1:])
+        for other in self.node2pending:
+            self.check_schedule(other)
+        return self.collection[held[0]]
 
     def mark_test_pending(self, item: str) -> None:  # a crashed worker's test, to run again
         index = self.collection.index(item)

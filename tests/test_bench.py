@@ -615,6 +615,7 @@ def test_quick_switch_benchmark_keeps_the_queue_in_place(tmp_path):
     rows = {r["method"]: r for r in json.loads((tmp_path / "switch-host-quick.json").read_text())["rows"]}
     assert set(rows) == {"in place", "rebuild"}
     place = {k: v for k, v in rows["in place"].items() if k != "samples"}
+    assert (rows["in place"]["how"], rows["rebuild"]["how"]) == ("in place", "built"), place
     assert rows["in place"]["server_tcp"]["TcpRetransSegs"] == 0, place  # no queued packet lost
     assert rows["in place"]["received_bytes"] > rows["rebuild"]["received_bytes"]
 

@@ -67,16 +67,17 @@ def test_host_differences_name_what_changed():
     assert hostcheck.differences(before, before) == []
 
 
-def _run_xdist(tmp_path, workers: int) -> tuple[Path, str]:
+def _run_xdist(tmp_path, workers: int, returncode: int = 0) -> tuple[Path, str]:
     """Run the small suite written in ``tmp_path`` on ``workers`` xdist workers under this
-    scheduler; its tests log their runs to the returned file; pytest's output with it."""
+    scheduler, to ``returncode``; its tests log their runs to the returned file; pytest's
+    output with it."""
     log = tmp_path / "log.jsonl"
     env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}, "LOG": str(log),
            "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)]), "RATELIMIT_HOST_CHECK": "0"}
     r = subprocess.run([sys.executable, "-m", "pytest", "-n", str(workers), "-p", "no:cacheprovider", "-q",
                         "-W", "ignore::pytest.PytestUnknownMarkWarning", "-p", "no:randomly", str(tmp_path)],
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.returncode == returncode, r.stdout + r.stderr
     return log, r.stdout
 
 
@@ -209,14 +210,14 @@ def test_the_vms_tests_run_beside_the_tests_alone_on_the_host_each_on_cpus_of_th
     assert re.search(r"the VM's 2 test\(s\), [\d.]+ s, beside 6 alone on the host, one at a time, [\d.]+ s", out), out
 
 
-def test_the_vm_is_dealt_once_no_other_worker_holds_a_shared_test_not_yet_started(tmp_path):
+def test_the_vm_starts_once_every_shared_test_has_ended(tmp_path):
     """Three workers; two run a long shared test each, with a short one dealt after it; the
-    third runs dry first.  Dealt the VM's unit then, it took the machine before those short
-    ones started, and they waited for the VM's whole run, their workers with them: no test
+    third runs dry first and is dealt the VM's unit.  The VM took the machine before those
+    short ones started, and they waited for its whole run, their workers with them: no test
     alone on the host ran beside the VM (a fresh-clone run of the suite, 2026-11-29: the
-    VM's 576 s, with the host's side idle).  The third worker is dealt a test alone on the
-    host instead, and the VM once every shared test has started: the tests alone on the
-    host run beside it."""
+    VM's 576 s with the host's side idle).  Now every test that is not shared waits for the
+    shared ones to end: the short ones run, then the VM with the tests alone on the host
+    beside it."""
     allowed = sorted(os.sched_getaffinity(0))
     assert len(allowed) >= 2, "this test needs two CPUs"
     (tmp_path / "conftest.py").write_text(textwrap.dedent('''
@@ -261,6 +262,36 @@ def test_the_vm_is_dealt_once_no_other_worker_holds_a_shared_test_not_yet_starte
     assert max(shared.values()) < vm_start, (vm_start, shared)
     beside = [n for n, (s, e) in runs.items() if n.startswith("host") and s < vm_end and e > vm_start]
     assert len(beside) >= 3, (runs["vm0"], {n: runs[n] for n in runs if n.startswith("host")})
+
+
+def test_a_worker_that_crashes_in_a_shared_test_leaves_the_others_to_run(tmp_path):
+    """A shared test kills its worker: it is reported as crashed; the tests its worker held
+    after it run on another worker, and the tests alone on the host, which wait for every
+    shared test to end, run too (before, the tests it held were never dealt again, and the
+    run never ended)."""
+    (tmp_path / "conftest.py").write_text('pytest_plugins = ["schedule"]\n')
+    (tmp_path / "test_crash.py").write_text(textwrap.dedent('''
+        import json, os, time
+        import pytest
+
+        def record(name):
+            with open(os.environ["LOG"], "a") as f:
+                f.write(json.dumps(name) + "\\n")
+            time.sleep(0.2)
+
+        def test_dies(): os._exit(3)
+
+        @pytest.mark.parametrize("n", range(6))
+        def test_plain(n): record(f"plain{n}")
+
+        @pytest.mark.alone_on_host
+        @pytest.mark.parametrize("n", range(2))
+        def test_host(n): record(f"host{n}")
+    '''))
+    log, out = _run_xdist(tmp_path, 2, returncode=1)
+    assert sorted(json.loads(line) for line in log.read_text().splitlines()) == \
+        ["host0", "host1"] + [f"plain{n}" for n in range(6)]
+    assert re.search(r"1 failed, 8 passed", out), out
 
 
 def test_recorded_durations_go_over_the_files_and_keep_the_tests_not_run(tmp_path):

@@ -357,15 +357,17 @@ class Lab:
 
     # -- changing ----------------------------------------------------------
     def apply(self, link: LinkSpec, *, say: Say | None = None,
-              progress: Callable[[int, int], None] | None = None) -> None:
-        """Put ``link`` on the router's client-facing interface, live (atomic)."""
+              progress: Callable[[int, int], None] | None = None) -> str:
+        """Put ``link`` on the router's client-facing interface, live (atomic); returns how
+        (``service.apply``'s ``how``: "built", "in place" or "make-before-break")."""
         say = say or (lambda _msg: None)
         req, mode = resolve_link(link, interface=self.topo.router_client_if, netns=self.topo.router,
                                  clients=_client_addrs(self.topo), ports=self.info["ports"], say=say,
                                  vm_hint=False)
         with store.lock(self.name):
-            self._apply(req, mode, link, say, progress)
+            how = self._apply(req, mode, link, say, progress)
             store.write_state(self.name, self.info)
+        return how
 
     def clean(self) -> bool:
         """Remove the link emulation (the lab stays up, links unimpaired)."""
@@ -379,7 +381,7 @@ class Lab:
         return down(self.name)
 
     # -- internals ---------------------------------------------------------
-    def _apply(self, req, mode, link: LinkSpec, say: Say, progress) -> None:
+    def _apply(self, req, mode, link: LinkSpec, say: Say, progress) -> str:
         if len(req.cohorts) == 1:
             how = f"{mode}, per {req.per}"
         else:
@@ -388,13 +390,14 @@ class Lab:
         say(f"lab: applying {link.what()} ({how}) on {self.topo.router}/{req.interface} for "
             f"{len(self.clients)} client(s) x ports {self.info['ports']} ({req.link_count()} links each way)")
         t0 = time.monotonic()
-        service.apply(req, progress=progress)
-        say(f"lab: applied in {time.monotonic() - t0:.1f} s")
+        how = service.apply(req, progress=progress).how
+        say(f"lab: applied in {time.monotonic() - t0:.1f} s ({how})")
         applied = summary(req)
         self.info["link"] = {**asdict(link), "mode": mode, "summary": applied,
                              "clients": client_cohorts(applied, [(c.name, c.address, c.address6)
                                                                  for c in self.clients])}
         self._match_clients(req)
+        return how
 
     def _match_clients(self, req) -> None:
         """Make each client the kind of host its cohort's link model assumes: no TCP timestamps
