@@ -26,14 +26,15 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   ``load`` deals the first two dozen tests, the longest, to one worker.)
 - **Shared first**: the tests that are not shared (the kinds below) start once
   every shared test has ended (the scheduler's file ``SHARED_LEFT`` is there
-  until then), holding no lock while they wait.  A test dealt after them cannot
-  hold them up: the shared tests come first.  Without this, one that took a lock
-  exclusive (the VM's tests, for 576 s) kept out the shared tests that workers
-  held but had not started, and those workers with them: in one fresh-clone run
-  every worker but the VM's, so that no test alone on the host ran beside it.
-  Holding back the VM's unit while such a test waited did not do: the Vagrant
-  lab's worker holds one for the lab's 9 minutes, and the tests alone on the host
-  kept it out at the host's gate for 3 minutes more.
+  until then), holding no lock while they wait.  No shared test is dealt after
+  them (the plan puts the shared tests first), so none waits behind them on its
+  worker.  Without this, a test that took a lock exclusive (the VM's tests, for
+  576 s) kept out the shared tests that workers held but had not started, and
+  those workers with them: in one fresh-clone run every worker but the VM's, so
+  that no test alone on the host ran beside it.  Holding back the VM's unit while
+  such a test waited did not do: the Vagrant lab's worker holds one for the
+  lab's 9 minutes, and the tests alone on the host kept it out at the host's gate
+  for 3 minutes more.
 - **Alone**: a test marked ``alone`` times something that a busy neighbour would
   stretch (a switch of 8,000 links against a flow through it; httperf, which
   busy-polls a core per process; paced senders that read the machine's CPUs), so
