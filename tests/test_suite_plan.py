@@ -67,6 +67,20 @@ def test_host_differences_name_what_changed():
     assert hostcheck.differences(before, before) == []
 
 
+# a small suite's conftest: the kernel tests become ``own_cpu`` after the schedule has ordered
+# them, as conftest's stand-ins for the VM's tests do
+VM_CONFTEST = textwrap.dedent('''
+    import pytest
+    pytest_plugins = ["schedule"]
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(items):
+        for item in items:
+            if item.get_closest_marker("kernel"):
+                item.add_marker(pytest.mark.own_cpu)
+''')
+
+
 def _run_xdist(tmp_path, workers: int, returncode: int = 0) -> tuple[Path, str]:
     """Run the small suite written in ``tmp_path`` on ``workers`` xdist workers under this
     scheduler, to ``returncode``; its tests log their runs to the returned file; pytest's
@@ -159,16 +173,7 @@ def test_the_vms_tests_run_beside_the_tests_alone_on_the_host_each_on_cpus_of_th
     the tests alone on the host, and in a CI run 24 of those ran before the VM booted)."""
     allowed = sorted(os.sched_getaffinity(0))
     assert len(allowed) >= 2, "this test needs two CPUs"
-    (tmp_path / "conftest.py").write_text(textwrap.dedent('''
-        import pytest
-        pytest_plugins = ["schedule"]
-
-        @pytest.hookimpl(trylast=True)
-        def pytest_collection_modifyitems(items):
-            for item in items:
-                if item.get_closest_marker("kernel"):
-                    item.add_marker(pytest.mark.own_cpu)  # as conftest's stand-ins for the VM's tests
-    '''))
+    (tmp_path / "conftest.py").write_text(VM_CONFTEST)
     (tmp_path / "test_vm.py").write_text(textwrap.dedent('''
         import json, os, time
         import pytest
@@ -220,16 +225,7 @@ def test_the_vm_starts_once_every_shared_test_has_ended(tmp_path):
     beside it."""
     allowed = sorted(os.sched_getaffinity(0))
     assert len(allowed) >= 2, "this test needs two CPUs"
-    (tmp_path / "conftest.py").write_text(textwrap.dedent('''
-        import pytest
-        pytest_plugins = ["schedule"]
-
-        @pytest.hookimpl(trylast=True)
-        def pytest_collection_modifyitems(items):
-            for item in items:
-                if item.get_closest_marker("kernel"):
-                    item.add_marker(pytest.mark.own_cpu)  # as conftest's stand-ins for the VM's tests
-    '''))
+    (tmp_path / "conftest.py").write_text(VM_CONFTEST)
     (tmp_path / "test_deal.py").write_text(textwrap.dedent('''
         import json, os, time
         import pytest
