@@ -140,8 +140,8 @@ def measure(quick: bool, outdir=None) -> dict:
         for method in ("in place", "rebuild"):
             row = run_one(lab, method, old_link, new_link, lead_s, tail_s)
             doc["rows"].append(row)
-            steps(f"{method} (the apply: {row['how']}): switch {row['switch_s']:.2f} s; received {row['received_bytes']:,} bytes of "
-                  f"{row['allowed_bytes']:,.0f} the links allow ({100 * row['ratio']:.1f}%) in "
+            steps(f"{method} (the apply: {row['how']}): switch {row['switch_s']:.2f} s; received "
+                  f"{row['received_bytes']:,} bytes of {row['allowed_bytes']:,.0f} the links allow ({100 * row['ratio']:.1f}%) in "
                   f"{row['window_s']:.1f} s; longest stall {row['longest_stall_s']:.2f} s; server retransmitted "
                   f"{row['server_tcp']['TcpRetransSegs']} segments")
             if outdir:

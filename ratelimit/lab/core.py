@@ -383,11 +383,11 @@ class Lab:
     # -- internals ---------------------------------------------------------
     def _apply(self, req, mode, link: LinkSpec, say: Say, progress) -> str:
         if len(req.cohorts) == 1:
-            how = f"{mode}, per {req.per}"
+            links = f"{mode}, per {req.per}"
         else:
-            how = f"{mode}; cohorts " + ", ".join(f"{c.name} ({c.profile or 'custom'}, per {c.per})"
-                                                   for c in req.cohorts)
-        say(f"lab: applying {link.what()} ({how}) on {self.topo.router}/{req.interface} for "
+            links = f"{mode}; cohorts " + ", ".join(f"{c.name} ({c.profile or 'custom'}, per {c.per})"
+                                                     for c in req.cohorts)
+        say(f"lab: applying {link.what()} ({links}) on {self.topo.router}/{req.interface} for "
             f"{len(self.clients)} client(s) x ports {self.info['ports']} ({req.link_count()} links each way)")
         t0 = time.monotonic()
         how = service.apply(req, progress=progress).how
