@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -292,3 +293,21 @@ def tcp_change(before: dict, after: dict) -> dict:
     share of sent segments that were retransmissions."""
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in TCP_COUNTERS}
     return {"server_tcp": delta, "retransmitted": ratio(delta["TcpRetransSegs"], delta["TcpOutSegs"])}
+
+
+def delivered(netns: str) -> dict:
+    """Segments each server connection has had delivered (``ss``'s ``delivered``: cumulatively
+    or selectively acknowledged, each once), by the client's (address, port).  Counted
+    at the sender, a byte counts when it reaches the client, in order or not."""
+    from .common import run
+    out, key = {}, None
+    for line in run(["ip", "netns", "exec", netns, "ss", "-tinH", "state", "established"]).stdout.splitlines():
+        if not line.startswith((" ", "\t")):
+            peer = line.split()[-1]
+            addr, _, port = peer.rpartition(":")
+            key = (addr.strip("[]"), int(port)) if port.isdigit() else None
+        elif key is not None:
+            m = re.search(r"\bdelivered:(\d+)", line)
+            if m:
+                out[key] = int(m.group(1))
+    return out

@@ -32,12 +32,11 @@ from __future__ import annotations
 import json
 import math
 import os
-import re
 import time
 from dataclasses import dataclass
 
 from . import procfs
-from .common import (BenchError, MODEM_BPS, Steps, congestion_control, ratio, say,
+from .common import (BenchError, MODEM_BPS, Steps, congestion_control, delivered, ratio, say,
                      server_congestion_control, summarize, tcp_change, tcp_counters)
 from .sandbox import track_topology, untrack_topology
 from .results import new_result, save
@@ -152,24 +151,6 @@ def downloads(lab, k: int, warmup: float, window: float, rcvbuf: int) -> dict:
             "window_s": window, "warmup_s": warmup, "cpu_busy": cpu_busy,
             "backlog": backlog, **tcp_change(tcp0, tcp1),
             "ratios": [round(r, 4) for r in ratios]}
-
-
-def delivered(netns: str) -> dict:
-    """Segments each server connection has had delivered (``ss``'s ``delivered``: cumulatively
-    or selectively acknowledged, each once), by the client's (address, port).  Counted
-    at the sender, a byte counts when it reaches the client, in order or not."""
-    from .common import run
-    out, key = {}, None
-    for line in run(["ip", "netns", "exec", netns, "ss", "-tinH", "state", "established"]).stdout.splitlines():
-        if not line.startswith((" ", "\t")):
-            peer = line.split()[-1]
-            addr, _, port = peer.rpartition(":")
-            key = (addr.strip("[]"), int(port)) if port.isdigit() else None
-        elif key is not None:
-            m = re.search(r"\bdelivered:(\d+)", line)
-            if m:
-                out[key] = int(m.group(1))
-    return out
 
 
 def _link_bytes(lab) -> dict:

@@ -32,6 +32,8 @@ def test_quick_trace_benchmark_tracks_the_trace_and_the_driver_beats_tc_per_link
     # a tc process per change costs far more than a change of the driver's
     assert naive[0]["per_change_ms"] > 10 * 1000 * d["cpu"] / d["changes_per_s"], (naive, d)
     tcp = [r for r in rows if r["kind"] == "tcp"][0]
-    # TCP gets its capacity on average (one link over 5 s read 1.18 once: not explained yet)
-    assert 0.3 <= tcp["goodput_ratio_min"] and 0.9 <= tcp["goodput_ratio_mean"] <= 1.05, tcp
+    # TCP gets its capacity on average, and no link carries more than its trace allows (the
+    # server's count of segments delivered: 0.989-0.998 on average, 1.002-1.011 at most in 10 runs)
+    assert 0.3 <= tcp["goodput_ratio_min"] and 0.95 <= tcp["goodput_ratio_mean"] <= 1.01, tcp
+    assert tcp["goodput_ratio_max"] <= 1.03 and abs(tcp["window_s"] - 5) < 0.1, tcp
     assert not [n for n in os.listdir("/run/netns") if n.startswith(f"rltr-tb{os.getpid()}")]
