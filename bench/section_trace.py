@@ -120,9 +120,13 @@ def section_trace(doc: dict | None) -> list[str]:
         out += table(["links", "a round (the shortest step)", "a change", "CPU of the tc processes"], body) + [""]
     for r in tcp:
         out += [f"**TCP** over traced links: {r['links']} links at {r['scale']:g} of the trace, a TCP download each "
-                f"(the kernel's default congestion control) read for {r['seconds']:g} s; the payload after the first "
-                f"3 s against the trace's capacity then (each opportunity a full segment of 1,448 bytes): "
+                f"(the kernel's default congestion control) for {r['seconds']:g} s; the segments each connection had "
+                f"delivered after the first {cfg.get('settle_s', 0):g} s (the server's count: a segment counts once it "
+                f"reaches the client, in order or not, and once however often it was sent) against the trace's "
+                f"capacity then, each opportunity a full segment: "
                 f"**{r['goodput_ratio_mean'] * 100:.1f}%** on average, {r['goodput_ratio_min'] * 100:.1f}% to "
-                f"{r['goodput_ratio_max'] * 100:.1f}% by link, the driver {_pct(r['driver_cpu'])} of a core.", ""]
+                f"{r['goodput_ratio_max'] * 100:.1f}% by link, the driver {_pct(r['driver_cpu'])} of a core. Not the "
+                f"client's reads: a lost segment holds every later one from the reader until its retransmission "
+                f"arrives, so the reads over a window also count segments that crossed the link before it.", ""]
     out += notes_of(doc)
     return out
