@@ -299,7 +299,6 @@ def delivered(netns: str) -> dict:
     """Segments each server connection has had delivered (``ss``'s ``delivered``: cumulatively
     or selectively acknowledged, each once), by the client's (address, port).  Counted
     at the sender, a byte counts when it reaches the client, in order or not."""
-    from .common import run
     out, key = {}, None
     for line in run(["ip", "netns", "exec", netns, "ss", "-tinH", "state", "established"]).stdout.splitlines():
         if not line.startswith((" ", "\t")):

@@ -232,8 +232,8 @@ def tcp(links: int, scale: float, seconds: float) -> dict:
     the same time, each opportunity one full-size segment (a 1,500-byte IP packet with TCP
     timestamps, 1,448 bytes of payload).  Not the client's reads: a lost segment holds
     every segment after it from the reader until its retransmission arrives, so the reads
-    over a window also count what crossed the link before it (up to 17% of a link's 5 s
-    window, measured: docs/benchmarks.md)."""
+    over a window also count what crossed the link before it (up to 17.5% more than crossed
+    in a link's 5 s window, measured: docs/benchmarks.md)."""
     from ratelimit import follow, service, state, tracespec
     from ratelimit.compile import compile_plan
     from ratelimit.steps import traced_links
