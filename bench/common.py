@@ -277,9 +277,10 @@ def congestion_control(netns: str) -> str | None:
 TCP_COUNTERS = ("TcpOutSegs", "TcpRetransSegs", "TcpExtTCPTimeouts", "TcpExtTCPLossProbes")
 
 
-def tcp_counters(netns: str) -> dict:
-    """The server's TCP counters (``nstat -az``): segments sent, retransmitted, timeouts."""
-    r = run(["ip", "netns", "exec", netns, "nstat", "-az", *TCP_COUNTERS], check=False)
+def tcp_counters(netns: str, names: Sequence[str] = TCP_COUNTERS) -> dict:
+    """A namespace's TCP counters ``names`` (``nstat -az``); by default a server's: segments
+    sent, retransmitted, timeouts and loss probes."""
+    r = run(["ip", "netns", "exec", netns, "nstat", "-az", *names], check=False)
     out = {}
     for line in r.stdout.splitlines():
         f = line.split()

@@ -14,7 +14,9 @@ nothing around it, the server's retransmissions (``nstat``) across it, and the b
 received from ``LEAD_S`` before the switch to ``TAIL_S`` after it against what the link
 model lets through: the old link's payload rate before the switch, the new one's after it
 (``LinkModel.transfer_seconds`` of a long transfer), and the time the apply takes at
-either rate (the middle of the two is the reference).  The server's RTO
+either rate (the middle of the two is the reference).  Beside them, to tell one loss from
+another: the server's spurious timeouts, the client's drops (``CLIENT_COUNTERS``) and the
+drops of the router's links toward the client, across the same time.  The server's RTO
 floor is RFC 6298's 1 s (``server_route``), as in the dial-up table: behind a modem
 without its delay stage Linux's 200 ms floor fires before the first segment arrives.
 """
@@ -43,6 +45,12 @@ RCVBUF = 8192
 # its send buffer is small, nginx leaves the link idle for a slot now and then)
 WARMUP_S = 8.0
 FILE = "/1000000.bin"
+# what each side says of a loss across the switch (not asserted: to tell one from another):
+# the server's timeouts that turned out spurious; the client's drops of segments it had no room
+# for (its receive queue, its out-of-order queue, a zero window) and its queue's pruning
+SERVER_EXTRA = ("TcpExtTCPSpuriousRTOs",)
+CLIENT_COUNTERS = ("TcpExtTCPRcvQDrop", "TcpExtTCPOFODrop", "TcpExtTCPZeroWindowDrop", "TcpExtPruneCalled",
+                   "TcpExtRcvPruned")
 
 READER = r"""
 import socket, sys, time
@@ -75,6 +83,14 @@ def _received(samples: list[tuple[float, int]], t: float) -> int:
     return got
 
 
+def _losses(lab) -> tuple[tuple[dict, dict], int]:
+    """The server's and the client's TCP counters, and the packets the router's links toward
+    the client have dropped (their classes' counters)."""
+    drops = sum(r.get("drops") or 0 for r in lab.statistics()["links"] if r["direction"] == "dest")
+    return (tcp_counters(lab.server.netns, (*TCP_COUNTERS, *SERVER_EXTRA)),
+            tcp_counters(lab.client(1).netns, CLIENT_COUNTERS)), drops
+
+
 def _payload_bps(model) -> float:
     payload = 1_000_000
     return payload * 8 / model.transfer_seconds(payload)
@@ -89,7 +105,7 @@ def run_one(lab, method: str, old_link, new_link, lead_s: float, tail_s: float) 
                                   str(WARMUP_S + lead_s + tail_s + 4), str(RCVBUF)], stdout=subprocess.PIPE,
                                  text=True)
     time.sleep(max(0.0, t_start - time.monotonic()))
-    tcp0 = tcp_counters(lab.server.netns)
+    tcp0, drops0 = _losses(lab)
     t0 = time.monotonic()
     if method == "rebuild":
         lab.clean()
@@ -97,7 +113,7 @@ def run_one(lab, method: str, old_link, new_link, lead_s: float, tail_s: float) 
     t1 = time.monotonic()
     new_model = lab.link_model()
     out, _ = reader.communicate(timeout=WARMUP_S + lead_s + tail_s + 60)
-    tcp1 = tcp_counters(lab.server.netns)
+    tcp1, drops1 = _losses(lab)
     samples = [(float(a), int(b)) for a, b in (line.split() for line in out.splitlines())]
     if not samples:
         raise BenchError(f"{method}: the download received nothing")
@@ -113,7 +129,9 @@ def run_one(lab, method: str, old_link, new_link, lead_s: float, tail_s: float) 
     return {"method": method, "how": how, "switch_s": t1 - t0, "window_s": b - a, "received_bytes": got,
             "allowed_bytes": allowed, "allowed_range": [low, high], "ratio": ratio(got, allowed), "longest_stall_s": stall,
             "old_payload_bps": old_bps, "new_payload_bps": new_bps,
-            "server_tcp": {k: tcp1.get(k, 0) - tcp0.get(k, 0) for k in TCP_COUNTERS},
+            "server_tcp": {k: tcp1[0].get(k, 0) - tcp0[0].get(k, 0) for k in (*TCP_COUNTERS, *SERVER_EXTRA)},
+            "client_tcp": {k: tcp1[1].get(k, 0) - tcp0[1].get(k, 0) for k in CLIENT_COUNTERS},
+            "router_drops": drops1 - drops0 if how == "in place" else None,  # other applies make new classes
             "samples": [[round(t - t0, 3), n] for t, n in samples]}
 
 
