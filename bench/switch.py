@@ -83,12 +83,12 @@ def _received(samples: list[tuple[float, int]], t: float) -> int:
     return got
 
 
-def _losses(lab) -> tuple[tuple[dict, dict], int]:
+def _losses(lab) -> tuple[dict, dict, int]:
     """The server's and the client's TCP counters, and the packets the router's links toward
     the client have dropped (their classes' counters)."""
     drops = sum(r.get("drops") or 0 for r in lab.statistics()["links"] if r["direction"] == "dest")
     return (tcp_counters(lab.server.netns, (*TCP_COUNTERS, *SERVER_EXTRA)),
-            tcp_counters(lab.client(1).netns, CLIENT_COUNTERS)), drops
+            tcp_counters(lab.client(1).netns, CLIENT_COUNTERS), drops)
 
 
 def _payload_bps(model) -> float:
@@ -105,7 +105,7 @@ def run_one(lab, method: str, old_link, new_link, lead_s: float, tail_s: float) 
                                   str(WARMUP_S + lead_s + tail_s + 4), str(RCVBUF)], stdout=subprocess.PIPE,
                                  text=True)
     time.sleep(max(0.0, t_start - time.monotonic()))
-    tcp0, drops0 = _losses(lab)
+    server0, client0, drops0 = _losses(lab)
     t0 = time.monotonic()
     if method == "rebuild":
         lab.clean()
@@ -113,7 +113,7 @@ def run_one(lab, method: str, old_link, new_link, lead_s: float, tail_s: float) 
     t1 = time.monotonic()
     new_model = lab.link_model()
     out, _ = reader.communicate(timeout=WARMUP_S + lead_s + tail_s + 60)
-    tcp1, drops1 = _losses(lab)
+    server1, client1, drops1 = _losses(lab)
     samples = [(float(a), int(b)) for a, b in (line.split() for line in out.splitlines())]
     if not samples:
         raise BenchError(f"{method}: the download received nothing")
@@ -129,8 +129,8 @@ def run_one(lab, method: str, old_link, new_link, lead_s: float, tail_s: float) 
     return {"method": method, "how": how, "switch_s": t1 - t0, "window_s": b - a, "received_bytes": got,
             "allowed_bytes": allowed, "allowed_range": [low, high], "ratio": ratio(got, allowed), "longest_stall_s": stall,
             "old_payload_bps": old_bps, "new_payload_bps": new_bps,
-            "server_tcp": {k: tcp1[0].get(k, 0) - tcp0[0].get(k, 0) for k in (*TCP_COUNTERS, *SERVER_EXTRA)},
-            "client_tcp": {k: tcp1[1].get(k, 0) - tcp0[1].get(k, 0) for k in CLIENT_COUNTERS},
+            "server_tcp": {k: server1.get(k, 0) - server0.get(k, 0) for k in (*TCP_COUNTERS, *SERVER_EXTRA)},
+            "client_tcp": {k: client1.get(k, 0) - client0.get(k, 0) for k in CLIENT_COUNTERS},
             "router_drops": drops1 - drops0 if how == "in place" else None,  # other applies make new classes
             "samples": [[round(t - t0, 3), n] for t, n in samples]}
 

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from . import procfs
-from .common import Steps, say
+from .common import BenchError, Steps, delivered, say
 from .results import new_result, save
 
 NAME = "trace"
@@ -218,7 +218,6 @@ while time.time() < end:
 def _delivered_at(netns: str) -> tuple[float, dict]:
     """The server's ``delivered`` counts (``common.delivered``) and when they were read
     (wall clock, ms: the middle of the read)."""
-    from .common import delivered
     t = time.time()
     counts = delivered(netns)
     return (t + time.time()) * 500, counts
@@ -267,7 +266,7 @@ def tcp(links: int, scale: float, seconds: float) -> dict:
         for port, link in sorted(traced.items()):
             key = (traceload.CLIENT, port)
             if key not in before or key not in after:
-                raise RuntimeError(f"the TCP download to port {port} was not established at both readings")
+                raise BenchError(f"the TCP download to port {port} was not established at both readings")
             a, b = start_ms - started - link.offset_ms, end_ms - started - link.offset_ms
             ratios.append((after[key] - before[key]) / (link.capacity.opportunities(a, b) * link.capacity.scale))
         ratios.sort()
