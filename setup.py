@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 HERE = Path(__file__).parent
 
@@ -12,8 +12,7 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.11",
-    packages=["ratelimit", "ratelimit.kernel", "ratelimit.kernel.kinds", "ratelimit.lab",
-              "ratelimit.shipped_profiles", "webui"],
+    packages=[*find_packages(include=["ratelimit", "ratelimit.*"]), "ratelimit.shipped_profiles", "webui"],
     package_dir={"ratelimit.shipped_profiles": "profiles"},
     package_data={"ratelimit.shipped_profiles": ["*.toml", "scenarios/*.toml", "traces/*.down", "traces/*.up", "schedules/*.toml"], "webui": ["templates/*", "static/*", "static/vendor/*"]},
     include_package_data=True,
@@ -26,7 +25,7 @@ setup(
         "bench": ["matplotlib>=3.6", "prometheus_client>=0.20"],  # prometheus_client: bench metrics
     },
     entry_points={
-        "console_scripts": ["ratelimit=ratelimit.cli:run"],
+        "console_scripts": ["ratelimit=ratelimit.cli.main:run"],
         "pytest11": ["ratelimit = ratelimit.lab.pytest_plugin"],
         "ratelimit.subcommands": ["web = webui.cli:web_main"],
     },

@@ -83,14 +83,14 @@ def window_calls(call_s: float, cfg: Config) -> int:
 
 def line_bps(mix: str, x: int, clients: int = CLIENTS) -> float:
     """The sum of the line rates of x users behind ``mix`` (each user a link: the download rate)."""
-    from ratelimit import profiles
-    from ratelimit.scenario import largest_remainder
+    from ratelimit.profiles import catalog
+    from ratelimit.profiles.scenario import largest_remainder
     parts = [p.rpartition(":") for p in mix.split(",")]
     counts = largest_remainder(clients, [float(w.rstrip("%")) for _, _, w in parts])
     users = dialup.shares(x, clients)
     total, start = 0.0, 0
     for (name, _, _), n in zip(parts, counts):
-        total += sum(users[start:start + n]) * profiles.load(name).down.rate_bps
+        total += sum(users[start:start + n]) * catalog.load(name).down.rate_bps
         start += n
     return total
 

@@ -27,10 +27,10 @@ import os
 import socket
 from dataclasses import dataclass, replace
 
-from ratelimit import linklayer
-from ratelimit.compile import compile_plan
+from ratelimit.spec import linklayer
+from ratelimit.plan.compile import compile_plan
 from ratelimit.lab import topology
-from ratelimit.model import Cohort, LinkParams, Request
+from ratelimit.spec.model import Cohort, LinkParams, Request
 
 from . import packet
 from .common import DEV, Clock, Steps, client_hosts, median, ratio, say

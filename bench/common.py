@@ -16,10 +16,10 @@ from collections.abc import Callable, Sequence
 from ipaddress import IPv4Address, ip_address
 from pathlib import Path
 
-from ratelimit.layout import MAX_SHAPE_LINKS
+from ratelimit.plan.layout import MAX_SHAPE_LINKS
 from ratelimit.errors import RatelimitError
 from ratelimit.lab import servertcp
-from ratelimit.model import LinkParams, Request
+from ratelimit.spec.model import LinkParams, Request
 
 REPO = Path(__file__).resolve().parent.parent
 DEV, PEER = "rb0", "rb1"  # the device a plan goes on, and its veth peer

@@ -44,7 +44,7 @@ def _kernel_index(match: re.Match) -> str:
     """An action index the kernel picked (below the ones ratelimit gives shared policers)
     as "auto": the kernel frees a deleted filter's actions only after a grace period, so
     one made again at once may get another number."""
-    from ratelimit.plan import SHARED_POLICE_INDEX_BASE
+    from ratelimit.plan.ops import SHARED_POLICE_INDEX_BASE
     text = match.group()
     return "auto" if int(text, 0) < SHARED_POLICE_INDEX_BASE else text
 
@@ -93,7 +93,7 @@ def inject(at: int | None):
     """Count the operations the executor carries out (``counted[0]``) and, when ``at`` is
     given, slip a refused one in before operation number ``at`` (once)."""
     from ratelimit.kernel.executor import Executor
-    from ratelimit.plan import DelLink, HtbClass
+    from ratelimit.plan.ops import DelLink, HtbClass
     real_apply, real_remove = Executor.apply, Executor.remove
     counted = [0]
 
@@ -120,7 +120,8 @@ def inject(at: int | None):
 
 
 def request(ns: str, **kw):
-    from ratelimit import scenario, service
+    from ratelimit.profiles import scenario
+    from ratelimit import service
     if "cohorts" in kw:  # a plan of two cohorts: the second's ports and rate as given
         ports, rate = kw["cohorts"]
         text = ("[cohort.steady]\ndescription = 'the cohort left alone'\nhosts = '198.18.1.2,2001:db8::2'\n"
@@ -193,7 +194,8 @@ def sweep(ns: str, case: Case) -> dict:
     """The call once clean (counting its operations), then once per operation with a
     refusal before it; returns counts and the positions that did not leave the dump and
     the record as before."""
-    from ratelimit import service, state
+    from ratelimit import service
+    from ratelimit.state import records
     from ratelimit.errors import RatelimitError
     service.clean(DEV, ns, force=True)
     _install(ns, case.before)
@@ -206,7 +208,7 @@ def sweep(ns: str, case: Case) -> dict:
     for k in range(total):
         service.clean(DEV, ns, force=True)
         _install(ns, case.before)
-        before, record = dump(ns), state.load(ns, DEV)
+        before, record = dump(ns), records.load(ns, DEV)
         try:
             with inject(k):
                 _call(ns, case)
@@ -215,7 +217,7 @@ def sweep(ns: str, case: Case) -> dict:
         else:
             bad.append((k, "the refusal went unnoticed"))
             continue
-        after, now = dump(ns), state.load(ns, DEV)
+        after, now = dump(ns), records.load(ns, DEV)
         if after != before:
             bad.append((k, f"the dump changed ({message}): {_first_difference(before, after)}"))
         elif (now.request if now else None) != (record.request if record else None):

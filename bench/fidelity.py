@@ -184,11 +184,11 @@ def latency(lab, profiles_: tuple[str, ...], count: int, mode: str, steps) -> li
     handshakes, for the emulated delay is fixed and everything else (a busy CPU, the VM's
     software emulation) only adds to it; the median is kept beside it.  The second method:
     the fastest one-way delays of ``PROBES`` datagrams each way, added up (``probe_rtt_s``)."""
-    from ratelimit import profiles
+    from ratelimit.profiles import catalog
     from ratelimit.lab.link import LinkSpec
     rows = []
     for name in profiles_:
-        prof = profiles.load(name)
+        prof = catalog.load(name)
         configured = (prof.down.delay_us + prof.up.delay_us) / 1e6
         lab.apply(LinkSpec(profile=name, mode=mode, per="port"))
         times = lab.handshakes(count=count)

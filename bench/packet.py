@@ -38,10 +38,10 @@ import time
 from dataclasses import dataclass
 
 from ratelimit.lab import topology
-from ratelimit.compile import compile_plan
-from ratelimit.plan import HtbClass, HtbQdisc
-from ratelimit.script import tc_batch
-from ratelimit.filters import U32Filter
+from ratelimit.plan.compile import compile_plan
+from ratelimit.plan.ops import HtbClass, HtbQdisc
+from ratelimit.plan.script import tc_batch
+from ratelimit.plan.filters import U32Filter
 
 from . import blast
 from .common import BenchError, Steps, client_hosts, flows_request, ratio, run, say, shape_flows, split_flows

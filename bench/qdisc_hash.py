@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass
 
 from ratelimit import service
-from ratelimit.compile import compile_plan
+from ratelimit.plan.compile import compile_plan
 from ratelimit.kernel.executor import Executor
-from ratelimit.layout import LINK_MINOR_BASE
-from ratelimit.plan import Change, HtbClass
+from ratelimit.plan.layout import LINK_MINOR_BASE
+from ratelimit.plan.ops import Change, HtbClass
 
 from .common import DEV, Clock, Steps, median, ratio, say
 from .results import new_result, save

@@ -42,8 +42,8 @@ import sys
 import time
 from dataclasses import dataclass, replace
 
-from ratelimit.compile import compile_plan
-from ratelimit.script import tc_batch
+from ratelimit.plan.compile import compile_plan
+from ratelimit.plan.script import tc_batch
 
 from .common import (BenchError, Clock, DEV, MIN_CPU_S, Steps, flows_request, fmt_time, median, ratio, run, say,
                      shape_flows)

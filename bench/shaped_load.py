@@ -35,11 +35,11 @@ from dataclasses import dataclass, fields, replace
 from ipaddress import ip_address
 from pathlib import Path
 
-from ratelimit.compile import compile_plan
+from ratelimit.plan.compile import compile_plan
 from ratelimit.kernel.counters import FlowTable
 from ratelimit.kernel.executor import Executor
-from ratelimit.layout import group_links_of
-from ratelimit.model import Burst, LinkParams, Request
+from ratelimit.plan.layout import group_links_of
+from ratelimit.spec.model import Burst, LinkParams, Request
 
 from . import blast, procfs
 from .common import BenchError, Steps, percentile, run, say

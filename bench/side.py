@@ -30,9 +30,12 @@ def _cpu() -> float:
 
 def stats(netns: str, interface: str) -> int:
     try:
-        from ratelimit.readout import statistics
-    except ImportError:  # a baseline tree from before service.py was split
-        from ratelimit.service import statistics
+        from ratelimit.service.readout import statistics
+    except ImportError:  # a baseline tree from before the subpackages (0.4.0), or before service.py was split
+        try:
+            from ratelimit.readout import statistics
+        except ImportError:
+            from ratelimit.service import statistics
     for _line in sys.stdin:
         c0, t0 = _cpu(), time.perf_counter()
         data = statistics(interface, netns)

@@ -42,8 +42,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ratelimit.compile import compile_plan
-from ratelimit.layout import MAX_SHAPE_LINKS
+from ratelimit.plan.compile import compile_plan
+from ratelimit.plan.layout import MAX_SHAPE_LINKS
 
 from . import dashboard
 from .common import REPO, BenchError, Clock, DEV, Steps, flows_request, fmt_time, median, ratio, run, say, shape_flows
@@ -102,8 +102,9 @@ def _row(common: dict, tool: str, walls: list, cpus: list, **extra) -> dict:
 
 def measure(quick: bool, place: str, *, flows=None, outdir=None, baseline: str | None = BASELINE,
             dashboard_links=None) -> dict:
-    from ratelimit import fingerprint, readout
-    from ratelimit import state as state_files
+    from ratelimit.state import fingerprint
+    from ratelimit.service import readout
+    from ratelimit.state import records as state_files
     from ratelimit.kernel.executor import Executor
     cfg = config(quick, place, flows, dashboard_links)
     doc = new_result(NAME, quick)
@@ -177,7 +178,7 @@ def _v1(state_dir: str) -> str:
 
 
 def _read_side_by_side(cfg, ns, plan, tc_what, common, tree, state_dir, readout, Executor, steps) -> list:
-    from ratelimit.compile import compiled
+    from ratelimit.plan.compile import compiled
     interface, netns = plan.request.interface, plan.request.netns
     readout.link_table.cache_clear()
     compiled.cache_clear()

@@ -98,7 +98,8 @@ def tracking(links: int, scale: float, payload: int, step_ms: int, seconds: floa
 
 
 def driver_alone(links: int, scale: float, steps: tuple, seconds: float) -> list[dict]:
-    from ratelimit import follow, service
+    from ratelimit.driver import follow
+    from ratelimit import service
 
     from . import traceload
     tag = f"tb{os.getpid()}a"
@@ -136,9 +137,11 @@ def driver_alone(links: int, scale: float, steps: tuple, seconds: float) -> list
 def naive(links: int, scale: float, step_ms: int, rounds: int) -> dict:
     """One ``tc class change`` process per link per step (a shell loop in the router's
     namespace), ``rounds`` steps back to back: how long each round takes."""
-    from ratelimit import service, state, tracespec
-    from ratelimit.compile import compile_plan
-    from ratelimit.steps import traced_links
+    from ratelimit import service
+    from ratelimit.state import records
+    from ratelimit.traces import tracespec
+    from ratelimit.plan.compile import compile_plan
+    from ratelimit.driver.steps import traced_links
 
     from . import traceload
     tag = f"tb{os.getpid()}n"
@@ -146,7 +149,7 @@ def naive(links: int, scale: float, step_ms: int, rounds: int) -> dict:
         ns = traceload.topology(tag)
         try:
             service.apply(_request(ns, links, scale), follow=False)
-            req = state.load(ns["rtr"], traceload.DEV).request
+            req = records.load(ns["rtr"], traceload.DEV).request
             loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down,) if s}
             traced = traced_links(compile_plan(req), loaded)
             script = []
@@ -233,9 +236,12 @@ def tcp(links: int, scale: float, seconds: float) -> dict:
     every segment after it from the reader until its retransmission arrives, so the reads
     over a window also count what crossed the link before it (up to 17.5% more than crossed
     in a link's 5 s window, measured: docs/benchmarks.md)."""
-    from ratelimit import follow, service, state, tracespec
-    from ratelimit.compile import compile_plan
-    from ratelimit.steps import traced_links
+    from ratelimit.driver import follow
+    from ratelimit import service
+    from ratelimit.state import records
+    from ratelimit.traces import tracespec
+    from ratelimit.plan.compile import compile_plan
+    from ratelimit.driver.steps import traced_links
 
     from . import traceload
     tag = f"tb{os.getpid()}t"
@@ -244,7 +250,7 @@ def tcp(links: int, scale: float, seconds: float) -> dict:
     try:
         service.apply(_request(ns, links, scale), follow=False)
         pid = follow.start(ns["rtr"], traceload.DEV, 100)
-        req = state.load(ns["rtr"], traceload.DEV).request
+        req = records.load(ns["rtr"], traceload.DEV).request
         started = req.cohorts[0].trace.started_ms
         loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down,) if s}
         traced = {link.port: link for link in traced_links(compile_plan(req), loaded)}

@@ -34,7 +34,7 @@ from dataclasses import replace
 
 from ratelimit import service
 from ratelimit.kernel.executor import Executor
-from ratelimit.plan import Change, HtbClass
+from ratelimit.plan.ops import Change, HtbClass
 
 NS = {"cli": "rltr-cli", "rtr": "rltr-rtr", "srv": "rltr-srv"}
 RATE = "2mbit"

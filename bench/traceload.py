@@ -153,9 +153,9 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
     counts (with the receiver's, ``receiver``; whether the queues had emptied before it
     stopped, ``drained``; and the packets the links' classes had sent, ``class_packets``,
     just before it was told to stop and after it stopped) and the receiver's records."""
-    from ratelimit import tracespec
-    from ratelimit.compile import compile_plan
-    from ratelimit.steps import traced_links
+    from ratelimit.traces import tracespec
+    from ratelimit.plan.compile import compile_plan
+    from ratelimit.driver.steps import traced_links
     sender_exe, receiver_exe = _compiled(SENDER), _compiled(RECEIVER)
     srcs = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
     links = [link for link in traced_links(compile_plan(req), srcs)
@@ -217,7 +217,7 @@ def sink(ns: dict, on: bool) -> None:
 
 def drained(ns: dict, most_s: float) -> bool:
     """Wait (at least 1.5 s, at most ``most_s``) until the links' queues are empty."""
-    from ratelimit import readout
+    from ratelimit.service import readout
     time.sleep(1.5)
     stop = time.monotonic() + most_s - 1.5
     while time.monotonic() < stop:
@@ -229,7 +229,7 @@ def drained(ns: dict, most_s: float) -> bool:
 
 def class_packets(ns: dict, ports: list[int]) -> int:
     """The packets the classes of the links to ``ports`` sent (their counters), in all."""
-    from ratelimit import readout
+    from ratelimit.service import readout
     data = readout.counters(DEV, ns["rtr"])
     wanted = set(ports)
     return sum(int(n) for key, n in zip(data["keys"], data["counters"]["packets"])
@@ -270,7 +270,7 @@ def reference(link, t0_ms: float, t1_ms: float) -> float:
     trace's opportunities each as one full-size frame of the link layer (1,514 bytes on
     Ethernet, not mm-link's 1,504: the class rate passes full-size packets exactly as
     mm-link does, and every packet at that metered rate; docs/profiles.md)."""
-    from ratelimit.capacity import FULL_IP_BYTES, TraceCapacity, metered_bytes
+    from ratelimit.traces.capacity import FULL_IP_BYTES, TraceCapacity, metered_bytes
     c = link.capacity
     if isinstance(c, TraceCapacity):
         return c.opportunities(t0_ms, t1_ms) * c.scale * metered_bytes(FULL_IP_BYTES, link.layer)
@@ -323,9 +323,12 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
     half second (``score``), the sender's counts and the driver's last status.  ``loaded``:
     pace and score only that many of the links, spread evenly over them (every k-th port), while
     the driver follows them all: the tracking at a driver's scale with a load the machine carries."""
-    from ratelimit import follow, service, state, tracespec
-    from ratelimit.compile import compile_plan
-    from ratelimit.steps import traced_links
+    from ratelimit.driver import follow
+    from ratelimit import service
+    from ratelimit.state import records as state
+    from ratelimit.traces import tracespec
+    from ratelimit.plan.compile import compile_plan
+    from ratelimit.driver.steps import traced_links
     ns = topology(tag)
     try:
         req = service.make_request(DEV, netns=ns["rtr"], hosts=CLIENT, ports=f"{PORT0}-{PORT0 + links - 1}",

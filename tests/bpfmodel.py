@@ -9,8 +9,8 @@ top), the ``__sk_buff`` context, a map value.  The packet is its network header 
 
 import struct
 
-from ratelimit.ebpf import ALU64, ALU_OPS, JMP, JUMP_OPS, LD, LDX, SIZES, ST, STX, X
-from ratelimit.queuepin import SKB_LEN, SKB_PRIORITY, SKB_PROTOCOL, SKB_QUEUE_MAPPING
+from ratelimit.plan.ebpf import ALU64, ALU_OPS, JMP, JUMP_OPS, LD, LDX, SIZES, ST, STX, X
+from ratelimit.plan.queuepin import SKB_LEN, SKB_PRIORITY, SKB_PROTOCOL, SKB_QUEUE_MAPPING
 
 STACK = 512
 MASK = (1 << 64) - 1

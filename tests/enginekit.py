@@ -20,7 +20,7 @@ import pytest
 
 from ratelimit.kernel.probe import probe
 from ratelimit.lab.measure import curl_argv, curl_failure, read_curl
-from ratelimit.linkmodel import LinkModel
+from ratelimit.spec.linkmodel import LinkModel
 
 ROOT = Path(__file__).resolve().parent.parent
 ENGINES_SH = ROOT / "containers" / "engines.sh"
@@ -194,9 +194,9 @@ def single_segments(e, name, dev="eth0"):
 
 def host_veth(e, name):
     """The host-side veth of container ``name`` on the engine's network."""
-    from ratelimit import containers
-    owner = containers.resolve(name, e.name)[1]
-    return containers.wiring(owner, containers.choose_network(owner, e.net)).veth
+    from ratelimit.containers import lookup
+    owner = lookup.resolve(name, e.name)[1]
+    return lookup.wiring(owner, lookup.choose_network(owner, e.net)).veth
 
 
 def run_dir():

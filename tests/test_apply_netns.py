@@ -13,11 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from ratelimit import placement, readout, service
+from ratelimit.plan import placement
+from ratelimit.service import readout
+from ratelimit import service
+from ratelimit.service import actions
 from ratelimit.errors import ApplyError, ConflictError, KernelMissing, NotFoundError, PermissionDenied
 from ratelimit.kernel.executor import Executor
-from ratelimit.plan import HtbClass, Plan
-from ratelimit.filters import U32Filter, U32Table
+from ratelimit.plan.ops import HtbClass, Plan
+from ratelimit.plan.filters import U32Filter, U32Table
 
 import tcdump
 
@@ -71,7 +74,7 @@ def test_applied_filters_read_back_as_the_plan(router):
 def test_failure_mid_apply_leaves_the_dumps_identical(router, monkeypatch):
     service.apply(request(router, rate="100kbit", ports="10000-10009"))
     before = tc_dump(router, "rlt0", "rl-rlt0")
-    real_compile = service.compile_plan
+    real_compile = actions.compile_plan
 
     def compile_with_a_duplicate_class(req):
         plan = real_compile(req)
@@ -82,7 +85,7 @@ def test_failure_mid_apply_leaves_the_dumps_identical(router, monkeypatch):
         ops.insert(len(ops) * 2 // 3, ops[dup])  # the kernel refuses a class that exists
         return Plan(plan.request, tuple(ops), plan.flows)
 
-    monkeypatch.setattr(service, "compile_plan", compile_with_a_duplicate_class)
+    monkeypatch.setattr(actions, "compile_plan", compile_with_a_duplicate_class)
     monkeypatch.setattr(placement, "compile_plan", compile_with_a_duplicate_class)  # a plan moved over the old
     with pytest.raises(ApplyError) as info:
         service.apply(request(router, rate="300kbit"))
@@ -92,14 +95,14 @@ def test_failure_mid_apply_leaves_the_dumps_identical(router, monkeypatch):
 
 def test_failure_on_a_clean_interface_leaves_it_clean(router, monkeypatch):
     before = tc_dump(router, "rlt0", "rl-rlt0")
-    real_compile = service.compile_plan
+    real_compile = actions.compile_plan
 
     def compile_with_a_bad_link(req):
         plan = real_compile(req)
         bad = U32Filter("rlt0", 0x520000, 1, "ip", 0, 0, 9, plan.ops[-1].keys, link=0x7FF)  # no table 7ff:
         return Plan(plan.request, plan.ops + (bad,), plan.flows)
 
-    monkeypatch.setattr(service, "compile_plan", compile_with_a_bad_link)
+    monkeypatch.setattr(actions, "compile_plan", compile_with_a_bad_link)
     with pytest.raises(ApplyError):
         service.apply(request(router, direction="dest"))
     assert tc_dump(router, "rlt0", "rl-rlt0") == before

@@ -17,7 +17,7 @@ import pytest
 from ratelimit.kernel.probe import probe
 from ratelimit.lab import audience, topology
 from ratelimit.lab.link import LinkSpec
-from ratelimit.linkmodel import LinkModel
+from ratelimit.spec.linkmodel import LinkModel
 import test_lab
 from test_lab import ROOT, leftovers, ok, one_line_error, run_lab
 

@@ -156,9 +156,9 @@ def test_flow_sets():
 
 
 def test_flat_ops_is_one_linear_list_of_the_same_filters():
-    from ratelimit.compile import compile_plan
-    from ratelimit.plan import HtbClass, HtbQdisc
-    from ratelimit.filters import U32Filter, U32Table
+    from ratelimit.plan.compile import compile_plan
+    from ratelimit.plan.ops import HtbClass, HtbQdisc
+    from ratelimit.plan.filters import U32Filter, U32Table
     req, hit = packet.request_for(8192, "198.18.0.2", "rtr", "lan0")
     assert ip_address("198.18.0.2") in req.hosts
     assert req.hosts[len(req.hosts) // 2] == ip_address("198.18.0.2")  # the real client in the middle
@@ -251,8 +251,8 @@ def test_dialup_v03_sessions_ride_the_policers_bucket():
     """v0.3's links read the 2000 way: a session's 20 calls less the 18,000 bytes its fresh
     bucket lets through at once (5 s at 28,800 bit/s), each client's calls over the last
     session's start plus one session."""
-    from ratelimit.linklayer import ETHERNET
-    from ratelimit.linkmodel import LinkModel
+    from ratelimit.spec.linklayer import ETHERNET
+    from ratelimit.spec.linkmodel import LinkModel
     model = LinkModel(ETHERNET, 28_800, 28_800)  # a policer passes a packet once it has paid for it
     call_s = model.call_seconds(httpload.FILE_BYTES, header=256, request=70)
     session_s = httpload.session_seconds(model, 18_000, header=256, request=70)

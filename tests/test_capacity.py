@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit import capacity, linklayer, phases, schedulefile, tracefile
-from ratelimit.capacity import ScheduleCapacity, TraceCapacity, step_rates_bps
+from ratelimit.traces import capacity, phases, schedulefile, tracefile
+from ratelimit.spec import linklayer
+from ratelimit.traces.capacity import ScheduleCapacity, TraceCapacity, step_rates_bps
 from ratelimit.errors import RatelimitError
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,9 +10,13 @@ import sys
 
 import pytest
 
-from ratelimit import diff, readout, scenario, service, state
+from ratelimit.plan import diff
+from ratelimit.service import readout
+from ratelimit.profiles import scenario
+from ratelimit import service
+from ratelimit.state import records
 from ratelimit.errors import ApplyError
-from ratelimit.plan import Change, HtbClass
+from ratelimit.plan.ops import Change, HtbClass
 from tcdump import tc_dump
 
 pytestmark = pytest.mark.netns
@@ -75,7 +79,7 @@ def test_a_new_rate_and_queue_change_the_links_in_place(router):
     service.clean("rlh0", ns)
     service.apply(request(ns, rate="200kbit", queue="40kb"))
     assert tc_dump(ns, *DEVS) == changed
-    assert state.load(ns, "rlh0").request == request(ns, rate="200kbit", queue="40kb")
+    assert records.load(ns, "rlh0").request == request(ns, rate="200kbit", queue="40kb")
 
 
 def test_other_ports_switch_over_and_another_link_layer_rebuilds(router):
@@ -93,7 +97,7 @@ def test_a_refused_change_is_changed_back(router, monkeypatch):
     ns = router
     service.apply(request(ns))
     before = tc_dump(ns, *DEVS)
-    record = state.load(ns, "rlh0")
+    record = records.load(ns, "rlh0")
     real = diff.in_place
 
     def in_place(old, new):  # the new numbers, then a class the kernel does not have
@@ -107,7 +111,7 @@ def test_a_refused_change_is_changed_back(router, monkeypatch):
     with pytest.raises(ApplyError, match="class change .* failed: .*; rlh0 is back as it was"):
         service.apply(request(ns, rate="200kbit"))
     assert tc_dump(ns, *DEVS) == before
-    assert state.load(ns, "rlh0") == record and not state.marker_path(ns, "rlh0").exists()
+    assert records.load(ns, "rlh0") == record and not records.marker_path(ns, "rlh0").exists()
 
 
 def test_dry_run_shows_the_changes(router):
@@ -166,7 +170,7 @@ def test_changing_one_cohort_leaves_another_cohorts_busy_links_alone(router, cha
     rows = readout.statistics("rlh0", ns)["links"]
     assert sum(r["cohort"] == "other" for r in rows) == (40 if "other_ports" in change else 10)
     # the record names where each cohort stands; a fresh apply of it makes the same kernel state
-    record = state.load(ns, "rlh0").request
+    record = records.load(ns, "rlh0").request
     assert record == plan.request
     changed = tc_dump(ns, *DEVS)
     service.clean("rlh0", ns)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ratelimit.cli import Console, build_parser, main
+from ratelimit.cli.main import Console, build_parser, main
 
 
 def run(*argv):
@@ -52,10 +52,10 @@ def test_v03_defaults():
 
 
 def test_mpu_is_ethernets_smallest_frame_on_ethernet_only():
-    from ratelimit.compile import compile_plan
+    from ratelimit.plan.compile import compile_plan
     from ratelimit.errors import RatelimitError
-    from ratelimit.plan import HtbClass
-    from ratelimit.filters import Police
+    from ratelimit.plan.ops import HtbClass
+    from ratelimit.plan.filters import Police
     from ratelimit.service import make_request
 
     def charged_min(**kw):
@@ -173,13 +173,13 @@ V03_LINES = [
 
 @pytest.mark.parametrize("old,new", V03_LINES, ids=[old for old, _ in V03_LINES])
 def test_v03_single_dash_long_options_read_as_getopt_long_did(old, new):
-    from ratelimit.getopt import long_options
+    from ratelimit.cli.longopts import long_options
     parser = build_parser()
     assert vars(parser.parse_args(long_options(old.split(), parser))) == vars(parser.parse_args(new.split()))
 
 
 def test_v03_short_options_stay_short():
-    from ratelimit.getopt import long_options
+    from ratelimit.cli.longopts import long_options
     parser = build_parser()
     args = parser.parse_args(long_options("-h client -p 80 -r 9600 -b 2 -d source -v".split(), parser))
     assert (args.hosts, args.ports, args.rate, args.burst, args.direction, args.verbose) == \
@@ -246,7 +246,7 @@ def test_a_name_tc_batch_cannot_carry_is_refused_in_a_dry_run():
 
 def test_batch_words_read_back_as_tc_reads_them():
     """tc's reader (iproute2 makeargs): words split on whitespace, a word in ' or " taken whole."""
-    from ratelimit.names import batch_word
+    from ratelimit.spec.names import batch_word
 
     def makeargs(line):
         words, i = [], 0

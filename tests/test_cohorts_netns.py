@@ -14,13 +14,14 @@ import time
 
 import pytest
 
-from ratelimit import scenario, service
+from ratelimit.profiles import scenario
+from ratelimit import service
 from ratelimit.kernel import netns as kernel_netns
 from ratelimit.kernel.probe import probe
 from ratelimit.lab.core import Lab
 from ratelimit.lab.link import LinkSpec
-from ratelimit.linkmodel import LinkModel
-from ratelimit.summary import summary
+from ratelimit.spec.linkmodel import LinkModel
+from ratelimit.spec.summary import summary
 from tcdump import tc_dump
 from test_scenario import BAD_MIXES, BAD_SCENARIOS
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.compile import compile_plan
+from ratelimit.plan.compile import compile_plan
 from ratelimit.errors import RatelimitError
-from ratelimit.script import script
+from ratelimit.plan.script import script
 from ratelimit.service import make_request
 
 CASES = Path(__file__).parent / "cases" / "golden"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit import containers
-from ratelimit.containers import Container, ContainerError, Endpoint
+from ratelimit.containers import lookup
+from ratelimit.containers.lookup import Container, ContainerError, Endpoint
 from ratelimit.errors import FieldError
 
 CASES = Path(__file__).parent / "cases" / "containers"
@@ -24,50 +24,50 @@ def case(name):
 
 @pytest.mark.parametrize("name", ["web", "rlct-web", "a", "web_1.b-2", "0123456789ab", "A" * 128])
 def test_names_the_engines_take_pass(name):
-    assert containers.check_name(name) == name
+    assert lookup.check_name(name) == name
 
 
 @pytest.mark.parametrize("name", ["", "-web", ".web", "_web", "web;reboot", "web$(id)", "we b", "web/x",
                                   "web\n", "`id`", "A" * 129, "café", "web:1", None])
 def test_other_names_are_refused_before_anything_runs(name):
     with pytest.raises(FieldError) as e:
-        containers.check_name(name)
+        lookup.check_name(name)
     assert str(e.value).startswith("--container: ")
     assert "is not a container name or id" in str(e.value) and "\n" not in str(e.value)
 
 
 def test_an_engine_not_installed_is_one_line():
     with pytest.raises(ContainerError) as e:
-        containers.engines("podman", which=lambda name: None)
+        lookup.engines("podman", which=lambda name: None)
     assert str(e.value) == "--container: podman is not installed (apt-get install podman)"
     with pytest.raises(ContainerError) as e:
-        containers.engines(None, which=lambda name: None)
+        lookup.engines(None, which=lambda name: None)
     assert str(e.value) == "--container: no container engine (docker or podman) is installed"
-    assert [e.name for e in containers.engines(None, which=lambda n: f"/usr/bin/{n}" if n == "podman" else None)] \
+    assert [e.name for e in lookup.engines(None, which=lambda n: f"/usr/bin/{n}" if n == "podman" else None)] \
         == ["podman"]
     with pytest.raises(FieldError):
-        containers.engines("lxc")
+        lookup.engines("lxc")
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in CASES.glob("*.json")))
 def test_real_inspect_output_reads_as_the_engine_said(name):
     engine, text = case(name)
     expected = json.loads((CASES / f"{name}.json").read_text())["expected"]
-    c = containers.parse_inspect(engine, text, "x")
+    c = lookup.parse_inspect(engine, text, "x")
     assert (c.engine, c.name, c.status, c.network_mode, c.id[:12]) == \
         (engine, expected["name"], expected["status"], expected["network_mode"], expected["id12"])
     assert (c.pid > 0) == (expected["status"] == "running")
     assert [(e.network, e.ipv4, e.mac is not None) for e in c.networks] == \
         [tuple(n) for n in expected["networks"]]
-    assert containers.refusal(c) == (expected["refusal"].format(engine=engine) if expected["refusal"] else None)
+    assert lookup.refusal(c) == (expected["refusal"].format(engine=engine) if expected["refusal"] else None)
 
 
 def test_inspect_output_of_another_shape_is_one_line():
     with pytest.raises(ContainerError) as e:
-        containers.parse_inspect("docker", "[]", "web")
+        lookup.parse_inspect("docker", "[]", "web")
     assert str(e.value).startswith("--container: docker inspect 'web' did not answer as expected (IndexError")
     with pytest.raises(ContainerError):
-        containers.parse_inspect("podman", "not json", "web")
+        lookup.parse_inspect("podman", "not json", "web")
 
 
 def make(name="web", status="running", pid=42, mode="rlct-net", nets=("rlct-net",), rootless=False):
@@ -93,48 +93,49 @@ def make(name="web", status="running", pid=42, mode="rlct-net", nets=("rlct-net"
     (make(mode="container:" + "cd" * 32, nets=()), None),  # followed to the owner by resolve
 ])
 def test_refusals_name_the_container_and_say_why(c, says):
-    assert containers.refusal(c) == says
+    assert lookup.refusal(c) == says
 
 
 def test_the_network_is_the_only_one_or_the_one_named():
     one, two = make(), make(nets=("front", "back"))
-    assert containers.choose_network(one, None).network == "rlct-net"
-    assert containers.choose_network(two, "back").ipv4 == "198.18.240.3"
+    assert lookup.choose_network(one, None).network == "rlct-net"
+    assert lookup.choose_network(two, "back").ipv4 == "198.18.240.3"
     with pytest.raises(ContainerError) as e:
-        containers.choose_network(two, None)
+        lookup.choose_network(two, None)
     assert str(e.value) == "--container: podman container 'web' is on 2 networks (front, back); name one with --network"
     with pytest.raises(ContainerError) as e:
-        containers.choose_network(two, "middle")
+        lookup.choose_network(two, "middle")
     assert str(e.value) == "--network: podman container 'web' is not on network 'middle' (it is on: front, back)"
 
 
 def test_a_client_container_resolves_on_the_network_it_shares_with_the_server():
     server, client = make(nets=("front", "back")), make("client", nets=("back", "other"))
-    assert containers.shared_network(server, client, None) == "back"
-    assert containers.shared_network(server, client, "back") == "back"
+    assert lookup.shared_network(server, client, None) == "back"
+    assert lookup.shared_network(server, client, "back") == "back"
     with pytest.raises(ContainerError) as e:
-        containers.shared_network(server, make("far", nets=("elsewhere",)), None)
+        lookup.shared_network(server, make("far", nets=("elsewhere",)), None)
     assert str(e.value) == "--hosts: podman container 'far' and podman container 'web' share no network"
     both = make("both", nets=("front", "back"))
     with pytest.raises(ContainerError) as e:
-        containers.shared_network(server, both, None)
+        lookup.shared_network(server, both, None)
     assert str(e.value) == ("--hosts: podman container 'both' and podman container 'web' share 2 networks "
                             "(front, back); name one with --network")
 
 
 def test_the_namespace_name_is_ratelimits_and_the_owners():
-    assert containers.netns_name(make()) == "rl-ct-abababababab"
-    from ratelimit.names import check_netns
-    assert check_netns(containers.netns_name(make())) == "rl-ct-abababababab"
+    assert lookup.netns_name(make()) == "rl-ct-abababababab"
+    from ratelimit.spec.names import check_netns
+    assert check_netns(lookup.netns_name(make())) == "rl-ct-abababababab"
 
 
 def test_the_record_keeps_the_container_and_the_names_of_its_hosts():
-    from ratelimit import service, state
-    from ratelimit.summary import describe, summary
+    from ratelimit import service
+    from ratelimit.state import records
+    from ratelimit.spec.summary import describe, summary
     req = service.make_request("eth0", hosts=["198.18.240.3"], per="host", profile="modem-28k8", netns="rl-ct-ab")
     req = service.for_container(req, ("podman", "rlct-web", "ab" * 32, "rlct-net", "server"),
                                 (("rlct-client", ("198.18.240.3",)),))
-    back = state.from_json(json.loads(json.dumps(state.to_json(req))))
+    back = records.from_json(json.loads(json.dumps(records.to_json(req))))
     assert back == req and back.only.named == (("rlct-client", ("198.18.240.3",)),)
     s = summary(back)
     assert s["container"] == {"engine": "podman", "name": "rlct-web", "id": "ab" * 32, "network": "rlct-net",
@@ -147,20 +148,21 @@ def test_the_record_keeps_the_container_and_the_names_of_its_hosts():
 def test_a_servers_record_on_its_veth_faces_it_and_reads_back_so():
     """The server use on the host-side veth: the record says the links face the server
     (``server_side``), and a record from before (no field) reads back as a router's side."""
-    from ratelimit import service, state
-    from ratelimit.compile import compile_plan, device_of, ifb_name
-    from ratelimit.summary import describe, summary
+    from ratelimit import service
+    from ratelimit.state import records
+    from ratelimit.plan.compile import compile_plan, device_of, ifb_name
+    from ratelimit.spec.summary import describe, summary
     req = service.make_request("veth1a2b3c4", hosts=["198.18.240.3"], per="host", profile="modem-28k8", delay="0ms")
     req = service.for_container(req, ("podman", "rlct-web", "ab" * 32, "rlct-net", "server"),
                                 (("rlct-client", ("198.18.240.3",)),), server_side=True)
     assert req.server_side
-    back = state.from_json(json.loads(json.dumps(state.to_json(req))))
+    back = records.from_json(json.loads(json.dumps(records.to_json(req))))
     assert back == req and summary(back)["server_side"] is True
     assert describe(summary(back)).endswith("as the server (its host-side veth: down arrives on it); "
                                             "rlct-client = 198.18.240.3")
-    before = state.to_json(req)
+    before = records.to_json(req)
     del before["server_side"]
-    assert state.from_json(before).server_side is False
+    assert records.from_json(before).server_side is False
     plan = compile_plan(req)
     assert {f.direction: f.dev for f in plan.flows} == {"dest": ifb_name("veth1a2b3c4"), "source": "veth1a2b3c4"}
     assert [device_of(req, d) for d in ("dest", "source")] == [ifb_name("veth1a2b3c4"), "veth1a2b3c4"]
@@ -183,7 +185,7 @@ def fake_engine(tmp_path, name, stderr, code=1):
     path = tmp_path / name
     path.write_text(f"#!/bin/sh\nprintf '%s\\n' {json.dumps(stderr)} >&2\nexit {code}\n")
     path.chmod(0o755)
-    return containers.Engine(name, str(path))
+    return lookup.Engine(name, str(path))
 
 
 def test_a_docker_daemon_that_does_not_answer_is_one_line_saying_what_to_do(tmp_path, monkeypatch):
@@ -196,15 +198,15 @@ def test_a_docker_daemon_that_does_not_answer_is_one_line_saying_what_to_do(tmp_
     # without --engine, podman is asked all the same, and the line says why docker was not
     podman = fake_engine(tmp_path, "podman", "Error: no container with name or id \"web\" found: no such container",
                          code=125)
-    monkeypatch.setattr(containers, "engines", lambda engine=None: [docker, podman] if engine is None else [docker])
+    monkeypatch.setattr(lookup, "engines", lambda engine=None: [docker, podman] if engine is None else [docker])
     with pytest.raises(ContainerError) as e:
-        containers.find("web")
+        lookup.find("web")
     says = str(e.value)
     assert says.startswith("--container: no container 'web' in docker or podman (docker not asked: docker is "
                            "installed but its daemon does not answer (Cannot connect") and "\n" not in says
     assert says.endswith("or set DOCKER_HOST to its socket)")
     with pytest.raises(ContainerError) as e:
-        containers.find("web", "docker", "--hosts")
+        lookup.find("web", "docker", "--hosts")
     assert str(e.value).startswith("--hosts: docker is installed but its daemon does not answer")
 
 
@@ -230,17 +232,17 @@ def fake_engine_with(monkeypatch, tmp_path, *known):
     by_name = {c.name: dataclasses.replace(c, pid=os.getpid()) for c in known}
 
     def find(name, engine=None, field_name="--container"):
-        containers.check_name(name, field_name)
+        lookup.check_name(name, field_name)
         if name not in by_name:
             raise ContainerError(f"{field_name}: no container '{name}' in podman")
         return by_name[name]
-    monkeypatch.setattr(containers, "find", find)
+    monkeypatch.setattr(lookup, "find", find)
     monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
 
 
 def dry_run(tmp_path, modems, phone, *extra):
     import io
-    from ratelimit.cli import Console, main
+    from ratelimit.cli.main import Console, main
     path = tmp_path / "audience.toml"
     path.write_text(SCENARIO.format(modems=modems, phone=phone))
     out, err = io.StringIO(), io.StringIO()
@@ -267,9 +269,10 @@ def test_a_scenario_naming_containers_plans_what_their_addresses_plan(monkeypatc
 
 
 def test_each_cohort_keeps_the_names_of_its_containers(monkeypatch, tmp_path):
-    from ratelimit import scenario, service
-    from ratelimit.summary import summary
-    from ratelimit.targets import scenario_hosts
+    from ratelimit.profiles import scenario
+    from ratelimit import service
+    from ratelimit.spec.summary import summary
+    from ratelimit.containers.targets import scenario_hosts
     fake_engine_with(monkeypatch, tmp_path, *clients("modem1", "modem2", "phone"))
     text = SCENARIO.format(modems='["container:modem1", "198.18.0.9"]', phone='"container:phone"')
     asks = scenario_hosts(scenario.parse(text, "scenario a.toml"), None, network=None, engine=None)

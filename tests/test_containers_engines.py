@@ -24,10 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.compile import ifb_name
+from ratelimit.plan.compile import ifb_name
 from ratelimit.kernel.probe import probe
 
-from ratelimit import __version__, containers, ctrun
+from ratelimit import __version__
+from ratelimit.containers import lookup, attach
 
 from enginekit import (delay_args, fetch, gso_max_segs, host_veth, model, qdiscs, ratelimit, run_dir, sh, single_segments,
                        web_and_client)
@@ -80,7 +81,7 @@ def test_a_web_container_serves_a_client_container_over_a_modem(engine, ct_state
         r = ratelimit("--container", "rlct-web", "--clean")
     assert r.returncode == 0 and f"{veth}: removed what ratelimit installed" in r.stdout, r.stderr
     assert qdiscs(e, "rlct-web", "rlct-client") == before
-    assert gso_max_segs(e, "rlct-web") == segs_before == containers.GSO_MAX_SEGS
+    assert gso_max_segs(e, "rlct-web") == segs_before == lookup.GSO_MAX_SEGS
     assert not [n for n in run_dir() if n.startswith("rl-ct-")]
     assert not (ct_state / f"rl-ct-{owner}").exists() and not (ct_state / "-" / f"{veth}.json").exists()
 
@@ -101,7 +102,7 @@ def test_links_put_by_hand_over_a_servers_give_its_device_whole_packets_again(en
             assert gso_max_segs(e, "rlct-web") == 1
             r = ratelimit("--interface", veth, *by_name)
             assert r.returncode == 0 and "whole packets" not in r.stderr, r.stderr
-            assert gso_max_segs(e, "rlct-web") == containers.GSO_MAX_SEGS, by_name
+            assert gso_max_segs(e, "rlct-web") == lookup.GSO_MAX_SEGS, by_name
     finally:
         ratelimit("--interface", veth, "--clean")
     assert not (ct_state / "-" / f"{veth}.json").exists()
@@ -116,9 +117,9 @@ def test_a_servers_links_recorded_in_its_namespace_by_0_4_are_listed_and_cleaned
     web_and_client(e)
     before = qdiscs(e, "rlct-web", "rlct-client")
     client = e.address("rlct-client")
-    with ctrun.turn():
-        owner = containers.resolve("rlct-web", e.name)[1]
-        with ctrun.attached(owner) as ns:
+    with attach.turn():
+        owner = lookup.resolve("rlct-web", e.name)[1]
+        with attach.attached(owner) as ns:
             req = service.make_request("eth0", hosts=[client], per="host", rate="1mbit", mode="shape", netns=ns)
             req = service.for_container(req, (e.name, "rlct-web", owner.id, e.net, "server"), ())
             assert not req.server_side
@@ -184,11 +185,11 @@ def test_a_restarted_users_links_went_with_its_veth(engine, ct_state):
 def test_container_hosts_on_an_interface_named_by_hand(engine, ct_state):
     """container:NAME in --hosts without --container: the address on the container's one
     network, resolved once; the record keeps the name beside it."""
-    from ratelimit import containers
+    from ratelimit.containers import lookup
     e = engine
     e.run("rlct-client", e.image, "sleep", "600")
-    c, owner = containers.resolve("rlct-client", "docker")
-    veth = containers.wiring(owner, containers.choose_network(owner, None)).veth
+    c, owner = lookup.resolve("rlct-client", "docker")
+    veth = lookup.wiring(owner, lookup.choose_network(owner, None)).veth
     r = ratelimit("--interface", veth, "--hosts", "container:rlct-client", "--per", "host", "--rate", "1mbit",
                   "--mode", "shape")
     assert r.returncode == 0, r.stderr
@@ -240,7 +241,7 @@ def test_six_parallel_fetches_of_one_3g_user_share_its_one_link(engine, ct_state
 def test_containers_sharing_a_namespace_lead_to_one(engine):
     """A Podman pod's members, and Docker's --network container:X (compose's network_mode:
     service:X): every name leads to the namespace's owner, one name for it, one record."""
-    from ratelimit import containers
+    from ratelimit.containers import lookup
     e = engine
     if e.name == "podman":
         e("pod", "rm", "-f", "-t", "0", "rlct-pod", check=False)
@@ -254,12 +255,12 @@ def test_containers_sharing_a_namespace_lead_to_one(engine):
         e.run("rlct-pod-b", e.image, "sleep", "600", network="container:rlct-pod-a")
         a, b = "rlct-pod-a", "rlct-pod-b"
     try:
-        (ca, owner_a), (cb, owner_b) = containers.resolve(a, e.name), containers.resolve(b, e.name)
+        (ca, owner_a), (cb, owner_b) = lookup.resolve(a, e.name), lookup.resolve(b, e.name)
         assert ca.id != cb.id and owner_a.id == owner_b.id
         assert cb.namespace_owner() is not None
         assert (owner_a.id != ca.id) == (e.name == "podman")  # a pod's namespace is its infra container's
-        assert containers.netns_name(owner_a) == containers.netns_name(owner_b)
-        assert containers.netns_inode(ca.pid) == containers.netns_inode(cb.pid)
+        assert lookup.netns_name(owner_a) == lookup.netns_name(owner_b)
+        assert lookup.netns_inode(ca.pid) == lookup.netns_inode(cb.pid)
     finally:
         if e.name == "podman":
             e("pod", "rm", "-f", "-t", "0", "rlct-pod", check=False)

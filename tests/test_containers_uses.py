@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.compile import ifb_name
+from ratelimit.plan.compile import ifb_name
 from ratelimit.kernel.probe import probe
-from ratelimit.linkmodel import LinkModel
+from ratelimit.spec.linkmodel import LinkModel
 
 from enginekit import (ENGINES_SH, PODMAN_ENV, ROOT, Engine, delay_args, fetch, gso_max_segs, model, qdiscs, ratelimit,
                        run_dir, sh, single_segments, web_and_client)

@@ -17,9 +17,9 @@ import subprocess
 import pytest
 
 from ratelimit.kernel.executor import Executor
-from ratelimit.model import LinkParams
-from ratelimit.plan import Plan
-from ratelimit.filters import U32Filter
+from ratelimit.spec.model import LinkParams
+from ratelimit.plan.ops import Plan
+from ratelimit.plan.filters import U32Filter
 
 from conftest import HOST4, HOST6
 from test_netlink import SEND, in_ns, plan_for, resolve_neighbours, sh

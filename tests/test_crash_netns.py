@@ -11,9 +11,13 @@ import time
 
 import pytest
 
-from ratelimit import installed, placement, readout, service, state
+from ratelimit.state import installed, records
+from ratelimit.plan import placement
+from ratelimit.service import readout
+from ratelimit import service
+from ratelimit.service import actions
 from ratelimit.errors import ApplyError, StateError
-from ratelimit.plan import HtbClass, Plan
+from ratelimit.plan.ops import HtbClass, Plan
 from tcdump import tc_dump
 
 pytestmark = pytest.mark.netns
@@ -55,7 +59,7 @@ def start_big_apply(ns, *extra):
     while True:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the apply never got going"
-        if state.marker_path(ns, "rlh0").exists():
+        if records.marker_path(ns, "rlh0").exists():
             proc.send_signal(signal.SIGSTOP)
             try:
                 if classes(ns) >= 800:
@@ -72,7 +76,7 @@ def with_a_duplicate_class(monkeypatch, only=lambda req: True):
     over the installed one) and a recorded one with ``compiled`` (here and in ``installed``): all
     are replaced.  ``monkeypatch`` is a MonkeyPatch of its own: its undo() must not undo the
     fixtures' state directory."""
-    real = service.compile_plan
+    real = actions.compile_plan
 
     def compile_plan(req):
         plan = real(req)
@@ -82,8 +86,8 @@ def with_a_duplicate_class(monkeypatch, only=lambda req: True):
         dup = next(i for i, op in enumerate(ops) if isinstance(op, HtbClass) and op.classid & 0xFFFF >= 0x100)
         ops.insert(len(ops) * 2 // 3, ops[dup])
         return Plan(plan.request, tuple(ops), plan.flows)
-    monkeypatch.setattr(service, "compile_plan", compile_plan)
-    monkeypatch.setattr(service, "compiled", compile_plan)
+    monkeypatch.setattr(actions, "compile_plan", compile_plan)
+    monkeypatch.setattr(actions, "compiled", compile_plan)
     monkeypatch.setattr(placement, "compile_plan", compile_plan)
     monkeypatch.setattr(installed, "compiled", compile_plan)
 
@@ -95,7 +99,7 @@ def test_a_signal_mid_apply_rolls_back(rlhd, signum, code, previous):
     if previous:
         service.apply(request(ns, direction="dest"))
     before = tc_dump(ns, *DEVS)
-    record = state.load(ns, "rlh0")
+    record = records.load(ns, "rlh0")
     proc = start_big_apply(ns)
     busy = cli(ns, "--list")  # reads what is there only once the apply is done
     assert (busy.returncode, busy.stderr) == (6, f"ratelimit: --interface: {ns}/rlh0 is busy: another ratelimit "
@@ -106,7 +110,7 @@ def test_a_signal_mid_apply_rolls_back(rlhd, signum, code, previous):
     assert proc.returncode == code, err
     assert err == f"ratelimit: interrupted by {name} during the apply; rlh0 is back as it was\n"
     assert tc_dump(ns, *DEVS) == before
-    assert state.load(ns, "rlh0") == record and not state.marker_path(ns, "rlh0").exists()
+    assert records.load(ns, "rlh0") == record and not records.marker_path(ns, "rlh0").exists()
 
 
 @pytest.mark.parametrize("next_run", ["--list", "--clean"])
@@ -118,12 +122,12 @@ def test_sigkill_mid_apply_is_repaired_by_the_next_run(rlhd, next_run):
     proc = start_big_apply(ns)
     proc.kill()
     proc.communicate(timeout=60)
-    assert state.marker_path(ns, "rlh0").exists() and tc_dump(ns, *DEVS) != before  # half of each
+    assert records.marker_path(ns, "rlh0").exists() and tc_dump(ns, *DEVS) != before  # half of each
     result = cli(ns, next_run)
     assert result.returncode == 0, result.stderr
     assert result.stderr.startswith(f"ratelimit: rlh0: a ratelimit run (pid {proc.pid}, apply started ")
     assert "was killed mid-apply; the plan before it is back: custom link (shape" in result.stderr
-    assert result.stderr.count("\n") == 1 and not state.marker_path(ns, "rlh0").exists()
+    assert result.stderr.count("\n") == 1 and not records.marker_path(ns, "rlh0").exists()
     if next_run == "--list":
         assert "ports 5000-5009: 10 links" in result.stdout
         assert tc_dump(ns, *DEVS) == before
@@ -175,7 +179,7 @@ def test_a_failed_rollback_says_where_the_interface_is_and_the_record_keeps_sayi
     assert "; rlh0 is half-configured: rlh0: root qdisc htb 52: with " in message
     assert message.endswith(f"to recover: ratelimit --clean --force --interface rlh0 --netns {ns}, then apply again")
     assert "back as it was" not in message
-    assert state.load(ns, "rlh0").problem == message and not state.marker_path(ns, "rlh0").exists()
+    assert records.load(ns, "rlh0").problem == message and not records.marker_path(ns, "rlh0").exists()
     for argv in (["--list"], ["--stats"], ["-h", "198.18.1.2", "-p", "5000", "--mode", "shape"], ["--clean"]):
         result = cli(ns, *argv)
         assert (result.returncode, result.stderr, result.stdout) == (8, f"ratelimit: {message}\n", ""), argv
@@ -186,7 +190,7 @@ def test_a_failed_rollback_says_where_the_interface_is_and_the_record_keeps_sayi
     dashboard.poll_once()
     assert dashboard.snapshot(ns, "rlh0").error == message  # the dashboard shows the same line
     assert cli(ns, "--clean", "--force").returncode == 0  # the way out the message names
-    assert tc_dump(ns, *DEVS) == pristine and state.load(ns, "rlh0") is None
+    assert tc_dump(ns, *DEVS) == pristine and records.load(ns, "rlh0") is None
 
 
 def test_a_failed_forced_apply_puts_back_what_force_replaced(rlhd, monkeypatch):
@@ -206,7 +210,7 @@ def test_a_failed_forced_apply_puts_back_what_force_replaced(rlhd, monkeypatch):
         service.apply(request(ns), force=True)
     assert str(info.value).endswith("failed: File exists; rlh0 is back as it was (what --force replaced is restored)")
     assert tc_dump(ns, *DEVS) == before
-    assert state.load(ns, "rlh0") is None
+    assert records.load(ns, "rlh0") is None
 
 
 def test_a_forced_apply_that_cannot_put_back_says_so(rlhd, monkeypatch):
@@ -231,20 +235,20 @@ def test_a_clean_killed_half_way_is_finished_by_the_next_run(rlhd):
     ns = rlhd()
     pristine = tc_dump(ns, *DEVS)
     plan = service.apply(request(ns))  # root, ingress and the IFB device
-    state.write_marker(ns, "rlh0", "clean", old=plan.request, new=None)
+    records.write_marker(ns, "rlh0", "clean", old=plan.request, new=None)
     sh("tc", "-n", ns, "qdisc", "del", "dev", "rlh0", "root")  # as far as the killed clean got
     result = cli(ns, "--list")
     assert result.returncode == 0, result.stderr
     assert "was killed mid-clean; finished it (nothing of ratelimit's is left)" in result.stderr
     assert result.stdout == "rlh0: nothing installed by ratelimit\n"
-    assert tc_dump(ns, *DEVS) == pristine and state.load(ns, "rlh0") is None
+    assert tc_dump(ns, *DEVS) == pristine and records.load(ns, "rlh0") is None
 
 
 def test_a_marker_left_after_a_completed_apply_is_just_removed(rlhd):
     ns = rlhd()
     plan = service.apply(request(ns))
     before = tc_dump(ns, *DEVS)
-    state.write_marker(ns, "rlh0", "apply", old=None, new=plan.request)  # killed between record and marker removal
+    records.write_marker(ns, "rlh0", "apply", old=None, new=plan.request)  # killed between record and marker removal
     result = cli(ns, "--list")
     assert (result.returncode, result.stderr) == (0, "")
-    assert tc_dump(ns, *DEVS) == before and not state.marker_path(ns, "rlh0").exists()
+    assert tc_dump(ns, *DEVS) == before and not records.marker_path(ns, "rlh0").exists()

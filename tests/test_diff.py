@@ -7,11 +7,14 @@ import re
 
 import pytest
 
-from ratelimit import diff, layout, placement, scenario, service, state
+from ratelimit.plan import diff, layout, placement
+from ratelimit.profiles import scenario
+from ratelimit import service
+from ratelimit.state import records
 from ratelimit.errors import FieldError
-from ratelimit.compile import compile_plan
-from ratelimit.plan import Change, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc
-from ratelimit.filters import U32Filter
+from ratelimit.plan.compile import compile_plan
+from ratelimit.plan.ops import Change, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc
+from ratelimit.plan.filters import U32Filter
 
 
 def plan(**kw):
@@ -220,7 +223,7 @@ def test_a_cohort_that_grows_is_built_beside_and_the_others_stay_where_they_stan
         {op.classid for op in cohort_ops(old, "phones") if type(op) is HtbClass and op.parent == layout.POOL_CLASS}
     # the record keeps where each cohort stands, and a plan compiled from it is the same
     assert new.request.places is not None
-    assert state.from_json(json.loads(json.dumps(state.to_json(new.request)))) == new.request
+    assert records.from_json(json.loads(json.dumps(records.to_json(new.request)))) == new.request
     assert compile_plan(new.request) == new
     # the next change of numbers only goes in place where they stand now
     again, changes, switch = placement.over(new, audience(modems=MODEMS.replace("modem-28k8", "modem-56k"),

@@ -4,7 +4,7 @@ import struct
 
 import pytest
 
-from ratelimit.ebpf import FP, R0, R1, R2, R6, Asm, AsmError
+from ratelimit.plan.ebpf import FP, R0, R1, R2, R6, Asm, AsmError
 
 
 def _insn(code, dst=0, src=0, off=0, imm=0) -> bytes:

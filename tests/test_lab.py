@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit import state
+from ratelimit.state import records
 from ratelimit.lab import measure, store
 from ratelimit.lab import docroot
 from ratelimit.lab import topology
@@ -75,7 +75,7 @@ def leftovers(name):
     """Everything of lab ``name`` still on this machine."""
     prefix = topology.lab_prefix(name)
     found = [f"netns {n}" for n in topology.list_leftovers(prefix)]
-    for base in (Path("/etc/netns"), state.state_dir()):
+    for base in (Path("/etc/netns"), records.state_dir()):
         if base.is_dir():
             found += [f"path {p}" for p in base.iterdir() if p.name.startswith(prefix)]
     if store.lab_path(name).exists():
@@ -100,7 +100,7 @@ def link_bytes(name, client="client1"):
 
 def model_of(name):
     """The applied link's model on this kernel (as the lab keeps it)."""
-    from ratelimit.linkmodel import LinkModel
+    from ratelimit.spec.linkmodel import LinkModel
     from ratelimit.kernel.probe import probe
     data = json.loads(ok("status", "--name", name, "--json").stdout)
     return LinkModel.from_summary(data["link"]["summary"], delay_stage=probe(["netem"])["netem"])
@@ -123,8 +123,8 @@ def test_the_model_counts_ipv6s_longer_header():
     """An IPv6 segment carries 20 bytes more header than IPv4's for the same MSS-limited
     payload: fewer payload bytes per full segment, so more bytes on the link."""
     import dataclasses
-    from ratelimit.linklayer import layer
-    from ratelimit.linkmodel import LinkModel
+    from ratelimit.spec.linklayer import layer
+    from ratelimit.spec.linkmodel import LinkModel
     v4 = LinkModel(layer("ethernet"), 1_000_000, 1_000_000)
     v6 = dataclasses.replace(v4, ipv6=True)
     assert (v4.mss_bytes, v6.mss_bytes) == (1448, 1428)

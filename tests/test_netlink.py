@@ -26,17 +26,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit.compile import compile_plan
+from ratelimit.plan.compile import compile_plan
 from ratelimit.errors import ApplyError, NotFoundError
-from ratelimit.model import LinkParams, Queue, Request
+from ratelimit.spec.model import LinkParams, Queue, Request
 from ratelimit.kernel.executor import Executor, StepFailed, shorten
 from ratelimit.kernel.encode import Encoder
 from ratelimit.kernel.kinds import htb
 from ratelimit.kernel.rates import Clock, percent
-from ratelimit import linklayer
-from ratelimit.plan import AddIfb, Change, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc, Plan, TbfQdisc
-from ratelimit.script import script, tc_batch
-from ratelimit.filters import Key, Police, U32Filter, U32Table
+from ratelimit.spec import linklayer
+from ratelimit.plan.ops import (AddIfb, Change, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc, Plan, TbfQdisc)
+from ratelimit.plan.script import script, tc_batch
+from ratelimit.plan.filters import Key, Police, U32Filter, U32Table
 
 from conftest import HOST4, HOST6, ROUTER4, ROUTER6
 

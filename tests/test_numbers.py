@@ -24,12 +24,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit import linklayer, units
-from ratelimit.cli import Console, main
+from ratelimit.spec import linklayer, units
+from ratelimit.cli.main import Console, main
 from ratelimit.errors import EXIT_USAGE, FieldError
 from ratelimit.lab.core import check_clients
-from ratelimit.model import Burst, Queue
-from ratelimit.selectors import parse_port_range, parse_ports
+from ratelimit.spec.model import Burst, Queue
+from ratelimit.spec.selectors import parse_port_range, parse_ports
 from webui.cli import web_main
 from webui.query import parse_share
 

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit import persist, state
-from ratelimit.cli import Console, main
+from ratelimit.service import persist
+from ratelimit.state import records
+from ratelimit.cli.main import Console, main
 from ratelimit.errors import NotFoundError, UsageError
 from ratelimit.service import make_request
 
@@ -35,7 +36,7 @@ def test_a_saved_file_loads_as_the_requests(tmp_path):
                          profile="modem-28k8", per="host"),
             make_request("eth1", hosts="198.18.1.3", ports="80", rate="14.4kbit", burst="3")]
     path = tmp_path / "links.json"
-    path.write_text(json.dumps({"version": 1, "saved": "now", "links": [state.to_json(r) for r in reqs]}))
+    path.write_text(json.dumps({"version": 1, "saved": "now", "links": [records.to_json(r) for r in reqs]}))
     assert persist.load(path) == reqs
 
 

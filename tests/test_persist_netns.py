@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from ratelimit import service, state
+from ratelimit import service
+from ratelimit.state import records
 from tcdump import tc_dump
 
 pytestmark = pytest.mark.netns
@@ -52,7 +53,7 @@ def test_save_then_reboot_then_restore_brings_back_the_same_plans(rlhd, tmp_path
 
     reboot((one, two), os.environ["RATELIMIT_STATE_DIR"])
     assert all(tc_dump(ns, *DEVS) != before[ns] for ns in (one, two))
-    assert state.targets() == []
+    assert records.targets() == []
 
     restored = ratelimit("restore")
     assert restored.returncode == 0, restored.stderr

@@ -3,9 +3,9 @@ apply gives when they add up to more, and the lab's default that carries them.""
 
 import io
 
-from ratelimit.cli import Console, main
+from ratelimit.cli.main import Console, main
 from ratelimit.lab.link import LinkSpec, resolve_link
-from ratelimit.layout import links_rate_bps, oversubscribed
+from ratelimit.plan.layout import links_rate_bps, oversubscribed
 from ratelimit.service import make_request
 
 CLIENTS = (("198.18.0.2", "2001:db8::2"), ("198.18.0.3", "2001:db8::3"))

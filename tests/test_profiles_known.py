@@ -12,9 +12,9 @@ import re
 
 import pytest
 
-from ratelimit import profiles
-from ratelimit.cli import Console, main
-from ratelimit.units import format_rate
+from ratelimit.profiles import catalog
+from ratelimit.cli.main import Console, main
+from ratelimit.spec.units import format_rate
 
 
 def run(*argv):
@@ -138,16 +138,16 @@ def test_the_sources_numbers_as_people_know_them():
 
 
 def test_new_names_do_not_replace_ours():
-    shipped = profiles.available()
+    shipped = catalog.available()
     for name in NEW:
-        assert shipped[name].parent == profiles.SHIPPED
+        assert shipped[name].parent == catalog.SHIPPED
     for old in ("3g", "4g", "lte", "cable", "dsl"):
         assert old not in NEW and old in shipped
 
 
 @pytest.mark.parametrize("name", NEW)
 def test_profile_numbers_are_the_sources(name):
-    p = profiles.load(name)
+    p = catalog.load(name)
     down_bps, up_bps, delay_us, loss_pct = EXPECTED[name]
     assert (p.down.rate_bps, p.up.rate_bps) == (down_bps, up_bps)
     assert (p.down.delay_us, p.up.delay_us) == (delay_us, delay_us)
@@ -156,7 +156,7 @@ def test_profile_numbers_are_the_sources(name):
     for side in (p.down, p.up):
         assert (side.jitter_us, side.duplicate_pct, side.corrupt_pct, side.reorder_pct) == (0, 0, 0, 0)
     assert p.link.name == "ethernet" and p.link.overhead_bytes == 14  # IP packet + Ethernet header, no FCS
-    comparable = profiles.load(QUEUE_AS[name])
+    comparable = catalog.load(QUEUE_AS[name])
     assert (p.down.queue, p.up.queue) == (comparable.down.queue, comparable.up.queue)
     assert p.down.burst is None and p.up.burst is None
     assert p.description
@@ -164,7 +164,7 @@ def test_profile_numbers_are_the_sources(name):
 
 @pytest.mark.parametrize("name", NEW)
 def test_source_names_its_file_and_commit(name):
-    source = profiles.load(name).source
+    source = catalog.load(name).source
     if name in DEVTOOLS:
         files = (DEVTOOLS_FILE, DEVTOOLS[name][0])
     elif name in WPT:

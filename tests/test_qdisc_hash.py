@@ -11,11 +11,11 @@ import uuid
 
 import pytest
 
-from ratelimit import service, state
-from ratelimit.compile import compile_plan
-from ratelimit.layout import (GENERATIONS, GROUP_BUCKET, GROUP_LINKS, GROUP_SLOTS, MAJORS, MAX_SHAPE_LINKS, _majors,
-                              hash_bucket, major)
-from ratelimit.plan import FifoQdisc, HtbQdisc
+from ratelimit import service
+from ratelimit.state import records
+from ratelimit.plan.compile import compile_plan
+from ratelimit.plan.layout import (GENERATIONS, GROUP_BUCKET, GROUP_LINKS, GROUP_SLOTS, MAJORS, MAX_SHAPE_LINKS, _majors, hash_bucket, major)
+from ratelimit.plan.ops import FifoQdisc, HtbQdisc
 
 QUEUES_ALONE = 61_000  # a generation-0 plan's queues stay out of the groups' bucket up to about this many
 
@@ -58,10 +58,10 @@ def test_a_plans_group_qdiscs_are_in_the_bucket_and_its_queues_elsewhere():
 
 def test_a_record_without_the_field_reads_as_slot_order_and_a_new_one_keeps_it():
     req = service.make_request("eth0", hosts="198.18.1.2", ports="10000-10003", mode="shape", rate="1mbit")
-    data = state.to_json(req)
-    assert data["group_bucket"] is True and state.from_json(data) == req
+    data = records.to_json(req)
+    assert data["group_bucket"] is True and records.from_json(data) == req
     del data["group_bucket"]
-    assert state.from_json(data) == dataclasses.replace(req, group_bucket=False)
+    assert records.from_json(data) == dataclasses.replace(req, group_bucket=False)
 
 
 def sh(*argv, check=True):
@@ -108,12 +108,12 @@ def test_a_plan_in_slot_order_keeps_it_when_changed_in_place_and_leaves_it_when_
                                direction="dest", rate="1mbit")
     service.apply(dataclasses.replace(req, group_bucket=False))  # as an earlier ratelimit numbered it
     before = dumped_majors(router)
-    assert 0xFFFD in before and state.load(router, "rlq0").request.group_bucket is False
+    assert 0xFFFD in before and records.load(router, "rlq0").request.group_bucket is False
     changed = service.make_request("rlq0", netns=router, hosts="198.18.1.2", ports="10000-10299", mode="shape",
                                    direction="dest", rate="2mbit")
     assert service.apply(changed).how == "in place"
-    assert dumped_majors(router) == before and state.load(router, "rlq0").request.group_bucket is False
+    assert dumped_majors(router) == before and records.load(router, "rlq0").request.group_bucket is False
     service.clean("rlq0", router)
     assert service.apply(changed).how == "built"
     assert 0xFFFD not in dumped_majors(router) and major(0xFFFD) in dumped_majors(router)
-    assert state.load(router, "rlq0").request.group_bucket is True
+    assert records.load(router, "rlq0").request.group_bucket is True

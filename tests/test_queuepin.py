@@ -15,11 +15,11 @@ from ipaddress import IPv4Address, IPv6Address
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ratelimit.compile import compile_plan, ifb_name
-from ratelimit.layout import QUEUE_GROUP_LINKS, ROOT, TREE_BASE, Layout
-from ratelimit.model import Cohort, LinkParams, Request
-from ratelimit.plan import HtbQdisc
-from ratelimit.queuepin import QueueEntry, program
+from ratelimit.plan.compile import compile_plan, ifb_name
+from ratelimit.plan.layout import QUEUE_GROUP_LINKS, ROOT, TREE_BASE, Layout
+from ratelimit.spec.model import Cohort, LinkParams, Request
+from ratelimit.plan.ops import HtbQdisc
+from ratelimit.plan.queuepin import QueueEntry, program
 from bpfmodel import Skb, run, value_of
 from u32model import Htb, ipv4_packet, ipv6_packet
 

@@ -7,17 +7,18 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from ratelimit import diff, fingerprint, placement, service, state
-from ratelimit.compile import compile_plan, ifb_name, link_flows
+from ratelimit.plan import diff, placement
+from ratelimit.state import fingerprint, records
+from ratelimit import service
+from ratelimit.plan.compile import compile_plan, ifb_name, link_flows
 from ratelimit.errors import FieldError, StateError, UsageError
-from ratelimit.linklayer import layer
-from ratelimit.layout import GROUP_LINKS, MAX_QUEUES, QUEUE_GROUP_LINKS, ROOT, TREE_BASE, Layout, queue_of, tree_handle
-from ratelimit.model import Cohort, LinkParams, Request
-from ratelimit.plan import (TC_H_CLSACT_INGRESS, TC_H_INGRESS, TC_H_ROOT, AddIfb, ClsactQdisc, DelClass, DelLink,
-                            DelQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc)
-from ratelimit.filters import U32Filter
-from ratelimit.queuepin import QueueEntry, QueueMap, QueueProgram, key
-from ratelimit.scenario import load as load_scenario
+from ratelimit.spec.linklayer import layer
+from ratelimit.plan.layout import (GROUP_LINKS, MAX_QUEUES, QUEUE_GROUP_LINKS, ROOT, TREE_BASE, Layout, queue_of, tree_handle)
+from ratelimit.spec.model import Cohort, LinkParams, Request
+from ratelimit.plan.ops import (TC_H_CLSACT_INGRESS, TC_H_INGRESS, TC_H_ROOT, AddIfb, ClsactQdisc, DelClass, DelLink, DelQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc)
+from ratelimit.plan.filters import U32Filter
+from ratelimit.plan.queuepin import QueueEntry, QueueMap, QueueProgram, key
+from ratelimit.profiles.scenario import load as load_scenario
 
 LINK = LinkParams(28800)
 
@@ -157,17 +158,17 @@ def test_teardown_fingerprint_and_record():
     assert owned["eth0"]["root"] == "mq 52:" and owned["eth0"]["ingress"] == "clsact"
     assert owned[ifb_name("eth0")]["ingress"] == "clsact" and owned[ifb_name("eth0")]["device"]
     assert plan.has_ingress()
-    assert state.from_json(json.loads(json.dumps(state.to_json(req)))) == req
-    old = state.to_json(req)
+    assert records.from_json(json.loads(json.dumps(records.to_json(req)))) == req
+    old = records.to_json(req)
     del old["queues"]  # a record written before queues
-    assert state.from_json(old).queues == 1
-    old = state.to_json(req)
+    assert records.from_json(old).queues == 1
+    old = records.to_json(req)
     del old["group_links"]  # a record written when every group held 256 links, on two queues
-    assert Layout.of(state.from_json(old)).group_links == GROUP_LINKS
+    assert Layout.of(records.from_json(old)).group_links == GROUP_LINKS
     assert Layout.of(req).group_links == QUEUE_GROUP_LINKS == 2 * GROUP_LINKS
     for bad in (0, -1, 70000, "many", 1.5):  # a damaged record: one line, naming the field
         with pytest.raises(StateError, match=f"group links: {bad!s} is not a number of links from 1 to 65280"):
-            state.request_from_json(state.to_json(req) | {"group_links": bad}, "r.json")
+            records.request_from_json(records.to_json(req) | {"group_links": bad}, "r.json")
 
 
 # ---------------------------------------------------------------- re-applies
@@ -254,7 +255,7 @@ def test_the_request_itself_refuses_what_its_layout_cannot_hold():
 
 
 def layout_check(req):
-    from ratelimit.validate import check
+    from ratelimit.plan.validate import check
     return check(req)
 
 

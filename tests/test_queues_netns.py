@@ -21,13 +21,15 @@ from ipaddress import ip_address
 
 import pytest
 
-from ratelimit import cli, readout, service
+from ratelimit.cli import main as cli
+from ratelimit.service import readout
+from ratelimit import service
 from ratelimit.kernel import bpf, netns
 from ratelimit.kernel.executor import Executor
-from ratelimit.layout import QUEUE_GROUP_LINKS, TREE_BASE, Layout
-from ratelimit.linkmodel import LinkModel
-from ratelimit.model import Cohort, LinkParams, Request
-from ratelimit.summary import summary
+from ratelimit.plan.layout import QUEUE_GROUP_LINKS, TREE_BASE, Layout
+from ratelimit.spec.linkmodel import LinkModel
+from ratelimit.spec.model import Cohort, LinkParams, Request
+from ratelimit.spec.summary import summary
 from downloads import download, serve
 
 pytestmark = pytest.mark.netns
@@ -347,7 +349,7 @@ def test_a_switch_refused_half_way_puts_the_old_program_back(routed, monkeypatch
     from ratelimit.errors import ApplyError
     from ratelimit.kernel import executor
     from ratelimit.kernel.transport import KernelError
-    from ratelimit.queuepin import QueueProgram
+    from ratelimit.plan.queuepin import QueueProgram
     server, router, client = routed
     a = ("a", (CLIENT4[0],), ((10000, 10299),), "port", False)
     b = ("b", (CLIENT4[0],), ((20000, 20255),), "port", False)

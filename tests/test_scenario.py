@@ -15,14 +15,16 @@ from ipaddress import ip_address
 
 import pytest
 
-from ratelimit import scenario, service, state
-from ratelimit.compile import compile_plan
-from ratelimit.layout import GROUP_LINKS, major
+from ratelimit.profiles import scenario
+from ratelimit import service
+from ratelimit.state import records
+from ratelimit.plan.compile import compile_plan
+from ratelimit.plan.layout import GROUP_LINKS, major
 from ratelimit.errors import RatelimitError
-from ratelimit.filters import U32Filter
-from ratelimit.linklayer import PPP_VJ
-from ratelimit.plan import HtbClass, HtbQdisc
-from ratelimit.summary import describe, summary
+from ratelimit.plan.filters import U32Filter
+from ratelimit.spec.linklayer import PPP_VJ
+from ratelimit.plan.ops import HtbClass, HtbQdisc
+from ratelimit.spec.summary import describe, summary
 
 TWO = """
 description = "two kinds of link"
@@ -115,7 +117,7 @@ def test_ten_thousand_whole_hosts_are_ten_thousand_exact_filters_a_direction():
 
 def test_a_record_of_cohorts_reads_back_as_the_same_request():
     req = request()
-    again = state.from_json(json.loads(json.dumps(state.to_json(req))))
+    again = records.from_json(json.loads(json.dumps(records.to_json(req))))
     assert again == req
 
 
@@ -124,7 +126,7 @@ def test_a_record_from_before_cohorts_reads_as_one_cohort():
            "up": {"rate_bps": 28800}, "mode": "police", "direction": "both", "netns": None, "bandwidth_bps": 100000000,
            "burst": {"amount": 5, "unit": "v03"}, "mtu_bytes": 1514, "avpkt_bytes": 1200, "mpu_bytes": 64,
            "profile": None, "link": None, "per": "port", "generation": 0}
-    req = state.from_json(old)
+    req = records.from_json(old)
     assert [c.name for c in req.cohorts] == ["main"] and req.ports == ((1024, 1031),) and req.mpu_bytes == 64
     # its qdiscs numbered and its groups sized as that ratelimit did (``Request.group_bucket``, ``group_links``)
     assert req == dataclasses.replace(service.make_request("eth0", hosts="198.18.0.2", ports="1024-1031"),
@@ -325,7 +327,7 @@ def ask_description(text: str, cohort: str) -> str:
 def test_statistics_find_each_links_class_without_compiling_its_filters(args):
     """``link_flows`` (what --stats reads in shape mode) names the same classes for the same
     links as the compiled plan's flows."""
-    from ratelimit.compile import link_flows
+    from ratelimit.plan.compile import link_flows
     if "scenario" in args:
         args = {"scenario": scenario.load(args["scenario"])}
     req = service.make_request("eth0", **args)
@@ -365,7 +367,7 @@ def test_server_prefixes_add_a_match_on_the_far_sides_address_each_way():
     from_host = {(k.off, k.value, k.mask) for op in exact if op.dev != "eth0" for k in op.keys}
     assert (16, int(ip_address("198.19.0.2")), 0xFFFFFFFF) in from_host  # from the host: the destination
     assert Counter(f.cohort for f in plan.flows) == {"origin": 2, "cdn": 2}  # a link each way per cohort
-    assert state.from_json(json.loads(json.dumps(state.to_json(req)))) == req
+    assert records.from_json(json.loads(json.dumps(records.to_json(req)))) == req
     assert summary(req)["cohorts"][1]["servers"] == ["198.19.1.0/24", "198.19.2.1/32", "198.19.2.2/32"]
 
 
@@ -436,7 +438,7 @@ def test_a_default_cohort_is_one_link_every_other_packet_falls_to():
     assert {op.classid for op in catch if op.parent != 0x520000} == {major(0xFFFC) << 16 | 0x100}
     assert max(op.prio for op in plan.ops if type(op) is U32Filter and op.parent == 0x520000 and op not in catch) < 5
     assert [(f.cohort, f.host, f.port) for f in plan.flows if f.cohort == "default"] == [("default", None, None)]
-    assert state.from_json(json.loads(json.dumps(state.to_json(req)))) == req
+    assert records.from_json(json.loads(json.dumps(records.to_json(req)))) == req
     assert "default (cable, one shared link" in describe(summary(req))
 
 
@@ -462,7 +464,7 @@ def test_a_default_cohort_needs_shape_mode():
 
 @pytest.mark.parametrize("lo, hi", [(80, 80), (8000, 8003), (1, 65535), (1023, 1025), (5000, 5999), (65535, 65535)])
 def test_a_port_range_is_the_fewest_aligned_blocks_that_cover_it_exactly(lo, hi):
-    from ratelimit.model import port_blocks
+    from ratelimit.spec.model import port_blocks
     blocks = port_blocks(lo, hi)
     covered = [p for value, mask in blocks for p in range(value, value + (~mask & 0xFFFF) + 1)]
     assert covered == list(range(lo, hi + 1))
@@ -479,7 +481,7 @@ def test_server_ports_add_a_match_on_the_far_sides_port_each_way():
     assert {(80 << 16, 0xFFFF0000), (8000 << 16, 0xFFFC0000), (10000, 0xFFFF)} <= to_host  # source port: the server's
     from_host = {(k.value, k.mask) for op in exact if op.dev != "eth0" for k in op.keys if k.off == 20}
     assert {(80, 0xFFFF), (8000, 0xFFFC), (10000 << 16, 0xFFFF0000)} <= from_host
-    assert state.from_json(json.loads(json.dumps(state.to_json(req)))) == req
+    assert records.from_json(json.loads(json.dumps(records.to_json(req)))) == req
     assert "server ports 80,8000-8003" in describe(summary(req))
 
 

@@ -4,10 +4,11 @@ import threading
 
 import pytest
 
-from ratelimit import readout, service
-from ratelimit.summary import summary
+from ratelimit.service import readout
+from ratelimit import service
+from ratelimit.spec.summary import summary
 from ratelimit.kernel.probe import probe
-from ratelimit.linkmodel import LinkModel
+from ratelimit.spec.linkmodel import LinkModel
 from downloads import download, serve
 
 pytestmark = pytest.mark.netns

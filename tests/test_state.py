@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from ratelimit import fingerprint, state
-from ratelimit.compile import compile_plan
+from ratelimit.state import fingerprint, records
+from ratelimit.plan.compile import compile_plan
 from ratelimit.errors import ConflictError, StateError
 from ratelimit.service import make_request
 
@@ -28,17 +28,17 @@ def request(**kw):
 def test_a_record_reads_back_as_written(state_dir):
     req = request()
     owned = fingerprint.of_plan(compile_plan(req))
-    state.save(req, owned)
-    record = state.load("rlhd-x", "rlh0")
+    records.save(req, owned)
+    record = records.load("rlhd-x", "rlh0")
     assert record.request == req and record.fingerprint == owned and record.problem is None
     data = json.loads((state_dir / "rlhd-x" / "rlh0.json").read_text())
-    assert data["version"] == state.VERSION
+    assert data["version"] == records.VERSION
     assert sorted(os.listdir(state_dir / "rlhd-x")) == ["rlh0.json"]  # no temporary file left
-    assert state.targets() == [("rlhd-x", "rlh0")]
+    assert records.targets() == [("rlhd-x", "rlh0")]
 
 
 def test_no_record_is_none():
-    assert state.load("rlhd-x", "rlh0") is None
+    assert records.load("rlhd-x", "rlh0") is None
 
 
 @pytest.mark.parametrize("text,fragment", [
@@ -56,7 +56,7 @@ def test_a_damaged_record_is_an_error_never_nothing_installed(state_dir, text, f
     path.parent.mkdir(parents=True)
     path.write_text(text)
     with pytest.raises(StateError) as info:
-        state.load("rlhd-x", "rlh0")
+        records.load("rlhd-x", "rlh0")
     message = str(info.value)
     assert message.startswith(f"state file {path}: ") and fragment in message, message
     assert "\n" not in message and message.endswith("ratelimit --clean --force --interface rlh0 --netns rlhd-x")
@@ -67,47 +67,47 @@ def test_a_version_1_record_is_the_bare_request(state_dir):
     req = request()
     path = state_dir / "rlhd-x" / "rlh0.json"
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(state.to_json(req)))  # as ratelimit wrote it before records had versions
-    record = state.load("rlhd-x", "rlh0")
+    path.write_text(json.dumps(records.to_json(req)))  # as ratelimit wrote it before records had versions
+    record = records.load("rlhd-x", "rlh0")
     assert record.version == 1 and record.request == req and record.fingerprint is None
 
 
 def test_a_problem_is_recorded_and_read_back():
-    state.save_problem("rlhd-x", "rlh0", None, "rlh0 is half-configured: ...")
-    record = state.load("rlhd-x", "rlh0")
+    records.save_problem("rlhd-x", "rlh0", None, "rlh0 is half-configured: ...")
+    record = records.load("rlhd-x", "rlh0")
     assert record.problem == "rlh0 is half-configured: ..." and record.request is None
 
 
 def test_write_atomic_leaves_the_old_file_when_writing_fails(state_dir, monkeypatch):
     path = state_dir / "f.json"
-    state.write_atomic(path, "old")
+    records.write_atomic(path, "old")
 
     def broken_fsync(fd):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(os, "fsync", broken_fsync)
     with pytest.raises(OSError):
-        state.write_atomic(path, "new")
+        records.write_atomic(path, "new")
     assert path.read_text() == "old" and os.listdir(state_dir) == ["f.json"]
 
 
 def test_markers(state_dir):
-    assert state.read_marker("rlhd-x", "rlh0") is None
-    state.write_marker("rlhd-x", "rlh0", "apply", old=None, new=request())
-    marker = state.read_marker("rlhd-x", "rlh0")
+    assert records.read_marker("rlhd-x", "rlh0") is None
+    records.write_marker("rlhd-x", "rlh0", "apply", old=None, new=request())
+    marker = records.read_marker("rlhd-x", "rlh0")
     assert marker["action"] == "apply" and marker["pid"] == os.getpid() and marker["old"] is None
-    assert state.request_from_json(marker["new"], "marker") == request()
-    state.marker_path("rlhd-x", "rlh0").write_text("{\"version\": 2, \"action\": \"dance\"}")
+    assert records.request_from_json(marker["new"], "marker") == request()
+    records.marker_path("rlhd-x", "rlh0").write_text("{\"version\": 2, \"action\": \"dance\"}")
     with pytest.raises(StateError, match="is damaged or of another version"):
-        state.read_marker("rlhd-x", "rlh0")
-    state.clear_marker("rlhd-x", "rlh0")
-    assert state.read_marker("rlhd-x", "rlh0") is None
+        records.read_marker("rlhd-x", "rlh0")
+    records.clear_marker("rlhd-x", "rlh0")
+    assert records.read_marker("rlhd-x", "rlh0") is None
 
 
 # ---------------------------------------------------------------- fingerprint
 
 def picture_of(plan, **changes):
     """The picture a kernel holding exactly ``plan`` gives (as Reader.picture reads it)."""
-    from ratelimit.plan import HtbClass, HtbQdisc, IngressQdisc
+    from ratelimit.plan.ops import HtbClass, HtbQdisc, IngressQdisc
     out = {dev: {"root": None, "ingress": None, "classes": []} for dev in plan.devices()}
     for op in plan.ops:
         if type(op) is HtbQdisc and op.parent == 0xFFFFFFFF:  # a group's qdisc is no root
@@ -165,15 +165,15 @@ def test_classes_not_read_are_not_compared():
 
 def test_the_lock_times_out_with_one_line():
     waited = []
-    with state.lock("rlhd-x", "rlh0"):
+    with records.lock("rlhd-x", "rlh0"):
         started = time.monotonic()
         with pytest.raises(ConflictError) as info:
-            with state.lock("rlhd-x", "rlh0", on_wait=lambda: waited.append(1), timeout=0.2):
+            with records.lock("rlhd-x", "rlh0", on_wait=lambda: waited.append(1), timeout=0.2):
                 pytest.fail("got a lock another holder has")
         assert 0.2 <= time.monotonic() - started < 2 and waited == [1]
     assert str(info.value) == ("--interface: rlhd-x/rlh0 is busy: another ratelimit run is changing it "
                                "(waited 0.2 s); try again when it is done")
-    with state.lock("rlhd-x", "rlh0", timeout=0):  # free again
+    with records.lock("rlhd-x", "rlh0", timeout=0):  # free again
         pass
 
 
@@ -181,12 +181,12 @@ def test_the_lock_is_had_once_the_holder_lets_go():
     holding = threading.Event()
 
     def hold():
-        with state.lock("rlhd-x", "rlh0"):
+        with records.lock("rlhd-x", "rlh0"):
             holding.set()
             time.sleep(0.3)
     t = threading.Thread(target=hold)
     t.start()
     holding.wait()
-    with state.lock("rlhd-x", "rlh0", timeout=5):
+    with records.lock("rlhd-x", "rlh0", timeout=5):
         pass
     t.join()

@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from ratelimit import fingerprint, readout, service, state
+from ratelimit.state import fingerprint, records
+from ratelimit.service import readout
+from ratelimit import service
 from ratelimit.errors import ConflictError
 from tcdump import tc_dump
 
@@ -44,8 +46,8 @@ def user_htb_52(ns):
 def test_the_record_carries_the_fingerprint_of_what_was_installed(rlhd):
     ns = rlhd()
     plan = service.apply(request(ns))
-    record = state.load(ns, "rlh0")
-    assert record.version == state.VERSION and record.request == plan.request
+    record = records.load(ns, "rlh0")
+    assert record.version == records.VERSION and record.request == plan.request
     assert record.fingerprint == fingerprint.of_plan(plan)  # read from the kernel, as the plan says it should be
 
 
@@ -72,7 +74,7 @@ def test_a_stale_record_and_a_foreign_root_qdisc_refuse_clean_and_apply(rlhd, fo
         assert result.returncode == 6 and result.stderr.count("\n") == 1, result.stderr
         assert "does not hold what ratelimit recorded" in result.stderr
     assert tc_dump(ns, *DEVS) == before
-    assert state.load(ns, "rlh0") is not None  # the record is kept: the user decides
+    assert records.load(ns, "rlh0") is not None  # the record is kept: the user decides
 
 
 def test_no_record_and_a_user_htb_52_is_left_alone(rlhd):
@@ -95,7 +97,7 @@ def test_a_record_whose_tree_is_gone_is_stale_not_an_error(rlhd):
     tc(ns, "qdisc", "del", "dev", "rlh0", "ingress")
     subprocess.run(["ip", "-n", ns, "link", "del", "rl-rlh0"], check=True)
     assert readout.status("rlh0", ns) is None
-    assert service.clean("rlh0", ns) is False and state.load(ns, "rlh0") is None
+    assert service.clean("rlh0", ns) is False and records.load(ns, "rlh0") is None
     assert tc_dump(ns, *DEVS) == pristine
     service.apply(request(ns))
     assert readout.status("rlh0", ns)["flows"] == 20
@@ -109,7 +111,7 @@ def test_a_damaged_record_is_reported_and_changes_nothing(rlhd, text, fragment):
     ns = rlhd()
     service.apply(request(ns))
     before = tc_dump(ns, *DEVS)
-    path = state.record_path(ns, "rlh0")
+    path = records.record_path(ns, "rlh0")
     path.write_text(text)
     for argv in (["--list"], ["--stats"], ["--clean"], ["-h", "198.18.1.2", "-p", "6000", "--mode", "shape"]):
         result = cli(ns, *argv)
@@ -121,7 +123,7 @@ def test_a_damaged_record_is_reported_and_changes_nothing(rlhd, text, fragment):
     # the way out the message names: remove whatever is there
     result = cli(ns, "--clean", "--force")
     assert result.returncode == 0, result.stderr
-    assert state.load(ns, "rlh0") is None
+    assert records.load(ns, "rlh0") is None
     assert "qdisc htb" not in subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", "rlh0"],
                                              capture_output=True, text=True).stdout
 
@@ -130,8 +132,8 @@ def test_a_version_1_record_is_still_ours(rlhd):
     ns = rlhd()
     pristine = tc_dump(ns, *DEVS)
     plan = service.apply(request(ns))
-    path = state.record_path(ns, "rlh0")
-    path.write_text(json.dumps(state.to_json(plan.request)))  # as the release before wrote it
+    path = records.record_path(ns, "rlh0")
+    path.write_text(json.dumps(records.to_json(plan.request)))  # as the release before wrote it
     assert readout.status("rlh0", ns)["flows"] == 20
     assert service.clean("rlh0", ns) is True
     assert tc_dump(ns, *DEVS) == pristine
@@ -140,7 +142,7 @@ def test_a_version_1_record_is_still_ours(rlhd):
 def test_a_version_1_record_and_a_foreign_tree_refuse(rlhd):
     ns = rlhd()
     plan = service.apply(request(ns, direction="dest"))
-    state.record_path(ns, "rlh0").write_text(json.dumps(state.to_json(plan.request)))
+    records.record_path(ns, "rlh0").write_text(json.dumps(records.to_json(plan.request)))
     tc(ns, "qdisc", "del", "dev", "rlh0", "root")
     user_htb_52(ns)
     before = tc_dump(ns, *DEVS)

@@ -11,7 +11,8 @@ import time
 import pytest
 
 from tcdump import tc_dump
-from ratelimit import service, state
+from ratelimit import service
+from ratelimit.state import records
 
 pytestmark = pytest.mark.netns
 
@@ -43,7 +44,7 @@ def test_other_selectors_switch_over_and_read_back_as_a_fresh_apply(rlhd):
             continue
         assert (plan.how, plan.request.generation) == ("make-before-break", generation)
         switched = tc_dump(ns, *DEVS)
-        assert state.load(ns, "rlh0").request == plan.request
+        assert records.load(ns, "rlh0").request == plan.request
         service.clean("rlh0", ns)
         service.apply(dataclasses.replace(req, generation=generation))
         assert tc_dump(ns, *DEVS) == switched, kw  # what a fresh apply of the new plan leaves

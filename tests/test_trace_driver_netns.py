@@ -19,10 +19,14 @@ from pathlib import Path
 import pytest
 
 from bench import tracefacts, traceload
-from ratelimit import follow, readout, service, state, tracespec
-from ratelimit.compile import compile_plan
-from ratelimit.plan import tc_handle
-from ratelimit.steps import traced_links
+from ratelimit.driver import follow
+from ratelimit.service import readout
+from ratelimit import service
+from ratelimit.state import records
+from ratelimit.traces import tracespec
+from ratelimit.plan.compile import compile_plan
+from ratelimit.plan.ops import tc_handle
+from ratelimit.driver.steps import traced_links
 
 pytestmark = pytest.mark.netns
 
@@ -176,7 +180,7 @@ def test_an_outage_holds_a_tcp_download_and_it_resumes_when_capacity_returns(tag
     the link's rate afterwards."""
     ns = traceload.topology(tag)
     service.apply(request(ns, "outage.toml", per="host", ports="all"))
-    started = state.load(ns["rtr"], traceload.DEV).request.cohorts[0].trace.started_ms
+    started = records.load(ns["rtr"], traceload.DEV).request.cohorts[0].trace.started_ms
     wall = time.time() - time.monotonic()  # the client stamps its receives with the monotonic clock
     total = 10.0 - (time.time() * 1000 - started) / 1000  # the run ends 10 s after the traces' start
     server = subprocess.Popen(["ip", "netns", "exec", ns["srv"], sys.executable, "-c", tracefacts.SERVER,
@@ -228,7 +232,7 @@ def test_a_killed_driver_is_reported_at_its_step_and_a_new_one_resumes_within_a_
     assert not driver["running"] and driver["step"] == left["step"] and driver["shut"] == 100
     assert f"the links were left at step {left['step']}" in driver["notice"]
     assert "100 of them shut -- an outage left in place, the worst case" in driver["notice"]
-    req = state.load(ns["rtr"], traceload.DEV).request
+    req = records.load(ns["rtr"], traceload.DEV).request
     plan = compile_plan(req)
     loaded = {s.path: tracespec.load(s) for s in (req.cohorts[0].trace.down,)}
     links = traced_links(plan, loaded)
@@ -275,10 +279,10 @@ def test_the_driver_follows_a_plan_built_beside_in_other_handles(tag):
     ns = traceload.topology(tag)
     service.apply(request(ns, "square.toml", links=50))
     status_when(ns, lambda st: st.get("links") == 50 and st.get("step", 0) >= 2)
-    old = compile_plan(state.load(ns["rtr"], traceload.DEV).request)
+    old = compile_plan(records.load(ns["rtr"], traceload.DEV).request)
     plan = service.apply(request(ns, "square.toml", links=300))
     assert plan.how == "make-before-break"
-    req = state.load(ns["rtr"], traceload.DEV).request
+    req = records.load(ns["rtr"], traceload.DEV).request
     new = traced_links(compile_plan(req), {s.path: tracespec.load(s) for s in (req.cohorts[0].trace.down,)})
     assert {link.klass.classid for link in new}.isdisjoint(
         {op.classid for op in old.ops if type(op).__name__ == "HtbClass" and op.classid & 0xFFFF >= 0x100})
@@ -290,7 +294,7 @@ def test_the_driver_follows_a_plan_built_beside_in_other_handles(tag):
     data = readout.statistics(traceload.DEV, ns["rtr"])  # --stats: each link's trace and its rate now
     assert len(data["links"]) == 300 and {row["trace"] for row in data["links"]} == {"square.toml"}
     assert {row["trace_bps"] for row in data["links"]} <= {400_000, 40_000} and data["driver"]["running"]
-    from ratelimit.cli import render_table
+    from ratelimit.cli.main import render_table
     assert re.search(r"follows square\.toml \(now (400|40)kbit\)", render_table(data, counters=True))
 
 
@@ -303,10 +307,10 @@ def test_a_rollback_leaves_the_driver_following_the_old_plan(tag):
     ns = traceload.topology(tag)
     service.apply(request(ns, "square.toml", links=50))
     status_when(ns, lambda st: st.get("links") == 50 and st.get("step", 0) >= 2)
-    before = state.load(ns["rtr"], traceload.DEV).request
+    before = records.load(ns["rtr"], traceload.DEV).request
     with inject(40), pytest.raises(ApplyError):
         service.apply(request(ns, "square.toml", links=300))
-    assert state.load(ns["rtr"], traceload.DEV).request == before  # rolled back, record and all
+    assert records.load(ns["rtr"], traceload.DEV).request == before  # rolled back, record and all
     now = follow.read_status(ns["rtr"], traceload.DEV)
     later = status_when(ns, lambda st: st.get("step", 0) >= now["step"] + 3)
     assert later["links"] == 50 and later["state"] == "following" and later["pid"] == now["pid"]

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit import schedulefile, tracefile
+from ratelimit.traces import schedulefile, tracefile
 from ratelimit.errors import RatelimitError
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,7 +117,7 @@ def test_an_unreadable_trace_is_refused(tmp_path):
     path = write(tmp_path, "secret.down", b"1\n")
     path.chmod(0)
     # root reads any file: the loader runs without the capabilities that let it
-    code = ("import sys\nfrom ratelimit import tracefile\nfrom ratelimit.errors import RatelimitError\n"
+    code = ("import sys\nfrom ratelimit.traces import tracefile\nfrom ratelimit.errors import RatelimitError\n"
             "try:\n    tracefile.load(sys.argv[1])\nexcept RatelimitError as e:\n    print(e)")
     out = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search", sys.executable, "-c", code,
                           str(path)], capture_output=True, text=True, cwd=REPO, check=True).stdout

@@ -9,12 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit import follow, gate, layout, phases, scenario, state, tracespec
-from ratelimit.compile import compile_plan
+from ratelimit.driver import follow
+from ratelimit.plan import gate, layout
+from ratelimit.traces import phases, tracespec
+from ratelimit.profiles import scenario
+from ratelimit.state import records
+from ratelimit.plan.compile import compile_plan
 from ratelimit.errors import StateError
-from ratelimit.plan import Change, HtbClass, NetemQdisc, TbfQdisc
+from ratelimit.plan.ops import Change, HtbClass, NetemQdisc, TbfQdisc
 from ratelimit.service import make_request
-from ratelimit.steps import Stepper, traced_links
+from ratelimit.driver.steps import Stepper, traced_links
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "cases" / "traces"
@@ -60,8 +64,8 @@ def test_a_traced_link_has_a_wide_open_gate_and_its_class_at_the_traces_mean():
 
 def test_the_record_keeps_the_traces_their_hashes_the_phases_and_the_start():
     req = tracespec.stamped(square(phase="random", phase_seed="7", trace_scale="0.5"), None, 1_795_000_000_000)
-    data = json.loads(json.dumps(state.to_json(req)))
-    back = state.request_from_json(data, "test")
+    data = json.loads(json.dumps(records.to_json(req)))
+    back = records.request_from_json(data, "test")
     assert back == req
     spec = back.cohorts[0].trace
     assert spec.down.path == str(CASES / "square.toml") and spec.down.kind == "schedule" and len(spec.down.sha256) == 64
@@ -69,10 +73,10 @@ def test_the_record_keeps_the_traces_their_hashes_the_phases_and_the_start():
 
 
 def test_a_damaged_trace_in_a_record_is_refused_in_one_line():
-    data = state.to_json(square())
+    data = records.to_json(square())
     data["cohorts"][0]["trace"]["down"]["sha256"] = "not a hash"
     with pytest.raises(StateError) as err:
-        state.request_from_json(data, "state file X")
+        records.request_from_json(data, "state file X")
     assert str(err.value).startswith("state file X: does not hold a ratelimit request") and "\n" not in str(err.value)
 
 
@@ -331,7 +335,7 @@ def test_a_driver_that_died_is_reported_with_its_step_and_an_outage_left_in_plac
 
 def run_cli(*argv):
     import io
-    from ratelimit.cli import Console, main
+    from ratelimit.cli.main import Console, main
     out, err = io.StringIO(), io.StringIO()
     code = main(list(argv), Console(out, err))
     return code, out.getvalue(), err.getvalue()
@@ -367,7 +371,7 @@ def test_a_bad_trace_or_schedule_on_the_command_line_is_one_line_and_nothing_is_
 
 
 def test_the_time_a_capacity_takes_to_carry_bytes():
-    from ratelimit.capacity import ScheduleCapacity, carried_by_ms
+    from ratelimit.traces.capacity import ScheduleCapacity, carried_by_ms
     cap = ScheduleCapacity(tracespec.load(square().cohorts[0].trace.down), "down")  # 400 kbit/s 2 s, 40 kbit/s 2 s
     assert carried_by_ms(cap, 0, 50_000) == pytest.approx(1000, abs=1)  # 50 kB at 50 kB/s
     assert carried_by_ms(cap, 1000, 60_000) == pytest.approx(2000 + 2000, abs=1)  # 50 kB, then 10 kB at 5 kB/s
@@ -442,12 +446,12 @@ def test_a_traces_stage_keeps_the_links_own_delay():
 def test_the_record_keeps_a_schedules_stage():
     req = tracespec.stamped(make_request("veth0", hosts="198.18.1.2", ports="2000", schedule="train", rate="1mbit"),
                             None, 1_000)
-    back = state.request_from_json(json.loads(json.dumps(state.to_json(req))), "test")
+    back = records.request_from_json(json.loads(json.dumps(records.to_json(req))), "test")
     assert back == req and back.cohorts[0].trace.down.netem and back.cohorts[0].trace.down.most_delay_us == 150_000
-    data = state.to_json(req)
+    data = records.to_json(req)
     data["cohorts"][0]["trace"]["up"]["most_delay_us"] = -1
     with pytest.raises(StateError, match="does not hold a ratelimit request"):
-        state.request_from_json(data, "state file X")
+        records.request_from_json(data, "state file X")
 
 
 def test_dry_run_shows_the_stages_and_that_the_driver_sets_their_delay_and_loss():

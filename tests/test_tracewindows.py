@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit import tracefile, tracespec
-from ratelimit.compile import compile_plan
-from ratelimit.linklayer import LAYERS
+from ratelimit.traces import tracefile, tracespec
+from ratelimit.plan.compile import compile_plan
+from ratelimit.spec.linklayer import LAYERS
 from ratelimit.service import make_request
-from ratelimit.steps import LOOKAHEAD, Stepper, traced_links
-from ratelimit.tracewindows import TraceWindows
+from ratelimit.driver.steps import LOOKAHEAD, Stepper, traced_links
+from ratelimit.traces.windows import TraceWindows
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = "0\n3\n3\n3\n17\n40\n40\n120\n250\n250\n"  # repeated stamps, two at the period's end
@@ -83,9 +83,9 @@ def test_a_stepper_of_schedules_alone_does_not_import_numpy():
     schedules (whose windows ``upcoming`` computes) does not pay for it, one of traces does."""
     import subprocess
     import sys
-    code = ("import sys; from pathlib import Path; from ratelimit import tracespec; "
-            "from ratelimit.compile import compile_plan; from ratelimit.service import make_request; "
-            "from ratelimit.steps import Stepper, traced_links; "
+    code = ("import sys; from pathlib import Path; from ratelimit.traces import tracespec; "
+            "from ratelimit.plan.compile import compile_plan; from ratelimit.service import make_request; "
+            "from ratelimit.driver.steps import Stepper, traced_links; "
             "req = tracespec.stamped(make_request('veth0', hosts='198.18.1.3', ports='3000-3001', direction='dest', "
             "**{sys.argv[1]: sys.argv[2]}), None, 0); "
             "loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down,) if s}; "

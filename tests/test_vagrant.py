@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from ratelimit.summary import summary
+from ratelimit.spec.summary import summary
 
 ROOT = Path(__file__).resolve().parent.parent
 VAGRANT_DIR = ROOT / "vagrant"
@@ -282,7 +282,7 @@ def _router_model():
     """The link model of what ``_router_overrides`` makes router.sh apply (shape, per port)."""
     from ratelimit import service
     from ratelimit.kernel.probe import probe
-    from ratelimit.linkmodel import LinkModel
+    from ratelimit.spec.linkmodel import LinkModel
     netem = probe(["netem"])["netem"]
     req = service.make_request("eth1", hosts="198.18.1.11", ports="10000-10199", profile="modem-28k8",
                                rate="400kbit", **({} if netem else {"delay": "0ms"}))
@@ -433,7 +433,7 @@ def test_linkmodel_gives_the_model_of_an_applied_link():
     req = service.make_request("eth1", hosts=["198.18.1.11"], ports="10000-10999", profile="modem-28k8",
                                mode="shape", burst=1)
     m = linkmodel.link_model(10_000, req, header=240, request=80)
-    from ratelimit.linkmodel import LinkModel
+    from ratelimit.spec.linkmodel import LinkModel
     model = LinkModel.from_summary(summary(req))
     assert m["model_s"] == model.fetch_seconds(10_000, header=240, request=80)
     # 10,000 bytes at 28.8 kbit/s: 2.78 s in theory; PPP frames at 93% of the line, the

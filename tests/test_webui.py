@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from ratelimit import readout, service
+from ratelimit.service import readout
+from ratelimit import service
 from ratelimit.errors import ApplyError, ConflictError, NotFoundError, PermissionDenied
 from webui import create_app
 from webui.cli import parse_listen, web_main
@@ -71,7 +72,7 @@ class FakeControl:
         self.lock_timeout = lock_timeout
         if self.fail:
             raise self.fail
-        from ratelimit.compile import compile_plan
+        from ratelimit.plan.compile import compile_plan
         return compile_plan(req)
 
     def clean(self, interface, netns=None, *, force=False, lock_timeout=None):
@@ -865,13 +866,13 @@ def test_real_apply_and_clean_through_the_api(veth_netns):
 def test_a_busy_interface_answers_409_instead_of_blocking(rlhd):
     """Another run holds the interface's lock: apply and clean give up after LOCK_TIMEOUT."""
     import time
-    from ratelimit import state
+    from ratelimit.state import records
     ns = rlhd()
     app = create_app({"STATS_SOURCE": StatsSource([(ns, "rlh0")]), "TOKEN": TOKEN, "LOCK_TIMEOUT": 0.3})
     c = app.test_client()
     body = {"interface": "rlh0", "netns": ns, "hosts": "198.18.0.2", "ports": "5000-5003", "mode": "shape",
             "direction": "dest", "rate": "1mbit"}
-    with state.lock(ns, "rlh0"):
+    with records.lock(ns, "rlh0"):
         for url, data in (("/api/apply", body), ("/api/clean", {"interface": "rlh0", "netns": ns})):
             started = time.monotonic()
             assert_error(post(c, url, data), 409, f"--interface: {ns}/rlh0 is busy: another ratelimit run is "

@@ -39,7 +39,7 @@ from array import array
 from pathlib import Path
 
 import pytest
-from ratelimit import readout
+from ratelimit.service import readout
 
 from ratelimit.kernel.proc import stop
 
@@ -247,7 +247,7 @@ class RecordingControl(RefusingControl):
         self.requests = []
 
     def apply(self, req, *, force=False, lock_timeout=None):
-        from ratelimit.compile import compile_plan
+        from ratelimit.plan.compile import compile_plan
         self.requests.append(req)
         return compile_plan(req)
 
@@ -726,7 +726,8 @@ def traced_lab(tmp_path, monkeypatch):
     """The trace load's namespaces (``bench.traceload``: rltr-tu-PID-N-{s,r,c}), a private state
     directory; the driver, the plan and the namespaces go at the end, whatever happened."""
     from bench import traceload
-    from ratelimit import follow, service
+    from ratelimit.driver import follow
+    from ratelimit import service
     monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
     tag = f"tu-{os.getpid()}-{next(_traced_labs)}"
     ns = traceload.topology(tag)
@@ -742,13 +743,14 @@ def traced_lab(tmp_path, monkeypatch):
 
 def apply_schedule(ns, tmp_path, text, links):
     from bench import traceload
-    from ratelimit import service, state
+    from ratelimit import service
+    from ratelimit.state import records
     path = tmp_path / "schedule.toml"
     path.write_text(text)
     service.apply(service.make_request(traceload.DEV, netns=ns["rtr"], hosts=traceload.CLIENT, direction="dest",
                                        ports=f"{traceload.PORT0}-{traceload.PORT0 + links - 1}",
                                        schedule=str(path), phase="same"))
-    return state.load(ns["rtr"], traceload.DEV).request
+    return records.load(ns["rtr"], traceload.DEV).request
 
 
 def serve_target(artifacts, target, name):
@@ -776,7 +778,7 @@ def test_dashboard_draws_a_traced_link_over_its_trace(browser, artifacts, tmp_pa
     average over its interval), the delivered rate follows it, and the glance says the links
     deliver their capacity (delivered / capacity within 5% of 1); /metrics has both series."""
     from bench import traceload
-    from ratelimit.tracerates import TraceRates
+    from ratelimit.driver.tracerates import TraceRates
     ns = traced_lab
     req = apply_schedule(ns, tmp_path, SQUARE_WAVE, links=4)
     started = req.cohorts[0].trace.started_ms
@@ -839,7 +841,8 @@ def test_dashboard_names_the_step_a_killed_driver_left_shut(browser, artifacts, 
     at and calls the outage left in place the worst case, in the CLI's words; /metrics agrees."""
     import signal
     from bench import traceload
-    from ratelimit import follow, readout
+    from ratelimit.driver import follow
+    from ratelimit.service import readout
     ns = traced_lab
     apply_schedule(ns, tmp_path, TUNNEL, links=10)
     deadline = time.monotonic() + 10

@@ -11,10 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit import follow, readout, tracespec
+from ratelimit.driver import follow
+from ratelimit.service import readout
+from ratelimit.traces import tracespec
 from ratelimit.service import make_request
-from ratelimit.steps import now_bps
-from ratelimit.tracerates import TraceRates
+from ratelimit.driver.steps import now_bps
+from ratelimit.driver.tracerates import TraceRates
 from webui import create_app
 from webui.digest import TRACK_TOLERANCE
 from webui.stats import StatsSource, reading

@@ -9,8 +9,8 @@ a node without a link is terminal.  Nodes in a bucket are tried in handle order.
 
 from collections import defaultdict
 
-from ratelimit.filters import U32Filter, U32Table
-from ratelimit.plan import TC_H_ROOT, HtbQdisc
+from ratelimit.plan.filters import U32Filter, U32Table
+from ratelimit.plan.ops import TC_H_ROOT, HtbQdisc
 
 
 class Tree:

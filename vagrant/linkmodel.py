@@ -19,8 +19,10 @@ import json
 import sys
 from ipaddress import ip_address
 
-from ratelimit import readout, state, summary
-from ratelimit.linkmodel import LinkModel
+from ratelimit.service import readout
+from ratelimit.state import records
+from ratelimit.spec import summary
+from ratelimit.spec.linkmodel import LinkModel
 
 
 def link_model(payload: int, req, *, header: int, request: int) -> dict:
@@ -40,8 +42,8 @@ def link_model(payload: int, req, *, header: int, request: int) -> dict:
 def find_request(host: str):
     """The applied request (state) whose hosts include ``host``, on any interface."""
     addr = ip_address(host)
-    for interface in state.interfaces(None):
-        record = state.load(None, interface)
+    for interface in records.interfaces(None):
+        record = records.load(None, interface)
         req = record.request if record is not None else None
         if req is not None and addr in req.hosts:
             return req
@@ -70,7 +72,7 @@ def main(argv=None) -> int:
     req = find_request(args.host)
     if req is None:
         print(f"linkmodel.py: ratelimit has no link for {args.host} on this machine "
-              f"(interfaces with a configuration: {', '.join(state.interfaces(None)) or 'none'})", file=sys.stderr)
+              f"(interfaces with a configuration: {', '.join(records.interfaces(None)) or 'none'})", file=sys.stderr)
         return 3
     if req.down.rate_bps is None:
         print(f"linkmodel.py: the link for {args.host} on {req.interface} has no rate", file=sys.stderr)

@@ -7,10 +7,10 @@ documented in docs/webui.md.
 
 from flask import Blueprint, current_app, request
 
-from ratelimit import profiles, scenario
-from ratelimit.selectors import parse_port_range
+from ratelimit.profiles import catalog, scenario
+from ratelimit.spec.selectors import parse_port_range
 from ratelimit.service import IMPAIRMENTS
-from ratelimit.summary import summary
+from ratelimit.spec.summary import summary
 
 from .errors import WebError, field_error
 from .params import boolean, check_query, integer, json_body, resolve_target, source
@@ -55,9 +55,9 @@ def targets():
 def profile_list():
     check_query(())
     out = []
-    for name in profiles.available():
+    for name in catalog.available():
         try:
-            prof = profiles.load(name)
+            prof = catalog.load(name)
         except Exception as err:  # a broken profile file must not hide the others
             out.append({"name": name, "error": " ".join(str(err).split())})
             continue
@@ -185,7 +185,7 @@ def apply():
     kwargs.setdefault("hosts", None)
     kwargs.setdefault("ports", None)
     if "profile" in kwargs:
-        profiles.check_name(kwargs["profile"], "profile")  # a name, never a file on the router
+        catalog.check_name(kwargs["profile"], "profile")  # a name, never a file on the router
     if data.get("scenario") is not None:  # a scenario's text: its profiles by name, never a path on the router
         kwargs["scenario"] = scenario.parse(data["scenario"], "scenario")
     if "mix" in kwargs and "per" not in kwargs:

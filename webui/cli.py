@@ -11,8 +11,8 @@ import threading
 import time
 
 from ratelimit.errors import EXIT_USAGE, RatelimitError, shown
-from ratelimit.names import check_target
-from ratelimit.units import parse_seconds, whole_number
+from ratelimit.spec.names import check_target
+from ratelimit.spec.units import parse_seconds, whole_number
 from ratelimit.kernel.netns import parent_only
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
@@ -89,8 +89,8 @@ def _targets(args, watches=()) -> list:
     if not names and watches:
         return targets(watches)
     if not names:
-        from ratelimit import state
-        names = state.interfaces(args.netns) or ["eth0"]
+        from ratelimit.state import records
+        names = records.interfaces(args.netns) or ["eth0"]
     out = []
     for name in names:
         netns, _, interface = name.rpartition("/") if "/" in name else (args.netns, "", name)
@@ -176,7 +176,7 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
     from . import create_app
     from .stats import StatsSource, target_name
     from .views import vendor_ready
-    from ratelimit import readout
+    from ratelimit.service import readout
     from .containers import Reader, owners
     reader = Reader(readout.Poller(), watches)
     source = StatsSource(targets, reader, interval=args.interval, history=args.history)

@@ -22,8 +22,10 @@ import os
 import time
 from dataclasses import dataclass
 
-from ratelimit import containers, ctrun, readout, state
-from ratelimit.ctlife import strangers
+from ratelimit.containers import lookup, attach
+from ratelimit.service import readout
+from ratelimit.state import records
+from ratelimit.containers.life import strangers
 from ratelimit.errors import RatelimitError
 
 CHECK_EVERY_S = 5.0  # how often the engine is asked (a docker or podman inspect each time)
@@ -36,7 +38,7 @@ class Watch:
 
     label: str  # "docker container web"
     engine: str
-    owner: containers.Container  # the container that owns the namespace
+    owner: lookup.Container  # the container that owns the namespace
     inode: tuple
     server: tuple  # (namespace name, its interface): a server's target in 0.4 and earlier
     user: tuple  # (None, host-side veth): a server's or a user's target
@@ -46,12 +48,12 @@ class Watch:
 def watch(names: list[str], *, network: str | None = None, engine: str | None = None) -> list[Watch]:
     """Resolve each container (one-line ContainerError as the CLI's)."""
     out = []
-    with ctrun.turn():
+    with attach.turn():
         for name in names:
-            c, owner = containers.resolve(name, engine)
-            wired = containers.wiring(owner, containers.choose_network(owner, network))
-            out.append(Watch(c.label(), c.engine, owner, containers.netns_inode(owner.pid),
-                             (containers.netns_name(owner), wired.inside), (None, wired.veth)))
+            c, owner = lookup.resolve(name, engine)
+            wired = lookup.wiring(owner, lookup.choose_network(owner, network))
+            out.append(Watch(c.label(), c.engine, owner, lookup.netns_inode(owner.pid),
+                             (lookup.netns_name(owner), wired.inside), (None, wired.veth)))
     return out
 
 
@@ -100,11 +102,11 @@ class Reader:
         self.base.close()
 
     def _server(self, w: Watch, interface: str) -> dict:
-        with ctrun.turn():
+        with attach.turn():
             self._follow(w)
-            with ctrun.attached(w.owner) as ns:
+            with attach.attached(w.owner) as ns:
                 stats = readout.counters(interface, ns)
-                if stats["applied"] is None and state.load(ns, interface) is not None:
+                if stats["applied"] is None and records.load(ns, interface) is not None:
                     raise RatelimitError(f"{w.label}: the links recorded on its {interface} went with its network "
                                          f"namespace (the container was restarted): apply again to put them back")
                 return stats
@@ -114,17 +116,17 @@ class Reader:
         one, asked of the engine at most every ``check_every``; a container that is not
         running is the error."""
         try:
-            if containers.netns_inode(w.owner.pid) == w.inode:
+            if lookup.netns_inode(w.owner.pid) == w.inode:
                 return
-        except containers.ContainerError:
+        except lookup.ContainerError:
             pass
         when, error = w.failed
         if error is not None and self.clock() - when < self.check_every:
             raise error
         try:
-            _, owner = containers.resolve(w.owner.id[:12], w.engine)
-            w.owner, w.inode, w.failed = owner, containers.netns_inode(owner.pid), (0.0, None)
-        except containers.ContainerError as err:
+            _, owner = lookup.resolve(w.owner.id[:12], w.engine)
+            w.owner, w.inode, w.failed = owner, lookup.netns_inode(owner.pid), (0.0, None)
+        except lookup.ContainerError as err:
             w.failed = (self.clock(), RatelimitError(f"{w.label}: {str(err).split(': ', 1)[-1]}; the links "
                                                      f"recorded in its namespace went with it"))
             raise w.failed[1] from None

@@ -2,7 +2,7 @@
 
 from flask import current_app, request
 
-from ratelimit.units import whole_number
+from ratelimit.spec.units import whole_number
 
 from .errors import WebError, field_error
 from .stats import target_name

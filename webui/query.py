@@ -20,7 +20,7 @@ from itertools import compress, repeat
 from operator import and_, eq, ge, lt
 
 from ratelimit.errors import shown
-from ratelimit.units import decimal
+from ratelimit.spec.units import decimal
 
 from .digest import COLUMNS, STATES
 

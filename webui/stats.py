@@ -203,7 +203,7 @@ class StatsSource:
                  link_values: int = 4_000_000, active_seconds: float = 10.0, share_window: float = SHARE_WINDOW_S):
         self._own_reader = None
         if reader is None:
-            from ratelimit import readout
+            from ratelimit.service import readout
             reader = self._own_reader = readout.Poller()
         self._targets = [(netns or None, interface) for netns, interface in targets]
         if not self._targets:

@@ -26,9 +26,9 @@ import struct
 from array import array
 from dataclasses import dataclass
 
-from ..plan import INGRESS_HANDLE
+from ..plan.ops import INGRESS_HANDLE
 
-from ..filters import U32Filter
+from ..plan.filters import U32Filter
 from .kinds import u32
 from .nl import NLATTR, NLA_TYPE_MASK, TCA_STATS2, TCA_STATS_BASIC, TCA_STATS_PKT64, TCA_STATS_QUEUE, U64, find
 

@@ -7,9 +7,9 @@ per-kind parts are in ``kinds/``; the differences from tc on purpose are
 documented there (HTB's rate tables, netem's wide delays).
 """
 
-from ..plan import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
+from ..plan.ops import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 
-from ..filters import U32Filter
+from ..plan.filters import U32Filter
 from .kinds import actions, bpf, fifo, htb, ingress, mirred, mq, netem, police, stab, tbf, u32
 from .nl import (NLMSGHDR, NLM_F_CREATE, NLM_F_EXCL, RTM_DELQDISC, RTM_DELTCLASS, RTM_DELTFILTER, RTM_NEWQDISC,
                  RTM_NEWTCLASS, RTM_NEWTFILTER, TC_H_CLSACT_EGRESS, TC_H_INGRESS, TCA_KIND, TCMSG, attr_str, htons,

@@ -23,9 +23,9 @@ import os
 import time
 
 from ..errors import ApplyError
-from ..plan import U32_ROOT_TABLE, AddIfb, Change, ClsactQdisc, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc, TbfQdisc
-from ..filters import U32Filter, U32Table
-from ..queuepin import FILTER_HANDLE, FILTER_PRIO, KEY, PROGRAM_NAME, VALUE, QueueEntry, QueueMap, QueueProgram
+from ..plan.ops import (U32_ROOT_TABLE, AddIfb, Change, ClsactQdisc, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc, TbfQdisc)
+from ..plan.filters import U32Filter, U32Table
+from ..plan.queuepin import FILTER_HANDLE, FILTER_PRIO, KEY, PROGRAM_NAME, VALUE, QueueEntry, QueueMap, QueueProgram
 from . import bpf, replay
 from .encode import Encoder
 from .nl import NLM_F_REQUEST, RTM_GETTFILTER, SEQ_OFFSET, TC_H_INGRESS, TC_H_ROOT, TCMSG

@@ -5,7 +5,7 @@ Pure except for reading ``/proc/net/psched`` once for the tick length.
 
 import struct
 
-from ..linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES
+from ..spec.linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES
 from .nl import U32_MAX
 
 TIME_UNITS_PER_SEC = 1000000

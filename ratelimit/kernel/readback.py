@@ -10,7 +10,7 @@ import functools
 import gc
 
 from ..errors import ConflictError, NotFoundError
-from ..plan import INGRESS_HANDLE
+from ..plan.ops import INGRESS_HANDLE
 from . import decode, offload, replay
 from .counters import COLUMNS, FlowTable, read_classes, read_filters
 from .kinds import bpf
@@ -277,7 +277,7 @@ class Reader:
     @consistent
     def queue_program(self, dev: str) -> int | None:
         """The id of ratelimit's queue program on ``dev``'s clsact egress hook, or None."""
-        from ..queuepin import PROGRAM_NAME
+        from ..plan.queuepin import PROGRAM_NAME
         for data, off, end in list(self._filters(self._device(dev), TC_H_CLSACT_EGRESS)):
             amap = attr_map(data, off + 36, end)
             if cstr(data, amap.get(TCA_KIND)) == "bpf" and TCA_OPTIONS in amap:

@@ -16,7 +16,7 @@ import json
 
 from . import decode
 from .kinds import htb, u32
-from ..plan import tc_handle
+from ..plan.ops import tc_handle
 from .nl import (NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, NLMSGHDR, TCA_CHAIN, TCA_KIND, TCA_OPTIONS, TCA_STAB,
                  TC_H_INGRESS, TC_H_ROOT, TCMSG, attr_map, cstr, header, rebuild)
 

@@ -43,7 +43,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import EXIT_NOT_FOUND, EXIT_USAGE, RatelimitError, command_exit
-from ..units import parse_count, parse_seconds
+from ..spec.units import parse_count, parse_seconds
 from .proc import start_and_pump
 
 DEFAULT_MEMORY = "1G"

@@ -29,9 +29,9 @@ import socket
 from collections.abc import Sequence
 from ipaddress import ip_address
 
-from .. import scenario
+from ..profiles import scenario
 from ..errors import FieldError, UsageError
-from ..selectors import parse_hosts
+from ..spec.selectors import parse_hosts
 from . import topology
 
 Client = tuple[str, str]  # (IPv4, IPv6) address of one lab client

@@ -28,9 +28,9 @@ import sys
 import time
 
 from ..errors import RatelimitError, UsageError
-from ..progress import terminal
-from ..tracespec import add_options as add_trace_options
-from ..units import format_rate, parse_burst, parse_queue, parse_rate_bps
+from ..service.progress import terminal
+from ..traces.tracespec import add_options as add_trace_options
+from ..spec.units import format_rate, parse_burst, parse_queue, parse_rate_bps
 from . import docroot, servertcp, store
 from .core import DEFAULT_PORTS, SERVERS, Lab
 from .link import GRANULARITIES, MODES, LinkSpec

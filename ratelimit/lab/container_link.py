@@ -34,7 +34,7 @@ _SELECT = ("engine", "network")  # they say which container and device, so --cle
 
 def _cli(*argv: str) -> tuple[int, str, str]:
     """``ratelimit ARGV`` in this process: (exit status, stdout, stderr)."""
-    from ..cli import Console, main
+    from ..cli.main import Console, main
     out, err = io.StringIO(), io.StringIO()
     code = main(list(argv), Console(out, err))
     return code, out.getvalue(), err.getvalue()
@@ -90,11 +90,11 @@ class ContainerLink:
 
     def model_of(self, cohort: str | None):
         from ..kernel.probe import probe
-        from ..linkmodel import LinkModel
+        from ..spec.linkmodel import LinkModel
         return LinkModel.from_summary(self.applied, cohort=cohort, delay_stage=probe(["netem"])["netem"])
 
     def _owner(self, name: str):
-        from ..containers import resolve
+        from ..containers.lookup import resolve
         return resolve(name, self.engine)[1]
 
     def address(self, name: str | None = None) -> str:
@@ -152,7 +152,7 @@ class ContainerLink:
         if code == 0:
             return None
         # a container that went: its veth went too (both uses' links are on it), the IFB device stays
-        from ..ctrun import gone_veths, turn
+        from ..containers.attach import gone_veths, turn
         with turn():
             if gone_veths(self.applied["container"]["id"]):
                 return None

@@ -43,11 +43,12 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .. import SOURCE_ROOT, readout, service
-from ..summary import summary
+from .. import SOURCE_ROOT, service
+from ..service import readout
+from ..spec.summary import summary
 from ..errors import FieldError, NotFoundError, RatelimitError, UsageError
-from ..selectors import parse_ports
-from ..units import whole_number
+from ..spec.selectors import parse_ports
+from ..spec.units import whole_number
 from ..kernel import netns as kernel_netns
 from ..kernel.netns import parent_only
 from . import docroot, servertcp, store, topology
@@ -425,7 +426,7 @@ class Lab:
         """The applied link's ``LinkModel`` on this kernel (no delay stage without sch_netem):
         of ``client``'s cohort (a number or ``clientN``), of the cohort named ``cohort``, or of
         the link's one cohort."""
-        from ..linkmodel import LinkModel
+        from ..spec.linkmodel import LinkModel
         from ..kernel.probe import probe
         link = self.info.get("link")
         if not link:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from .. import profiles
+from ..profiles import catalog
 from ..kernel.probe import probe
 from ..kernel.vm import in_vm
 from . import docroot, servertcp
@@ -27,7 +27,7 @@ def demo(args) -> int:
     if args.vm and not in_vm():
         return run_in_vm(["demo", "--name", args.name, "--server-tcp", args.server_tcp])
     t_start = time.monotonic()
-    prof = profiles.load(DEMO_PROFILE)
+    prof = catalog.load(DEMO_PROFILE)
     rate = prof.down.rate_bps
     size = docroot.EXPERIMENT_BYTES
     netem = probe(["netem"])["netem"]

@@ -30,7 +30,7 @@ from ipaddress import ip_address
 from pathlib import Path
 
 from ..errors import FieldError, NotFoundError, RatelimitError, command_exit
-from ..units import parse_count
+from ..spec.units import parse_count
 
 # file name -> size in bytes; EXPERIMENT_FILE is the one the 2000 benchmark fetched
 SIZES = {"1000.bin": 1_000, "10000.bin": 10_000, "100000.bin": 100_000, "1000000.bin": 1_000_000}

@@ -8,7 +8,9 @@ import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .. import layout, profiles, service
+from ..plan import layout
+from ..profiles import catalog
+from .. import service
 from ..errors import FieldError, KernelMissing, UsageError
 from .topology import QUEUES as DEVICE_QUEUES  # the queues of the router's client-facing bridge
 
@@ -51,7 +53,7 @@ class LinkSpec:
 
     def traces(self) -> dict:
         """The trace options given, as ``service.make_request`` takes them."""
-        from ..tracespec import KEYS
+        from ..traces.tracespec import KEYS
         return {k: getattr(self, k) for k in KEYS if getattr(self, k) is not None}
 
     @property
@@ -86,7 +88,7 @@ class LinkSpec:
 
 
 def _features_needed(req) -> set[str]:
-    from ..compile import compile_plan
+    from ..plan.compile import compile_plan
     return set(compile_plan(req).features())
 
 
@@ -108,7 +110,7 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, clients: 
                                    **spec.overrides())
     else:
         if spec.profile is not None:
-            profiles.load(spec.profile)  # unknown profile: the profiles module's one line
+            catalog.load(spec.profile)  # unknown profile: the profiles module's one line
         hosts = [a4 for a4, _ in clients] + [a6 for _, a6 in clients]
         req = service.make_request(interface, hosts=hosts, ports=ports, profile=spec.profile, netns=netns,
                                    mode=mode, burst=spec.burst, per=spec.per, queues=spec.queues,

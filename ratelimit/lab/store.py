@@ -19,7 +19,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
-from .. import SOURCE_ROOT, state
+from .. import SOURCE_ROOT
+from ..state import records
 from ..errors import ConflictError, NotFoundError, PermissionDenied
 from ..kernel import netns as kernel_netns
 from . import topology
@@ -34,7 +35,7 @@ def require_root(what: str) -> None:
 
 def labs_dir() -> Path:
     """``lab/`` in the state directory (``$RATELIMIT_STATE_DIR`` or ``/run/ratelimit``)."""
-    return state.state_dir() / "lab"
+    return records.state_dir() / "lab"
 
 
 def lab_path(name: str) -> Path:
@@ -128,7 +129,7 @@ def _leftover_paths(name: str) -> list[Path]:
     prefix = topology.lab_prefix(name)
     role = re.compile(rf"^{re.escape(prefix)}(router|server|c[0-9]+)$")
     found = []
-    for base in (HOSTS_DIR, state.state_dir()):  # /etc/netns/NS, service state of NS
+    for base in (HOSTS_DIR, records.state_dir()):  # /etc/netns/NS, service state of NS
         if base.is_dir():
             found += sorted(p for p in base.iterdir() if role.match(p.name))
     found += [p for p in (lab_path(name),) if p.exists()]

@@ -51,7 +51,7 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from ..errors import ApplyError, ConflictError, FieldError, NotFoundError, PermissionDenied
 from ..kernel import netns as ns_
-from ..layout import MAX_QUEUES
+from ..plan.layout import MAX_QUEUES
 
 PREFIX = "rl-"
 IFNAMSIZ = 16  # including the terminating NUL: names of at most 15 characters

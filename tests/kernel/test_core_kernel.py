@@ -14,9 +14,10 @@ import time
 
 import pytest
 
-from ratelimit import readout, service
-from ratelimit.summary import summary
-from ratelimit.linkmodel import LinkModel
+from ratelimit.service import readout
+from ratelimit import service
+from ratelimit.spec.summary import summary
+from ratelimit.spec.linkmodel import LinkModel
 
 PORTS = "10000-10099"
 

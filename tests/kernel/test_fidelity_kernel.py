@@ -26,7 +26,7 @@ import time
 import pytest
 
 from ratelimit import service
-from ratelimit.compile import compile_plan
+from ratelimit.plan.compile import compile_plan
 
 PORTS = "10000-10099"
 PORT = 10000

@@ -16,13 +16,13 @@ from ipaddress import ip_address
 
 import pytest
 
-from ratelimit import diff
-from ratelimit.compile import compile_plan
-from ratelimit.model import LinkParams, Request
+from ratelimit.plan import diff
+from ratelimit.plan.compile import compile_plan
+from ratelimit.spec.model import LinkParams, Request
 from ratelimit.kernel.executor import Executor
-from ratelimit.plan import NetemQdisc, netem_args
-from ratelimit.script import script
-from ratelimit.filters import U32Filter, U32Table
+from ratelimit.plan.ops import NetemQdisc, netem_args
+from ratelimit.plan.script import script
+from ratelimit.plan.filters import U32Filter, U32Table
 
 pytestmark = pytest.mark.kernel("htb", "u32", "ingress", "netem", "police", "mirred", "ifb")
 

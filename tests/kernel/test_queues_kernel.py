@@ -8,12 +8,13 @@ import threading
 
 import pytest
 
-from ratelimit import readout, service
+from ratelimit.service import readout
+from ratelimit import service
 from ratelimit.kernel.executor import Executor
 from ratelimit.lab import topology
-from ratelimit.layout import QUEUE_GROUP_LINKS, TREE_BASE, Layout
-from ratelimit.linkmodel import LinkModel
-from ratelimit.summary import summary
+from ratelimit.plan.layout import QUEUE_GROUP_LINKS, TREE_BASE, Layout
+from ratelimit.spec.linkmodel import LinkModel
+from ratelimit.spec.summary import summary
 from downloads import download, serve
 
 SIZE = 64_000

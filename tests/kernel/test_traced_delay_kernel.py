@@ -19,7 +19,9 @@ import time
 
 import pytest
 
-from ratelimit import follow, service, state
+from ratelimit.driver import follow
+from ratelimit import service
+from ratelimit.state import records
 
 STAMP = struct.Struct("!Iq")  # sequence, send time (ns, CLOCK_MONOTONIC)
 PORT = 9000
@@ -109,7 +111,7 @@ def test_a_schedule_sets_the_delay_and_loss_of_a_gated_link_and_its_outage_holds
         _send(topo, tx, 3000, 60, 0.02)  # before the plan: the path's own time (the emulated machine's, unshaped)
         time.sleep(0.5)
         service.apply(req)
-        t0 = state.load(topo.router, topo.router_client_if).request.cohorts[0].trace.started_ms / 1000
+        t0 = records.load(topo.router, topo.router_client_if).request.cohorts[0].trace.started_ms / 1000
         deadline = time.monotonic() + 10  # a process's start under software emulation takes seconds
         while (follow.read_status(topo.router, topo.router_client_if) or {}).get("step") is None:
             assert time.monotonic() < deadline, "the driver sent no step"

@@ -36,8 +36,8 @@ def decode(buf, s, e, names) -> tuple:
 
 def parse(buf, amap: dict, clk: Clock, link_name):
     """The filters.Police these options describe, or None."""
-    from ...plan import SHARED_POLICE_INDEX_BASE
-    from ...filters import Police
+    from ...plan.ops import SHARED_POLICE_INDEX_BASE
+    from ...plan.filters import Police
     if TCA_POLICE_TBF not in amap:
         return None
     fields = POLICE.unpack_from(buf, amap[TCA_POLICE_TBF][0])

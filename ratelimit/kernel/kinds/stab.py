@@ -15,7 +15,7 @@ def options(stab) -> bytes:
     if not stab.atm:  # tc sends no table for Ethernet without an mpu: the kernel adds the overhead
         return nest(TCA_STAB, attr(TCA_STAB_BASE, SIZESPEC.pack(0, 0, 0, stab.overhead_bytes, LINKLAYER_ETHERNET,
                                                                0, 0, 0)))
-    from ...plan import STAB_MTU, STAB_TSIZE
+    from ...plan.ops import STAB_MTU, STAB_TSIZE
     cell_log = 0
     while (STAB_MTU >> cell_log) > STAB_TSIZE - 1:
         cell_log += 1

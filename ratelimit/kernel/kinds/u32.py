@@ -21,7 +21,7 @@ def table_options(divisor: int) -> bytes:
 
 def merge_keys(keys) -> tuple:
     """tc's pack_key: keys at the same offset become one key (values and masks or-ed)."""
-    from ...filters import Key
+    from ...plan.filters import Key
     merged: dict[int, list[int]] = {}
     for k in keys:
         value, mask = k.value & k.mask, k.mask
@@ -109,7 +109,7 @@ def decode(buf, s, e, names) -> tuple:
 
 def to_op(buf, s, e, dev: str, parent: int, prio: int, proto: str, handle: int, clk, link_name):
     """The U32Table / U32Filter that options ``buf[s:e]`` describe (None for the kernel's own root tables)."""
-    from ...filters import HashKey, Key, U32Filter, U32Table
+    from ...plan.filters import HashKey, Key, U32Filter, U32Table
     ht, bucket, node = handle >> 20, (handle >> 12) & 0xFF, handle & 0xFFF
     opts = attr_map(buf, s, e)
     if node == 0:

@@ -1,0 +1,54 @@
+"""What ``--list`` and ``--stats`` print: a table, or one line of JSON, and a notice for
+each container whose addresses have changed since the apply."""
+
+import json
+
+from ..spec.summary import describe
+
+
+def as_json(data: dict, action: str) -> str:
+    """--list --json (the links without their counters) or --stats --json, as one line."""
+    if action == "list":
+        for row in data["links"]:
+            for key in ("bytes", "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"):
+                row.pop(key, None)
+    return json.dumps(data, separators=(",", ":"))  # compact: the C encoder (indent is Python's)
+
+
+def strangers(data: dict, con) -> None:
+    """A notice for each container named in the hosts that has other addresses now, or is
+    not running (``ctlife.strangers``)."""
+    from ..containers.life import strangers as changed
+    for line in changed(data["applied"]):
+        con.notice(line)
+
+
+def render_table(data: dict, counters: bool) -> str:
+    from ..spec.units import format_rate
+    applied = data["applied"]
+    if not applied:
+        return f"{data['interface']}: nothing installed by ratelimit"
+    head = f"{applied['interface']}: {describe(applied)}"
+    driver = data.get("driver")
+    if driver:
+        head += "\n" + (f"trace driver: following (pid {driver['pid']}, a step every {driver['step_ms']} ms, at step "
+                        f"{driver['step']}; {driver['shut']} of {driver['links']} traced links shut)"
+                        if driver["running"] else f"trace driver: NOT RUNNING: {driver['notice']}")
+    cols = ["direction", "host", "port", "rate"]
+    if counters:
+        cols += ["bytes", "packets", "drops", "overlimits", "backlog"]
+    rows = []
+    for link in data["links"]:
+        rate = format_rate(link["rate_bps"]) if link["rate_bps"] else "unlimited"
+        if link.get("trace"):
+            now = link.get("trace_bps")
+            rate = f"follows {link['trace']}" + ("" if now is None else f" (now {format_rate(now) if now else 'shut'})")
+        row = [link["direction"], link["host"] or "others", "all" if link["port"] is None else str(link["port"]), rate]
+        if counters:
+            row += [str(link["bytes"]), str(link["packets"]), str(link["drops"]), str(link["overlimits"]),
+                    f"{link['backlog_bytes']}b/{link['backlog_pkts']}p"]
+        rows.append(row)
+    widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
+    lines = [head, "  ".join(c.ljust(w) for c, w in zip(cols, widths))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+    return "\n".join(lines)

@@ -1,0 +1,174 @@
+"""The subcommands of ``ratelimit`` that are not an action on an interface: ``profiles``,
+``save``, ``restore``, ``follow``, ``vm`` and ``lab`` (each a parser of its own, whose errors
+are one line like the main command line's), and those another package registers (``web``)."""
+
+import argparse
+import json
+import os
+
+from ..errors import PermissionDenied, UsageError
+
+PLUGIN_GROUP = "ratelimit.subcommands"
+NAMES = ("profiles", "save", "restore", "vm", "lab", "web", "follow")  # web: registered by the webui package
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line, a ``UsageError`` (exit 2), prefixed by the
+    subcommand's name."""
+
+    def error(self, message):  # one line, our exit code, no usage dump
+        where = self.prog.split(" ", 1)[1] + ": " if " " in self.prog else ""  # a subcommand's name
+        if message.startswith("unrecognized arguments: "):
+            extra = message.split(": ", 1)[1]
+            message = (f"{extra}: not an option (see {self.prog} --help)" if extra.startswith("-") else
+                       f"{where}'{extra}' is an argument too many (see {self.prog} --help)")
+        elif where:
+            message = f"{where}{message} (see {self.prog} --help)"
+        raise UsageError(message)
+
+
+def _subparser(name: str, description: str) -> Parser:
+    """A subcommand's parser: ``--help`` (and ``-h``, which only the main command line
+    gives to --hosts) prints its usage and options."""
+    p = Parser(prog=f"ratelimit {name}", add_help=False, description=description)
+    p.add_argument("--help", "-h", action="store_true", help="show this help")
+    return p
+
+
+def _profiles_parser() -> Parser:
+    p = _subparser("profiles", "List the link profiles: built-in ones and those in the profile path "
+                               "(docs/profiles.md).")
+    p.add_argument("--json", action="store_true", help="as JSON")
+    return p
+
+
+SAVED = "$RATELIMIT_CONFIG_DIR/links.json, by default /etc/ratelimit/links.json"
+
+
+def _save_parser() -> Parser:
+    p = _subparser("save", "Save the links applied on every interface, resolved, for restore at boot.")
+    p.add_argument("file", nargs="?", metavar="FILE", help=f"where to write (default {SAVED})")
+    return p
+
+
+def _restore_parser() -> Parser:
+    p = _subparser("restore", "Apply the saved links again (at boot: README, Surviving a reboot).")
+    p.add_argument("file", nargs="?", metavar="FILE", help=f"what to read (default {SAVED})")
+    p.add_argument("--force", action="store_true",
+                   help="replace root/ingress qdiscs and IFB devices ratelimit did not install")
+    return p
+
+
+def _parse_sub(parser: Parser, argv, con):
+    """The subcommand's arguments, or None once its help is printed."""
+    args = parser.parse_args(argv)
+    if args.help:
+        con.out(parser.format_help().rstrip("\n"))
+        return None
+    return args
+
+
+def _save(argv, con) -> int:
+    from ..service import persist
+    args = _parse_sub(_save_parser(), argv, con)
+    if args is None:
+        return 0
+    path = args.file
+    if os.geteuid() != 0:
+        raise PermissionDenied("save: needs root (it reads what is applied on every interface)")
+    written, count = persist.save(path, say=con.out, warn=con.err)
+    con.out(f"saved {count} link configuration(s) to {written}")
+    return 0
+
+
+def _restore(argv, con) -> int:
+    from ..service import persist
+    args = _parse_sub(_restore_parser(), argv, con)
+    if args is None:
+        return 0
+    if os.geteuid() != 0:
+        raise PermissionDenied("restore: needs root (it changes traffic control)")
+    return persist.restore(args.file, force=args.force, say=con.out, warn=con.err)
+
+
+def _follow_parser() -> Parser:
+    p = _subparser("follow", "The trace driver: keep the traced links of the interface's plan following their "
+                             "traces, step by step, until the plan is removed (docs/profiles.md, The driver). An "
+                             "apply starts it; run it by hand or from a supervisor after --no-follow or a crash.")
+    p.add_argument("--interface", "--if", required=True, help="the interface whose plan to follow")
+    p.add_argument("--netns", help="network namespace the interface is in")
+    p.add_argument("--step", default=None, metavar="TIME", help="time between changes (default 100ms; 10ms-10s)")
+    return p
+
+
+def _follow(argv, con) -> int:
+    from ..driver import follow
+    from ..spec.names import check_target
+    from ..spec.units import parse_seconds
+    args = _parse_sub(_follow_parser(), argv, con)
+    if args is None:
+        return 0
+    interface, netns = check_target(args.interface, args.netns)
+    step_ms = follow.DEFAULT_STEP_MS if args.step is None else \
+        round(1000 * parse_seconds(args.step, "--step", follow.MIN_STEP_MS / 1000, follow.MAX_STEP_MS / 1000))
+    if os.geteuid() != 0:
+        raise PermissionDenied("follow: needs root (it changes traffic control)")
+    return follow.run(netns, interface, step_ms, say=con.err)
+
+
+def _vm(argv, con) -> int:
+    from ..kernel.vm import vm_main
+    return vm_main(argv)
+
+
+def _lab(argv, con) -> int:
+    from ..lab.cli import lab_main
+    return lab_main(argv)
+
+
+def run(name, argv, con) -> int:
+    """``ratelimit NAME ARGV...``: the exit code."""
+    own = {"profiles": _profiles, "save": _save, "restore": _restore, "vm": _vm, "lab": _lab,
+           "follow": _follow}.get(name)
+    if own is not None:
+        return own(argv, con)
+    return _registered(name)(argv)
+
+
+def _registered(name):
+    """A subcommand another package registers (entry point group ``ratelimit.subcommands``;
+    the dashboard's ``web`` is one), so ratelimit needs none of them to run."""
+    from importlib.metadata import entry_points
+    for ep in entry_points(group=PLUGIN_GROUP, name=name):
+        return ep.load()
+    raise UsageError(f"{name}: not installed (the '{name}' subcommand comes with the webui package of "
+                     f"ratelimit's checkout: pip install -e .)")
+
+
+def _profiles(argv, con) -> int:
+    from ..profiles import catalog
+    from ..spec.units import format_percent, format_rate, format_time
+    args = _parse_sub(_profiles_parser(), argv, con)
+    if args is None:
+        return 0
+    loaded = [catalog.load(str(path)) for path in catalog.available().values()]
+    if args.json:
+        con.out(json.dumps([p.as_dict() for p in loaded], indent=1))
+        return 0
+
+    def side(s):
+        parts = [format_rate(s.rate_bps) if s.rate_bps else "unlimited"]
+        if s.delay_us:
+            parts.append(format_time(s.delay_us) + (f"±{format_time(s.jitter_us)}" if s.jitter_us else ""))
+        if s.loss_pct:
+            parts.append(f"loss {format_percent(s.loss_pct)}")
+        if s.queue:
+            parts.append(f"queue {s.queue.text()}")
+        return " ".join(parts)
+    head = ("profile", "link", "down", "up")
+    rows = [(p.name, p.link.name, side(p.down), side(p.up), p.description) for p in loaded]
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    con.out("  ".join(h.ljust(w) for h, w in zip(head, widths)) + "  description")
+    for r in rows:
+        con.out("  ".join(v.ljust(w) for v, w in zip(r[:-1], widths)) + "  " + r[-1])
+    return 0

@@ -1,0 +1,136 @@
+"""How a new plan goes over the installed one (``over``: changes in place, a
+make-before-break switch, or a rebuild), and where a re-apply's cohorts go (shape mode,
+pure): the handles each keeps or takes (``replaced``), and the places of a request as it
+stands or packed.  ``layout`` numbers the handles; ``diff`` finds the changes.
+"""
+
+from dataclasses import replace
+
+from . import diff
+from .compile import compile_plan
+from ..errors import FieldError
+from .layout import MAJORS, MINORS, Layout, Place, group_links_of, leaf_majors
+from ..spec.model import Request
+
+
+def replaced(req: Request, old: Request, move=frozenset()) -> tuple | None:
+    """Places for ``req``'s cohorts over the installed ``old`` (shape mode, a pure function
+    of the two): a cohort of the same name and number of links as one of ``old``'s stays
+    where it is, unless named in ``move``; every other takes free handles, clear of all of
+    ``old``'s (they stand until a switch has ended) and of each other's -- first fit, its
+    groups from the top of the majors, its queues from the bottom.  None when they do not
+    fit: the caller rebuilds in the other generation or from scratch."""
+    before = {s.cohort.name: s for s in Layout.of(old).spans}
+    size = group_links_of(req)
+    places: list = []
+    for c in req.cohorts:
+        s = before.get(c.name)
+        kept = s and c.name not in move and s.cohort.link_count() == c.link_count() and \
+            leaf_majors(s.cohort) == leaf_majors(c)  # as many queue majors too
+        places.append(s.place if kept else None)
+    taken = [r for s in before.values() for r in s.ranges()]
+    for k, c in enumerate(req.cohorts):
+        if places[k] is not None:
+            continue
+        n = c.link_count()
+        groups = -(-n // size)
+        minor = _first_fit(taken, "minor", groups, MINORS, top=False)
+        groups_at = _first_fit(taken, "major", groups, MAJORS, top=True)
+        if minor is None or groups_at is None:
+            return None
+        taken += [("minor", minor, minor + groups), ("major", groups_at, groups_at + groups)]
+        leaves = n * leaf_majors(c)
+        leaf = _first_fit(taken, "major", leaves, MAJORS, top=False)
+        if leaf is None:
+            return None
+        taken.append(("major", leaf, leaf + leaves))
+        places[k] = Place(minor, groups_at + groups - 1, leaf)
+    return tuple(places)
+
+
+def _first_fit(taken: list, space: str, size: int, bounds: tuple[int, int], *, top: bool) -> int | None:
+    """The first handle of ``size`` free ones in ``space`` within ``bounds``: the lowest such
+    run, or with ``top`` the highest."""
+    used = sorted((lo, hi) for s, lo, hi in taken if s == space and lo < hi)
+    gaps, at = [], bounds[0]
+    for lo, hi in used:
+        if lo > at:
+            gaps.append((at, min(lo, bounds[1])))
+        at = max(at, hi)
+    if at < bounds[1]:
+        gaps.append((at, bounds[1]))
+    fits = [(lo, hi) for lo, hi in gaps if hi - lo >= size]
+    if not fits:
+        return None
+    return fits[-1][1] - size if top else fits[0][0]
+
+
+def places_of(req: Request) -> tuple:
+    """Where ``req``'s cohorts are: its places, or the packed ones when it has none."""
+    return tuple(s.place for s in Layout.of(req).spans)
+
+
+def packed(req: Request) -> tuple:
+    """The places of ``req``'s cohorts packed in its generation's handles (``places`` None)."""
+    return places_of(replace(req, places=None))
+
+
+def over(old, plan):
+    """How ``plan`` goes over the installed plan ``old``: (the plan to install, changes in
+    place or None, a make-before-break switch or None).
+
+    1. Every cohort where it stands (the same selectors and layout, other numbers): changes
+       in place, in the installed plan's handles.
+    2. Shape mode, some cohorts kept where they stand: those change in place and keep their
+       queues; the others (grown, other flows or queue kind, new) are built in free handles
+       and switched to with new root trees in the other generation (``replaced``).
+    3. Otherwise the whole plan is built beside the old in the other generation, when both
+       fit (packed there, or failing that in free handles);
+    4. else (None, None): the old is removed and ``plan`` built.
+    1-3 number the qdiscs and size the groups as the installed plan does
+    (``Request.group_bucket``, ``Request.group_links``: a plan an earlier ratelimit installed
+    keeps its numbering and its groups until it is removed)."""
+    sized = old.request.queues == plan.request.queues and \
+        group_links_of(old.request) != group_links_of(plan.request)
+    req = replace(plan.request, group_bucket=old.request.group_bucket,
+                              **({"group_links": old.request.group_links} if sized else {}))
+    gen = old.request.generation
+
+    def as_(generation, places):
+        if places is not None and places == packed(replace(req, generation=generation)):
+            places = None  # the packed layout: the record says so by leaving places out
+        moved = replace(req, generation=generation, places=places)
+        return plan if moved == plan.request else compile_plan(moved)
+
+    by_cohort = req.mode == old.request.mode == "shape"
+    places = replaced(req, old.request) if by_cohort else None
+    try:
+        same = as_(gen, places)
+    except FieldError:  # too many links for the installed plan's generation
+        same = None
+    changes = None if same is None else diff.in_place(old, same)
+    if changes is not None:
+        return same, changes, None
+    tries = []  # places for the other generation, best first (None: packed there)
+    if places is not None and same is not None and set(places) & set(places_of(old.request)):
+        move = _cohorts_of(same, diff.rebuilt_groups(old, same))  # kept where they stand, but not the same parts
+        tries.append(replaced(req, old.request, move) if move else places)
+    tries.append(None)
+    if by_cohort:
+        tries.append(replaced(req, old.request, {c.name for c in req.cohorts}))
+    for places in dict.fromkeys(tries):  # each once (a failed replacement is None: packed)
+        try:
+            other = as_(1 - gen, places)
+        except FieldError:  # too many links for the other generation
+            continue
+        switch = diff.make_before_break(old, other)
+        if switch is not None:
+            return other, None, switch
+    return plan, None, None
+
+
+def _cohorts_of(plan, groups: set) -> set:
+    """The names of the cohorts whose groups are among ``groups`` ((device, class) pairs)."""
+    lay = Layout.of(plan.request)
+    return {s.cohort.name for s in lay.spans for g in range(s.groups) for dev, classid in groups
+            if classid == lay.group_class_of(s, g)}

@@ -1,0 +1,202 @@
+"""Reading what ratelimit installed: the request (``applied``, ``status``) and every
+link's counters (``counters`` as columns, ``statistics`` as rows, ``Poller`` for a reader
+that asks again and again).  A run killed mid-change is repaired first.
+"""
+
+import copy
+import functools
+import os
+import time
+from dataclasses import dataclass
+
+from ..driver import follow
+from ..state import recovery, records
+from ..plan.compile import compiled, link_flows
+from ..errors import NotFoundError, StateError
+from ..state.installed import check_interface, executor, find_installed
+from ..spec.model import Request
+from ..spec.names import check_target
+from ..spec.summary import summary
+
+
+def _readable(ex, netns, interface, notice):
+    """Our request for --list and --stats: a killed run's marker is repaired first (which needs
+    root and the lock: a run in progress makes this busy); a half-configured interface or an
+    unreadable record is reported, never read as "nothing installed"."""
+    if records.read_marker(netns, interface) is not None:
+        if os.geteuid() != 0:
+            raise StateError(f"--interface: a ratelimit run on {interface} was killed mid-change; run this as "
+                             "root to put it back")
+        with records.lock(netns, interface, timeout=0):
+            recovery.repair(ex, netns, interface, notice)
+    return find_installed(ex, netns, interface, force=False, classes=False).request
+
+
+def applied(interface: str, netns: str | None = None, notice=None) -> Request | None:
+    """The request ratelimit has applied on ``interface``, checked against the kernel; None
+    when there is none."""
+    interface, netns = check_target(interface, netns)
+    with executor(netns) as ex:
+        check_interface(ex, interface, netns)
+        return _readable(ex, netns, interface, notice)
+
+
+def status(interface: str, netns: str | None = None, notice=None) -> dict | None:
+    """The summary of what ratelimit has on ``interface``, or None."""
+    req = applied(interface, netns, notice)
+    return summary(req) if req else None
+
+
+# ---------------------------------------------------------------- statistics
+
+
+@dataclass(frozen=True)
+class LinkTable:
+    """What reading statistics needs of an applied request, compiled once per request:
+    each link's (direction, host, port or None, device) and configured rate, in the order
+    of the plan's flows, and where the kernel keeps its counters."""
+
+    summary: dict
+    keys: tuple
+    rate_bps: tuple
+    cohorts: tuple  # each link's (cohort, profile)
+    flows: object  # kernel.counters.FlowTable
+    traces: tuple = ()  # each link's trace or schedule (its file's name), None for a static rate
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+
+@functools.lru_cache(maxsize=4)
+def link_table(req: Request) -> LinkTable:
+    """The request's LinkTable, built once per request: in shape mode from its layout (each
+    link's class, without building the plan's filters), in police mode from its plan (a
+    link's counters are its filter's)."""
+    from ..kernel.counters import FlowTable
+    plan = compiled(req) if req.mode == "police" else _Flows(link_flows(req))
+    keys = tuple((f.direction, None if f.host is None else str(f.host), f.port, f.dev) for f in plan.flows)
+    cohort = {c.name: c for c in req.cohorts}
+    rates = {(c.name, "dest"): c.down.rate_bps for c in req.cohorts} | \
+        {(c.name, "source"): c.up.rate_bps for c in req.cohorts}
+    traces = {(c.name, d): None if c.trace is None or c.trace.source(d) is None else c.trace.source(d).name
+              for c in req.cohorts for d in ("dest", "source")}
+    return LinkTable(summary(req), keys,
+                     tuple(None if traces[f.cohort, f.direction] else rates[f.cohort, f.direction] for f in plan.flows),
+                     tuple((f.cohort, cohort[f.cohort].profile) for f in plan.flows), FlowTable.of(plan),
+                     tuple(traces[f.cohort, f.direction] for f in plan.flows))
+
+
+@dataclass(frozen=True)
+class _Flows:
+    flows: tuple
+
+
+def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
+    check_interface(ex, interface, netns)
+    req = _readable(ex, netns, interface, notice)
+    table = None if req is None else link_table(req)
+    if table is None:
+        return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "keys": (),
+                "rate_bps": (), "cohorts": (), "counters": {}}
+    cols = ex.counters(table.flows)
+    out = {"interface": interface, "netns": netns, "time": time.time(), "applied": copy.deepcopy(table.summary),
+           "keys": table.keys, "rate_bps": table.rate_bps, "cohorts": table.cohorts, "counters": cols,
+           "traces": table.traces, "driver": follow.report(req, netns, interface), "trace_rates": None}
+    if out["driver"]:
+        try:
+            out["trace_rates"] = trace_rates(req)
+        except StateError as err:
+            out["driver"]["trace_now_error"] = str(err)
+    return out
+
+
+@functools.lru_cache(maxsize=4)
+def trace_rates(req: Request):
+    """The traced links' capacity over any window (``tracerates.TraceRates``), in the order of
+    ``link_table(req).keys``; built once per request (it reads the trace files)."""
+    from ..driver.tracerates import TraceRates
+    return TraceRates(req, link_table(req).keys)
+
+
+def counters(interface: str, netns: str | None = None, notice=None) -> dict:
+    """Counters of every link as columns, read in one dump per device::
+
+        {"interface", "netns", "time", "applied": summary() or None,
+         "keys": ((direction, host, port or None, dev), ...), "rate_bps": (configured rate, ...),
+         "cohorts": ((cohort, profile), ...),
+         "counters": {"bytes": array, "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"},
+         "driver": follow.report() of a traced plan's driver, else None,
+         "trace_rates": a traced plan's ``tracerates.TraceRates`` (each link's capacity over a
+         window of the clock), else None}
+
+    ``keys`` and ``rate_bps`` are the same objects while the configuration stays.  The
+    record is checked against the kernel first (root and ingress qdiscs), and a run killed
+    mid-change is repaired first (``notice`` hears of it)."""
+    interface, netns = check_target(interface, netns)
+    with executor(netns) as ex:
+        return _read_counters(ex, interface, netns, notice)
+
+
+class Poller:
+    """``counters`` for a reader that asks again and again (the dashboard): it keeps one
+    open netlink reader per namespace, so a read costs the dumps and nothing else.  A read
+    that fails on a kept reader (the namespace or device was remade) is tried once more on
+    a fresh one.  ``close()`` when done."""
+
+    def __init__(self):
+        self._readers: dict = {}
+
+    def __call__(self, interface: str, netns: str | None = None) -> dict:
+        for attempt in (0, 1):
+            ex = self._readers.get(netns)
+            if ex is None:
+                ex = self._readers[netns] = executor(netns)
+            try:
+                return _read_counters(ex, interface, netns)
+            except (NotFoundError, OSError):
+                self._drop(netns)
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _drop(self, netns) -> None:
+        ex = self._readers.pop(netns, None)
+        if ex is not None:
+            ex.close()
+
+    def close(self) -> None:
+        for netns in list(self._readers):
+            self._drop(netns)
+
+
+def statistics(interface: str, netns: str | None = None, notice=None) -> dict:
+    """Counters per (host, port, direction), as one dict per link (``--stats``, ``--json``,
+    the lab); see ``counters``."""
+    data = counters(interface, netns, notice)
+    cols = data.pop("counters")
+    keys, rates, cohorts = data.pop("keys"), data.pop("rate_bps"), data.pop("cohorts")
+    data.pop("trace_rates", None)
+    traces = data.pop("traces", None) or (None,) * len(keys)
+    names = tuple(cols)
+    data["links"] = [{"direction": d, "host": h, "port": p, "dev": dev, **dict(zip(names, values)), "rate_bps": r,
+                      "cohort": cohort, "profile": profile, **({"trace": trace} if trace else {})}
+                     for (d, h, p, dev), r, (cohort, profile), trace, *values
+                     in zip(keys, rates, cohorts, traces, *cols.values())]
+    if data.get("driver"):
+        _trace_now(data, interface, netns)
+    return data
+
+
+def _trace_now(data: dict, interface: str, netns) -> None:
+    """Each traced link's ``trace_bps``: its class rate for the step of the clock now, as the
+    trace gives it (the driver's step length), for ``--stats`` beside its counters."""
+    from ..driver.steps import now_bps
+    try:
+        req = records.load(netns, interface).request
+        now = now_bps(req, data["time"] * 1000, data["driver"]["step_ms"] or follow.DEFAULT_STEP_MS)
+    except (StateError, AttributeError) as err:
+        data["driver"]["trace_now_error"] = str(err)
+        return
+    for row in data["links"]:
+        if row.get("trace"):
+            row["trace_bps"] = now.get((row["direction"], row["host"], row["port"]))
