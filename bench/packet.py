@@ -79,7 +79,7 @@ def request_for(n: int, client: str, router: str, interface: str, mode: str = "p
     nhosts, nports = split_flows(n)
     req = flows_request(n, mode, interface=interface, netns=router, rate_bps=FAST_BPS if mode == "shape" else None,
                         bandwidth_bps=FAST_BPS, hosts=hosts_around(client, nhosts))
-    hit_port = req.ports[0][0] + nports // 2
+    hit_port = req.only.ports[0][0] + nports // 2
     return req, hit_port
 
 
@@ -97,7 +97,7 @@ def flat_ops(plan) -> list:
     leaf = {op.handle: op for op in plan.ops if type(op) is U32Filter and op.link is None and op.ht}
     by_flow = {(f.host, f.port): leaf[f.handle] for f in plan.flows}
     req = plan.request
-    order = [(h, p) for h in req.hosts for lo, hi in req.ports for p in range(lo, hi + 1)]
+    order = [(h, p) for h in req.only.hosts for lo, hi in req.only.ports for p in range(lo, hi + 1)]
     out = [op for op in plan.ops if isinstance(op, (HtbQdisc, HtbClass))]
     for i, key in enumerate(order):
         op = by_flow[key]

@@ -91,8 +91,8 @@ def _cli_apply(ns: Netns, req) -> tuple[float, float]:
     import tempfile
     from .common import REPO
     argv = [sys.executable, "-m", "ratelimit", "--netns", ns.name, "--if", req.interface,
-            "-h", ",".join(str(h) for h in req.hosts), "-p", ",".join(f"{lo}-{hi}" for lo, hi in req.ports),
-            "--mode", req.mode, "-d", req.direction, "-r", str(req.down.rate_bps), "--bw", str(req.bandwidth_bps)]
+            "-h", ",".join(str(h) for h in req.only.hosts), "-p", ",".join(f"{lo}-{hi}" for lo, hi in req.only.ports),
+            "--mode", req.mode, "-d", req.direction, "-r", str(req.only.down.rate_bps), "--bw", str(req.bandwidth_bps)]
     state = tempfile.mkdtemp(prefix="rlbench-cli-state-")
     try:
         with Clock() as c:  # its CPU counts the child's

@@ -209,7 +209,7 @@ def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = N
         say(NAME, f"warning: {used['machine']['user']:.0%} user time in the window: something else ran")
     sent = [o.split() for o, _ in outs]
     return {"links": k, "queues": queues, "group_links": group_links_of(req), "rate_bps": cfg.rate_bps,
-            "burst": req.burst_of(req.down).text(), "setup_s": round(setup_s, 2),
+            "burst": req.burst_of(req.only.down).text(), "setup_s": round(setup_s, 2),
             "window_s": round(window, 2), "step": round(FRAME_BYTES * 8 / window / cfg.rate_bps, 4),
             "share_mean": sum(shares) / k, "share_p5": percentile(shares, 5), "share_p50": percentile(shares, 50),
             "share_min": shares[0], "delivered_pps": round(delivered),

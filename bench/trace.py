@@ -139,7 +139,7 @@ def naive(links: int, scale: float, step_ms: int, rounds: int) -> dict:
     namespace), ``rounds`` steps back to back: how long each round takes."""
     from ratelimit import service
     from ratelimit.state import records
-    from ratelimit.traces import tracespec
+    from ratelimit.profiles.traced import load_all
     from ratelimit.plan.compile import compile_plan
     from ratelimit.driver.steps import traced_links
 
@@ -150,7 +150,7 @@ def naive(links: int, scale: float, step_ms: int, rounds: int) -> dict:
         try:
             service.apply(_request(ns, links, scale), follow=False)
             req = records.load(ns["rtr"], traceload.DEV).request
-            loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down,) if s}
+            loaded = load_all(req)
             traced = traced_links(compile_plan(req), loaded)
             script = []
             for k in range(rounds):
@@ -239,7 +239,7 @@ def tcp(links: int, scale: float, seconds: float) -> dict:
     from ratelimit.driver import follow
     from ratelimit import service
     from ratelimit.state import records
-    from ratelimit.traces import tracespec
+    from ratelimit.profiles.traced import load_all
     from ratelimit.plan.compile import compile_plan
     from ratelimit.driver.steps import traced_links
 
@@ -252,7 +252,7 @@ def tcp(links: int, scale: float, seconds: float) -> dict:
         pid = follow.start(ns["rtr"], traceload.DEV, 100)
         req = records.load(ns["rtr"], traceload.DEV).request
         started = req.cohorts[0].trace.started_ms
-        loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down,) if s}
+        loaded = load_all(req)
         traced = {link.port: link for link in traced_links(compile_plan(req), loaded)}
         server = traceload._python(ns["srv"], TCP_SERVER, traceload.SERVER, stdout=subprocess.PIPE, text=True)
         assert server.stdout.readline().strip() == "ready"

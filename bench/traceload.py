@@ -153,11 +153,11 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
     counts (with the receiver's, ``receiver``; whether the queues had emptied before it
     stopped, ``drained``; and the packets the links' classes had sent, ``class_packets``,
     just before it was told to stop and after it stopped) and the receiver's records."""
-    from ratelimit.traces import tracespec
+    from ratelimit.profiles.traced import load_all
     from ratelimit.plan.compile import compile_plan
     from ratelimit.driver.steps import traced_links
     sender_exe, receiver_exe = _compiled(SENDER), _compiled(RECEIVER)
-    srcs = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+    srcs = load_all(req)
     links = [link for link in traced_links(compile_plan(req), srcs)
              if link.direction == "dest" and (ports is None or link.port in ports)]
     out, senders = workdir / "received.bin", []
@@ -326,7 +326,7 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
     from ratelimit.driver import follow
     from ratelimit import service
     from ratelimit.state import records as state
-    from ratelimit.traces import tracespec
+    from ratelimit.profiles.traced import load_all
     from ratelimit.plan.compile import compile_plan
     from ratelimit.driver.steps import traced_links
     ns = topology(tag)
@@ -337,7 +337,7 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
         pid = follow.start(ns["rtr"], DEV, step_ms)
         req = state.load(ns["rtr"], DEV).request
         started = req.cohorts[0].trace.started_ms
-        srcs = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+        srcs = load_all(req)
         traced = [link for link in traced_links(compile_plan(req), srcs) if link.direction == "dest"]
         if loaded is not None:
             traced = traced[::max(1, len(traced) // loaded)][:loaded]

@@ -78,7 +78,7 @@ def test_failure_mid_apply_leaves_the_dumps_identical(router, monkeypatch):
 
     def compile_with_a_duplicate_class(req):
         plan = real_compile(req)
-        if req.down.rate_bps != 300_000:  # only the new request is broken
+        if req.only.down.rate_bps != 300_000:  # only the new request is broken
             return plan
         ops = list(plan.ops)
         dup = next(i for i, op in enumerate(ops) if isinstance(op, HtbClass) and op.classid >> 16 != 0x52)
@@ -166,7 +166,7 @@ def test_apply_names_the_devices_that_merge_received_frames(router):
     assert apply("300kbit") == [
         "warning: received frames are merged into bigger packets on rlt1 (rx-gro); the links meter "
         "each as one packet and pass it in a burst; for one packet per frame: ethtool -K rlt1 gro off"]
-    assert readout.applied("rlt0", router).down.rate_bps == 300_000
+    assert readout.applied("rlt0", router).only.down.rate_bps == 300_000
     sh("ip", "netns", "exec", router, "ethtool", "-K", "rlt1", "gro", "off")
     assert apply("400kbit") == []
 

@@ -148,8 +148,8 @@ def test_flow_sets():
     assert str(hosts[0]) == "198.18.0.2" and str(hosts[252]) == "198.18.0.254" and str(hosts[253]) == "198.18.1.2"
     assert len(set(hosts)) == 300
     req = common.flows_request(4096, "police")
-    assert req.flow_count() == 4096 and len(req.hosts) == 4 and req.ports == ((10000, 11023),)
-    assert req.direction == "dest" and req.down.rate_bps == 28800
+    assert req.flow_count() == 4096 and len(req.only.hosts) == 4 and req.only.ports == ((10000, 11023),)
+    assert req.direction == "dest" and req.only.down.rate_bps == 28800
 
 
 # ---------------------------------------------------------------- the flat list of the packet benchmark
@@ -160,8 +160,8 @@ def test_flat_ops_is_one_linear_list_of_the_same_filters():
     from ratelimit.plan.ops import HtbClass, HtbQdisc
     from ratelimit.plan.filters import U32Filter, U32Table
     req, hit = packet.request_for(8192, "198.18.0.2", "rtr", "lan0")
-    assert ip_address("198.18.0.2") in req.hosts
-    assert req.hosts[len(req.hosts) // 2] == ip_address("198.18.0.2")  # the real client in the middle
+    assert ip_address("198.18.0.2") in req.only.hosts
+    assert req.only.hosts[len(req.only.hosts) // 2] == ip_address("198.18.0.2")  # the real client in the middle
     assert hit == 10000 + 512
     plan = compile_plan(req)
     flat = packet.flat_ops(plan)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from ratelimit.profiles.catalog import load_named
 from ratelimit.traces import capacity, phases, schedulefile, tracefile
 from ratelimit.spec import linklayer
 from ratelimit.traces.capacity import ScheduleCapacity, TraceCapacity, step_rates_bps
@@ -123,7 +124,7 @@ TRAIN = (REPO / "profiles" / "schedules" / "train.toml").read_text()
 
 
 def test_a_schedule_is_its_steps_rates_with_a_tunnel_between():
-    s = schedulefile.parse(TRAIN, "schedule train.toml")
+    s = schedulefile.parse(TRAIN, load_named, "schedule train.toml")
     down = ScheduleCapacity(s, "down")
     assert down.bytes(0, 20_000) == 5_000_000 * 20 / 8
     assert down.bytes(20_000, 25_000) == 0
@@ -139,7 +140,7 @@ def test_a_schedule_is_its_steps_rates_with_a_tunnel_between():
 
 
 def test_a_schedule_run_once_keeps_its_last_step():
-    s = schedulefile.parse(TRAIN.replace("loop = true", "loop = false"), "schedule train.toml")
+    s = schedulefile.parse(TRAIN.replace("loop = true", "loop = false"), load_named, "schedule train.toml")
     down = ScheduleCapacity(s, "down")
     assert down.rate_bps(55_000, 100_000) == 1_600_000 and down.at(1e6).profile == "3g"
     assert down.bytes(0, 65_000) == (5_000_000 * 20 + 1_600_000 * 40) / 8

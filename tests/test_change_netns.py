@@ -102,7 +102,7 @@ def test_a_refused_change_is_changed_back(router, monkeypatch):
 
     def in_place(old, new):  # the new numbers, then a class the kernel does not have
         changes = real(old, new)
-        if changes and new.request.down.rate_bps == 200_000:
+        if changes and new.request.only.down.rate_bps == 200_000:
             last = changes[-1].op if type(changes[-1].op) is HtbClass else changes[-2].op
             changes += (Change(HtbClass(last.dev, last.parent, last.classid + 0x1000, last.rate_bps,
                                         last.ceil_bps, last.burst_bytes, last.quantum_bytes, last.mpu_bytes)),)

@@ -44,7 +44,7 @@ def test_v03_defaults():
     from ratelimit.service import make_request
     req = make_request(args.interface, hosts="198.18.0.2", ports="1024")
     assert req.mode == "police"
-    assert req.burst.text() == "5" and req.burst_bytes(req.down, 28800) == 28800 * 5 // 8
+    assert req.only.burst.text() == "5" and req.burst_bytes(req.only.down, 28800) == 28800 * 5 // 8
     # a profile describes a link that queues: shape unless police is asked for
     assert make_request(args.interface, hosts="198.18.0.2", ports="1024", profile="modem-28k8").mode == "shape"
     assert make_request(args.interface, hosts="198.18.0.2", ports="1024", profile="modem-28k8",

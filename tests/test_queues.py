@@ -255,8 +255,8 @@ def test_the_request_itself_refuses_what_its_layout_cannot_hold():
 
 
 def layout_check(req):
-    from ratelimit.plan.validate import check
-    return check(req)
+    from ratelimit.plan.validate import checked_layout
+    return checked_layout(req)
 
 
 def test_places_and_generations_keep_their_minors_under_the_trees():

@@ -79,7 +79,7 @@ def test_each_cohort_has_groups_of_its_own_and_its_link_layer_on_its_classes():
 def test_a_whole_host_is_one_filter_on_its_address_that_takes_every_packet():
     req = service.make_request("eth0", hosts="198.18.0.2,2001:db8::2", per="host", rate="64kbit", mode="shape",
                                direction="dest")
-    assert req.ports is None
+    assert req.only.ports is None
     plan = compile_plan(req)
     exact = [op for op in plan.ops if type(op) is U32Filter and op.classid and op.classid & 0xFFFF >= 0x100]
     assert len(exact) == 2 and {op.prio for op in exact} == {3, 4}
@@ -127,7 +127,7 @@ def test_a_record_from_before_cohorts_reads_as_one_cohort():
            "burst": {"amount": 5, "unit": "v03"}, "mtu_bytes": 1514, "avpkt_bytes": 1200, "mpu_bytes": 64,
            "profile": None, "link": None, "per": "port", "generation": 0}
     req = records.from_json(old)
-    assert [c.name for c in req.cohorts] == ["main"] and req.ports == ((1024, 1031),) and req.mpu_bytes == 64
+    assert [c.name for c in req.cohorts] == ["main"] and req.only.ports == ((1024, 1031),) and req.only.mpu_bytes == 64
     # its qdiscs numbered and its groups sized as that ratelimit did (``Request.group_bucket``, ``group_links``)
     assert req == dataclasses.replace(service.make_request("eth0", hosts="198.18.0.2", ports="1024-1031"),
                                       group_bucket=False, group_links=256)

@@ -23,7 +23,7 @@ from ratelimit.driver import follow
 from ratelimit.service import readout
 from ratelimit import service
 from ratelimit.state import records
-from ratelimit.traces import tracespec
+from ratelimit.profiles import traced
 from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.ops import tc_handle
 from ratelimit.driver.steps import traced_links
@@ -234,7 +234,7 @@ def test_a_killed_driver_is_reported_at_its_step_and_a_new_one_resumes_within_a_
     assert "100 of them shut -- an outage left in place, the worst case" in driver["notice"]
     req = records.load(ns["rtr"], traceload.DEV).request
     plan = compile_plan(req)
-    loaded = {s.path: tracespec.load(s) for s in (req.cohorts[0].trace.down,)}
+    loaded = {s.path: traced.load(s) for s in (req.cohorts[0].trace.down,)}
     links = traced_links(plan, loaded)
     assert kernel_rates(ns, links[0])[1] == 64  # still shut: nobody opens it
 
@@ -283,7 +283,7 @@ def test_the_driver_follows_a_plan_built_beside_in_other_handles(tag):
     plan = service.apply(request(ns, "square.toml", links=300))
     assert plan.how == "make-before-break"
     req = records.load(ns["rtr"], traceload.DEV).request
-    new = traced_links(compile_plan(req), {s.path: tracespec.load(s) for s in (req.cohorts[0].trace.down,)})
+    new = traced_links(compile_plan(req), {s.path: traced.load(s) for s in (req.cohorts[0].trace.down,)})
     assert {link.klass.classid for link in new}.isdisjoint(
         {op.classid for op in old.ops if type(op).__name__ == "HtbClass" and op.classid & 0xFFFF >= 0x100})
     st = status_when(ns, lambda st: st.get("links") == 300)
@@ -315,6 +315,6 @@ def test_a_rollback_leaves_the_driver_following_the_old_plan(tag):
     later = status_when(ns, lambda st: st.get("step", 0) >= now["step"] + 3)
     assert later["links"] == 50 and later["state"] == "following" and later["pid"] == now["pid"]
     links = traced_links(compile_plan(before), {before.cohorts[0].trace.down.path:
-                                                tracespec.load(before.cohorts[0].trace.down)})
+                                                traced.load(before.cohorts[0].trace.down)})
     klass, _ = kernel_rates(ns, links[0])
     assert klass != links[0].klass.ceil_bps == 220_000  # the driver's rate, on the old plan's class

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ratelimit.profiles.catalog import load_named
 from ratelimit.traces import schedulefile, tracefile
 from ratelimit.errors import RatelimitError
 
@@ -25,6 +26,11 @@ def write(tmp_path, name: str, data) -> Path:
     path = tmp_path / name
     path.write_bytes(data if isinstance(data, bytes) else data.encode())
     return path
+
+
+def load_schedule(path):
+    """A schedule file, its steps' profiles found as the command line finds them."""
+    return schedulefile.load(path, load_named)
 
 
 def refused(load, path, *parts: str) -> str:
@@ -110,7 +116,7 @@ def test_a_path_that_is_not_a_regular_file_is_refused_before_reading(tmp_path, k
     else:
         path, why = tmp_path / "nothing.down", r"cannot be opened \(No such file or directory\)"
     refused(tracefile.load, path, why)
-    refused(schedulefile.load, path, why)
+    refused(load_schedule, path, why)
 
 
 def test_an_unreadable_trace_is_refused(tmp_path):
@@ -128,7 +134,7 @@ TRAIN = REPO / "profiles" / "schedules" / "train.toml"
 
 
 def test_a_schedule_takes_its_profiles_numbers_and_its_own(tmp_path):
-    s = schedulefile.load(str(TRAIN))
+    s = load_schedule(str(TRAIN))
     assert (s.loop, s.period_ms, s.name, len(s.steps)) == (True, 55_000, "train.toml", 3)
     cable, tunnel, g3 = s.steps
     assert (cable.duration_ms, cable.down, cable.up) == \
@@ -137,9 +143,9 @@ def test_a_schedule_takes_its_profiles_numbers_and_its_own(tmp_path):
     assert g3.down == schedulefile.Side(1_600_000, 150_000, 0.5) and g3.up == schedulefile.Side(768_000, 150_000, 0.5)
     assert s.needs_netem()
     own = TRAIN.read_text().replace('profile = "3g"', 'profile = "3g"\ndown = { loss = "0%", rate = "2mbit" }')
-    g3 = schedulefile.load(str(write(tmp_path, "own.toml", own))).steps[2]
+    g3 = load_schedule(str(write(tmp_path, "own.toml", own))).steps[2]
     assert g3.down == schedulefile.Side(2_000_000, 150_000, 0.0) and g3.up.loss_pct == 0.5
-    plain = schedulefile.parse('[[step]]\nduration = "1s"\ndown = { rate = "1mbit" }\nup = { rate = "64kbit" }')
+    plain = schedulefile.parse('[[step]]\nduration = "1s"\ndown = { rate = "1mbit" }\nup = { rate = "64kbit" }', load_named)
     assert plain.loop and not plain.needs_netem()  # loops by default, as mm-link does
 
 
@@ -180,15 +186,15 @@ SCHEDULE_CASES = {
 @pytest.mark.parametrize("name", SCHEDULE_CASES)
 def test_a_bad_schedule_gets_one_line_naming_the_file_step_and_field(tmp_path, name):
     text, parts = SCHEDULE_CASES[name]
-    refused(schedulefile.load, write(tmp_path, "bad.toml", text), *parts)
+    refused(load_schedule, write(tmp_path, "bad.toml", text), *parts)
 
 
 def test_a_schedule_over_its_limits_is_refused(tmp_path):
     many = STEP * (schedulefile.MAX_STEPS + 1)
-    refused(schedulefile.load, write(tmp_path, "many.toml", many), rf"has {schedulefile.MAX_STEPS + 1:,} steps")
+    refused(load_schedule, write(tmp_path, "many.toml", many), rf"has {schedulefile.MAX_STEPS + 1:,} steps")
     day = '[[step]]\nduration = "3600s"\ndown = { rate = "1mbit" }\nup = { rate = "1mbit" }\n' * 25
-    refused(schedulefile.load, write(tmp_path, "long.toml", day), r"lasts 90,000,000 ms; .* at most 86,400,000 ms")
+    refused(load_schedule, write(tmp_path, "long.toml", day), r"lasts 90,000,000 ms; .* at most 86,400,000 ms")
     path = tmp_path / "big.toml"
     with path.open("wb") as f:
         f.truncate(schedulefile.MAX_BYTES + 1)
-    refused(schedulefile.load, path, r"bytes, more than the")
+    refused(load_schedule, path, r"bytes, more than the")

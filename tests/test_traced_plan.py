@@ -12,7 +12,7 @@ import pytest
 from ratelimit.driver import follow
 from ratelimit.plan import gate, layout
 from ratelimit.traces import phases, tracespec
-from ratelimit.profiles import scenario
+from ratelimit.profiles import scenario, traced
 from ratelimit.state import records
 from ratelimit.plan.compile import compile_plan
 from ratelimit.errors import StateError
@@ -41,7 +41,7 @@ def square(**kw):
 def stepper(req, step_ms=100, started_ms=0):
     req = tracespec.stamped(req, None, started_ms)
     plan = compile_plan(req)
-    loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+    loaded = traced.load_all(req)
     return Stepper(traced_links(plan, loaded), step_ms), plan
 
 
@@ -113,10 +113,10 @@ def test_the_driver_refuses_a_trace_whose_bytes_changed(tmp_path):
     path = tmp_path / "t.down"
     path.write_text("1\n2\n")
     spec = make_request("veth0", hosts="198.18.1.2", ports="2000", trace_down=str(path)).cohorts[0].trace
-    assert tracespec.load(spec.down).period_ms == 2
+    assert traced.load(spec.down).period_ms == 2
     path.write_text("1\n3\n")
     with pytest.raises(StateError, match="changed since it was applied"):
-        tracespec.load(spec.down)
+        traced.load(spec.down)
 
 
 # ---------------------------------------------------------------- phases
@@ -289,7 +289,7 @@ def test_each_change_is_taken_to_land_at_its_own_place_in_the_round():
 def test_a_plan_in_other_handles_is_followed_in_those():
     req = square()
     plan_1 = compile_plan(dataclasses.replace(tracespec.stamped(req, None, 0), generation=1))
-    loaded = {req.cohorts[0].trace.down.path: tracespec.load(req.cohorts[0].trace.down)}
+    loaded = {req.cohorts[0].trace.down.path: traced.load(req.cohorts[0].trace.down)}
     links = traced_links(plan_1, loaded)
     assert {link.klass.classid >> 16 for link in links} == {0x7FFF}  # generation 1's first group
     ops = Stepper(links, 100).changes(0, resend=True)
@@ -301,7 +301,7 @@ def test_a_cohort_applied_earlier_keeps_its_own_start():
     early = tracespec.stamped(req, None, 10_000)
     phones = dataclasses.replace(early.cohorts[0], trace=dataclasses.replace(early.cohorts[0].trace, started_ms=9_000))
     later = dataclasses.replace(early, cohorts=(phones, early.cohorts[1]))
-    loaded = {phones.trace.down.path: tracespec.load(phones.trace.down)}
+    loaded = {phones.trace.down.path: traced.load(phones.trace.down)}
     links = traced_links(compile_plan(later), loaded)
     assert {link.offset_ms for link in links} == {0}  # one cohort: the plan's start is its own
     s = Stepper(links, 100)
@@ -372,7 +372,7 @@ def test_a_bad_trace_or_schedule_on_the_command_line_is_one_line_and_nothing_is_
 
 def test_the_time_a_capacity_takes_to_carry_bytes():
     from ratelimit.traces.capacity import ScheduleCapacity, carried_by_ms
-    cap = ScheduleCapacity(tracespec.load(square().cohorts[0].trace.down), "down")  # 400 kbit/s 2 s, 40 kbit/s 2 s
+    cap = ScheduleCapacity(traced.load(square().cohorts[0].trace.down), "down")  # 400 kbit/s 2 s, 40 kbit/s 2 s
     assert carried_by_ms(cap, 0, 50_000) == pytest.approx(1000, abs=1)  # 50 kB at 50 kB/s
     assert carried_by_ms(cap, 1000, 60_000) == pytest.approx(2000 + 2000, abs=1)  # 50 kB, then 10 kB at 5 kB/s
     assert carried_by_ms(cap, 0, 0) == 0

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ratelimit.profiles import traced
 from ratelimit.traces import tracefile, tracespec
 from ratelimit.plan.compile import compile_plan
 from ratelimit.spec.linklayer import LAYERS
@@ -30,7 +31,7 @@ def links_of(trace, scale, count=40, seed=7):
     req = make_request("veth0", hosts="198.18.1.2", ports=f"2000-{1999 + count}", direction="dest",
                        trace_down=str(trace), trace_scale=str(scale), phase_seed=seed)
     req = tracespec.stamped(req, None, 0)
-    loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down,) if s}
+    loaded = traced.load_all(req)
     return traced_links(compile_plan(req), loaded)
 
 
@@ -68,7 +69,7 @@ def test_a_stepper_over_traces_and_a_schedule_takes_each_from_its_own():
     sched = make_request("veth0", hosts="198.18.1.3", ports="3000-3001", direction="dest",
                          schedule=str(ROOT / "tests" / "cases" / "traces" / "square.toml"))
     sched = tracespec.stamped(sched, None, 0)
-    loaded = {s.path: tracespec.load(s) for c in sched.cohorts if c.trace for s in (c.trace.down,) if s}
+    loaded = traced.load_all(sched)
     links = links_of("lte-drive.down", 0.01, 5) + traced_links(compile_plan(sched), loaded)
     stepper = Stepper(links, 100)
     assert stepper._windows.indexes == frozenset(range(5))  # the schedule's two links are left to upcoming
@@ -83,12 +84,12 @@ def test_a_stepper_of_schedules_alone_does_not_import_numpy():
     schedules (whose windows ``upcoming`` computes) does not pay for it, one of traces does."""
     import subprocess
     import sys
-    code = ("import sys; from pathlib import Path; from ratelimit.traces import tracespec; "
+    code = ("import sys; from pathlib import Path; from ratelimit.traces import tracespec; from ratelimit.profiles import traced; "
             "from ratelimit.plan.compile import compile_plan; from ratelimit.service import make_request; "
             "from ratelimit.driver.steps import Stepper, traced_links; "
             "req = tracespec.stamped(make_request('veth0', hosts='198.18.1.3', ports='3000-3001', direction='dest', "
             "**{sys.argv[1]: sys.argv[2]}), None, 0); "
-            "loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down,) if s}; "
+            "loaded = traced.load_all(req); "
             "s = Stepper(traced_links(compile_plan(req), loaded), 100); s.changes(0, True); s.changes(1); "
             "print('numpy' in sys.modules)")
     for kind, path, imported in (("schedule", str(ROOT / "tests" / "cases" / "traces" / "square.toml"), "False"),

@@ -115,18 +115,18 @@ def test_every_packet_lands_on_its_own_filter(hosts, ranges, mode, direction, de
     # the probes from one seed per example (drawing each of the 80 from Hypothesis took most of the test's time)
     rng = random.Random(probes.draw(st.integers(0, 2**32 - 1), label="probe seed"))
     directions = ["dest", "source"] if direction == "both" else [direction]
-    ports = [p for lo, hi in req.ports for p in range(lo, hi + 1)]
+    ports = [p for lo, hi in req.only.ports for p in range(lo, hi + 1)]
     for _ in range(40):
-        d, host, port, proto = rng.choice(directions), rng.choice(req.hosts), rng.choice(ports), rng.choice([6, 17])
+        d, host, port, proto = rng.choice(directions), rng.choice(req.only.hosts), rng.choice(ports), rng.choice([6, 17])
         packet, ethertype = _packet(d, host, port, proto)
         check(d, host, port, trees[d].classify(packet, ethertype))
     # packets outside the selectors pass untouched
     port_set = set(ports)
     for _ in range(40):
-        d, host = rng.choice(directions), _any_host(rng, req.hosts)
+        d, host = rng.choice(directions), _any_host(rng, req.only.hosts)
         port, proto = rng.randint(1, 65535), rng.choice([1, 6, 17, 132])
         packet, ethertype = _packet(d, host, port, proto)
-        selected = host in req.hosts and port in port_set and proto in (6, 17)
+        selected = host in req.only.hosts and port in port_set and proto in (6, 17)
         hit = trees[d].classify(packet, ethertype)
         if selected:
             check(d, host, port, hit)

@@ -432,7 +432,7 @@ def test_linkmodel_gives_the_model_of_an_applied_link():
     spec.loader.exec_module(linkmodel)
     req = service.make_request("eth1", hosts=["198.18.1.11"], ports="10000-10999", profile="modem-28k8",
                                mode="shape", burst=1)
-    m = linkmodel.link_model(10_000, req, header=240, request=80)
+    m = linkmodel.link_model(10_000, req, req.only, header=240, request=80)
     from ratelimit.spec.linkmodel import LinkModel
     model = LinkModel.from_summary(summary(req))
     assert m["model_s"] == model.fetch_seconds(10_000, header=240, request=80)

@@ -670,7 +670,7 @@ def test_apply(client, control, src, reader):
     assert data["applied"]["profile"] == "modem-28k8" and data["applied"]["flows"] == 8
     assert data["applied"]["down"]["rate_bps"] == 1_000_000
     ((what, req, force),) = control.calls
-    assert what == "apply" and force is True and req.mode == "shape" and req.ports == ((5000, 5003),)
+    assert what == "apply" and force is True and req.mode == "shape" and req.only.ports == ((5000, 5003),)
 
 
 def test_apply_per_host_link_layer_and_queue(client, control):

@@ -25,29 +25,31 @@ from ratelimit.spec import summary
 from ratelimit.spec.linkmodel import LinkModel
 
 
-def link_model(payload: int, req, *, header: int, request: int) -> dict:
-    """THE one call site for the link's model in the Vagrant lab.
+def link_model(payload: int, req, cohort, *, header: int, request: int) -> dict:
+    """THE one call site for the link's model in the Vagrant lab: of ``cohort``, one of ``req``'s.
 
     Returns ``model_s`` (connect to last byte of one fetch), ``source``, and what
     the printout explains (``wire_bytes``: the response's link-layer frames,
     ``burst_bytes``)."""
-    model = LinkModel.from_summary(summary.summary(req))
-    rate = model.layer.carried_bps(req.down.rate_bps)
+    model = LinkModel.from_summary(summary.summary(req), cohort=cohort.name if len(req.cohorts) > 1 else None)
+    rate = model.layer.carried_bps(cohort.down.rate_bps)
     return {"model_s": model.fetch_seconds(payload, header=header, request=request),
-            "source": "ratelimit.linkmodel.LinkModel.fetch_seconds", "link_layer": model.layer.name,
+            "source": "ratelimit.spec.linkmodel.LinkModel.fetch_seconds", "link_layer": model.layer.name,
             "wire_bytes": model.response_frame_bytes(payload, header=header),
-            "burst_bytes": req.burst_bytes(req.down, rate)}
+            "burst_bytes": req.burst_bytes(cohort.down, rate, cohort)}
 
 
 def find_request(host: str):
-    """The applied request (state) whose hosts include ``host``, on any interface."""
+    """The applied request (state) with a cohort whose hosts include ``host``, on any
+    interface, and that cohort; (None, None) if there is none."""
     addr = ip_address(host)
     for interface in records.interfaces(None):
         record = records.load(None, interface)
         req = record.request if record is not None else None
-        if req is not None and addr in req.hosts:
-            return req
-    return None
+        for cohort in req.cohorts if req is not None else ():
+            if addr in cohort.hosts:
+                return req, cohort
+    return None, None
 
 
 def main(argv=None) -> int:
@@ -69,31 +71,31 @@ def main(argv=None) -> int:
     except ValueError:
         p.error(f"--host: '{args.host}' is not an IP address")
 
-    req = find_request(args.host)
+    req, cohort = find_request(args.host)
     if req is None:
         print(f"linkmodel.py: ratelimit has no link for {args.host} on this machine "
               f"(interfaces with a configuration: {', '.join(records.interfaces(None)) or 'none'})", file=sys.stderr)
         return 3
-    if req.down.rate_bps is None:
+    if cohort.down.rate_bps is None:
         print(f"linkmodel.py: the link for {args.host} on {req.interface} has no rate", file=sys.stderr)
         return 3
     stats = readout.statistics(req.interface)
     links = [r for r in stats["links"] if r["host"] == args.host and r["port"] == args.port]
-    model = link_model(args.bytes, req, header=args.header_bytes, request=args.request_bytes)
+    model = link_model(args.bytes, req, cohort, header=args.header_bytes, request=args.request_bytes)
     out = {
         "interface": req.interface,
-        "profile": req.profile,
+        "profile": cohort.profile,
         "mode": req.mode,
-        "rate_bps": req.down.rate_bps,
-        "burst": req.burst_of(req.down).text(),
+        "rate_bps": cohort.down.rate_bps,
+        "burst": req.burst_of(cohort.down, cohort).text(),
         "burst_bytes": model["burst_bytes"],
-        "delay_ms": {"down": req.down.delay_us / 1000, "up": req.up.delay_us / 1000},
+        "delay_ms": {"down": cohort.down.delay_us / 1000, "up": cohort.up.delay_us / 1000},
         "bytes": args.bytes,
         "wire_bytes": model["wire_bytes"],
         "model_s": model["model_s"],
         "link_layer": model["link_layer"],
         "model_source": model["source"],
-        "theory_s": args.bytes * 8 / req.down.rate_bps,
+        "theory_s": args.bytes * 8 / cohort.down.rate_bps,
         "links": [{k: r[k] for k in ("direction", "host", "port", "bytes", "packets", "drops", "overlimits")}
                   for r in links],
     }

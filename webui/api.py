@@ -8,6 +8,7 @@ documented in docs/webui.md.
 from flask import Blueprint, current_app, request
 
 from ratelimit.profiles import catalog, scenario
+from ratelimit.spec.names import target_name
 from ratelimit.spec.selectors import parse_port_range
 from ratelimit.service import IMPAIRMENTS
 from ratelimit.spec.summary import summary
@@ -15,7 +16,7 @@ from ratelimit.spec.summary import summary
 from .errors import WebError, field_error
 from .params import boolean, check_query, integer, json_body, resolve_target, source
 from .query import ASCENDING_FIRST, SORTABLE, STATE_FILTERS, LinkQuery, parse_share, select
-from .stats import ALL_PORTS, port_text, target_name
+from .stats import ALL_PORTS, port_text
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 

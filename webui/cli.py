@@ -11,7 +11,7 @@ import threading
 import time
 
 from ratelimit.errors import EXIT_USAGE, RatelimitError, shown
-from ratelimit.spec.names import check_target
+from ratelimit.spec.names import check_target, target_name
 from ratelimit.spec.units import parse_seconds, whole_number
 from ratelimit.kernel.netns import parent_only
 
@@ -174,7 +174,7 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
     token = token or secrets.token_urlsafe(24)
 
     from . import create_app
-    from .stats import StatsSource, target_name
+    from .stats import StatsSource
     from .views import vendor_ready
     from ratelimit.service import readout
     from .containers import Reader, owners

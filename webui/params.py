@@ -2,10 +2,10 @@
 
 from flask import current_app, request
 
+from ratelimit.spec.names import target_name
 from ratelimit.spec.units import whole_number
 
 from .errors import WebError, field_error
-from .stats import target_name
 
 
 def source():

@@ -31,6 +31,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ratelimit.errors import RatelimitError
+from ratelimit.spec.names import target_name
 
 from .digest import COLUMNS, COUNTERS, GAUGES, LinkRates, by_cohort, digest, distribution, empty_columns, totals, \
     tracking
@@ -46,10 +47,6 @@ _PER_DIRECTION = ("rate_share_p5", "rate_share_p50", "rate_share_p95",
 # per direction: rate_share_p50_dest, ..., starved_links_source (None while a direction has no links)
 DISTRIBUTION_SERIES = tuple(f"{name}_{d}" for d in ("dest", "source") for name in _PER_DIRECTION)
 SHARE_WINDOW_S = 5.0  # rate_share is measured over this long (at least one interval)
-
-
-def target_name(netns: str | None, interface: str) -> str:
-    return f"{netns}/{interface}" if netns else interface
 
 
 ALL_PORTS = 0  # a per-host link's port in the keys: it carries all its host's ports (null in JSON)

@@ -5,7 +5,7 @@ from pathlib import Path
 from flask import Blueprint, current_app, render_template
 
 from .params import source
-from .stats import target_name
+from ratelimit.spec.names import target_name
 
 bp = Blueprint("views", __name__)
 

@@ -216,7 +216,7 @@ ENGINE_NETWORK_ALONE = "--engine/--network: they go with --container, or contain
 
 def _run(args, action, con, target=None, named=()) -> int:
     """One action (None: apply) on ``args.interface`` in ``args.netns``; ``target``: the
-    ``targets.Target`` of --container, for the record and its device; ``named``: hosts
+    ``targets.ContainerTarget`` of --container, for the record and its device; ``named``: hosts
     given as container:NAME, for the record."""
     echo = con.out if args.verbose else None
     notice = con.notice

@@ -20,7 +20,7 @@ Records made by 0.4 and earlier put a server's links on its own interface, insid
 namespace (named only while the run lasts, ``ctrun.attached``); clean, --list and
 --stats still find them there (``both_targets``).
 
-``Target`` is what both uses need: the device, the namespace name, the hosts as the
+``ContainerTarget`` is what both uses need: the device, the namespace name, the hosts as the
 request takes them, and the record's note of the container.
 """
 
@@ -37,7 +37,7 @@ USES = ("server", "user")
 
 
 @dataclass(frozen=True)
-class Target:
+class ContainerTarget:
     use: str  # "server" or "user"
     pid: int  # a process in the container's namespace
     interface: str
@@ -57,7 +57,7 @@ class Target:
 @contextmanager
 def container_target(name: str, *, hosts=None, network: str | None = None, engine: str | None = None,
                      use: str | None = None, notice=None):
-    """Resolve ``--container name`` and yield its ``Target``; for the server use the
+    """Resolve ``--container name`` and yield its ``ContainerTarget``; for the server use the
     container's namespace has a name in /run/netns until the block ends.  ``use`` None:
     server with ``hosts``, user without (the CLI passes server for a scenario too).
     ``notice(text)`` hears of records forgotten because their veth is gone."""
@@ -85,7 +85,7 @@ def container_target(name: str, *, hosts=None, network: str | None = None, engin
             hosts, named = lookup.expand_hosts(hosts, server=owner, network=endpoint.network,
                                                    engine=engine or c.engine)
         try:
-            yield Target(use, owner.pid, wired.veth, None, hosts, named, note, owner, wired)
+            yield ContainerTarget(use, owner.pid, wired.veth, None, hosts, named, note, owner, wired)
         finally:
             attach.tidy(None, wired.veth)
 
@@ -106,9 +106,9 @@ def both_targets(name: str, *, network: str | None = None, engine: str | None = 
             from .life import forget_if_gone
             forget_if_gone(c, ns, wired.inside, notice or (lambda text: None))
             try:
-                yield (Target("server", owner.pid, wired.inside, ns, None, (), note + ("server",), owner,
+                yield (ContainerTarget("server", owner.pid, wired.inside, ns, None, (), note + ("server",), owner,
                               wired),
-                       Target(use, owner.pid, wired.veth, None, None, (), note + (use,), owner, wired))
+                       ContainerTarget(use, owner.pid, wired.veth, None, None, (), note + (use,), owner, wired))
             finally:
                 attach.tidy(ns, wired.inside)
                 attach.tidy(None, wired.veth)
@@ -151,7 +151,7 @@ def names_containers(hosts) -> bool:
         any(h.lower().startswith(lookup.HOST_PREFIX) for h in lookup.host_items(hosts))
 
 
-def scenario_hosts(asks: list, target: Target | None, *, network: str | None, engine: str | None) -> list:
+def scenario_hosts(asks: list, target: ContainerTarget | None, *, network: str | None, engine: str | None) -> list:
     """A scenario's cohorts (``scenario.Ask``) with every ``container:NAME`` in their hosts
     replaced by that container's addresses -- on the network it shares with the server
     ``target`` (--container), else on its one network or ``network`` -- each cohort noting

@@ -68,7 +68,7 @@ from ..kernel.counters import FlowTable
 from ..kernel.transport import KernelError
 from ..state.signals import guard
 from .steps import Stepper, traced_links
-from ..traces.tracespec import load as load_source
+from ..profiles.traced import load as load_source
 
 VERSION = 1
 DEFAULT_STEP_MS = 100  # docs/profiles.md, "The driver": measured

@@ -80,7 +80,7 @@ from ..plan.compile import link_flows, link_rates_of
 from ..traces.phases import identity, link_phase_ms
 from ..plan.ops import Change, HtbClass, NetemQdisc, TbfQdisc
 from ..traces.tracespec import SIDES
-from ..plan.validate import check
+from ..plan.validate import checked_layout
 
 
 @dataclass
@@ -201,7 +201,7 @@ def traced_links(plan, loaded) -> list[Traced]:
     req = plan.request
     if req.mode != "shape" or not any(c.trace is not None for c in req.cohorts):
         return []
-    lay = check(req)
+    lay = checked_layout(req)
     cohorts = {c.name: c for c in req.cohorts}
     first = min((c.trace.started_ms or 0 for c in req.cohorts if c.trace is not None), default=0)
     classes = {(op.dev, op.classid): op for op in plan.ops if type(op) is HtbClass}
@@ -374,8 +374,8 @@ def now_bps(req, now_ms: float, step_ms: int) -> dict:
     trace's rate now beside the driver's state.  Reads the trace files (StateError if one
     changed)."""
     from ..plan.compile import compiled
-    from ..traces.tracespec import load
-    loaded = {s.path: load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+    from ..profiles.traced import load_all
+    loaded = load_all(req)
     starts = [c.trace.started_ms for c in req.cohorts if c.trace is not None]
     if None in starts:
         return {}

@@ -14,7 +14,7 @@ from array import array
 
 from ..plan.compile import compiled
 from .steps import traced_links
-from ..traces.tracespec import load
+from ..profiles.traced import load_all
 
 NAN = float("nan")
 
@@ -25,7 +25,7 @@ class TraceRates:
     reads the trace files once (StateError if one changed since it was applied)."""
 
     def __init__(self, req, keys):
-        loaded = {s.path: load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+        loaded = load_all(req)
         starts = [c.trace.started_ms for c in req.cohorts if c.trace is not None]
         self.started_ms = min(starts) if starts and None not in starts else None
         by_key = {(link.direction, None if link.host is None else str(link.host), link.port): link

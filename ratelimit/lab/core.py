@@ -384,7 +384,7 @@ class Lab:
     # -- internals ---------------------------------------------------------
     def _apply(self, req, mode, link: LinkSpec, say: Say, progress) -> str:
         if len(req.cohorts) == 1:
-            links = f"{mode}, per {req.per}"
+            links = f"{mode}, per {req.only.per}"
         else:
             links = f"{mode}; cohorts " + ", ".join(f"{c.name} ({c.profile or 'custom'}, per {c.per})"
                                                      for c in req.cohorts)

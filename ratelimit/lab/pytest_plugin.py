@@ -163,13 +163,13 @@ class EmulatedLink:
         gives from then has carried the payload in full-size segments (``mss_bytes`` each, on
         the wire a full frame as the trace counts it: ``capacity``), TCP's own start left out."""
         from ..state import records
-        from ..traces import tracespec
+        from ..profiles import traced
         from ..traces.capacity import FULL_IP_BYTES, carried_by_ms
         from ..traces.tracefile import PACKET_BYTES
         from ..plan.compile import compile_plan
         from ..driver.steps import traced_links
         req = records.load(self.lab.topo.router, self.lab.topo.router_client_if).request
-        loaded = {s.path: tracespec.load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+        loaded = traced.load_all(req)
         host = self.client(client).address
         links = [link for link in traced_links(compile_plan(req), loaded)
                  if link.direction == "dest" and str(link.host) == host]

@@ -59,7 +59,7 @@ from ..spec.model import Cohort, LinkParams, Request
 from .ops import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, TC_H_CLSACT_INGRESS, AddIfb, FifoQdisc, Flow, HtbClass, HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc, Plan, Stab)
 from .queuepin import pins
 from .u32tree import FIRST, OTHERS_FAMILY, Terminal, build, catch_all, table_ids
-from .validate import check
+from .validate import checked_layout
 
 def ifb_name(interface: str) -> str:
     """The IFB device for ``interface``'s ingress, within IFNAMSIZ (15 bytes)."""
@@ -75,7 +75,7 @@ def ifb_name(interface: str) -> str:
 def compile_plan(req: Request) -> Plan:
     """Turn a request into the ordered operations that build it (shape mode's links per
     HTB qdisc: ``Request.group_links``, which the benchmarks set to compare layouts)."""
-    lay = check(req)
+    lay = checked_layout(req)
     ops: list = []
     links: list[Flow] = []
     for direction in ("dest", "source"):
@@ -113,7 +113,7 @@ def link_flows(req: Request) -> tuple[Flow, ...]:
     order differs: that is the trees')."""
     if req.mode != "shape":
         raise ValueError("link_flows: shape mode only (a policed link's counters are its filter's)")
-    lay = check(req)
+    lay = checked_layout(req)
     first: dict = {}  # link -> its first flow's (host, port)
     for pairs, owner in ((lay.port_flows, lay.port_link), (lay.whole_flows, lay.whole_link)):
         for pair, link in zip(pairs, owner):

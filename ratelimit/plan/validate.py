@@ -1,6 +1,6 @@
 """Every check a request passes before anything reaches the kernel, pure: its device and
 cohorts (``_validate``), and its layout (``_validate_layout``: the handles hold it, each
-cohort's link layer can be metered beside the device's).  ``check`` is all of them: the
+cohort's link layer can be metered beside the device's).  ``checked_layout`` is all of them: the
 compiler runs it first, and a record read back is checked with it (no operations built).
 """
 
@@ -14,7 +14,7 @@ from ..spec.names import check_target
 from ..traces.tracespec import check as check_trace
 
 
-def check(req: Request) -> Layout:
+def checked_layout(req: Request) -> Layout:
     """Every check ``compile_plan`` makes of a request, without building its operations;
     its layout (a record read back is checked this way: compiling 65,536 links takes a
     second, its layout a tenth of that)."""

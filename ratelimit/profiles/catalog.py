@@ -70,7 +70,13 @@ def find(name: str, field: str = "--profile") -> Path:
 
 
 def load(name: str, field: str = "--profile") -> Profile:
+    """The profile ``name`` (or the file it names, with a ``/`` or ``.toml``)."""
     return parse_file(find(name, field))
+
+
+def load_named(name, field: str = "--profile") -> Profile:
+    """The profile ``name``, which must be a name (``check_name``): what a schedule's step takes."""
+    return load(check_name(name, field), field)
 
 
 def parse_file(path: Path) -> Profile:

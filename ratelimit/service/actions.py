@@ -18,10 +18,11 @@ from ..plan import diff, layout, placement
 from ..spec import linklayer
 from ..profiles import catalog
 from ..state import recovery, records
+from ..profiles import traced
 from ..traces import tracespec
 from ..profiles import scenario as scenarios
 from ..plan.compile import compile_plan, compiled, ifb_name
-from ..plan.validate import check
+from ..plan.validate import checked_layout
 from ..errors import ConflictError, FieldError, KernelMissing, PermissionDenied, StateError, UsageError
 from ..state.installed import Installed, check_interface, executor, find_installed
 from ..spec.model import GRANULARITIES, MAIN_COHORT, Cohort, LinkParams, Request
@@ -104,7 +105,7 @@ def make_request(interface: str, *, hosts=None, ports=None, profile: str | None 
         mode = mode or ("shape" if profile or traces else "police")
         req = Request(interface, (_cohort(ask, mode, overrides, burst, link, mpu, traces),), mode=mode, **device)
     req = dataclasses.replace(req, queues=_queues(queues, req, device_queues))
-    check(req)  # every remaining check, before anything touches the router (apply compiles it)
+    checked_layout(req)  # every remaining check, before anything touches the router (apply compiles it)
     return req
 
 
@@ -142,7 +143,7 @@ def _check_queues(ex, req: Request) -> None:
 def for_container(req: Request, container: tuple | None, named: tuple, server_side: bool = False) -> Request:
     """``req`` noting the container it is for (``Request.container``, None for none) and,
     on its one cohort, the hosts given by container name (``Cohort.named``); ``server_side``:
-    the links face the container, a server (``targets.Target.server_side``)."""
+    the links face the container, a server (``targets.ContainerTarget.server_side``)."""
     cohorts = req.cohorts if not named or len(req.cohorts) != 1 else \
         (dataclasses.replace(req.cohorts[0], named=tuple(named)),)
     return dataclasses.replace(req, container=None if container is None else tuple(container), cohorts=cohorts,
@@ -191,7 +192,7 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None) -> C
     servers = None if ask.servers is None else parse_servers(ask.servers, named("servers"))
     server_ports = None if ask.server_ports is None else parse_ports(ask.server_ports, named("server-ports"))
     hosts = ask.hosts if isinstance(ask.hosts, tuple) else parse_hosts(ask.hosts, named("hosts"))
-    trace = tracespec.resolve((prof.trace if prof else None, ask.trace, traces))
+    trace = traced.resolve((prof.trace if prof else None, ask.trace, traces))
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
                   ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
                   server_ports=server_ports, named=ask.named, trace=trace)
@@ -235,7 +236,7 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     """Install ``req``; returns the plan installed (``how``: "built", "in place" or
     "make-before-break", with ``changed`` the operations sent for the last two; its
     ``request.generation`` may differ from ``req``'s: see ``placement.over``).  The interface ends
-    up with the new plan whole, or as it was (``recovery.Change``): on a refused step, an
+    up with the new plan whole, or as it was (``recovery.Transaction``): on a refused step, an
     exception, SIGINT or SIGTERM.
     ``lock_timeout``: seconds to wait for another run on the interface (default: as long as
     it takes).  ``notice(message)`` hears about links whose rates add up to more than
@@ -270,7 +271,7 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
             if not (force and foreign):
                 plan, changes, switch = placement.over(installed.plan, plan)
                 undo = None if changes is None else diff.in_place(plan, installed.plan)
-        change = recovery.Change(ex, req.netns, req.interface, old=installed.plan, new=plan, captured=captured)
+        change = recovery.Transaction(ex, req.netns, req.interface, old=installed.plan, new=plan, captured=captured)
         change.run(removal, progress=progress, echo=echo, changes=changes, undo=undo, switch=switch)
         merging = ex.merging()
     if merging:

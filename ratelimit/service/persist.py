@@ -15,6 +15,7 @@ from pathlib import Path
 
 from . import readout, actions
 from ..state import records
+from ..spec.names import target_name
 from ..spec.summary import describe, summary
 from ..errors import NotFoundError, RatelimitError, UsageError
 
@@ -28,10 +29,6 @@ def config_dir() -> Path:
 
 def default_file() -> Path:
     return config_dir() / FILE_NAME
-
-
-def target_name(netns: str | None, interface: str) -> str:
-    return f"{netns}/{interface}" if netns else interface
 
 
 def _stderr(text: str) -> None:

@@ -225,8 +225,7 @@ MAIN_COHORT = "main"  # the one cohort of a request made from the command line's
 class Request:
     """Everything the compiler needs: the device's settings and its cohorts, in order
     (their links take handles in that order); hosts are already resolved to addresses.
-    The cohort fields read through the request (``hosts``, ``down``, ``burst_bytes()``,
-    ...) are those of a request with one cohort, the command line's."""
+    A request of one cohort (the command line's) gives it as ``only``."""
 
     interface: str
     cohorts: tuple[Cohort, ...]
@@ -278,17 +277,6 @@ class Request:
         if len(self.cohorts) != 1:
             raise ValueError(f"a request of {len(self.cohorts)} cohorts has no single cohort")
         return self.cohorts[0]
-
-    # the one cohort's fields, for code that handles a single cohort
-    hosts = property(lambda self: self.only.hosts)
-    ports = property(lambda self: self.only.ports)
-    down = property(lambda self: self.only.down)
-    up = property(lambda self: self.only.up)
-    per = property(lambda self: self.only.per)
-    link = property(lambda self: self.only.link)
-    profile = property(lambda self: self.only.profile)
-    burst = property(lambda self: self.only.burst)
-    mpu_bytes = property(lambda self: self.only.mpu_bytes)
 
     @property
     def arriving(self) -> str:

@@ -60,6 +60,15 @@ def check_target(interface, netns, field: str = "--interface") -> tuple[str, str
     return check_interface(interface, field), check_netns(netns or None)
 
 
+def target_name(netns: str | None, interface: str) -> str:
+    """A target as a person reads it: ``netns/interface``, or the interface in the host's namespace.
+
+    >>> target_name("lab-router", "r0"), target_name(None, "eth0")
+    ('lab-router/r0', 'eth0')
+    """
+    return f"{netns}/{interface}" if netns else interface
+
+
 def shell_word(name: str) -> str:
     """``name`` as one word of a shell line."""
     return shlex.quote(name)

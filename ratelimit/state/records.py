@@ -96,10 +96,10 @@ def from_json(data: dict) -> Request:
 
 def request_from_json(data, where: str) -> Request:
     """``from_json`` for data read from a file: anything malformed is a StateError naming ``where``."""
-    from ..plan.validate import check
+    from ..plan.validate import checked_layout
     try:
         req = from_json(data)
-        check(req)  # every check a request passes
+        checked_layout(req)  # every check a request passes
         return req
     except Exception as err:  # a hand-edited or damaged file: say which, in one line
         raise StateError(f"{where}: does not hold a ratelimit request ({_reason(err)})") from None

@@ -1,7 +1,7 @@
 """Putting an interface back: after a change that failed or was interrupted, and after a
 run that was killed mid-change.
 
-``Change`` carries out the kernel part of an apply: it writes the marker (what to go
+``Transaction`` carries out the kernel part of an apply: it writes the marker (what to go
 back to) before the first kernel change, stops on the first refusal, exception, SIGINT
 or SIGTERM, and rolls back -- removes what either plan may have put there, re-applies the
 plan that was there before, and sends back what ``--force`` replaced (``kernel.replay``)
@@ -138,7 +138,7 @@ def _taking_back(undo, switch):
     return None
 
 
-class Change:
+class Transaction:
     """The kernel part of one apply, rolled back unless it completes (see the module doc)."""
 
     def __init__(self, ex, netns, interface, *, old, new, captured=None):

@@ -42,7 +42,6 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..profiles import catalog
 from ..spec import userfile
 from ..errors import FieldError, UsageError
 from .tracefile import MAX_PERIOD_MS
@@ -105,31 +104,31 @@ class Schedule:
         return max(s.side(direction).delay_us or 0 for s in self.steps)
 
 
-def load(path, field: str = "schedule") -> Schedule:
-    """The schedule in the file ``path`` (profiles by name from the profile search path);
-    ``field`` starts every error."""
+def load(path, profile, field: str = "schedule") -> Schedule:
+    """The schedule in the file ``path``; ``profile(name, field)`` gives the profile a step
+    names (``profiles.catalog.load_named``); ``field`` starts every error."""
     where = f"{field} {path}"
-    return from_bytes(userfile.read(path, MAX_BYTES, where, WHAT), where, str(path))
+    return from_bytes(userfile.read(path, MAX_BYTES, where, WHAT), where, str(path), profile)
 
 
 WHAT = "a schedule file (TOML text)"
 
 
-def from_bytes(raw: bytes, where: str, path: str = "") -> Schedule:
+def from_bytes(raw: bytes, where: str, path: str, profile) -> Schedule:
     """The schedule in a file's bytes ``raw`` (at most ``MAX_BYTES + 1`` of them, as
-    ``userfile.read`` gives them); ``where`` starts every error."""
+    ``userfile.read`` gives them); ``where`` starts every error; ``profile`` as for ``load``."""
     if len(raw) > MAX_BYTES:
         raise UsageError(f"{where}: is more than {MAX_BYTES:,} bytes, the most it may hold")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         raise UsageError(f"{where}: is not UTF-8 text (byte {e.start + 1} is not)") from None
-    return parse(text, where, path)
+    return parse(text, profile, where, path)
 
 
-def parse(text: str, where: str = "schedule", path: str = "", profile=catalog.load) -> Schedule:
-    """The schedule in TOML ``text``; ``where`` starts every error; ``profile(name, field)``
-    gives a step's profile."""
+def parse(text: str, profile, where: str = "schedule", path: str = "") -> Schedule:
+    """The schedule in TOML ``text``; ``profile(name, field)`` gives the profile a step names
+    (refusing what is not a profile's name); ``where`` starts every error."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -177,7 +176,6 @@ def _step(body, where: str, profile) -> Step:
     name = body.get("profile")
     base = None
     if name is not None:
-        catalog.check_name(name, f"{where} profile")
         base = profile(name, f"{where} profile")
     sides = {d: _side(body.get(d, {}), base and getattr(base, d), f"{where} {d}") for d in DIRECTIONS}
     return Step(duration_us // 1000, sides["down"], sides["up"], name, body.get("description", ""))

@@ -1,5 +1,4 @@
-"""What a traced cohort's links follow, as the request and the record keep it, and reading it
-at the edge.
+"""What a traced cohort's links follow, as the request and the record keep it (pure).
 
 A cohort's link rate in each direction may follow a trace (mahimahi's format,
 ``tracefile``) or both directions a schedule (``schedulefile``).  ``TraceSpec`` is the
@@ -10,28 +9,19 @@ applied, the wall-clock start of the traces (``started_ms``, set by ``service.ap
 The driver (``driver``) reads the files again by path and refuses one whose bytes
 changed.
 
-``resolve`` is the edge: it merges what a profile, a scenario's cohort and the command
-line say (each a ``TraceAsk``, lowest first: a higher level's schedule replaces the lower
-levels' traces and schedule, its trace for a direction replaces a lower schedule and that
-direction's trace; the scale, phase and seed override one by one), reads the files once
-and returns the spec.  Paths: as given (relative to the file that names them: a profile's
-or scenario's directory; on the command line the current directory); a bare name that is
-no such file is a shipped one (``profiles/traces/lte-drive.down``,
-``profiles/schedules/train`` or ``train.toml``).
+What a profile, a scenario's cohort or the command line asks for is a ``TraceAsk``;
+``profiles.traced`` reads the files they name into a ``TraceSpec``, and reads them again
+for the driver.
 """
 
 import dataclasses
-import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .. import SHIPPED
 from . import tracefile
-from ..spec import userfile
-from ..errors import FieldError, StateError, UsageError
-from .phases import MAX_SEED, RANDOM, Phase, parse_phase, parse_seed
-from ..spec.units import decimal
+from ..errors import FieldError, UsageError
+from .phases import MAX_SEED, RANDOM, Phase
 
 KEYS = ("trace_down", "trace_up", "schedule", "trace_scale", "phase", "phase_seed")  # a scenario's cohort
 PROFILE_KEYS = ("trace_down", "trace_up", "schedule", "trace_scale")  # a profile (its links' kind, not their phases)
@@ -148,7 +138,7 @@ def check(spec: TraceSpec, mode: str, where: str = "") -> None:
         raise FieldError(f"{where}trace start", spec.started_ms, "is not a time in ms")
 
 
-# ---------------------------------------------------------------- the edge
+# ---------------------------------------------------------------- as asked
 
 
 @dataclass(frozen=True)
@@ -190,108 +180,6 @@ def ask(table: dict, keys, base: str = "", where: str = "") -> TraceAsk | None:
     ``keys``, None-valued ones left out; None when there are none."""
     values = tuple((k, table[k]) for k in keys if table.get(k) is not None)
     return TraceAsk(values, base, where) if values else None
-
-
-def resolve(asks, phase_default: Phase | None = None) -> TraceSpec | None:
-    """The spec the ``asks`` (lowest level first, None entries skipped) make, its files read
-    and checked once; None when none names a trace or schedule."""
-    sources: dict = {}  # key -> (value, its ask)
-    scalars: dict = {}
-    for a in (a for a in asks if a is not None):
-        given = dict(a.values)
-        if "schedule" in given and ("trace_down" in given or "trace_up" in given):
-            raise UsageError(f"{a.field('schedule')}: a schedule drives both directions; give it or "
-                             f"{a.field('trace_down')}/{a.field('trace_up')}, not both")
-        if "schedule" in given:
-            sources = {}
-        elif "trace_down" in given or "trace_up" in given:
-            sources.pop("schedule", None)
-        for key, value in given.items():
-            (sources if key in SOURCES else scalars)[key] = (value, a)
-    for key, (value, a) in scalars.items():
-        if not sources:
-            raise UsageError(f"{a.field(key)}: there is no trace or schedule for it to apply to "
-                             f"(give {a.field('trace_down')}, {a.field('trace_up')} or {a.field('schedule')})")
-    if not sources:
-        return None
-    scale = 1.0
-    if "trace_scale" in scalars:
-        value, a = scalars["trace_scale"]
-        number = decimal(value)
-        if number is None or not 0 < number <= MAX_SCALE:
-            raise FieldError(a.field("trace_scale"), f"'{value}'", f"is not a scale (a number above 0, at most "
-                                                                  f"{MAX_SCALE:g}: 0.01 is a hundredth of the trace)")
-        scale = float(number)
-    phase = phase_default or Phase()
-    if "phase" in scalars:
-        value, a = scalars["phase"]
-        phase = parse_phase(value, a.field("phase"))
-    seed = 0
-    if "phase_seed" in scalars:
-        value, a = scalars["phase_seed"]
-        seed = parse_seed(value, a.field("phase_seed"))
-    if "schedule" in sources:
-        value, a = sources["schedule"]
-        down, up = _schedule(value, a)
-    else:
-        down = _trace(*sources["trace_down"], "trace_down") if "trace_down" in sources else None
-        up = _trace(*sources["trace_up"], "trace_up") if "trace_up" in sources else None
-    return TraceSpec(down, up, scale, phase, seed)
-
-
-def _path(value, a: TraceAsk, key: str, shipped: Path, suffix: str = "") -> Path:
-    if not isinstance(value, str) or not value:
-        raise FieldError(a.field(key), value, "is not a file name")
-    given = Path(value)
-    path = given if given.is_absolute() else Path(a.base or ".") / given
-    if "/" not in value and not path.exists():
-        for name in (value, value + suffix):
-            if (shipped / name).exists():
-                return (shipped / name).resolve()
-    return path.resolve() if path.exists() else path
-
-
-def _trace(value, a: TraceAsk, key: str) -> Source:
-    path = _path(value, a, key, SHIPPED / "traces")
-    where = f"{a.field(key)} {value}"
-    raw = userfile.read(path, tracefile.MAX_BYTES, where, f"a trace file ({tracefile.ALLOWED})")
-    trace = tracefile.parse(raw, where, str(path))
-    return Source("trace", str(path), hashlib.sha256(raw).hexdigest(), trace.period_ms, trace.mean_bps)
-
-
-def _schedule(value, a: TraceAsk) -> tuple[Source, Source]:
-    from . import schedulefile  # which reads profiles, which read this module's keys
-    from .capacity import ScheduleCapacity
-    path = _path(value, a, "schedule", SHIPPED / "schedules", ".toml")
-    where = f"{a.field('schedule')} {value}"
-    raw = userfile.read(path, schedulefile.MAX_BYTES, where, schedulefile.WHAT)
-    sched = schedulefile.from_bytes(raw, where, str(path))
-    digest = hashlib.sha256(raw).hexdigest()
-    return tuple(Source("schedule", str(path), digest, sched.period_ms,
-                        ScheduleCapacity(sched, side).rate_bps(0, sched.period_ms), sched.loop,
-                        sched.needs_netem(side), sched.most_delay_us(side)) for side in ("down", "up"))
-
-
-# ---------------------------------------------------------------- the driver's side
-
-
-def load(src: Source, field: str = "trace"):
-    """The ``tracefile.Trace`` or ``schedulefile.Schedule`` of ``src``, read again; StateError
-    when its bytes are no longer those applied (the record would follow another trace)."""
-    from . import schedulefile
-    where = f"{field} {src.path}"
-    what = f"a trace file ({tracefile.ALLOWED})" if src.kind == "trace" else schedulefile.WHAT
-    try:
-        raw = userfile.read(src.path, tracefile.MAX_BYTES if src.kind == "trace" else schedulefile.MAX_BYTES,
-                            where, what)
-    except UsageError as e:
-        raise StateError(f"{e}; it was applied from there: put it back, or apply again") from None
-    if hashlib.sha256(raw).hexdigest() != src.sha256:
-        raise StateError(f"{where}: changed since it was applied (its SHA-256 is not the one recorded); put the "
-                         "applied file back, or apply again to follow the new one")
-    if src.kind == "trace":
-        return tracefile.parse(raw, where, src.path)
-    return schedulefile.from_bytes(raw, where, src.path)
 
 
 def stamped(req, installed, now_ms: int):

@@ -68,7 +68,7 @@ def _download_time(topo, port, size):
 def _police_bounds(req, size: int, *, down: bool = True):
     """(fastest, slowest) seconds a policed transfer of ``size`` bytes may take: the rate for
     all frames beyond the burst, and 95% of the rate for all of them."""
-    params = req.down if down else req.up
+    params = req.only.down if down else req.only.up
     model = LinkModel.from_summary(summary(req))
     rate = model.layer.carried_bps(params.rate_bps)
     frames = sum(model.layer.frame_bytes(n) for n in model.segments(size))

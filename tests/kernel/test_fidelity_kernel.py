@@ -98,10 +98,10 @@ def test_3g_jitter_spreads_the_delay_without_reordering(lab):
     req = service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.client_addrs[0], ports=PORTS,
                                profile="3g", mode="shape", direction="dest")
     service.apply(req)
-    rate = req.link.carried_bps(req.down.rate_bps)
+    rate = req.only.link.carried_bps(req.only.down.rate_bps)
     bulk_gap = 1000 * 8 / (0.8 * rate)  # 80% of the link, as a bulk flow
     bulk = _stream(topo, 1500, bulk_gap)
-    jitter_s = req.down.jitter_us / 1e6
+    jitter_s = req.only.down.jitter_us / 1e6
     probes = _stream(topo, 120, 2 * jitter_s + 0.01, size=100)
     delays = sorted(d for _, d in probes)
     p5, p95 = delays[len(delays) // 20], delays[-len(delays) // 20 - 1]
