@@ -1,18 +1,19 @@
 """ratelimit: make a Linux router emulate thousands of slow or distant links.
 
-Package map (docs/design.md has one line per module):
-  errors, units, model, selectors, profiles,  the vocabulary, parsed once at the edge
-  names, getopt
-  linklayer, linkmodel                        framing and rates; what a transfer should take
-  compile, u32tree, plan, diff                request -> plan of tc operations, pure; changes in place
-  service, state, progress, cli               apply/clean/list/stats, their state and command line
-  fingerprint, recovery, signals, persist     what ratelimit owns; rollback and repair; save/restore
-  tracefile, schedulefile, capacity, phases,  links that change over time: the inputs, the capacity,
-  tracespec, gate, steps, follow              each link's phase, a cohort's traces, the tbf gate,
-                                              each step's changes, the driver (ratelimit follow)
-  kernel/   the executor (the only code that changes traffic control), netlink encoding and
-            decoding, namespaces and devices through pyroute2, the kernel probe, the VM runner
-  lab/      the namespace lab, its demo, the docroot server and the pytest fixtures
+One package per concern, each importing only those before it (docs/design.md, "The
+packages"; each package's docstring says what it knows and what it may import):
+
+  errors      the one exception family users see, with exit codes
+  spec        the vocabulary, pure: units, names, link layers, cohorts, requests, the link model
+  traces      links that change over time, pure: traces, schedules, capacity, phases
+  profiles    the files a user names: profiles, scenarios, and the traces they name
+  plan        the compiler, pure: a request becomes a plan of tc operations
+  kernel      the only code that talks to traffic control; the probe; the VM runner
+  state       records of what is installed, rollback and repair
+  driver      traced links over time: each step's changes, and the driver process
+  service     what the front ends call: make a request, apply, clean, read out
+  containers  Docker and Podman containers as targets and hosts of links
+  cli, lab    the front ends: the command line, and the labs with their fixtures
 """
 
 from pathlib import Path

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.service import persist
+from ratelimit.cli import persist
 from ratelimit.state import records
 from ratelimit.cli.main import Console, main
 from ratelimit.errors import NotFoundError, UsageError

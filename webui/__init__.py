@@ -1,16 +1,7 @@
-"""The ratelimit web dashboard: live queue statistics, charts and control.
+"""The ratelimit web dashboard: live queue statistics, charts and control, a JSON API and
+Prometheus ``/metrics``; ``ratelimit web`` registers itself as a subcommand.
 
-Module map:
-  stats     StatsSource: polls readout.counters, keeps rates and history
-  security  access token, Origin/Host checks, response headers
-  errors    WebError and the JSON error handlers (no traceback reaches a user)
-  params    validation of query strings and JSON bodies (field, value, allowed)
-  views     the dashboard page
-  api       JSON endpoints, including apply/clean
-  live      Server-Sent Events stream
-  metrics   Prometheus text exposition
-  cli       ``ratelimit web``: argument parsing and the waitress server
-  vendor    build step copying the pinned uPlot from node_modules into static/vendor
+May import: ratelimit's errors, spec, profiles, kernel, state, service, containers; never cli or lab.
 
 ``create_app(config)`` is the factory.  Config keys (all optional):
 

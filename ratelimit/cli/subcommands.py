@@ -69,7 +69,7 @@ def _parse_sub(parser: Parser, argv, con):
 
 
 def _save(argv, con) -> int:
-    from ..service import persist
+    from . import persist
     args = _parse_sub(_save_parser(), argv, con)
     if args is None:
         return 0
@@ -82,7 +82,7 @@ def _save(argv, con) -> int:
 
 
 def _restore(argv, con) -> int:
-    from ..service import persist
+    from . import persist
     args = _parse_sub(_restore_parser(), argv, con)
     if args is None:
         return 0

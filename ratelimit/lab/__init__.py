@@ -1,8 +1,6 @@
-"""Labs: a client-router-server topology on one machine, and what runs on it.
+"""Labs on one machine and what runs on them: the namespace topology, the ``Lab`` (bring up,
+apply a link, measure, remove), its command line (``ratelimit lab``, registered as a
+subcommand), the docroot server of the 2000 experiments, and the pytest fixtures.
 
-  topology       namespaces, veths, the bridge, addresses, routes (Topology)
-  core           Lab: bring up, provision, apply a link, measure, remove
-  cli            ``ratelimit lab ...`` and its demo
-  docroot        the fixed-size files of the 2000 experiments, and a small server for them
-  pytest_plugin  the ``emulated_link`` fixtures (entry point ``pytest11``)
+May import: errors, spec, traces, profiles, plan, kernel, state, driver, service, containers.
 """

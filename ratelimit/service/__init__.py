@@ -1,9 +1,8 @@
-"""The service: what the CLI, the web UI and the lab call to change and read an interface.
+"""The service the front ends call: a request made from what a person typed, apply, clean and
+preview (``actions``), what is installed and its counters (``readout``), and a long
+apply's progress line.
 
-Knows: apply, clean and preview (``actions``); what is installed and its counters
-(``readout``); save and restore (``persist``); a long apply's progress line (``progress``).
-May import: everything below it (spec, traces, profiles, plan, kernel, state, driver);
-never a front end (cli, lab, webui).
+May import: errors, spec, traces, profiles, plan, kernel, state, driver.
 """
 
 from .actions import IMPAIRMENTS, V03_BURST, apply, clean, for_container, make_request, preview

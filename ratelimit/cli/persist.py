@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from . import readout, actions
+from ..service import actions, readout
 from ..state import records
 from ..spec.names import target_name
 from ..spec.summary import describe, summary
