@@ -27,7 +27,7 @@ setup(
     entry_points={
         "console_scripts": ["ratelimit=ratelimit.cli.main:run"],
         "pytest11": ["ratelimit = ratelimit.lab.pytest_plugin"],
-        "ratelimit.subcommands": ["web = webui.cli:web_main"],
+        "ratelimit.subcommands": ["lab = ratelimit.lab.cli:lab_main", "web = webui.cli:web_main"],
     },
     classifiers=["Programming Language :: Python :: 3", "Operating System :: POSIX :: Linux",
                  "Topic :: System :: Networking"],

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,10 +157,8 @@ def run_point(lab, mix: str, x: int, cfg: Config, log: Path, header: int) -> dic
            "users_per_client": dialup.shares(x, len(lab.clients)), "window_s": w.end - w.start,
            "cohorts": rows, "errors": sum(r["errors"] for r in rows), "cpu": w.cpu, "cpu_run": w.cpu_run, **w.tcp,
            "probe": {"cohort": probed.name, **httpload.probe_summary(w, probed.model, header, probe_n)}}
-    time.sleep(5)  # the window's connections close
-    row["totals"] = run_totals(lab, groups)
+    row["totals"] = run_totals(lab, groups)  # once the window's connections and queues are gone (httpload.quiet)
     if x >= WRK_FROM:  # a second tool for the same window: wrk (epoll) beside httperf (busy-polling)
-        time.sleep(5)
         row["wrk"] = run_wrk_window(lab, groups, cfg, log)
     return row
 

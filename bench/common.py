@@ -200,6 +200,30 @@ def run(argv: Sequence[str], *, input: str | None = None, timeout: float | None 
     return r
 
 
+def wait_until(ready: Callable[[], object], timeout_s: float, what: str, *, every_s: float = 0.05,
+               detail: Callable[[], object] | None = None):
+    """Call ``ready()`` every ``every_s`` seconds until it returns something true, and return
+    that.  After ``timeout_s`` raise ``BenchError`` with one line: ``what``, the time waited
+    and, if given, ``detail()`` (what there was instead).
+
+    The timeout is generous: it says when the event will not come, not how long it should
+    take.  Tests and benchmarks use it to start a measurement when what it measures is ready
+    (every download connected, the driver's first step sent), not after a fixed sleep.
+
+    >>> wait_until(lambda: [3], 1, "a list")
+    [3]
+    """
+    t0 = time.monotonic()
+    while True:
+        got = ready()
+        if got:
+            return got
+        if time.monotonic() - t0 >= timeout_s:
+            more = f" ({detail()})" if detail is not None else ""
+            raise BenchError(f"{what}: not within {timeout_s:g} s{more}")
+        time.sleep(every_s)
+
+
 def timed(fn: Callable, *args, **kw) -> tuple[float, object]:
     t0 = time.perf_counter()
     out = fn(*args, **kw)
@@ -294,6 +318,27 @@ def tcp_change(before: dict, after: dict) -> dict:
     share of sent segments that were retransmissions."""
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in TCP_COUNTERS}
     return {"server_tcp": delta, "retransmitted": ratio(delta["TcpRetransSegs"], delta["TcpOutSegs"])}
+
+
+def established(netns: str, port: int | None = None) -> list[tuple[str, int]]:
+    """The peers (address, port) of a namespace's established TCP connections; ``port``: only
+    those whose local port it is (a server's)."""
+    argv = ["ip", "netns", "exec", netns, "ss", "-tnH", "state", "established"]
+    if port is not None:
+        argv.append(f"( sport = :{port} )")
+    out = []
+    for line in run(argv).stdout.splitlines():
+        f = line.split()
+        if f:
+            addr, _, peer_port = f[-1].rpartition(":")
+            if peer_port.isdigit():
+                out.append((addr.strip("[]"), int(peer_port)))
+    return out
+
+
+def listening(netns: str, port: int) -> bool:
+    """Whether a TCP socket listens on ``port`` in the namespace (a server that has started)."""
+    return bool(run(["ip", "netns", "exec", netns, "ss", "-ltnH", f"( sport = :{port} )"]).stdout.strip())
 
 
 def delivered(netns: str) -> dict:

@@ -57,7 +57,6 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -237,7 +236,6 @@ def measure(quick: bool, *, clients=None, outdir=None, cfg: Config | None = None
             rto_min_ms = server_route(lab, floor)
             row = run_point(lab, model, generator, x, rto_min_ms, cfg, log, header)
             if generator == "httperf":  # the 2000 reading beside the window: sessions run whole, httperf's totals
-                time.sleep(2 if quick else 5)
                 row["totals"] = _second_reading(run_totals(lab, model, x, rto_min_ms, header, burst_bytes))
             doc["rows"].append(row)
             steps(f"{generator} x={x:,} (RTO floor {rto_min_ms} ms): "
@@ -250,8 +248,7 @@ def measure(quick: bool, *, clients=None, outdir=None, cfg: Config | None = None
                   f"{row['probe']['rest_s'].get('p50', math.nan):.3f} s (model {row['probe']['rest_model_s']:.3f} s)"
                   + _second_text(row))
             if outdir:
-                save(doc, outdir)
-            time.sleep(2 if quick else 5)  # let the connections close
+                save(doc, outdir)  # the next row waits for this one's connections and queues to go (httpload.quiet)
     return doc
 
 
@@ -309,8 +306,7 @@ def measure_v03(quick: bool, *, outdir=None) -> dict:
                       f"{100 * (row['retransmitted'] or 0):.1f}% of segments "
                       f"({row['server_tcp']['TcpExtTCPTimeouts']} timeouts)")
                 if outdir:
-                    save(doc, outdir)
-                time.sleep(2 if quick else 5)
+                    save(doc, outdir)  # the next waits for this one's connections to go (httpload.quiet)
     return doc
 
 

@@ -1,7 +1,7 @@
 """K concurrent HTTP downloads from one client, held open for a while.
 
     python -m bench.downloader --server ADDR --path /1000000.bin --conns K
-                               --seconds S [--rcvbuf BYTES] [--spread S]
+                               --seconds S [--rcvbuf BYTES] [--spread S] [--until-eof]
 
 Run inside a client namespace (``ip netns exec``).  Opens K connections
 (spread over ``--spread`` seconds) from ephemeral ports -- the range the router
@@ -10,7 +10,8 @@ JSON object: connections made, failed (with the errors) and finished.  What the
 links deliver is measured elsewhere (the server's TCP state, the router's
 counters): a reader here sees bytes only when they arrive in order.  ``--rcvbuf``
 sets SO_RCVBUF before connecting (the receive window a client advertises);
-default: the kernel's (autotuned).
+default: the kernel's (autotuned).  ``--until-eof``: stop as soon as standard input
+ends (the caller closes it once its window is over), ``--seconds`` at the most.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import json
 import resource
 import socket
 import sys
+import threading
 
 
 class Conn:
@@ -52,11 +54,26 @@ async def _one(c: Conn, server: str, port: int, path: str, rcvbuf: int, delay: f
         s.close()
 
 
-async def run(server: str, port: int, path: str, conns: int, seconds: float, rcvbuf: int, spread: float) -> dict:
+def _stdin_ends(loop, ended: asyncio.Event) -> None:
+    """Set ``ended`` once standard input ends (a daemon thread reads it: it keeps no exit waiting)."""
+    def read():
+        sys.stdin.buffer.read()
+        loop.call_soon_threadsafe(ended.set)
+    threading.Thread(target=read, daemon=True).start()
+
+
+async def run(server: str, port: int, path: str, conns: int, seconds: float, rcvbuf: int, spread: float,
+              until_eof: bool = False) -> dict:
     cs = [Conn() for _ in range(conns)]
     tasks = [asyncio.create_task(_one(c, server, port, path, rcvbuf, spread * i / max(1, conns)))
              for i, c in enumerate(cs)]
-    await asyncio.sleep(seconds)
+    ended = asyncio.Event()
+    if until_eof:
+        _stdin_ends(asyncio.get_running_loop(), ended)
+    try:
+        await asyncio.wait_for(ended.wait(), seconds)
+    except asyncio.TimeoutError:
+        pass
     for t in tasks:
         t.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -74,10 +91,12 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, required=True, help="how long to keep downloading")
     p.add_argument("--rcvbuf", type=int, default=0, help="SO_RCVBUF bytes (0: the kernel's default)")
     p.add_argument("--spread", type=float, default=1.0, help="seconds over which to open the connections")
+    p.add_argument("--until-eof", action="store_true", help="stop when standard input ends (--seconds at most)")
     a = p.parse_args(argv)
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, max(soft, a.conns + 256)), hard))
-    json.dump(asyncio.run(run(a.server, a.port, a.path, a.conns, a.seconds, a.rcvbuf, a.spread)), sys.stdout)
+    json.dump(asyncio.run(run(a.server, a.port, a.path, a.conns, a.seconds, a.rcvbuf, a.spread, a.until_eof)),
+              sys.stdout)
     sys.stdout.write("\n")
     return 0
 

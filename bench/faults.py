@@ -93,7 +93,8 @@ def inject(at: int | None):
     """Count the operations the executor carries out (``counted[0]``) and, when ``at`` is
     given, slip a refused one in before operation number ``at`` (once)."""
     from ratelimit.kernel.executor import Executor
-    from ratelimit.plan.ops import DelLink, HtbClass
+    from ratelimit.plan.ops import DelLink
+    from ratelimit.plan.shaping import HtbClass
     real_apply, real_remove = Executor.apply, Executor.remove
     counted = [0]
 

@@ -36,8 +36,8 @@ import time
 from dataclasses import dataclass
 
 from . import procfs
-from .common import (BenchError, MODEM_BPS, Steps, congestion_control, delivered, ratio, say,
-                     server_congestion_control, summarize, tcp_change, tcp_counters)
+from .common import (BenchError, MODEM_BPS, Steps, congestion_control, delivered, established, ratio, say,
+                     server_congestion_control, summarize, tcp_change, tcp_counters, wait_until)
 from .sandbox import track_topology, untrack_topology
 from .results import new_result, save
 
@@ -58,6 +58,11 @@ PROFILE = "modem-28k8"
 LATENCY_PROFILES = ("lan-0ms", "regional-50ms", "national-100ms", "international-200ms",
                     "intercontinental-400ms", "modem-28k8")
 PROBES = 10  # datagrams each way per latency class
+# the most a row waits for every download to connect (a download is a Python process: under
+# software emulation one took more than the old fixed warm-up, 10 s, to connect), and for
+# the last row's connections to close; generous: they say when it will not happen
+CONNECT_TIMEOUT_S = 180.0
+DRAIN_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -97,18 +102,57 @@ def _lab(name: str, clients: int, mode: str):
     return lab
 
 
+def _connected(lab, addresses: set, procs: list, k: int) -> list:
+    """The server's established connections from ``addresses`` once there are ``k`` of them
+    (empty until then); BenchError if a downloader has ended before."""
+    for p in procs:
+        if p.poll() is not None:
+            _, err = p.communicate()
+            raise BenchError(f"a downloader exited {p.returncode} before its downloads had connected: "
+                             f"{' '.join(err.split())[-300:]}")
+    peers = [peer for peer in established(lab.server.netns, 80) if peer[0] in addresses]
+    return peers if len(peers) >= k else []
+
+
 def downloads(lab, k: int, warmup: float, window: float, rcvbuf: int) -> dict:
-    """K concurrent downloads through ``lab``; per-link goodput / the link model's capacity."""
+    """K concurrent downloads through ``lab``; per-link goodput / the link model's capacity.
+    The warm-up starts once the server holds every download's connection (a process starts
+    slowly in an emulated machine), the window after it."""
     import sys
     nclients = min(len(lab.clients), math.ceil(k / PER_CLIENT))
     shares = [k // nclients + (1 if i < k % nclients else 0) for i in range(nclients)]
+    addresses = {lab.client(i + 1).address for i in range(nclients)}
+    # the last row's connections gone first: the server's count below is this row's
+    wait_until(lambda: not [p for p in established(lab.server.netns, 80) if p[0] in addresses], DRAIN_TIMEOUT_S,
+               "the last row's connections to the server to close",
+               detail=lambda: f"{len(established(lab.server.netns, 80))} still established")
     procs = []
     for i, share in enumerate(shares):
+        # the downloads run until the window is over (``--until-eof``: stdin closes), a bound beyond it
         argv = [sys.executable, "-m", "bench.downloader", "--server", lab.server.address, "--path", PATH,
-                "--conns", str(share), "--seconds", str(warmup + window + 1),
+                "--conns", str(share), "--seconds", str(CONNECT_TIMEOUT_S + warmup + window + 120), "--until-eof",
                 "--rcvbuf", str(rcvbuf), "--spread", str(min(5.0, max(1.0, share / 200)))]
         env = {**os.environ, "PYTHONPATH": str(_repo())}
-        procs.append(lab.client(i + 1).popen(argv, stdout=-1, stderr=-1, text=True, env=env))
+        procs.append(lab.client(i + 1).popen(argv, stdin=-1, stdout=-1, stderr=-1, text=True, env=env))
+    try:
+        t_start = time.monotonic()
+        wait_until(lambda: _connected(lab, addresses, procs, k), CONNECT_TIMEOUT_S,
+                   f"{k} downloads to connect to the server", every_s=0.2,
+                   detail=lambda: f"{len(_connected(lab, addresses, procs, 0))} connected")
+        connect_s = time.monotonic() - t_start
+        row = _measured(lab, k, nclients, procs, warmup, window)
+    except BaseException:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        raise
+    return {**row, "connect_s": round(connect_s, 2)}
+
+
+def _measured(lab, k: int, nclients: int, procs: list, warmup: float, window: float) -> dict:
+    """The row of ``downloads``: the warm-up (TCP's start over the modems: the links' time, so
+    a fixed one), the window, the downloaders' reports once they are told to stop."""
     time.sleep(warmup)
     cpu0 = procfs.ticks()
     tcp0 = tcp_counters(lab.server.netns)
@@ -119,20 +163,19 @@ def downloads(lab, k: int, warmup: float, window: float, rcvbuf: int) -> dict:
     down = lab.info["link"]["summary"]["down"]
     queue_s = down["queue_bytes"] * 8 / rate_bps if down.get("queue_bytes") else None  # police: no queue
     sent0, got0, t0 = _link_bytes(lab), delivered(lab.server.netns), time.monotonic()
-    time.sleep(window / 2)
+    time.sleep(window / 2)  # the window's first half
     backlog = _backlogs(lab, rate_bps)
-    time.sleep(max(0.0, window / 2 - 1))
+    time.sleep(max(0.0, window / 2 - 1))  # and its second
     sent1, got1, t1 = _link_bytes(lab), delivered(lab.server.netns), time.monotonic()
     carried = [(sent1.get(key, 0) - n) * 8 / (t1 - t0) / rate_bps for key, n in sent0.items()
                if sent1.get(key, 0) > n]
     ratios = [(got1[key] - n) * model.mss_bytes * 8 / (t1 - t0) / capacity for key, n in got0.items() if key in got1]
+    if not ratios:  # a 0 here would read as a link that delivers nothing
+        raise BenchError(f"{k} links: no download's connection was read at both ends of the window "
+                         f"(the server had {len(got0)} and {len(got1)})")
     outs = []
     for p in procs:
-        try:
-            out, err = p.communicate(timeout=window + 120)
-        except Exception:
-            p.kill()
-            raise
+        out, err = p.communicate(timeout=120)  # its stdin closes: it stops and reports
         if p.returncode != 0:
             raise BenchError(f"downloader exited {p.returncode}: {' '.join(err.split())[-300:]}")
         outs.append(json.loads(out.strip().splitlines()[-1]))
@@ -232,7 +275,6 @@ def measure(quick: bool, place: str, *, links=None, outdir=None) -> dict:
                   f"{100 * (row['cpu_busy'] or 0):.0f}% busy)")
             if outdir:
                 save(doc, outdir)
-            time.sleep(2)  # let closed connections drain
         if cfg.latency:
             doc["latency"] = latency(lab, cfg.latency, cfg.rtt_count, cfg.mode, steps)
     finally:

@@ -26,11 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf, procfs
-from .common import BenchError, summarize, tcp_change, tcp_counters
+from .common import BenchError, established, summarize, tcp_change, tcp_counters, wait_until
 
 URI = "/10000.bin"
 FILE_BYTES = 10_000
 CALLS = 20  # per session, as in 2000
+# the most a load may take to connect after its ramp (a saturated machine's users may never:
+# the row counts what they did), and the last load to go (generous: they say it will not)
+CONNECT_TIMEOUT_S = 60.0
+QUIET_TIMEOUT_S = 120.0
 # what each generator sends for a call (the request's time on the uplink counts)
 REQUEST = {"httperf": "GET {uri} HTTP/1.1\r\nUser-Agent: httperf/0.9.0\r\nHost: {host}\r\n\r\n",
            "wrk": "GET {uri} HTTP/1.1\r\nHost: {host}:80\r\n\r\n"}
@@ -133,17 +137,55 @@ class Window:
     probe: tuple[list[float], list[float], set[int]]
 
 
+def users_of(argv: list[str]) -> int:
+    """The connections a load's command line keeps (``load_argv``'s: httperf's sessions, wrk's ``-c``)."""
+    for a in argv:
+        if a.startswith("--wsess="):
+            return int(a.split("=", 1)[1].split(",")[0])
+        if a.startswith("-c") and a[2:].isdigit():
+            return int(a[2:])
+    raise BenchError(f"{' '.join(argv[:3])} ...: how many connections it keeps is not on its command line")
+
+
+def connections(lab, clients: set) -> list:
+    """The server's established connections on port 80 from the addresses ``clients``."""
+    return [peer for peer in established(lab.server.netns, 80) if peer[0] in clients]
+
+
+def quiet(lab, clients: set, what: str) -> None:
+    """Wait until the last load is gone: the server holds no connection from ``clients`` and
+    no link toward the clients holds a backlog (a modem's queue takes seconds to drain)."""
+    def backlogged() -> int:
+        return sum(1 for r in lab.statistics()["links"] if r.get("backlog_bytes"))
+    wait_until(lambda: not connections(lab, clients) and not backlogged(), QUIET_TIMEOUT_S,
+               f"{what}: the last load's connections to close and its links to drain", every_s=0.5,
+               detail=lambda: f"{len(connections(lab, clients))} connections, {backlogged()} links backlogged")
+
+
 def run_window(lab, generator: str, loads: list[tuple[int, list[str]]], cfg, log: Path, *,
                duration_s: float, probes: int = 0, probe_n: int = 2, probe_timeout_s: float = 60) -> Window:
-    """Start ``loads`` (client number, argv) at once, wait ``cfg.ramp_s``, watch
-    ``cfg.window_s`` (with ``probes`` curl probes of ``probe_n`` calls in client 1), stop the
-    load and read the server's access log (``duration_s``: the load's own run, for its timeout)."""
+    """Start ``loads`` (client number, argv) at once; once the server holds every user's
+    connection, wait out the ramp (``cfg.ramp_s`` from the start, and half of it at least from
+    the last connection: the users' first calls), watch ``cfg.window_s`` (with ``probes`` curl
+    probes of ``probe_n`` calls in client 1), stop the load and read the server's access log
+    (``duration_s``: the load's own run, for its timeout).  A user that never connects (a
+    saturated machine) is left to the row's counts after ``cfg.ramp_s`` + ``CONNECT_TIMEOUT_S``."""
     offset = log.stat().st_size if log.exists() else 0
     server_pids = _server_pids(lab)
+    clients = {lab.client(i).address for i, _ in loads}
+    users = sum(users_of(argv) for _, argv in loads)
+    quiet(lab, clients, f"{generator} x={users}")  # the connections counted below are this load's
     cpu0 = procfs.ticks()
+    t_start = time.monotonic()
     procs = [lab.client(i).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for i, argv in loads]
-    time.sleep(cfg.ramp_s)
+    try:
+        wait_until(lambda: len(connections(lab, clients)) >= users, cfg.ramp_s + CONNECT_TIMEOUT_S,
+                   f"{generator}: {users} connections", every_s=0.5)
+    except BenchError:
+        pass  # the row counts the connections that made their calls
+    connected = time.monotonic()
+    time.sleep(max(t_start + cfg.ramp_s - connected, cfg.ramp_s / 2))  # the users' first calls: the links' time
     tcp0 = tcp_counters(lab.server.netns)
     start, c0 = time.time(), _cpu_sample(procs, server_pids)
     probing = [probe_calls(lab, lab.url(URI), probe_n) for _ in range(probes)]
@@ -157,7 +199,8 @@ def run_window(lab, generator: str, loads: list[tuple[int, list[str]]], cfg, log
         times = [c for c in nginx_completions(f.read().decode("utf-8", "replace"))
                  if not (c.client == lab.client(1).address and c.port in probe[2])]
     return Window(start, end, times, outputs, _cpu_share(c0, c1),
-                  {"machine_busy": procfs.shares(cpu0, c1[0])["machine"]["busy"]},
+                  {"machine_busy": procfs.shares(cpu0, c1[0])["machine"]["busy"],
+                   "connect_s": round(connected - t_start, 2)},
                   tcp_change(tcp0, tcp1), probe)
 
 
@@ -282,7 +325,9 @@ class Sessions:
 
 def run_sessions(lab, loads: list[tuple[int, list[str]]], timeout_s: float) -> Sessions:
     """Start ``loads`` (client number, httperf argv) at once and let every session run to its
-    end; ``BenchError`` if a client printed no totals."""
+    end; ``BenchError`` if a client printed no totals.  Starts once the last load is gone
+    (``quiet``): a session's time counts from its start."""
+    quiet(lab, {lab.client(i).address for i, _ in loads}, "httperf's sessions")
     server_pids = _server_pids(lab)
     tcp0, c0 = tcp_counters(lab.server.netns), _cpu_sample([], server_pids)
     procs = [lab.client(i).popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -211,7 +211,7 @@ class SnapshotCollector:
     def collect(self):
         from webui import metrics
         from webui.digest import STATES
-        from webui.stats import port_text
+        from webui.snapshot import port_text
         snaps = [self.source.snapshot(netns, interface) for netns, interface in self.source.targets()]
         yield from _status(snaps)
         yield _applied(snaps)

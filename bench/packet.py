@@ -39,7 +39,8 @@ from dataclasses import dataclass
 
 from ratelimit.lab import topology
 from ratelimit.plan.compile import compile_plan
-from ratelimit.plan.ops import HtbClass, HtbQdisc
+from ratelimit.plan.ops import HtbQdisc
+from ratelimit.plan.shaping import HtbClass
 from ratelimit.plan.script import tc_batch
 from ratelimit.plan.filters import U32Filter
 

@@ -27,7 +27,8 @@ from ratelimit import service
 from ratelimit.plan.compile import compile_plan
 from ratelimit.kernel.executor import Executor
 from ratelimit.plan.layout import LINK_MINOR_BASE
-from ratelimit.plan.ops import Change, HtbClass
+from ratelimit.plan.ops import Change
+from ratelimit.plan.shaping import HtbClass
 
 from .common import DEV, Clock, Steps, median, ratio, say
 from .results import new_result, save

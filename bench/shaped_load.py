@@ -42,7 +42,7 @@ from ratelimit.plan.layout import group_links_of
 from ratelimit.spec.model import Burst, LinkParams, Request
 
 from . import blast, procfs
-from .common import BenchError, Steps, percentile, run, say
+from .common import BenchError, Steps, percentile, run, say, wait_until
 from .results import new_result, save
 from .sandbox import _LIVE, _delete_ns, ns_name
 
@@ -188,10 +188,14 @@ def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = N
                      str(PAYLOAD_BYTES), f"{pps * (last - first) / k:.3f}", f"{run_s:g}"],
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
         try:
-            time.sleep(cfg.warm_s)
             with Executor(path.router) as ex:
+                # the senders on (every link has sent a packet: they are processes, started when the
+                # machine gets to them), then the warm-up: the links' buckets drain at their rate
+                wait_until(lambda: all(_read(ex, table)[1]["packets"][:k]), 120, f"{k:,} links' first packets",
+                           every_s=0.5)
+                time.sleep(cfg.warm_s)
                 c0, (t_0, b0) = procfs.ticks(), _read(ex, table)
-                time.sleep(cfg.window_s)
+                time.sleep(cfg.window_s)  # the window
                 c1, (t_1, b1) = procfs.ticks(), _read(ex, table)
             top = perf_top(cfg.perf_s)
         finally:

@@ -231,7 +231,8 @@ def measure(minutes: float, *, quick: bool, outdir) -> dict:
     from ratelimit.kernel.probe import probe
     from ratelimit.kernel.proc import stop
     from ratelimit.lab import topology
-    from ratelimit.lab.core import DEFAULT_PORTS, Lab
+    from ratelimit.lab.core import Lab
+    from ratelimit.lab.provision import DEFAULT_PORTS
     from ratelimit.lab.link import LinkSpec
     from .sandbox import track_topology, untrack_topology
 

@@ -28,7 +28,8 @@ import subprocess
 import sys
 import time
 
-from .common import RFC_RTO_MIN_MS, TCP_COUNTERS, BenchError, Steps, ratio, say, server_route, tcp_counters
+from .common import (RFC_RTO_MIN_MS, TCP_COUNTERS, BenchError, Steps, established, ratio, say, server_route,
+                     tcp_counters, wait_until)
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
 
@@ -52,15 +53,19 @@ SERVER_EXTRA = ("TcpExtTCPSpuriousRTOs",)
 CLIENT_COUNTERS = ("TcpExtTCPRcvQDrop", "TcpExtTCPOFODrop", "TcpExtTCPZeroWindowDrop", "TcpExtPruneCalled",
                    "TcpExtRcvPruned")
 
+# reads until its standard input ends (the benchmark closes it once the window is over), or
+# for its seconds at the most
 READER = r"""
-import socket, sys, time
+import socket, sys, threading, time
 s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, int(sys.argv[4]))
 s.connect((sys.argv[1], 80))
 s.sendall(f"GET {sys.argv[2]} HTTP/1.0\r\nHost: {sys.argv[1]}\r\n\r\n".encode())
 end, got, out = time.monotonic() + float(sys.argv[3]), 0, []
+told = threading.Event()
+threading.Thread(target=lambda: (sys.stdin.read(), told.set()), daemon=True).start()
 s.settimeout(0.5)
-while time.monotonic() < end:
+while time.monotonic() < end and not told.is_set():
     try:
         n = len(s.recv(65536))
     except socket.timeout:
@@ -97,13 +102,21 @@ def _payload_bps(model) -> float:
 
 
 def run_one(lab, method: str, old_link, new_link, lead_s: float, tail_s: float) -> dict:
+    # the last method's download gone: the connection waited for below is this one's
+    wait_until(lambda: not established(lab.server.netns, 80), 120, f"{method}: the last download to close")
     lab.clean()
     lab.apply(old_link)
     old_model = lab.link_model()
-    t_start = time.monotonic() + WARMUP_S + lead_s
     reader = lab.client(1).popen([sys.executable, "-c", READER, lab.server.address, FILE,
-                                  str(WARMUP_S + lead_s + tail_s + 4), str(RCVBUF)], stdout=subprocess.PIPE,
-                                 text=True)
+                                  str(WARMUP_S + lead_s + tail_s + 120), str(RCVBUF)], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, text=True)
+    try:  # the warm-up from the download's connection (the reader is a process: it starts when it can)
+        wait_until(lambda: established(lab.server.netns, 80), 120, f"{method}: the download to connect")
+    except BenchError:
+        reader.kill()
+        reader.wait()
+        raise
+    t_start = time.monotonic() + WARMUP_S + lead_s
     time.sleep(max(0.0, t_start - time.monotonic()))
     server0, client0, drops0 = _losses(lab)
     t0 = time.monotonic()
@@ -112,7 +125,8 @@ def run_one(lab, method: str, old_link, new_link, lead_s: float, tail_s: float) 
     how = lab.apply(new_link)
     t1 = time.monotonic()
     new_model = lab.link_model()
-    out, _ = reader.communicate(timeout=WARMUP_S + lead_s + tail_s + 60)
+    time.sleep(max(0.0, t1 + tail_s + 1 - time.monotonic()))  # the window's tail, and a second past it
+    out, _ = reader.communicate(timeout=60)  # its stdin closes: it stops and prints what it read
     server1, client1, drops1 = _losses(lab)
     samples = [(float(a), int(b)) for a, b in (line.split() for line in out.splitlines())]
     if not samples:

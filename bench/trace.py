@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from . import procfs
-from .common import BenchError, Steps, delivered, say
+from .common import BenchError, Steps, delivered, say, wait_until
 from .results import new_result, save
 
 NAME = "trace"
@@ -79,10 +79,10 @@ def _request(ns: dict, links: int, scale: float):
 
 def tracking(links: int, scale: float, payload: int, step_ms: int, seconds: float, loaded: int | None = None) -> dict:
     from . import traceload
-    with tempfile.TemporaryDirectory() as work:
-        r = traceload.traced_run(f"tb{os.getpid()}", seconds, Path(work), links=links, payload=payload,
-                                 step_ms=step_ms, settle_s=SETTLE_S, trace_down=TRACE, trace_scale=str(scale),
-                                 queue=QUEUE, bandwidth="1gbit", loaded=loaded)
+    with tempfile.TemporaryDirectory() as work:  # scored where the senders were on plan, else BenchError
+        r = traceload.on_plan_run(f"tb{os.getpid()}", seconds, Path(work), attempts=2, say=lambda m: say(NAME, m),
+                                  links=links, payload=payload, step_ms=step_ms, settle_s=SETTLE_S, trace_down=TRACE,
+                                  trace_scale=str(scale), queue=QUEUE, bandwidth="1gbit", loaded=loaded)
     d = r.pop("driver")
     frame = payload + 42
     span = seconds - 3.5
@@ -94,7 +94,7 @@ def tracking(links: int, scale: float, payload: int, step_ms: int, seconds: floa
             "driver_cpu": d.get("cpu_share"), "missed": d.get("missed"), "rounds": d.get("rounds"),
             "round_ms": d.get("round_ms"), "late_ms": d.get("late_ms"), "sender": r["sent"], "span_s": span,
             "datagrams_per_window": round(r["datagrams_per_window"], 1), "class_packets": r["class_packets"],
-            "receiver_lost": r["receiver_lost"]}
+            "receiver_lost": r["receiver_lost"], "window_late_ms": r["window"]["late_ms"]}
 
 
 def driver_alone(links: int, scale: float, steps: tuple, seconds: float) -> list[dict]:
@@ -109,13 +109,15 @@ def driver_alone(links: int, scale: float, steps: tuple, seconds: float) -> list
         service.apply(_request(ns, links, scale), follow=False)
         for step in steps:
             pid = follow.start(ns["rtr"], traceload.DEV, step)
-            time.sleep(2.0)
-            until = time.monotonic() + 60  # its first round (every link's class and gate) may take longer
-            while "sent" not in (follow.read_status(ns["rtr"], traceload.DEV) or {}) and time.monotonic() < until:
-                time.sleep(0.2)
+            # the window starts once the driver has made 2 s of rounds (its first, every link's
+            # class and gate, and its lead's first adjustments), counted in its rounds, not the clock
+            warm = round(2000 / step)
+            wait_until(lambda: (follow.read_status(ns["rtr"], traceload.DEV) or {}).get("rounds", 0) >= warm,
+                       120, f"the driver's first {warm} rounds at {step} ms", every_s=0.1,
+                       detail=lambda: f"status {follow.read_status(ns['rtr'], traceload.DEV)}")
             s0, (u0, k0), t0 = follow.read_status(ns["rtr"], traceload.DEV), procfs.times_s(pid)[:2], \
                 time.monotonic()
-            time.sleep(seconds)
+            time.sleep(seconds)  # the window
             s1, (u1, k1), t1 = follow.read_status(ns["rtr"], traceload.DEV), procfs.times_s(pid)[:2], \
                 time.monotonic()
             follow.stop(ns["rtr"], traceload.DEV)
@@ -200,6 +202,8 @@ while True:
     threading.Thread(target=feed, args=(c,), daemon=True).start()
 """
 
+# reads until its standard input ends (the benchmark closes it after its second reading), or
+# after ``seconds`` at the most
 TCP_CLIENT = r"""
 import selectors, socket, sys, time
 server, port0, links, seconds = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
@@ -207,10 +211,15 @@ sel = selectors.DefaultSelector()
 for i in range(links):
     c = socket.socket(); c.bind((sys.argv[5], port0 + i)); c.connect((server, 5001)); c.setblocking(False)
     sel.register(c, selectors.EVENT_READ)
+sel.register(sys.stdin, selectors.EVENT_READ)
 print("ready", flush=True)
 end = time.time() + seconds
 while time.time() < end:
     for key, _ in sel.select(0.05):
+        if key.fileobj is sys.stdin:
+            if not sys.stdin.buffer.read1(1 << 16):
+                sys.exit(0)
+            continue
         try:
             key.fileobj.recv(1 << 16)
         except BlockingIOError:
@@ -257,14 +266,17 @@ def tcp(links: int, scale: float, seconds: float) -> dict:
         server = traceload._python(ns["srv"], TCP_SERVER, traceload.SERVER, stdout=subprocess.PIPE, text=True)
         assert server.stdout.readline().strip() == "ready"
         c0, t0 = procfs.cpu_s(pid, children=False), time.monotonic()
-        # the client reads 1 s past the second reading, so every link is still busy at both
+        # the client reads until the second reading is done (its stdin closes then), so every
+        # link is still busy at both
         client = traceload._python(ns["cli"], TCP_CLIENT, traceload.SERVER, str(traceload.PORT0), str(links),
-                                   str(seconds + 1), traceload.CLIENT, stdout=subprocess.PIPE, text=True)
-        assert client.stdout.readline().strip() == "ready"
+                                   str(seconds + 120), traceload.CLIENT, stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, text=True)
+        if client.stdout.readline().strip() != "ready":  # every link's connection made
+            raise BenchError(f"the TCP client ended before its {links} connections were made")
         connected = time.time()
-        time.sleep(max(0.0, connected + SETTLE_S - time.time()))
+        time.sleep(max(0.0, connected + SETTLE_S - time.time()))  # TCP's start on the links: their time
         start_ms, before = _delivered_at(ns["srv"])
-        time.sleep(max(0.0, connected + seconds - time.time()))
+        time.sleep(max(0.0, connected + seconds - time.time()))  # the window
         end_ms, after = _delivered_at(ns["srv"])
         cpu = (procfs.cpu_s(pid, children=False) - c0) / (time.monotonic() - t0)
         client.communicate(timeout=60)

@@ -34,7 +34,10 @@ from dataclasses import replace
 
 from ratelimit import service
 from ratelimit.kernel.executor import Executor
-from ratelimit.plan.ops import Change, HtbClass
+from ratelimit.plan.ops import Change
+from ratelimit.plan.shaping import HtbClass
+
+from .common import established, listening, wait_until
 
 NS = {"cli": "rltr-cli", "rtr": "rltr-rtr", "srv": "rltr-srv"}
 RATE = "2mbit"
@@ -44,13 +47,15 @@ QUEUE_BYTES = 10 * FRAME_BYTES  # less than the download keeps in flight: the ou
 LEAD_S, OUTAGE_S, TAIL_S, SAMPLE_S = 4.0, 3.0, 8.0, 0.1
 PORT = 5001
 BURST_S, PACED_S, STEPS_MS = 3.0, 10.0, (100, 50)
+CONNECT_S = 60.0  # the most a server may take to listen and a download to connect (a Python process each)
 
 SERVER = r"""
 import socket, sys, time
 l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-end, chunk, sent = time.monotonic() + float(sys.argv[2]), b"x" * 65536, 0  # before the client's end
 l.bind(("198.18.71.2", int(sys.argv[1]))); l.listen(1)
 c, _ = l.accept()
+# from the download's start, as the client's: before the client's end (its seconds are one more)
+end, chunk, sent = time.monotonic() + float(sys.argv[2]), b"x" * 65536, 0
 c.settimeout(0.2)  # a stalled link must not keep the server past its end
 while time.monotonic() < end:
     try:
@@ -184,14 +189,17 @@ def outage(method: str, lead_s: float = LEAD_S, outage_s: float = OUTAGE_S, tail
     total = lead_s + outage_s + tail_s
     server = subprocess.Popen(["ip", "netns", "exec", NS["srv"], sys.executable, "-c", SERVER, str(PORT),
                                str(total + 1)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    time.sleep(0.3)
-    client = subprocess.Popen(["ip", "netns", "exec", NS["cli"], sys.executable, "-c", CLIENT, str(PORT), str(total + 2)],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    client = None
     try:
+        wait_until(lambda: listening(NS["srv"], PORT), CONNECT_S, "the outage's server to listen")
+        client = subprocess.Popen(["ip", "netns", "exec", NS["cli"], sys.executable, "-c", CLIENT, str(PORT),
+                                   str(total + 2)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # the lead is timed from the download's connection, not from the client's start
+        wait_until(lambda: established(NS["srv"], PORT), CONNECT_S, "the outage's download to connect")
         return _watch(method, hold, resume, server, client, (lead_s, outage_s, tail_s))
     finally:
         for p in (server, client):
-            if p.poll() is None:
+            if p is not None and p.poll() is None:
                 p.kill()
                 p.wait()
 

@@ -51,6 +51,10 @@ DEV, CLIENT_DEV, ETH_HEADER_BYTES = "rltr-c", "rltr-c0", 14
 SLICE_MS = 20  # the sender paces each link at its capacity averaged over slices this long
 SENDERS = min(2, os.cpu_count() or 1)  # sender processes
 DRAIN_S = 15.0  # the most the receiver waits, after the sender, for the links' queues to empty
+# a datagram sent this late or later: its sender was behind its plan, and what its link
+# delivered then measures the load, not the link (a link's queue holds about 200 ms of its
+# datagrams at the square wave's high rate, 4 frames at 20.75 a second)
+BEHIND_MS = 100.0
 
 
 def names(tag: str) -> dict:
@@ -151,8 +155,11 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
     """Pace every traced link of ``req`` (its record's request, started at ``started_ms``;
     ``ports``: only the links to these client ports) for ``seconds``; returns the senders'
     counts (with the receiver's, ``receiver``; whether the queues had emptied before it
-    stopped, ``drained``; and the packets the links' classes had sent, ``class_packets``,
-    just before it was told to stop and after it stopped) and the receiver's records."""
+    stopped, ``drained``; the packets the links' classes had sent, ``class_packets``,
+    just before it was told to stop and after it stopped; and ``lateness``: every
+    datagram's due time, wall clock ms, and how late it went, in due order, two arrays
+    that ``on_plan`` reads and ``traced_run`` leaves out of its result) and the receiver's
+    records."""
     from ratelimit.profiles.traced import load_all
     from ratelimit.plan.compile import compile_plan
     from ratelimit.driver.steps import traced_links
@@ -161,6 +168,7 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
     links = [link for link in traced_links(compile_plan(req), srcs)
              if link.direction == "dest" and (ports is None or link.port in ports)]
     out, senders = workdir / "received.bin", []
+    Path(str(out) + ".stop").unlink(missing_ok=True)  # an earlier run's word to stop, in the same directory
     receiver = subprocess.Popen(["ip", "netns", "exec", ns["cli"], receiver_exe, CLIENT_DEV, str(seconds + 300),
                                  str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -171,12 +179,15 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
             raise RuntimeError(f"the plan took too long to work out: its first datagram was due "
                                f"{time.time() * 1000 - times[0]:.0f} ms ago")
         sink(ns, True)
+        dues = []
         for k in range(SENDERS):  # each its share of the links (ports), so the kernel's work is on every core
             mine = [j for j, p in enumerate(ports) if p % SENDERS == k]
             path = workdir / f"plan{k}.bin"
-            write_plan(path, array("d", (times[j] for j in mine)), array("i", (ports[j] for j in mine)))
+            dues.append(array("d", (times[j] for j in mine)))
+            write_plan(path, dues[-1], array("i", (ports[j] for j in mine)))
             senders.append(subprocess.Popen(["ip", "netns", "exec", ns["srv"], sender_exe, CLIENT, str(payload),
-                                             str(path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+                                             str(path), str(workdir / f"late{k}.bin")], stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, text=True))
         counts = []
         for sender in senders:
             sout, serr = sender.communicate(timeout=seconds + 240)
@@ -200,8 +211,63 @@ def send_and_receive(ns: dict, req, started_ms: int, seconds: float, workdir: Pa
             "cpu_s": round(sum(c["cpu_s"] for c in counts), 2), "late_ms": max(c["late_ms"] for c in counts),
             "late_10ms": sum(c["late_10ms"] for c in counts), "senders": len(counts), "end_ms": end_ms,
             "receiver": json.loads(rout.strip().splitlines()[-1]), "drained": empty,
-            "class_packets": (before, after)}
+            "class_packets": (before, after),
+            "lateness": _lateness(dues, [workdir / f"late{k}.bin" for k in range(len(dues))])}
     return sent, read_records(out)
+
+
+def _lateness(dues: list, paths: list) -> tuple[array, array]:
+    """The senders' datagrams' due times (wall clock, ms) and how late each went (ms, the
+    senders' ``LATE_FILE``s), all senders together in due order."""
+    rows = []
+    for due, path in zip(dues, paths):
+        with open(path, "rb") as f:
+            n = struct.unpack("=q", f.read(8))[0]
+            late = array("f")
+            late.fromfile(f, n)
+        rows.extend(zip(due, late))
+    rows.sort()
+    return array("d", (d for d, _ in rows)), array("f", (x for _, x in rows))
+
+
+def on_plan(lateness: tuple, earliest_ms: float, latest_ms: float, length_ms: float, started_ms: int,
+            step_ms: int) -> dict:
+    """The scoring window: ``length_ms`` long, from ``earliest_ms`` or, if the senders were
+    behind (a datagram due then went ``BEHIND_MS`` late or more) in or just before it, from the
+    first of the plan's steps (every ``step_ms`` from ``started_ms``) one step after they were
+    back on plan, ending by ``latest_ms`` (wall clock, ms).  Returns ``start_ms``, ``end_ms``,
+    the window's ``late_ms`` (the most a datagram due in it went late) and ``behind``: None, or
+    one line saying when the senders were behind and how far, when no window fits."""
+    import bisect
+    due, late = lateness
+    spans: list = []  # when the senders were behind: [due, sent] of each datagram that late, merged
+    for d, x in zip(due, late):
+        if x >= BEHIND_MS:
+            if spans and d <= spans[-1][1]:
+                spans[-1][1] = max(spans[-1][1], d + x)
+            else:
+                spans.append([d, d + x])
+    a = earliest_ms
+    # when the senders were behind, in s from the earliest start (the first 20)
+    behind_at = [[round((x - earliest_ms) / 1000, 2), round((y - earliest_ms) / 1000, 2)] for x, y in spans[:20]]
+    while True:
+        hit = [sp for sp in spans if sp[0] < a + length_ms and sp[1] > a - step_ms]
+        if not hit:
+            i, j = bisect.bisect_left(due, a), bisect.bisect_left(due, a + length_ms)
+            return {"start_ms": a, "end_ms": a + length_ms, "late_ms": round(max(late[i:j], default=0.0), 1),
+                    "behind": None, "behind_at_s": behind_at}
+        back = max(sp[1] for sp in hit) + step_ms  # on plan again, and a step for the queues to refill
+        a = started_ms + -(-(back - started_ms) // step_ms) * step_ms
+        if a + length_ms > latest_ms:
+            worst = max(hit, key=lambda sp: sp[1] - sp[0])
+            i, j = bisect.bisect_left(due, worst[0]), bisect.bisect_right(due, worst[1])
+            return {"start_ms": None, "end_ms": None, "late_ms": round(max(late[i:j], default=0.0), 1),
+                    "behind": f"the senders fell behind their plan (the load, not the links): up to "
+                              f"{max(late[i:j], default=0.0):.0f} ms late {(worst[0] - earliest_ms) / 1000:+.1f} s "
+                              f"into the scoring window, and no {length_ms / 1000:.1f} s window on plan fits in the "
+                              f"run ({len(spans)} times {BEHIND_MS:g} ms or more behind, at "
+                              f"{', '.join(f'{x:+.1f}' for x, _ in behind_at[:6])} s)",
+                    "behind_at_s": behind_at}
 
 
 def sink(ns: dict, on: bool) -> None:
@@ -315,14 +381,21 @@ def score(records: tuple, links: list, started_ms: int, t0_ms: float, t1_ms: flo
 
 def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: int = 1472,
                factor: float = 1.1, prefill: int = 4, settle_s: float = 3.0, step_ms: int | None = None,
-               loaded: int | None = None, **request) -> dict:
+               loaded: int | None = None, slack_s: float = 0.0, **request) -> dict:
     """Apply ``links`` traced links (a link per client port, ``--direction dest``; ``request``:
     the rest of ``service.make_request``'s options, a ``schedule`` or ``trace_down`` among
     them; the driver started after the apply, at ``step_ms``), pace each at ``factor`` times its capacity for
     ``seconds``, remove it all; the score over the run less its first ``settle_s`` and last
     half second (``score``), the sender's counts and the driver's last status.  ``loaded``:
     pace and score only that many of the links, spread evenly over them (every k-th port), while
-    the driver follows them all: the tracking at a driver's scale with a load the machine carries."""
+    the driver follows them all: the tracking at a driver's scale with a load the machine carries.
+
+    The window is scored only where the senders were on their plan (``on_plan``): where they
+    fell behind, the links were short of datagrams and the score would be the load's.  With
+    ``slack_s`` the senders run that much longer and the window, as long as without it, may
+    start that much later, at the first step after they are back on plan.  ``window`` says
+    where it was; its ``behind`` is None, or why no window was scored (the score is then
+    that of the window without slack, for the record only: ``on_plan_run`` raises)."""
     from ratelimit.driver import follow
     from ratelimit import service
     from ratelimit.state import records as state
@@ -342,13 +415,25 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
         if loaded is not None:
             traced = traced[::max(1, len(traced) // loaded)][:loaded]
         cpu0, t0 = procfs.cpu_s(pid, children=False), time.monotonic()
-        sent, records = send_and_receive(ns, req, started, seconds, workdir, payload=payload, factor=factor,
-                                         prefill=prefill, ports={link.port for link in traced})
+        sent, records = send_and_receive(ns, req, started, seconds + slack_s, workdir, payload=payload,
+                                         factor=factor, prefill=prefill, ports={link.port for link in traced})
         driver = follow.read_status(ns["rtr"], DEV)
         driver["cpu_share"] = round((procfs.cpu_s(pid, children=False) - cpu0) / (time.monotonic() - t0), 4)  # of one core
+        if not records[0]:
+            from .common import BenchError
+            raise BenchError(f"the receiver recorded none of the {sent['sent']} datagrams sent "
+                             f"(its own count: {sent['receiver']})")
         first, last = records[0][0] / 1e6, records[0][-1] / 1e6  # the receiver runs on after the sender's end
-        result = score(records, traced, started, first + settle_s * 1000, min(last, sent["end_ms"]) - 500,
-                       payload + 28 + ETH_HEADER_BYTES)
+        # the window without slack, as it always was: from the first arrival + settle_s to the
+        # plan's end less half a second
+        begun_ms = sent["end_ms"] - (seconds + slack_s) * 1000
+        a, b = first + settle_s * 1000, min(last, begun_ms + seconds * 1000) - 500
+        window = on_plan(sent.pop("lateness"), a, min(last, sent["end_ms"]) - 500, b - a, started,
+                         driver.get("step_ms") or step_ms or 100)
+        if window["behind"] is None:
+            a, b = window["start_ms"], window["end_ms"]
+        window["settled_s"] = round((a - first) / 1000, 2)  # from the first arrival to the window's start
+        result = score(records, traced, started, a, b, payload + 28 + ETH_HEADER_BYTES)
         ports = {link.port for link in traced}
         mean_bytes_s = sum(reference(link, 0, 60_000) for link in traced) / 60 / len(traced)  # over a minute
         result["datagrams_per_window"] = mean_bytes_s / max(64, payload + 28 + ETH_HEADER_BYTES)
@@ -356,12 +441,31 @@ def traced_run(tag: str, seconds: float, workdir: Path, *, links: int, payload: 
         before, after = sent["class_packets"]
         # what the classes had sent before the receiver was told to stop and it did not record
         return {**result, "sent": sent, "received": len(records[0]), "driver": driver, "class_packets": after,
-                "received_on_links": got, "receiver_lost": max(0, before - got)}
+                "received_on_links": got, "receiver_lost": max(0, before - got), "window": window}
     finally:
         try:
             service.clean(DEV, ns["rtr"])
         finally:
             cleanup(tag)
+
+
+def on_plan_run(tag: str, seconds: float, workdir: Path, *, attempts: int = 2, say=None, **kw) -> dict:
+    """``traced_run`` until one scores a window where the senders were on their plan, at most
+    ``attempts`` runs (tags ``tag``, ``tag``r1, ...); ``BenchError`` with the last run's
+    reason when none did: a window the load fell behind in says nothing of the links, and
+    no link is passed or failed on it."""
+    from .common import BenchError
+    for n in range(attempts):
+        work = workdir if n == 0 else workdir / f"run{n + 1}"
+        work.mkdir(exist_ok=True)
+        r = traced_run(tag if n == 0 else f"{tag}r{n}", seconds, work, **kw)
+        why = r["window"]["behind"]
+        if why is None:
+            r["window"]["runs"] = n + 1
+            return r
+        if say is not None:
+            say(f"run {n + 1} of {attempts}: {why}")
+    raise BenchError(f"{why}; in each of {attempts} runs")
 
 
 def main(argv=None) -> int:

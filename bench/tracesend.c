@@ -1,7 +1,7 @@
 /*
  * bench/tracesend.c -- the paced UDP sender of ratelimit's traced-link load (bench/traceload.py).
  *
- *   tracesend ADDRESS PAYLOAD_BYTES PLAN_FILE
+ *   tracesend ADDRESS PAYLOAD_BYTES PLAN_FILE [LATE_FILE]
  *
  * PLAN_FILE is the schedule worked out in Python: a count (int64) and that many send
  * times (float64, ms of the wall clock, in order), then a count and that many client ports
@@ -11,6 +11,8 @@
  * time came), "errors" (those the kernel refused: ENOBUFS, EAGAIN, ECONNREFUSED; they do not
  * stop it), "cpu_s" (its user + system time), "late_ms" (the most
  * any datagram went after its time), "late_10ms" (how many went more than 10 ms late).
+ * LATE_FILE, if given, gets how late each datagram went (ms): a count (int64) and that many
+ * float32, in the plan's order, so the caller can tell when the load was on its plan.
  * Written for this project; compiled on first use by bench/blast.py (cc -O2).
  */
 #include "udpsend.h"
@@ -48,13 +50,14 @@ int main(int argc, char **argv)
 	struct rusage ru;
 	int64_t count, nports, k = 0, late10 = 0;
 	double *times, late = 0, t;
+	float *lateness = NULL;
 	int32_t *ports;
 	int fd, size, i, n, sndbuf = 1 << 24;
 	unsigned long long errors = 0;
 	FILE *f;
 
-	if (argc != 4) {
-		fprintf(stderr, "usage: tracesend ADDRESS PAYLOAD_BYTES PLAN_FILE\n");
+	if (argc != 4 && argc != 5) {
+		fprintf(stderr, "usage: tracesend ADDRESS PAYLOAD_BYTES PLAN_FILE [LATE_FILE]\n");
 		return 2;
 	}
 	if (!ipv4("tracesend", argv[1], &addr))
@@ -70,6 +73,10 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	fclose(f);
+	if (argc == 5 && !(lateness = malloc(count * sizeof(*lateness) + 1))) {
+		fprintf(stderr, "tracesend: no memory for %lld lateness records\n", (long long)count);
+		return 1;
+	}
 	fd = socket(AF_INET, SOCK_DGRAM, 0);
 	if (fd < 0) {
 		perror("tracesend: socket");
@@ -93,6 +100,8 @@ int main(int argc, char **argv)
 		for (n = 0; n < BATCH && k + n < count && times[k + n] <= t; n++) {
 			if (t - times[k + n] > 10)
 				late10++;
+			if (lateness)
+				lateness[k + n] = (float)(t - times[k + n]);
 			dst[n].sin_port = htons((unsigned short)ports[k + n]);
 		}
 		if (n == 0)
@@ -102,6 +111,14 @@ int main(int argc, char **argv)
 			return 1;
 		errors += n - i;  /* their time has come either way */
 		k += n;
+	}
+	if (lateness) {
+		f = fopen(argv[4], "wb");
+		if (!f || fwrite(&count, sizeof(count), 1, f) != 1
+		    || fwrite(lateness, sizeof(*lateness), count, f) != (size_t)count || fclose(f) != 0) {
+			perror("tracesend: LATE_FILE");
+			return 1;
+		}
 	}
 	getrusage(RUSAGE_SELF, &ru);
 	printf("{\"sent\": %lld, \"errors\": %llu, \"cpu_s\": %.2f, \"late_ms\": %.1f, "

@@ -7,19 +7,20 @@ import json
 import os
 import subprocess
 import sys
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from bench.common import wait_until
 from ratelimit.plan import placement
 from ratelimit.service import readout
 from ratelimit import service
 from ratelimit.service import actions
 from ratelimit.errors import ApplyError, ConflictError, KernelMissing, NotFoundError, PermissionDenied
 from ratelimit.kernel.executor import Executor
-from ratelimit.plan.ops import HtbClass, Plan
+from ratelimit.plan.ops import Plan
+from ratelimit.plan.shaping import HtbClass
 from ratelimit.plan.filters import U32Filter, U32Table
 
 import tcdump
@@ -260,12 +261,10 @@ def test_statistics_count_real_packets(router):
               "s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, b'rlt0');"
               "[s.sendto(b'x' * 100, ('198.18.1.2', 10002)) for _ in range(20)]")
     sh("ip", "netns", "exec", router, sys.executable, "-c", sender)
-    deadline = time.monotonic() + 5  # the link queues them: 20 x 142 bytes take 0.11 s at 200 kbit/s
-    while True:
+    def drained():  # the link queues them: 20 x 142 bytes take 0.11 s at 200 kbit/s
         links = {(row["host"], row["port"]): row for row in readout.statistics("rlt0", router)["links"]}
-        if links["198.18.1.2", 10002]["backlog_pkts"] == 0 or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+        return links if links["198.18.1.2", 10002]["backlog_pkts"] == 0 else None
+    links = wait_until(drained, 30, "the link's queue to drain")
     assert links["198.18.1.2", 10002]["packets"] == 20
     assert links["198.18.1.2", 10002]["bytes"] >= 20 * 128
     assert all(links["198.18.1.2", p]["packets"] == 0 for p in (10000, 10001, 10003))

@@ -157,7 +157,8 @@ def test_flow_sets():
 
 def test_flat_ops_is_one_linear_list_of_the_same_filters():
     from ratelimit.plan.compile import compile_plan
-    from ratelimit.plan.ops import HtbClass, HtbQdisc
+    from ratelimit.plan.ops import HtbQdisc
+    from ratelimit.plan.shaping import HtbClass
     from ratelimit.plan.filters import U32Filter, U32Table
     req, hit = packet.request_for(8192, "198.18.0.2", "rtr", "lan0")
     assert ip_address("198.18.0.2") in req.only.hosts

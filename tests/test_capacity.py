@@ -16,11 +16,19 @@ import pytest
 from ratelimit.profiles.catalog import load_named
 from ratelimit.traces import capacity, phases, schedulefile, tracefile
 from ratelimit.spec import linklayer
-from ratelimit.traces.capacity import ScheduleCapacity, TraceCapacity, step_rates_bps
+from ratelimit.traces.capacity import ScheduleCapacity, TraceCapacity
 from ratelimit.errors import RatelimitError
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "profiles" / "traces"
+
+
+def step_rates_bps(capacity, step_ms: float, count: int, start_ms: float = 0.0) -> list[float]:
+    """The rates a driver stepping every ``step_ms`` would set, from ``start_ms``: each
+    step's average capacity, ``capacity.rate_bps`` over [start + k x step, start + (k+1) x step)."""
+    if not step_ms > 0:
+        raise ValueError(f"step {step_ms!r} ms is not positive")
+    return [capacity.rate_bps(start_ms + k * step_ms, start_ms + (k + 1) * step_ms) for k in range(count)]
 
 
 def trace(stamps) -> tracefile.Trace:

@@ -16,7 +16,8 @@ from ratelimit.profiles import scenario
 from ratelimit import service
 from ratelimit.state import records
 from ratelimit.errors import ApplyError
-from ratelimit.plan.ops import Change, HtbClass
+from ratelimit.plan.ops import Change
+from ratelimit.plan.shaping import HtbClass
 from tcdump import tc_dump
 
 pytestmark = pytest.mark.netns

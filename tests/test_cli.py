@@ -54,7 +54,7 @@ def test_v03_defaults():
 def test_mpu_is_ethernets_smallest_frame_on_ethernet_only():
     from ratelimit.plan.compile import compile_plan
     from ratelimit.errors import RatelimitError
-    from ratelimit.plan.ops import HtbClass
+    from ratelimit.plan.shaping import HtbClass
     from ratelimit.plan.filters import Police
     from ratelimit.service import make_request
 

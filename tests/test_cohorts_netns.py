@@ -10,10 +10,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
+from bench.common import listening, wait_until
 from ratelimit.profiles import scenario
 from ratelimit import service
 from ratelimit.kernel import netns as kernel_netns
@@ -347,11 +347,7 @@ def test_server_ports_give_one_client_a_link_per_service(lab3):
                                "--bind", lab.server.address, "--port", "8001"],
                               env={"PYTHONPATH": ROOT}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        for _ in range(50):  # until it listens
-            if lab.client(1).run(["curl", "-sS", "-o", "/dev/null", f"http://{lab.server.address}:8001/1000.bin"],
-                                 timeout=10).returncode == 0:
-                break
-            time.sleep(0.1)
+        wait_until(lambda: listening(lab.server.netns, 8001), 60, "the second service to listen on port 8001")
         req = _apply(lab, TWO_SERVICES)
         _each_within_its_model(lab, req, {"web": (1, lab.url("/1000000.bin")),
                                           "downloads": (1, f"http://{lab.server.address}:8001/100000.bin")})

@@ -76,7 +76,7 @@ def test_the_fixture_puts_a_container_behind_a_modem(engine, tmp_path):
             assert link.use == "user" and link.interface != "eth0"
             # docs/containers.md, "Segments": the server web sends single segments, as its own links set it
             import subprocess
-            from ratelimit.containers import resolve
+            from ratelimit.containers.lookup import resolve
             pid = resolve("{P}web", ENGINE)[1].pid
             subprocess.run(["nsenter", f"--net=/proc/{{pid}}/ns/net", "ip", "link", "set", "dev", "eth0",
                             "gso_max_segs", "1"], check=True)

@@ -16,6 +16,7 @@ import subprocess
 
 import pytest
 
+from bench.common import wait_until
 from ratelimit.kernel.executor import Executor
 from ratelimit.spec.model import LinkParams
 from ratelimit.plan.ops import Plan
@@ -29,16 +30,14 @@ def counts_by_flow(ex, plan):
     return {(r["direction"], str(r["host"]), r["port"]): r for r in ex.stats(plan)}
 
 
-def wait_for(ex, plan, want: dict, seconds: float = 10.0) -> dict:
+def wait_for(ex, plan, want: dict, seconds: float = 30.0) -> dict:
     """Counters once every flow in ``want`` counted at least that many packets (packets
-    wait for neighbour resolution before they reach a qdisc)."""
-    import time
-    deadline = time.monotonic() + seconds
-    got = counts_by_flow(ex, plan)
-    while any(got[k]["packets"] < n for k, n in want.items()) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait for neighbour resolution before they reach a qdisc); BenchError after ``seconds``."""
+    def counted():
         got = counts_by_flow(ex, plan)
-    return got
+        return got if all(got[k]["packets"] >= n for k, n in want.items()) else None
+    return wait_until(counted, seconds, "the packets counted",
+                      detail=lambda: {k: counts_by_flow(ex, plan)[k]["packets"] for k in want})
 
 
 @pytest.mark.netns

@@ -17,7 +17,8 @@ from ratelimit.service import readout
 from ratelimit import service
 from ratelimit.service import actions
 from ratelimit.errors import ApplyError, StateError
-from ratelimit.plan.ops import HtbClass, Plan
+from ratelimit.plan.ops import Plan
+from ratelimit.plan.shaping import HtbClass
 from tcdump import tc_dump
 
 pytestmark = pytest.mark.netns
@@ -252,3 +253,26 @@ def test_a_marker_left_after_a_completed_apply_is_just_removed(rlhd):
     result = cli(ns, "--list")
     assert (result.returncode, result.stderr) == (0, "")
     assert tc_dump(ns, *DEVS) == before and not records.marker_path(ns, "rlh0").exists()
+
+
+def test_a_read_repairs_a_killed_run_only_when_told_to(rlhd):
+    """A reader changes nothing unless given ``repair=True`` (``--list``, ``--stats`` and the
+    dashboard are): without it, a killed run's interface is refused in one line and left as
+    it is, marker and all; with it, the interface is put back, as an apply would."""
+    ns = rlhd()
+    service.apply(request(ns, direction="dest"))
+    before = tc_dump(ns, *DEVS)
+    proc = start_big_apply(ns)
+    proc.kill()
+    proc.communicate(timeout=60)
+    half = tc_dump(ns, *DEVS)
+    assert records.marker_path(ns, "rlh0").exists() and half != before
+    for read in (readout.applied, readout.counters, readout.statistics, lambda i, n: readout.Poller()(i, n)):
+        with pytest.raises(StateError, match=r"^--interface: a ratelimit run on rlh0 was killed mid-change; "
+                                             r"'ratelimit --if rlh0 --list' as root puts it back$"):
+            read("rlh0", ns)
+        assert tc_dump(ns, *DEVS) == half and records.marker_path(ns, "rlh0").exists()
+    heard = []
+    assert readout.statistics("rlh0", ns, notice=heard.append, repair=True)["applied"]["links"] == 10
+    assert tc_dump(ns, *DEVS) == before and not records.marker_path(ns, "rlh0").exists()
+    assert len(heard) == 1 and "was killed mid-apply; the plan before it is back" in heard[0]

@@ -13,7 +13,8 @@ from ratelimit import service
 from ratelimit.state import records
 from ratelimit.errors import FieldError
 from ratelimit.plan.compile import compile_plan
-from ratelimit.plan.ops import Change, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc
+from ratelimit.plan.ops import Change, HtbQdisc
+from ratelimit.plan.shaping import FifoQdisc, HtbClass, NetemQdisc
 from ratelimit.plan.filters import U32Filter
 
 

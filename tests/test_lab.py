@@ -7,6 +7,7 @@ machine -- namespaces, /etc/netns entries, ratelimit state, files, processes --
 and must be empty after ``lab down``.
 """
 
+import importlib.metadata
 import json
 import os
 import signal
@@ -17,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from ratelimit.cli import subcommands
+from ratelimit.errors import UsageError
+from ratelimit.lab.cli import lab_main
 from ratelimit.state import records
 from ratelimit.lab import measure, store
 from ratelimit.lab import docroot
@@ -179,6 +183,31 @@ def test_bad_arguments_are_one_line_errors(argv, needle, state_dir):
     r = run_lab(*argv)
     one_line_error(r, 2, needle)
     assert not state_dir.exists() or not any(state_dir.rglob("*.json"))
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["up", "--help"], ["up", "--clients", "x"], ["frobnicate"]])
+def test_ratelimit_lab_is_the_registered_subcommand(argv, state_dir):
+    """``ratelimit lab`` runs the ``lab`` entry point (setup.py), not an import of the core
+    command line: what it prints and its exit status are ``python -m ratelimit.lab``'s."""
+    (registered,) = importlib.metadata.entry_points(group="ratelimit.subcommands", name="lab")
+    assert registered.load() is lab_main
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    via = subprocess.run([sys.executable, "-m", "ratelimit", "lab", *argv], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    direct = run_lab(*argv)
+    assert (via.returncode, via.stdout, via.stderr) == (direct.returncode, direct.stdout, direct.stderr)
+
+
+@pytest.mark.parametrize("name,comes_with", [
+    ("lab", "ratelimit's lab package, which ratelimit's setup.py registers"),
+    ("web", "the webui package of ratelimit's checkout"),
+])
+def test_a_registered_subcommand_not_installed_says_what_it_comes_with(name, comes_with, monkeypatch):
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **_: [])
+    with pytest.raises(UsageError) as info:
+        subcommands.run(name, ["--help"], None)
+    assert str(info.value) == f"{name}: not installed (the '{name}' subcommand comes with {comes_with}: pip install -e .)"
+    assert info.value.exit_code == 2
 
 
 # ---------------------------------------------------------------- for real

@@ -18,7 +18,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from ipaddress import ip_address
 
@@ -26,6 +25,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bench.common import wait_until
 from ratelimit.plan.compile import compile_plan
 from ratelimit.errors import ApplyError, NotFoundError
 from ratelimit.spec.model import LinkParams, Queue, Request
@@ -34,7 +34,8 @@ from ratelimit.kernel.encode import Encoder
 from ratelimit.kernel.kinds import htb
 from ratelimit.kernel.rates import Clock, percent
 from ratelimit.spec import linklayer
-from ratelimit.plan.ops import (AddIfb, Change, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, NetemQdisc, Plan, TbfQdisc)
+from ratelimit.plan.ops import (AddIfb, Change, DelLink, DelQdisc, HtbQdisc, Plan)
+from ratelimit.plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 from ratelimit.plan.script import script, tc_batch
 from ratelimit.plan.filters import Key, Police, U32Filter, U32Table
 
@@ -281,14 +282,13 @@ def resolve_neighbours(router, client):
     for ns, a4, a6 in ((router, HOST4, HOST6), (client, ROUTER4, ROUTER6)):
         in_ns(ns, SEND, 4, a4, 9, 0, 1)
         in_ns(ns, SEND, 6, a6, 9, 0, 1)
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        table = sh("ip", "-n", router, "neigh", "show").stdout + sh("ip", "-n", client, "neigh", "show").stdout
-        resolved = [line.split()[0] for line in table.splitlines() if "lladdr" in line]
-        if all(a in resolved for a in (HOST4, HOST6, ROUTER4, ROUTER6)):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"neighbours not resolved:\n{table}")
+    def table():
+        return sh("ip", "-n", router, "neigh", "show").stdout + sh("ip", "-n", client, "neigh", "show").stdout
+
+    def resolved():
+        have = [line.split()[0] for line in table().splitlines() if "lladdr" in line]
+        return all(a in have for a in (HOST4, HOST6, ROUTER4, ROUTER6))
+    wait_until(resolved, 30, "neighbours resolved", detail=lambda: " | ".join(table().splitlines()))
 
 
 @pytest.mark.netns
@@ -324,9 +324,8 @@ def test_stats_count_real_traffic_per_flow(router_pair):
         # packets waiting for ARP/ND reach the qdisc a little later: wait for the UDP counts
         want = {("dest", HOST4, 1025): 7, ("dest", HOST6, 1030): 5, ("source", HOST4, 1027): 4,
                 ("source", HOST6, 1024): 3}
-        deadline = time.monotonic() + 10
-        while any(counts()[k]["packets"] < n for k, n in want.items()) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until(lambda: all(counts()[k]["packets"] >= n for k, n in want.items()), 30, "the UDP packets counted",
+                   detail=lambda: {k: counts()[k]["packets"] for k in want})
         got = counts()
         assert got["dest", HOST4, 1025]["packets"] == 7 and got["dest", HOST4, 1025]["dev"] == "r0"
         assert got["dest", HOST4, 1025]["bytes"] == 7 * (100 + 8 + 20 + 14)

@@ -50,9 +50,14 @@ def test_an_unknown_feature_is_refused_with_the_known_ones():
 
 # -- real probing -------------------------------------------------------------
 
+@pytest.fixture
+def unprobed(monkeypatch):
+    """A process that has probed nothing yet (its cache is put back after the test)."""
+    monkeypatch.setattr(probe, "_CACHE", {})
+
+
 @pytest.mark.netns
-def test_probe_answers_every_feature_and_leaves_no_namespace():
-    probe.clear_cache()
+def test_probe_answers_every_feature_and_leaves_no_namespace(unprobed):
     result = probe.probe()
     assert list(result) == list(probe.FEATURES)
     assert all(isinstance(v, bool) for v in result.values())
@@ -84,6 +89,5 @@ def test_require_passes_or_names_the_first_missing_module():
 
 
 @pytest.mark.kernel("netem", "police")
-def test_a_full_kernel_has_what_the_vm_promises():
-    probe.clear_cache()
+def test_a_full_kernel_has_what_the_vm_promises(unprobed):
     assert probe.missing(["netem", "police", "gact", "ifb", "htb", "u32", "mirred"]) == []

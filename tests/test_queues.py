@@ -15,7 +15,8 @@ from ratelimit.errors import FieldError, StateError, UsageError
 from ratelimit.spec.linklayer import layer
 from ratelimit.plan.layout import (GROUP_LINKS, MAX_QUEUES, QUEUE_GROUP_LINKS, ROOT, TREE_BASE, Layout, queue_of, tree_handle)
 from ratelimit.spec.model import Cohort, LinkParams, Request
-from ratelimit.plan.ops import (TC_H_CLSACT_INGRESS, TC_H_INGRESS, TC_H_ROOT, AddIfb, ClsactQdisc, DelClass, DelLink, DelQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc)
+from ratelimit.plan.ops import (TC_H_CLSACT_INGRESS, TC_H_INGRESS, TC_H_ROOT, AddIfb, ClsactQdisc, DelClass, DelLink, DelQdisc, HtbQdisc, IngressQdisc, MqQdisc)
+from ratelimit.plan.shaping import HtbClass
 from ratelimit.plan.filters import U32Filter
 from ratelimit.plan.queuepin import QueueEntry, QueueMap, QueueProgram, key
 from ratelimit.profiles.scenario import load as load_scenario

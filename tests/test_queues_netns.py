@@ -21,6 +21,7 @@ from ipaddress import ip_address
 
 import pytest
 
+from bench.common import wait_until
 from ratelimit.cli import main as cli
 from ratelimit.service import readout
 from ratelimit import service
@@ -116,12 +117,23 @@ def _ends(server, client, host, port, server_port=SERVER_PORT):
             s.close()
 
 
-def _send(ends) -> None:
-    """``PROBES`` datagrams each way between the two ends, received before they close."""
+def _send(ends, received: bool = True) -> None:
+    """``PROBES`` datagrams each way between the two ends; ``received``: each end has read
+    the other's before they close (a closed end would answer with port-unreachables, packets
+    on the links too), else 50 ms between rounds (a flow's pace)."""
     for a, b in ((ends[0], ends[1]), (ends[1], ends[0])):
         for _ in range(PROBES):
             a.sendto(b"q" * 100, b.getsockname()[:2])
-    time.sleep(0.05)
+    if not received:
+        time.sleep(0.05)
+        return
+    for end in ends:
+        end.settimeout(30)  # generous: it says the datagrams will not come
+        for k in range(PROBES):
+            try:
+                end.recv(2048)
+            except TimeoutError:
+                raise AssertionError(f"{end.getsockname()[:2]} received {k} of {PROBES} datagrams in 30 s") from None
 
 
 def _probe(server, client, host, port, server_port=SERVER_PORT):
@@ -132,12 +144,10 @@ def _probe(server, client, host, port, server_port=SERVER_PORT):
 
 def _settled(router):
     """Counters once every link's queue is empty."""
-    for _ in range(100):
-        links = readout.statistics("r0", router)["links"]
-        if not any(r["backlog_pkts"] for r in links):
-            return links
-        time.sleep(0.05)
-    raise AssertionError("the links' queues did not drain")
+    def links():
+        rows = readout.statistics("r0", router)["links"]
+        return None if any(r["backlog_pkts"] for r in rows) else rows
+    return wait_until(links, 60, "the links' queues to drain")
 
 
 def _tree_classes(router, dev, tree: int) -> dict:
@@ -200,15 +210,14 @@ def test_the_default_cohort_takes_every_other_packet_and_clean_removes_it_all(ro
     assert "clsact" not in subprocess.run(["tc", "-n", router, "qdisc", "show", "dev", "r0", "ingress"],
                                           capture_output=True, text=True).stdout
     assert subprocess.run(["ip", "-n", router, "link", "show", "rl-r0"], capture_output=True).returncode != 0
+    def freed(prog):
+        try:
+            os.close(bpf.prog_fd(prog))
+        except OSError:
+            return True
+        return False
     for prog in programs:  # freed with their filters (after an RCU grace period)
-        for _ in range(100):
-            try:
-                os.close(bpf.prog_fd(prog))
-            except OSError:
-                break
-            time.sleep(0.02)
-        else:
-            raise AssertionError(f"program {prog} is still loaded")
+        wait_until(lambda: freed(prog), 30, f"program {prog} to be unloaded", every_s=0.02)
 
 
 SIZE = 100_000
@@ -310,22 +319,28 @@ def test_a_grown_cohort_switches_make_before_break_and_no_packet_passes_unclassi
     direct = _direct(router, "r0"), _direct(router, "rl-r0")
     stop = threading.Event()
     failed = []
+    going = {port: threading.Event() for port in (10005, 20005)}
 
     def flow(port):  # one pair of sockets throughout: rebinding a port just closed can fail under load
         try:
             with _ends(server, client, CLIENT4[0], port, server_port=port) as ends:
                 while not stop.is_set():
-                    _send(ends)
+                    _send(ends, received=False)
+                    going[port].set()
         except Exception as err:  # the test's, not a warning's
             failed.append((port, err))
-    senders = [threading.Thread(target=flow, args=(port,)) for port in (10005, 20005)]
+        finally:
+            going[port].set()
+    senders = [threading.Thread(target=flow, args=(port,)) for port in going]
     for t in senders:
         t.start()
     try:
-        time.sleep(0.3)
+        for port, started in going.items():  # each flow sending before the apply
+            assert started.wait(30), f"the flow to port {port} did not start"
+        time.sleep(0.3)  # and for a while: the flows' rounds while the old plan holds
         grown = ("a", (CLIENT4[0],), ((10000, 10599),), "port", False)
         plan = service.apply(_request(router, grown, b))
-        time.sleep(0.3)
+        time.sleep(0.3)  # the flows' rounds after the switch
     finally:
         stop.set()
         for t in senders:

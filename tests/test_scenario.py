@@ -23,7 +23,8 @@ from ratelimit.plan.layout import GROUP_LINKS, major
 from ratelimit.errors import RatelimitError
 from ratelimit.plan.filters import U32Filter
 from ratelimit.spec.linklayer import PPP_VJ
-from ratelimit.plan.ops import HtbClass, HtbQdisc
+from ratelimit.plan.ops import HtbQdisc
+from ratelimit.plan.shaping import HtbClass
 from ratelimit.spec.summary import describe, summary
 
 TWO = """

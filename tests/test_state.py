@@ -107,7 +107,8 @@ def test_markers(state_dir):
 
 def picture_of(plan, **changes):
     """The picture a kernel holding exactly ``plan`` gives (as Reader.picture reads it)."""
-    from ratelimit.plan.ops import HtbClass, HtbQdisc, IngressQdisc
+    from ratelimit.plan.ops import HtbQdisc, IngressQdisc
+    from ratelimit.plan.shaping import HtbClass
     out = {dev: {"root": None, "ingress": None, "classes": []} for dev in plan.devices()}
     for op in plan.ops:
         if type(op) is HtbQdisc and op.parent == 0xFFFFFFFF:  # a group's qdisc is no root
@@ -183,7 +184,7 @@ def test_the_lock_is_had_once_the_holder_lets_go():
     def hold():
         with records.lock("rlhd-x", "rlh0"):
             holding.set()
-            time.sleep(0.3)
+            time.sleep(0.3)  # the holder's hold (the scenario, not a reading): the waiter's lock has to wait for it
     t = threading.Thread(target=hold)
     t.start()
     holding.wait()

@@ -58,12 +58,14 @@ s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 22)
 s.setsockopt(socket.SOL_SOCKET, 35, 1)  # SO_TIMESTAMPNS: when the kernel took the packet in
 s.bind(("198.18.1.2", int(sys.argv[1])))
-s.settimeout(float(sys.argv[2]))
+print("ready", flush=True)
+s.settimeout(60)  # the first datagram: the sender is a process that starts after this one
 offset = time.clock_gettime(time.CLOCK_REALTIME) - time.monotonic()
 out = []
 try:
     while True:
         data, anc, _, _ = s.recvmsg(65536, 64)
+        s.settimeout(float(sys.argv[2]))  # then: the flow has ended once none came for this long
         sec, nsec = struct.unpack("qq", anc[0][2][:16])
         out.append(f"{sec + nsec / 1e9 - offset:.6f} {len(data)}")
 except socket.timeout:
@@ -81,6 +83,8 @@ k = 0
 while time.monotonic() - t0 < seconds:
     s.sendto(b"x" * size, ("198.18.1.2", port))
     k += 1
+    if k == 1:
+        print("sending", flush=True)
     delay = t0 + k * gap - time.monotonic()
     if delay > 0:
         time.sleep(delay)
@@ -112,16 +116,17 @@ def test_a_flow_both_plans_select_stays_within_its_rate_across_the_switch(rlhd):
         service.apply(request(ns, hosts=hosts, ports="5000-5999", direction="dest", rate="2mbit", queue="50kb"))
         receiver = subprocess.Popen(["ip", "netns", "exec", rx, sys.executable, "-c", RECEIVER, str(port), "2"],
                                     stdout=subprocess.PIPE, text=True)
-        time.sleep(0.5)
+        assert receiver.stdout.readline().strip() == "ready"  # bound: it sees the first datagram
         sender = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", SENDER, str(port),
-                                   str(2 * rate_bps), "120", str(size)])
-        time.sleep(4)
+                                   str(2 * rate_bps), "120", str(size)], stdout=subprocess.PIPE, text=True)
+        assert sender.stdout.readline().strip() == "sending"
+        time.sleep(4)  # from the flow's first datagram: the queue fills (0.4 s at 2x), and a second of it scored
         t_switch = time.monotonic()
         plan = service.apply(request(ns, hosts=hosts, ports="5005-6004", direction="dest", rate="2mbit",
                                      queue="50kb"))  # 8,000 links, the probe's among them
         switch_s = time.monotonic() - t_switch
         assert plan.how == "make-before-break"
-        time.sleep(3)
+        time.sleep(3)  # the flow after the switch, in the window scored
         sender.terminate()
         sender.wait(timeout=30)
         out, _ = receiver.communicate(timeout=30)
@@ -133,7 +138,7 @@ def test_a_flow_both_plans_select_stays_within_its_rate_across_the_switch(rlhd):
         subprocess.run(["ip", "netns", "del", rx], capture_output=True)
     arrivals = [(float(t), int(n)) for t, n in (line.split() for line in out.splitlines())]
     frame = size + 8 + 20 + 14  # what the link meters: UDP, IP and Ethernet headers
-    burst = request(ns).burst_bytes(request(ns).down, rate_bps)
+    burst = request(ns).burst_bytes(request(ns).only.down, rate_bps)
     ceiling = rate_bps / 8 + frame + (burst + frame) + frame
     start, end = arrivals[0][0] + 1.0, arrivals[-1][0] - 1.0  # the queue filled; the sender still going
     assert start < t_switch and t_switch + switch_s < end

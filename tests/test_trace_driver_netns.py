@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from bench import tracefacts, traceload
+from bench.common import established, listening, wait_until
 from ratelimit.driver import follow
 from ratelimit.service import readout
 from ratelimit import service
@@ -32,6 +33,18 @@ pytestmark = pytest.mark.netns
 
 CASES = Path(__file__).resolve().parent / "cases" / "traces"
 _counter = itertools.count(1)
+# the outage test's warm-up schedule: the first step's rate until ``outage.toml`` replaces it
+WARM = """description = "2 Mbit/s until the test's schedule takes over (tests)"
+loop = false
+
+[[step]]
+duration = "3600s"
+down = { rate = "2mbit" }
+up = { rate = "2mbit" }
+"""
+# the outage test's run from the download's start, and the most its second apply may take
+APPLY_S = 5.0
+RUN_S = 10.0 + APPLY_S
 
 
 @pytest.fixture
@@ -55,15 +68,14 @@ def request(ns, schedule, links=1, **kw):
     return service.make_request(traceload.DEV, netns=ns["rtr"], **args)
 
 
-def status_when(ns, ready, timeout_s=10.0) -> dict:
-    """The driver's status once ``ready(status)`` holds."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def status_when(ns, ready, timeout_s=60.0) -> dict:
+    """The driver's status once ``ready(status)`` holds (generous: a driver's start is a
+    Python process's, seconds on a slow machine)."""
+    def now():
         st = follow.read_status(ns["rtr"], traceload.DEV)
-        if st and ready(st):
-            return st
-        time.sleep(0.01)
-    raise AssertionError(f"the driver's status never got there: {follow.read_status(ns['rtr'], traceload.DEV)}")
+        return st if st and ready(st) else None
+    return wait_until(now, timeout_s, "the driver's status", every_s=0.01,
+                      detail=lambda: f"it is {follow.read_status(ns['rtr'], traceload.DEV)}")
 
 
 def kernel_rates(ns, link) -> tuple[int, int]:
@@ -107,7 +119,7 @@ def test_the_c_sender_sends_each_datagram_at_its_time_and_the_receiver_records_e
         sent = subprocess.run(["ip", "netns", "exec", ns["srv"], sender, traceload.CLIENT, "100",
                                str(tmp_path / "plan.bin")], capture_output=True, text=True, check=True, timeout=30)
         counts = json.loads(sent.stdout)
-        time.sleep(0.3)
+        time.sleep(0.3)  # after the measurement: the last datagrams' way to the receiver (unshaped: microseconds)
         Path(str(out) + ".stop").touch()
         got = json.loads(rec.communicate(timeout=10)[0].splitlines()[-1])
     finally:
@@ -128,6 +140,14 @@ def test_the_c_sender_sends_each_datagram_at_its_time_and_the_receiver_records_e
 # ---------------------------------------------------------------- the square wave
 
 
+# the runs of the paced senders: each as long as before plus SLACK_S, in which the scored window
+# (as long as before) may start later, at the first step after every sender is on its plan; a
+# run whose senders fell behind in every such window is run again, at most ATTEMPTS times
+# (beside the kernel VM on a 2-core machine the senders fell 876 ms behind, the mean read 0.869:
+# the load's, not the links'; the test then fails saying so, and judges no link)
+SLACK_S, ATTEMPTS = 4.0, 3
+
+
 # the paced senders and the driver's timing against the clock need the host to themselves; pinned
 # beside the kernel VM's tests it passed 8 runs of 8 (tests/schedule.py, "Alone on the host")
 @pytest.mark.alone_on_host
@@ -136,12 +156,16 @@ def test_a_square_wave_on_1000_links_is_followed_within_its_tolerances(tag, tmp_
     1.1 times its capacity (full-size datagrams: what a trace counts), each link at its own
     phase (in lock-step, one link's rounding to whole datagrams would be every link's: the
     mean would measure one link).  Each tolerance is the percentage or one datagram,
-    whichever is larger."""
-    r = traceload.traced_run(tag, 12.0, tmp_path, links=1000, schedule=str(CASES / "square-frames.toml"),
-                             phase_seed="23", queue="6056b", bandwidth="1gbit")
+    whichever is larger.  Scored over a window where every sender was on its plan
+    (``traceload.on_plan``): the links' tolerances are not the load's."""
+    r = traceload.on_plan_run(tag, 12.0, tmp_path, attempts=ATTEMPTS, say=print, slack_s=SLACK_S, links=1000,
+                              schedule=str(CASES / "square-frames.toml"), phase_seed="23", queue="6056b",
+                              bandwidth="1gbit")
     print(json.dumps({k: v for k, v in r.items() if k != "driver"}), r["driver"])
     assert r["received"] > 100_000 and r["sent"]["errors"] == 0
-    assert r["receiver_lost"] == 0 and r["sent"]["late_ms"] < 100, r["sent"]  # the load is what it says
+    # the load is what it says over the window scored (its first datagrams, a burst that fills
+    # every queue at once, go late by how long the kernel takes to forward 4,000 of them)
+    assert r["receiver_lost"] == 0 and r["window"]["late_ms"] < 100, (r["window"], r["sent"])
     assert abs(r["mean_ratio"] - 1) <= 0.01, r  # the mean within 1% of the schedule's capacity
     assert r["p95_tolerances_1000ms"] <= 1.0, r  # per 1 s window, within 2% (p95 over links and windows)
     assert r["p95_tolerances_100ms"] <= 1.0, r  # per 100 ms window, within 10%
@@ -158,10 +182,12 @@ def test_a_cellular_trace_of_small_datagrams_is_followed_in_the_links_own_packet
     in them, so the mean is within 1% of the capacity and the p95 error of 1 s windows within
     5%.  Counted in full frames, as before, the same run read +1.7% and 19%
     (docs/traces-notes.md, section 9)."""
-    r = traceload.traced_run(tag, 12.0, tmp_path, links=500, trace_down="lte-drive.down", trace_scale="0.01",
-                             phase_seed="23", queue="30280b", bandwidth="1gbit", payload=160)
+    r = traceload.on_plan_run(tag, 12.0, tmp_path, attempts=ATTEMPTS, say=print, slack_s=SLACK_S, links=500,
+                              trace_down="lte-drive.down", trace_scale="0.01", phase_seed="23", queue="30280b",
+                              bandwidth="1gbit", payload=160)
     print(json.dumps({k: v for k, v in r.items() if k != "driver"}), r["driver"])
-    assert r["receiver_lost"] == 0 and r["sent"]["late_ms"] < 100, r["sent"]  # the load is what it says
+    # the load is what it says over the window scored
+    assert r["receiver_lost"] == 0 and r["window"]["late_ms"] < 100, (r["window"], r["sent"])
     assert r["datagrams_per_window"] >= 50, r
     assert r["driver"]["learnt"] == 500, r["driver"]  # every link's packets known
     assert abs(r["mean_ratio"] - 1) <= 0.01, r
@@ -174,28 +200,45 @@ def test_a_cellular_trace_of_small_datagrams_is_followed_in_the_links_own_packet
 @pytest.mark.alone_on_host  # the driver's rounds and the client's reads against the clock: beside the loaded suite
 # 13 kB (some 50 ms of the link) were read inside the outage once: an opening sent early by the driver's lead, the
 # likely cause, is no longer possible (docs/traces-notes.md, 9)
-def test_an_outage_holds_a_tcp_download_and_it_resumes_when_capacity_returns(tag):
+def test_an_outage_holds_a_tcp_download_and_it_resumes_when_capacity_returns(tag, tmp_path):
     """4 s at 2 Mbit/s, 3 s of nothing (the driver shuts the link's gate), then 2 Mbit/s: the
     download is not reset, nothing reaches the client during the outage, and it goes on at
-    the link's rate afterwards."""
+    the link's rate afterwards.  The schedule's steps are fixed in the wall clock from its
+    apply, so the driver (a process's start) and the download (two) start first, under a
+    schedule of the first step's rate (``WARM``), and ``outage.toml`` is applied once they run:
+    the driver reads its record at its next step."""
     ns = traceload.topology(tag)
-    service.apply(request(ns, "outage.toml", per="host", ports="all"))
-    started = records.load(ns["rtr"], traceload.DEV).request.cohorts[0].trace.started_ms
+    warm = tmp_path / "warm.toml"
+    warm.write_text(WARM)
+    service.apply(request(ns, str(warm), per="host", ports="all"))
+    status_when(ns, lambda st: st.get("step") is not None)  # the driver follows
     wall = time.time() - time.monotonic()  # the client stamps its receives with the monotonic clock
-    total = 10.0 - (time.time() * 1000 - started) / 1000  # the run ends 10 s after the traces' start
+    # the run ends RUN_S after the download's start (both ends count from it): 10 s after the
+    # traces' start if the second apply comes within APPLY_S of it
     server = subprocess.Popen(["ip", "netns", "exec", ns["srv"], sys.executable, "-c", tracefacts.SERVER,
-                               str(tracefacts.PORT), str(total)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               str(tracefacts.PORT), str(RUN_S)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)
+    client = None
     try:
-        time.sleep(0.3)
-        client = subprocess.run(["ip", "netns", "exec", ns["cli"], sys.executable, "-c", tracefacts.CLIENT,
-                                 str(tracefacts.PORT), str(total + 1)], capture_output=True, text=True, timeout=60)
+        wait_until(lambda: listening(ns["srv"], tracefacts.PORT), 60, "the server to listen")
+        client = subprocess.Popen(["ip", "netns", "exec", ns["cli"], sys.executable, "-c", tracefacts.CLIENT,
+                                   str(tracefacts.PORT), str(RUN_S + 1)], stdout=subprocess.PIPE, text=True)
+        wait_until(lambda: established(ns["srv"], tracefacts.PORT), 60, "the download to connect")
+        connected = time.time()
+        service.apply(request(ns, "outage.toml", per="host", ports="all"))
+        started = records.load(ns["rtr"], traceload.DEV).request.traced_start_ms
+        status_when(ns, lambda st: st.get("started_ms") == started and st.get("step") is not None)
+        print(f"the traces started {started / 1000 - connected:.2f} s after the download; the driver followed them "
+              f"{time.time() - started / 1000:.2f} s after their start")
+        assert started / 1000 - connected < APPLY_S, "the second apply came too late: the run ends before 10 s of it"
+        out, _ = client.communicate(timeout=RUN_S + 60)
         _, err = server.communicate(timeout=30)
     finally:
-        if server.poll() is None:
-            server.kill()
-            server.wait()
-    got = json.loads(client.stdout)
+        for p in (server, client):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    got = json.loads(out)
     assert got["error"] is None and err == "", (got["error"], err)  # not reset
     samples = [((t + wall) * 1000 - started, n) for t, n in got["samples"]]  # ms into the traces, bytes so far
 
@@ -225,7 +268,7 @@ def test_a_killed_driver_is_reported_at_its_step_and_a_new_one_resumes_within_a_
     service.apply(request(ns, "tunnel.toml", links=100))
     shut = status_when(ns, lambda st: st.get("shut") == 100 and st.get("step", 0) >= 3)
     os.kill(shut["pid"], signal.SIGKILL)
-    time.sleep(0.3)
+    wait_until(lambda: not follow.alive(ns["rtr"], traceload.DEV), 30, "the killed driver to let its lock go")
     left = follow.read_status(ns["rtr"], traceload.DEV)
     data = readout.statistics(traceload.DEV, ns["rtr"])
     driver = data["driver"]
@@ -244,7 +287,7 @@ def test_a_killed_driver_is_reported_at_its_step_and_a_new_one_resumes_within_a_
     # that has learnt its lead sends): a resumed driver neither replays where the old one stopped
     # nor waits.  Its round's time in the kernel is not part of this (late_ms counts half of it;
     # a stop's CI, busy, read 122 ms there)
-    sent_ms = first["step_at_ms"] - (req.cohorts[0].trace.started_ms + first["step"] * 100)
+    sent_ms = first["step_at_ms"] - (req.traced_start_ms + first["step"] * 100)
     assert -50 <= sent_ms < 100, first
     # the kernel holds the driver's steps: read where every step that can be in the kernel
     # during the read (from the status's step before it to the one after the status after it,
@@ -288,7 +331,8 @@ def test_the_driver_follows_a_plan_built_beside_in_other_handles(tag):
         {op.classid for op in old.ops if type(op).__name__ == "HtbClass" and op.classid & 0xFFFF >= 0x100})
     st = status_when(ns, lambda st: st.get("links") == 300)
     assert st["step"] is not None
-    time.sleep(0.3)
+    # a round of the new plan's after that one has gone out (a status is written once its round has)
+    status_when(ns, lambda now: now.get("links") == 300 and now.get("rounds", 0) > st["rounds"])
     klass, _ = kernel_rates(ns, new[-1])  # the new plan's last link: the driver's rate (around 400 or 40
     assert klass != new[-1].klass.ceil_bps == 220_000  # kbit/s), not the plan's first (the schedule's mean)
     data = readout.statistics(traceload.DEV, ns["rtr"])  # --stats: each link's trace and its rate now

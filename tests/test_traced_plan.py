@@ -3,6 +3,7 @@
 of each step, and what --list says of a driver that is not running."""
 
 import dataclasses
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -16,7 +17,8 @@ from ratelimit.profiles import scenario, traced
 from ratelimit.state import records
 from ratelimit.plan.compile import compile_plan
 from ratelimit.errors import StateError
-from ratelimit.plan.ops import Change, HtbClass, NetemQdisc, TbfQdisc
+from ratelimit.plan.ops import Change
+from ratelimit.plan.shaping import HtbClass, NetemQdisc, TbfQdisc
 from ratelimit.service import make_request
 from ratelimit.driver.steps import Stepper, traced_links
 
@@ -328,6 +330,39 @@ def test_a_driver_that_died_is_reported_with_its_step_and_an_outage_left_in_plac
     assert "ratelimit follow --interface veth0" in dead["notice"] and "\n" not in dead["notice"]
     other = follow.report(tracespec.stamped(square(), None, 2_000), None, "veth0")  # another apply's traces
     assert other["step"] is None and "has not followed these traces" in other["notice"]
+
+
+def two_traced(tmp_path, phones_scale):
+    """Phones, then tablets, each on the tunnel schedule (phones at ``phones_scale``)."""
+    path = tmp_path / "two.toml"
+    path.write_text('description = "two traced cohorts"\n' + "".join(
+        f'[cohort.{name}]\ndescription = "{name}"\nhosts = "{host}"\nper = "host"\n'
+        f'schedule = "{CASES / "tunnel.toml"}"\ntrace_scale = {scale}\nphase = "same"\n'
+        for name, host, scale in (("phones", "198.18.1.2", phones_scale), ("tablets", "198.18.1.3", 0.5))))
+    return make_request("veth0", scenario=scenario.load(str(path)))
+
+
+def test_a_driver_of_a_plan_whose_older_cohort_comes_second_is_reported_at_its_step(tmp_path, monkeypatch):
+    """A re-apply that restarts the first cohort's traces keeps the second's start, the
+    earlier one: the plan's time 0, which the driver writes to its status.  Its report (what
+    --stats and the dashboard show) keeps the driver's step."""
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    first = tracespec.stamped(two_traced(tmp_path, 0.5), None, 10_000)
+    again = tracespec.stamped(two_traced(tmp_path, 0.25), first, 20_000)
+    assert [c.trace.started_ms for c in again.cohorts] == [20_000, 10_000]  # the newer first, the older after
+    assert {link.offset_ms for link in traced_links(compile_plan(again), traced.load_all(again))} == {0, 10_000}
+    path = follow.status_path(None, "veth0")
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"version": 1, "pid": os.getpid(), "step_ms": 100, "state": "following",
+                                "started_ms": 10_000, "step": 137, "step_at_ms": 23_700, "links": 4, "shut": 2}))
+    dead = follow.report(again, None, "veth0", now_ms=25_700)
+    assert (dead["started_ms"], dead["step"], dead["shut"]) == (10_000, 137, 2)
+    assert "stopped 2.0 s ago" in dead["notice"] and "step 137 (13.7 s into the traces)" in dead["notice"]
+    with open(follow.lock_path(None, "veth0"), "a") as held:  # a driver runs: it holds the lock
+        fcntl.flock(held, fcntl.LOCK_EX)
+        running = follow.report(again, None, "veth0")
+    assert running["running"] and running["notice"] is None
+    assert (running["started_ms"], running["step"], running["shut"], running["links"]) == (10_000, 137, 2, 4)
 
 
 # ---------------------------------------------------------------- the command line

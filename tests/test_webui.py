@@ -14,7 +14,8 @@ from ratelimit import service
 from ratelimit.errors import ApplyError, ConflictError, NotFoundError, PermissionDenied
 from webui import create_app
 from webui.cli import parse_listen, web_main
-from webui.stats import StatsSource, reading
+from webui.stats import StatsSource
+from webuikit import reading
 
 TOKEN = "test-token-0123456789abcdef"
 AUTH = {"X-Ratelimit-Token": TOKEN}
@@ -304,6 +305,15 @@ def test_links_filters_sort_and_pages(client, src, reader):
     assert [r["port"] for r in page["links"]] == [5001, 5001] and page["offset"] == 2
     assert client.get("/api/links?active=0&sort=host").status_code == 200
     assert client.get("/api/links?active=0&sort=rate_bps").status_code == 200
+
+
+def test_links_sort_by_host_puts_the_default_cohorts_link_last(client, src, reader):
+    """The default cohort's link (host None in the reading, ``others`` in a row): by host it comes
+    after every address, IPv6 included, instead of failing the request."""
+    reader.links[2]["host"], reader.links[3]["host"] = None, "2001:db8:18::2"
+    polled(src, reader, bytes=[600, 500, 400, 300, 200, 100])
+    data = client.get("/api/links?active=0&sort=host&order=asc").get_json()
+    assert [r["host"] for r in data["links"]] == ["198.18.0.2"] * 4 + ["2001:db8:18::2", "others"]
 
 
 @pytest.mark.parametrize("query, fragment", [
@@ -655,6 +665,16 @@ def test_read_only_refuses_changes(reader, control):
     ({"per": "street"}, 400, "--per: street is not a link granularity (port, host, shared)"),
     ({"link": "carrier-pigeon"}, 400, "--link: 'carrier-pigeon' is not a link layer"),
     ({"queue": "deep"}, 400, "--queue: 'deep' is not a queue"),
+    ({"queues": "many"}, 400, "--queues: 'many' is not"),
+    # a trace or schedule is a shipped one by name, never a file on the router
+    ({"trace_down": "/etc/passwd"}, 400, "trace_down: '/etc/passwd' is not a shipped trace (allowed: 3g-walk.down, "
+                                         "3g-walk.up, lte-drive.down, lte-drive.up, tunnel.down, tunnel.up)"),
+    ({"schedule": "../tests/cases/traces/square.toml"}, 400, "schedule: '../tests/cases/traces/square.toml' is not "
+                                                             "a shipped schedule (allowed: train.toml)"),
+    ({"scenario": '[cohort.a]\ndescription = "phones"\nhosts = "198.18.0.2"\nprofile = "3g"\ntrace_down = "/etc/passwd"\n',
+      "hosts": None,
+      "ports": None}, 400, "scenario: [cohort.a] trace_down: '/etc/passwd' is not a shipped trace"),
+    ({"trace_scale": "0.5"}, 400, "--trace-scale: there is no trace or schedule for it to apply to"),
 ])
 def test_apply_bad_input(client, control, change, status, fragment):
     assert_error(post(client, "/api/apply", dict(APPLY, **change)), status, fragment)
@@ -671,6 +691,25 @@ def test_apply(client, control, src, reader):
     assert data["applied"]["down"]["rate_bps"] == 1_000_000
     ((what, req, force),) = control.calls
     assert what == "apply" and force is True and req.mode == "shape" and req.only.ports == ((5000, 5003),)
+
+
+def test_apply_takes_every_option_the_command_line_does(client, control):
+    """The API's fields are the request's options (``service.request.Options``): the tx queues
+    and the trace options too, a shipped trace or schedule by its name."""
+    from ratelimit.cli.main import build_parser
+    from ratelimit.service.request import FIELDS
+    from webui.api import APPLY_FIELDS
+    dests = {a.dest for a in build_parser()._actions}
+    assert set(FIELDS) - {"device_queues"} <= dests and set(APPLY_FIELDS) == set(FIELDS) - {"device_queues"} | {"force"}
+    resp = post(client, "/api/apply", dict(APPLY, per="host", schedule="train", rate="1mbit", queues="1",
+                                           phase="same"))
+    assert resp.status_code == 200, resp.get_json()
+    ((_, req, _),) = control.calls
+    trace = req.only.trace
+    assert trace.down.kind == "schedule" and trace.down.name == "train.toml" and trace.phase.kind == "same"
+    resp = post(client, "/api/apply", dict(APPLY, per="host", trace_down="lte-drive.down", trace_scale="0.01"))
+    assert resp.status_code == 200, resp.get_json()
+    assert control.calls[-1][1].only.trace.down.name == "lte-drive.down" and control.calls[-1][1].only.trace.scale == 0.01
 
 
 def test_apply_per_host_link_layer_and_queue(client, control):

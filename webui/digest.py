@@ -47,6 +47,8 @@ COLUMNS = COUNTERS + GAUGES + RATES + TRACED + ("active", "state")
 TRACK_TOLERANCE = 0.1  # a traced link tracks its trace when it delivers within 10% of its capacity
 
 STATES = ("idle", "busy", "at_rate", "starved")  # the ``state`` column holds the index
+STATE_COUNTS = STATES + ("dropping",)  # what a distribution counts: the states, and the dropping links
+SIDES = (("down", "dest"), ("up", "source"))  # a summary's side, and its links' direction
 AT_RATE_SHARE = 0.9
 STARVED_SHARE = 0.5
 SHARE_EDGES = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)  # the last bucket: 1.0 and above
@@ -61,7 +63,7 @@ class LinkRates:
     def __init__(self, keys, applied: dict | None, cohorts: tuple = ()):
         def frame(part: dict) -> dict:
             out = {}
-            for side, direction in (("down", "dest"), ("up", "source")):
+            for side, direction in SIDES:
                 rate = ((part or {}).get(side) or {}).get("frame_rate_bps")
                 out[direction] = float(rate) if rate else NAN
             return out
@@ -76,7 +78,11 @@ class LinkRates:
         self.ms_per_byte = array("d", (8000.0 / r for r in per_link))
         self.down = bytes(k[0] == "dest" for k in keys)  # a mask for compress()
         self.up = bytes(k[0] != "dest" for k in keys)
-        self.directions = tuple(d for d, mask in (("dest", self.down), ("source", self.up)) if any(mask))
+        self.directions = tuple(d for d in ("dest", "source") if any(self.mask(d)))
+
+    def mask(self, direction: str) -> bytes:
+        """The mask of ``direction``'s links (``dest`` or ``source``), for compress()."""
+        return self.down if direction == "dest" else self.up
 
 
 def empty_columns(n: int = 0) -> dict:
@@ -162,7 +168,7 @@ def tracking(cols: dict, rates: LinkRates) -> dict:
         return out
     counted = list(map(and_, map(bool, cols["backlog_bytes"]), map(lambda r: r == r, cols["track_ratio"])))
     for d in rates.directions:
-        mask = bytes(map(mul, traced, rates.down if d == "dest" else rates.up))
+        mask = bytes(map(mul, traced, rates.mask(d)))
         if not any(mask):
             continue
         ratios = sorted(compress(cols["track_ratio"], map(mul, mask, counted)))
@@ -176,10 +182,10 @@ def tracking(cols: dict, rates: LinkRates) -> dict:
 def totals(cols: dict, rates: LinkRates) -> dict:
     """Sums of the counters and gauges: {"dest": {...}, "source": {...}} (directions present)."""
     out = {}
-    for direction, mask in (("dest", rates.down), ("source", rates.up)):
-        if any(mask):
-            out[direction] = {name: sum(compress(cols[name], mask)) for name in COUNTERS + GAUGES}
-            out[direction]["throughput_bps"] = sum(compress(cols["throughput_bps"], mask))
+    for direction in rates.directions:
+        mask = rates.mask(direction)
+        out[direction] = {name: sum(compress(cols[name], mask)) for name in COUNTERS + GAUGES}
+        out[direction]["throughput_bps"] = sum(compress(cols["throughput_bps"], mask))
     return out
 
 
@@ -197,7 +203,7 @@ def distribution(cols: dict, rates: LinkRates, only: bytes | None = None) -> dic
     to count, e.g. a cohort's)."""
     out = {}
     for d in rates.directions:
-        mask = rates.down if d == "dest" else rates.up
+        mask = rates.mask(d)
         out[d] = _distribution(cols, mask if only is None else bytes(map(mul, mask, only)))
     return out
 

@@ -1,6 +1,6 @@
 """Every error leaves as JSON ``{"error": "one line"}``; tracebacks go to the log only."""
 
-from flask import current_app
+from flask import current_app, request
 from werkzeug.exceptions import HTTPException
 
 from ratelimit.errors import (ApplyError, ConflictError, KernelMissing, NotFoundError, PermissionDenied,
@@ -67,15 +67,10 @@ def register(app) -> None:
     def http_error(err: HTTPException):
         message = _HTTP_MESSAGES.get(err.code) or _one_line(err.description or err.name).lower()
         if err.code == 405:
-            message = f"method: {_request_method()} is not allowed here (allowed: {', '.join(sorted(err.valid_methods or []))})"
+            message = f"method: {request.method} is not allowed here (allowed: {', '.join(sorted(err.valid_methods or []))})"
         return {"error": message}, err.code or 500
 
     @app.errorhandler(Exception)
     def internal_error(err: Exception):
         current_app.logger.exception("unhandled error")
         return {"error": "internal error (see the server log)"}, 500
-
-
-def _request_method() -> str:
-    from flask import request
-    return request.method

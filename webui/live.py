@@ -18,7 +18,7 @@ from flask import Blueprint, Response, current_app, stream_with_context
 
 from .api import TARGET_QUERY, target_info
 from .errors import WebError
-from .params import check_query, resolve_target, source
+from .params import check_query, resolve_target, snapshots, source
 
 bp = Blueprint("live", __name__, url_prefix="/api")
 _lock = threading.Lock()
@@ -60,7 +60,7 @@ def stream():
                 seen = now
                 snap = src.snapshot(*target)
                 yield _event("tick", {"seq": snap.seq, "time": snap.time,
-                                      "targets": [target_info(src.snapshot(n, i)) for n, i in src.targets()]})
+                                      "targets": [target_info(s) for s in snapshots(src)]})
         finally:
             release()
 

@@ -46,12 +46,13 @@ OpenMetrics carries (units, created times, exemplars).
 
 from flask import Blueprint, Response
 
-from .digest import STATES
+from .digest import QUANTILES, SIDES, STATE_COUNTS
 from .errors import WebError, field_error
-from .params import boolean, check_query, source
-from .stats import port_text
+from .params import boolean, check_query, snapshots, source
+from .snapshot import port_text
 
 AUTO_LINK_LIMIT = 1024  # ?links=auto: per-link series up to this many links on an interface
+QUANTILE_LABELS = {name: f"{q:g}" for name, q in QUANTILES}  # p5 -> "0.05"
 
 bp = Blueprint("metrics", __name__)
 
@@ -75,8 +76,24 @@ def _labels(**labels) -> str:
     return "{" + ",".join(f'{k}="{_escape("" if v is None else v)}"' for k, v in labels.items()) + "}"
 
 
+def _link_labels(s, i: int) -> str:
+    """The labels of snapshot ``s``'s link ``i``."""
+    direction, host, port, _dev = s.layout.keys[i]
+    cohort, profile = s.layout.cohort(i)
+    return _labels(interface=s.interface, netns=s.netns, host=host, port=port_text(port), direction=direction,
+                   cohort=cohort, profile=profile)
+
+
 def _header(out: list, name: str, kind: str, text: str) -> None:
     out.append(f"# HELP {name} {text}\n# TYPE {name} {kind}\n")
+
+
+def _quantiles(out: list, name: str, s, direction: str, values: dict, scale: float = 1.0) -> None:
+    """A sample of ``name`` per quantile in ``values`` (p5, p50, p95; None: none) of ``s``'s ``direction``."""
+    for q, value in values.items():
+        if value is not None:
+            labels = _labels(interface=s.interface, netns=s.netns, direction=direction, quantile=QUANTILE_LABELS[q])
+            out.append(f"{name}{labels} {value * scale:.6g}\n")
 
 
 def render(snaps, links: str = "auto") -> str:
@@ -101,7 +118,7 @@ def render(snaps, links: str = "auto") -> str:
                               ("ratelimit_queue_bytes", "queue_bytes", "Queue of each link (shape mode), bytes.")):
         _header(out, name, "gauge", text)
         for s in snaps:
-            for side, direction in (("down", "dest"), ("up", "source")):
+            for side, direction in SIDES:
                 value = ((s.applied or {}).get(side) or {}).get(field)
                 if value is not None:
                     out.append(f"{name}{_labels(interface=s.interface, netns=s.netns, direction=direction)} {value}\n")
@@ -127,7 +144,7 @@ def render(snaps, links: str = "auto") -> str:
             "< 50% of the rate), dropping (overlaps the others).")
     for s in snaps:
         for direction, d in s.distribution.items():
-            for state in STATES + ("dropping",):
+            for state in STATE_COUNTS:
                 labels = _labels(interface=s.interface, netns=s.netns, direction=direction, state=state)
                 out.append(f"ratelimit_links_state{labels} {d['states'][state]}\n")
     for name, what, scale, text in (
@@ -138,11 +155,7 @@ def render(snaps, links: str = "auto") -> str:
         _header(out, name, "gauge", text)
         for s in snaps:
             for direction, d in s.distribution.items():
-                for q, value in d[what].items():
-                    if value is not None:
-                        labels = _labels(interface=s.interface, netns=s.netns, direction=direction,
-                                         quantile={"p5": "0.05", "p50": "0.5", "p95": "0.95"}[q])
-                        out.append(f"{name}{labels} {value * scale:.6g}\n")
+                _quantiles(out, name, s, direction, d[what], scale)
     _header(out, "ratelimit_links_rate_share_bucket", "gauge",
             "Busy links whose rate share is below le (cumulative; le=+Inf counts them all).")
     for s in snaps:
@@ -159,19 +172,17 @@ def render(snaps, links: str = "auto") -> str:
     if detailed:
         _header(out, "ratelimit_link_rate_bps", "gauge", "Configured rate of one emulated link, bit/s.")
         for s in detailed:
-            base = {"interface": s.interface, "netns": s.netns}
-            for i, ((direction, host, port, _dev), rate) in enumerate(zip(s.layout.keys, s.layout.rate_bps)):
+            for i, rate in enumerate(s.layout.rate_bps):
                 if rate:
-                    cohort, profile = s.layout.cohort(i)
-                    out.append(f"ratelimit_link_rate_bps{_labels(**base, host=host, port=port_text(port), direction=direction, cohort=cohort, profile=profile)}"
-                               f" {rate}\n")
+                    out.append(f"ratelimit_link_rate_bps{_link_labels(s, i)} {rate}\n")
         for name, column, kind, text in LINK_METRICS:
             _header(out, name, kind, text)
             for s in detailed:
                 ns, ifc = _escape(s.netns or ""), _escape(s.interface)
                 col = s.columns[column]
-                cohorts = s.layout.cohorts or (("", ""),) * len(col)
-                for (direction, host, port, _dev), (cohort, profile), value in zip(s.layout.keys, cohorts, col):
+                # _link_labels written out: this loop is most of a ?links=true scrape (the table above)
+                for (direction, host, port, _dev), (cohort, profile), value in zip(s.layout.keys,
+                                                                                  s.layout.every_cohort(), col):
                     out.append(f'{name}{{interface="{ifc}",netns="{ns}",host="{host}",port="{port_text(port)}",'
                                f'direction="{direction}",cohort="{_escape(cohort)}",profile="{_escape(profile)}"}} '
                                f'{value}\n')
@@ -227,11 +238,7 @@ def _traced(out: list, snaps, detailed) -> None:
             "Quantiles over backlogged traced links of the rate delivered over the trace's capacity (last seconds).")
     for s in traced:
         for direction, t in s.tracking.items():
-            for q, value in t["ratio"].items():
-                if value is not None:
-                    labels = _labels(interface=s.interface, netns=s.netns, direction=direction,
-                                     quantile={"p5": "0.05", "p50": "0.5", "p95": "0.95"}[q])
-                    out.append(f"ratelimit_trace_tracking_ratio{labels} {value:.6g}\n")
+            _quantiles(out, "ratelimit_trace_tracking_ratio", s, direction, t["ratio"])
     for name, column, text in (
             ("ratelimit_link_trace_capacity_bps", "capacity_bps",
              "Capacity of one traced link's trace over the last poll interval (what a backlogged sender of "
@@ -243,12 +250,9 @@ def _traced(out: list, snaps, detailed) -> None:
             if not s.tracking:
                 continue
             caps, col = s.columns["capacity_bps"], s.columns[column]
-            for i, ((direction, host, port, _dev), cap) in enumerate(zip(s.layout.keys, caps)):
+            for i, cap in enumerate(caps):
                 if cap == cap:
-                    cohort, profile = s.layout.cohort(i)
-                    labels = _labels(interface=s.interface, netns=s.netns, host=host, port=port_text(port),
-                                     direction=direction, cohort=cohort, profile=profile)
-                    out.append(f"{name}{labels} {col[i]:.6g}\n")
+                    out.append(f"{name}{_link_labels(s, i)} {col[i]:.6g}\n")
 
 
 @bp.get("/metrics")
@@ -260,6 +264,4 @@ def metrics():
             links = "true" if boolean("links", links, True) else "false"
         except WebError:
             raise field_error("links", links, "is not auto or a boolean (allowed: auto, true, false, 1, 0)") from None
-    src = source()
-    snaps = [src.snapshot(n, i) for n, i in src.targets()]
-    return Response(render(snaps, links), content_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(render(snapshots(source()), links), content_type="text/plain; version=0.0.4; charset=utf-8")

@@ -6,10 +6,16 @@ from ratelimit.spec.names import target_name
 from ratelimit.spec.units import whole_number
 
 from .errors import WebError, field_error
+from .snapshot import target_key
 
 
 def source():
     return current_app.extensions["ratelimit_stats"]
+
+
+def snapshots(src) -> list:
+    """The latest snapshot of every target ``src`` (a statistics source) watches, in its order."""
+    return [src.snapshot(n, i) for n, i in src.targets()]
 
 
 def watched() -> str:
@@ -38,12 +44,12 @@ def resolve_target(interface, netns):
         raise field_error("interface", interface, f"is not an interface name (watched: {watched()})")
     if netns is not None and not isinstance(netns, str):
         raise field_error("netns", netns, "is not a namespace name")
-    key = (netns or None, interface)
+    key = target_key(netns, interface)
     if key in targets:
         return key
     if netns in (None, "") and sum(1 for t in targets if t[1] == interface) == 1:
         return next(t for t in targets if t[1] == interface)
-    raise field_error("interface", target_name(netns or None, interface),
+    raise field_error("interface", target_name(*key),
                       f"is not watched by this dashboard (watched: {watched()})", status=404)
 
 

@@ -22,11 +22,12 @@ from operator import and_, eq, ge, lt
 from ratelimit.errors import shown
 from ratelimit.spec.units import decimal
 
-from .digest import COLUMNS, STATES
+from .digest import COLUMNS, STATE_COUNTS, STATES
+from .snapshot import OTHERS
 
 STATIC_SORTS = ("direction", "host", "port", "dev", "rate_bps")
 SORTABLE = STATIC_SORTS + COLUMNS + ("worst",)
-STATE_FILTERS = STATES + ("dropping",)
+STATE_FILTERS = STATE_COUNTS
 ASCENDING_FIRST = ("direction", "host", "port", "dev", "worst")  # the other sorts start highest first
 
 
@@ -59,7 +60,7 @@ def _mask(snap, q: LinkQuery):
     if q.active:
         masks.append(cols["active"])
     if q.direction:
-        masks.append(snap.layout.rates.down if q.direction == "dest" else snap.layout.rates.up)
+        masks.append(snap.layout.rates.mask(q.direction))
     if q.host:
         masks.append([q.host in k[1] for k in keys])
     if q.ports:
@@ -96,9 +97,9 @@ def _key(snap, sort: str) -> list:
     if sort == "host":
         parsed: dict = {}
         for k in keys:
-            if k[1] not in parsed:
-                a = ip_address(k[1])
-                parsed[k[1]] = (a.version, int(a))
+            if k[1] not in parsed:  # the default cohort's link ("others") after every address
+                a = None if k[1] == OTHERS else ip_address(k[1])
+                parsed[k[1]] = (7, 0) if a is None else (a.version, int(a))
         return [(*parsed[k[1]], k[2], k[0]) for k in keys]
     if sort in ("direction", "port", "dev"):
         pos = {"direction": 0, "port": 2, "dev": 3}[sort]

@@ -19,6 +19,7 @@ from flask import current_app, request
 
 from .errors import WebError
 
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")  # what the Host header may carry by default
 TOKEN_HEADER = "X-Ratelimit-Token"
 CHANGES = {"POST", "PUT", "PATCH", "DELETE"}
 

@@ -27,6 +27,12 @@ FILES = {  # source under node_modules -> name in static/vendor
     "uplot/dist/uPlot.min.css": "uPlot.min.css",
     "uplot/LICENSE": "uPlot.LICENSE",
 }
+PAGE_FILES = ("uPlot.iife.min.js", "uPlot.min.css")  # of those, what the page loads
+
+
+def ready() -> bool:
+    """Whether the page can draw charts: the files it loads are in static/vendor."""
+    return all((VENDOR / name).is_file() for name in PAGE_FILES)
 
 
 class VendorError(Exception):

@@ -220,7 +220,8 @@ def _run(args, action, con, target=None, named=()) -> int:
     given as container:NAME, for the record."""
     echo = con.out if args.verbose else None
     notice = con.notice
-    from .. import service
+    from .. import service  # with the kernel's netlink (pyroute2): not for --help, profiles or vm
+    from ..service.request import FIELDS, Options
     from ..containers.targets import recorded_server
     if action == "clean":
         if args.dry_run:
@@ -234,27 +235,21 @@ def _run(args, action, con, target=None, named=()) -> int:
         return 0
     if action in ("list", "stats"):
         from ..service.readout import statistics
-        data = statistics(args.interface, args.netns, notice=notice)
+        data = statistics(args.interface, args.netns, notice=notice, repair=True)  # a killed run's, as apply would
         strangers(data, con)
         if args.json:
             con.out(as_json(data, action))
         else:
             con.out(render_table(data, counters=action == "stats"))
         return 0
-    per = args.per or ("host" if args.mix is not None else "port")
     asks = None if args.scenario is None else scenarios.load(args.scenario)
     if asks is not None:
         from ..containers.targets import scenario_hosts
         asks = scenario_hosts(asks, target, network=args.network, engine=args.engine)
         if target is None and (args.engine or args.network) and not any(a.named for a in asks):
             raise UsageError(ENGINE_NETWORK_ALONE)
-    req = service.make_request(
-        args.interface, hosts=args.hosts, ports=args.ports, profile=args.profile, netns=args.netns,
-        mode=args.mode, direction=args.direction, rate=args.rate, burst=args.burst,
-        bandwidth=args.bandwidth, mtu=args.mtu, avpkt=args.avpkt, mpu=args.mpu, queue=args.queue,
-        per=per, link=args.link, mix=args.mix, servers=args.servers, server_ports=args.server_ports,
-        queues=args.queues, scenario=asks,
-        **{name: getattr(args, name) for name in service.IMPAIRMENTS}, **_traces(args))
+    options = {name: getattr(args, name) for name in FIELDS if name != "scenario" and hasattr(args, name)}
+    req = service.request_of(Options(**options, scenario=asks))
     if target is not None or named:
         req = service.for_container(req, None if target is None else target.container,
                                     named if target is None else target.named,
@@ -301,14 +296,8 @@ def _whole_packets(server, target, con) -> None:
         from ..containers.lookup import single_segments
         single_segments(target.pid, target.wired.inside_index, on=False)
     else:
-        from ..containers.life import single_segments
-        single_segments(server, on=False, notice=con.notice)
-
-
-def _traces(args) -> dict:
-    """The trace options as ``service.make_request`` takes them."""
-    from ..traces.tracespec import KEYS
-    return {key: getattr(args, key) for key in KEYS}
+        from ..containers.life import recorded_single_segments
+        recorded_single_segments(server, on=False, notice=con.notice)
 
 
 def traced_lines(req) -> list[str]:
@@ -350,7 +339,7 @@ def _container(args, action, con) -> int:
                 _run(args, "clean", con, t)
             return 0
         from ..service.readout import statistics
-        datas = [statistics(t.interface, t.netns, notice=con.notice) for t in found]
+        datas = [statistics(t.interface, t.netns, notice=con.notice, repair=True) for t in found]
         shown = [d for d in datas if d["applied"]] or datas[:1]
         for t, data in zip(found, datas):
             if data not in shown:

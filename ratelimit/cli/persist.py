@@ -63,13 +63,13 @@ def _applied(netns: str | None, interface: str, notice):
     the reading, if its container runs."""
     from ..containers import lookup
     if not (netns or "").startswith(lookup.NETNS_PREFIX):
-        return readout.applied(interface, netns, notice=notice)
+        return readout.applied(interface, netns, notice=notice, repair=True)
     record = records.load(netns, interface)
     if record is None or record.request is None or record.request.container is None:
         return None
     from ..containers.life import inside
     with inside(record.request, notice) as ns:
-        return None if ns is None else readout.applied(interface, ns, notice=notice)
+        return None if ns is None else readout.applied(interface, ns, notice=notice, repair=True)
 
 
 def load(path: Path | None = None) -> list:
@@ -124,6 +124,6 @@ def _restore_one(req, force: bool, notice):
         if again is not None:
             actions.apply(again, force=force, notice=notice)
     if again is not None and again.server_side:
-        from ..containers.life import single_segments
-        single_segments(again)
+        from ..containers.life import recorded_single_segments
+        recorded_single_segments(again)
     return again

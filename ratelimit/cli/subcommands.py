@@ -1,6 +1,10 @@
 """The subcommands of ``ratelimit`` that are not an action on an interface: ``profiles``,
-``save``, ``restore``, ``follow``, ``vm`` and ``lab`` (each a parser of its own, whose errors
-are one line like the main command line's), and those another package registers (``web``)."""
+``save``, ``restore``, ``follow`` and ``vm`` (each a parser of its own, whose errors are one
+line like the main command line's), and those another package registers (``lab``, ``web``).
+
+For example, ``ratelimit lab up`` runs the function that ``ratelimit.lab`` registers as
+``lab`` in the entry-point group ``ratelimit.subcommands`` (setup.py), with ``["up"]``.
+"""
 
 import argparse
 import json
@@ -9,7 +13,10 @@ import os
 from ..errors import PermissionDenied, UsageError
 
 PLUGIN_GROUP = "ratelimit.subcommands"
-NAMES = ("profiles", "save", "restore", "vm", "lab", "web", "follow")  # web: registered by the webui package
+NAMES = ("profiles", "save", "restore", "vm", "lab", "web", "follow")  # lab, web: registered (REGISTERED)
+# the subcommands another package registers, and what each comes with (the line when it is not installed)
+REGISTERED = {"lab": "ratelimit's lab package, which ratelimit's setup.py registers",
+              "web": "the webui package of ratelimit's checkout"}
 
 
 class Parser(argparse.ArgumentParser):
@@ -102,7 +109,7 @@ def _follow_parser() -> Parser:
 
 
 def _follow(argv, con) -> int:
-    from ..driver import follow
+    from ..driver import follow, loop  # the driver and its kernel modules: only this subcommand loads them
     from ..spec.names import check_target
     from ..spec.units import parse_seconds
     args = _parse_sub(_follow_parser(), argv, con)
@@ -113,7 +120,7 @@ def _follow(argv, con) -> int:
         round(1000 * parse_seconds(args.step, "--step", follow.MIN_STEP_MS / 1000, follow.MAX_STEP_MS / 1000))
     if os.geteuid() != 0:
         raise PermissionDenied("follow: needs root (it changes traffic control)")
-    return follow.run(netns, interface, step_ms, say=con.err)
+    return loop.run(netns, interface, step_ms, say=con.err)
 
 
 def _vm(argv, con) -> int:
@@ -121,28 +128,23 @@ def _vm(argv, con) -> int:
     return vm_main(argv)
 
 
-def _lab(argv, con) -> int:
-    from ..lab.cli import lab_main
-    return lab_main(argv)
-
-
 def run(name, argv, con) -> int:
     """``ratelimit NAME ARGV...``: the exit code."""
-    own = {"profiles": _profiles, "save": _save, "restore": _restore, "vm": _vm, "lab": _lab,
-           "follow": _follow}.get(name)
+    own = {"profiles": _profiles, "save": _save, "restore": _restore, "vm": _vm, "follow": _follow}.get(name)
     if own is not None:
         return own(argv, con)
     return _registered(name)(argv)
 
 
 def _registered(name):
-    """A subcommand another package registers (entry point group ``ratelimit.subcommands``;
-    the dashboard's ``web`` is one), so ratelimit needs none of them to run."""
+    """A subcommand another package registers (entry point group ``ratelimit.subcommands``:
+    the lab's ``lab``, the dashboard's ``web``), so ratelimit imports none of them to run;
+    ``UsageError`` naming what it comes with when it is not installed."""
     from importlib.metadata import entry_points
     for ep in entry_points(group=PLUGIN_GROUP, name=name):
         return ep.load()
-    raise UsageError(f"{name}: not installed (the '{name}' subcommand comes with the webui package of "
-                     f"ratelimit's checkout: pip install -e .)")
+    raise UsageError(f"{name}: not installed (the '{name}' subcommand comes with "
+                     f"{REGISTERED.get(name, 'a package that registers it')}: pip install -e .)")
 
 
 def _profiles(argv, con) -> int:

@@ -47,10 +47,10 @@ def now(req, notice):
         yield dataclasses.replace(req, interface=wired.veth, netns=None, cohorts=cohorts, server_side=True)
 
 
-def single_segments(req, on: bool = True, notice=None) -> None:
+def recorded_single_segments(req, on: bool = True, notice=None) -> None:
     """The device of the container ``req`` was recorded for hands its qdisc single segments
     (``on``: after a server's links went on its veth, ``now``), or whole packets again once
-    they are gone (``containers.single_segments``).  Call it outside the containers' turn.
+    they are gone (``lookup.single_segments``).  Call it outside the containers' turn.
     With ``on=False`` a container that cannot be set (not running: its device went with it)
     is no error; ``notice`` says so."""
     engine, name, owner_id, network, use = req.container

@@ -11,7 +11,7 @@ sending most segments twice; on the veth 1.003, docs/containers.md):
   what the veth sends into the container (``Request.server_side``).  The container's own
   device is set to hand its qdisc single TCP segments (``gso_max_segs 1``, as the lab's
   devices are), so that each segment is metered as its own frame
-  (``containers.single_segments``).
+  (``lookup.single_segments``).
 - **user** (no ``--hosts``): the container is one client on a slow link: one link per
   address of its own (``--per host``, every port) -- down is what the veth sends into
   the container, up what arrives from it.

@@ -1,6 +1,7 @@
 """Traced links over time: each step's class rates and gates, pure (``steps``), the driver
-process that sends them (``ratelimit follow``), its status, and each traced link's capacity
-over a window of the clock, for the read-outs.
+process that sends them (``loop``: ``ratelimit follow``), its files, status and control for
+other processes (``follow``), and each traced link's capacity over a window of the clock,
+for the read-outs (``tracerates``).
 
 May import: errors, spec, traces, profiles, plan, kernel, state.
 """

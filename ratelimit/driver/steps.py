@@ -1,61 +1,31 @@
 """A traced plan's steps, pure: each traced link's rate in each step, and the changes that set it.
 
-Time is the plan's: 0 is the earliest of its traced cohorts' starts (``TraceSpec.started_ms``,
-wall clock; a cohort kept from an earlier apply keeps its own, ``offset_ms`` later or
-earlier than a new one) and step ``k`` is the window ``[k x step_ms, (k + 1) x step_ms)``.  In step ``k`` a traced
-link's class gets the window's average capacity (``capacity``; from the link's phase,
-``phases``), as the HTB rate that passes it (``gate.class_rate_bps``), and its gate shuts
-when the window has none (``gate``).  ``Stepper.changes(k)`` gives the ``Change``
-operations that take the kernel there from the step before: only what differs, or every
-traced link's class and gate (``resend``: after a start, a restart or a new plan, when what
-the kernel holds is not known).
+Time is the plan's: 0 is its start (``Request.traced_start_ms``, wall clock; a cohort kept
+from an earlier apply keeps its own start, ``Traced.offset_ms`` after a new one's) and step
+``k`` is the window ``[k x step_ms, (k + 1) x step_ms)``.  In step ``k`` a traced link's
+class gets the window's average capacity (``capacity``; from the link's phase, ``phases``),
+as the HTB rate that passes it (``gate.class_rate_bps``), and its gate shuts when the window
+has none (``gate``).  ``Stepper.changes(k)`` gives the ``Change`` operations that take the
+kernel there from the step before: only what differs, or every traced link's class and gate
+(``resend``: after a start, a restart or a new plan, when what the kernel holds is not known).
 
-**A rise is held by the gate.**  HTB charges a packet after sending it, in time at the
-rate in force, and a change keeps what a class owes: a class that sent a packet at a low
-rate may not send again for that packet's time at that rate, whatever its new rate (and
-the debt it shows in a dump is that of its last packet, not what is left of it).  At a
-10:1 rise that costs a link up to nine packets at the new rate (measured: 3.6% of the
-bytes of a 2 s / 2 s square wave on 100 links).  So a link with a window ``RISE`` times
-this one's rate or more coming within the time one of its packets takes at this rate (at most
-``LOOKAHEAD`` windows) is *held*: its class already gets the highest rate coming, and its
-gate, a token bucket that charges a packet before it sends it, passes this window's rate;
-when the rise comes the gate opens and the class owes only a packet's time at the new
-rate.  A token bucket refills its bucket, one frame, whenever it is changed, so a gate set
-to hold lets out a frame at once, of which the link was due one of its own packets: the
-rest (nothing for full-size packets, measured: it comes out even with HTB's debt) is
-counted and paid back after the hold.  So a rise is held only where HTB's debt would be the
-larger (``CHANGE_GAIN`` of a packet times ``peak / rate - 1``): every rise of ``RISE`` or
-more for full-size packets, a rise of 14 times or more for 202-byte ones; a rise not held is
-paid for as a change (below).  A held
-link's gate keeps its rate while the windows' rates stay within ``RISE`` of it: changing it
-would refill its bucket each step (up to a frame beyond the rate each time), so what it
-passes beyond or short of each window's rate is counted and paid back like a change.  A
-smaller rise is not held but paid for as a change (below): on a cellular trace whose steps
-vary by some 12%, holding every rise of 25% held a third of the links at any moment and
-changed their gates every other step (docs/traces-notes.md, section 5).
+Three rules keep a backlogged link at its capacity across changes:
 
-**A change is paid for.**  HTB sends a packet at the start of the time it charges for it,
-so a backlogged link runs between none and one packet ahead of its capacity.  When its rate
-changes from ``r_old`` to ``r`` the packet in hand is charged at ``r_old``, so the lead
-moves by what is left of it times ``1 - r / r_old``: about ``CHANGE_GAIN`` of a packet
-times that, on average (a 10:1 fall: 0.45 packet more than the capacity).  A held rise
-gains the same way as the gate opens (the packet the bucket was saving up for goes at
-once: ``1 - r_held / r``), and a gate that shuts lets out the frame its bucket holds
-(``SHUT_GAIN``).  The driver counts each (``Traced.ahead_bytes``) in the window before the
-change when it can (a fall, a shut) or in the window of it (an opening), and pays it back
-from the class rates of that window and the next, by at most ``PAYBACK`` of each; less
-than ``PAY_LEAST`` is left owing until it adds up.  A change that lands late (or early) is
-paid for too: the driver says when its round began and how long it took
-(``Stepper.landed``), each change is taken to land at its place in the round, and a link
-that ran at its old rate for that long is owed (or owes) the difference.
+* **A rise is held by the gate**: when a window of ``RISE`` times this one's rate or more
+  comes within the time one of the link's packets takes at this rate (at most ``LOOKAHEAD``
+  windows), and HTB's debt at the rise would be more than what a gate lets out as it is set
+  (``CHANGE_GAIN``), its class already gets the highest rate coming and its gate passes
+  this window's; the gate opens when the rise comes.
+* **A change is paid for**: what a change lets out beyond the capacity (or short of it) is
+  counted in ``Traced.ahead_bytes`` and paid back from the class rates, at most ``PAYBACK``
+  of a window's rate.
+* **In the link's own packets**: both count in the link's packets, learnt from its class's
+  counters (``Stepper.learn``), else in full frames.
 
-**In the link's own packets.**  What is in hand at a change, and what HTB owes at a rise,
-is one of the link's packets, not a full frame: a link of 200-byte datagrams is at most
-200 bytes ahead, and a gate that holds it lets out a frame of 1,514 bytes, seven of them,
-at once.  The driver learns each link's packets from its class's counters (``learn``:
-bytes over packets since the last reading) and counts in them; a link it has not learnt
-yet (or that sent too few packets to tell) counts in full frames, which is exact for the
-full-size packets a backlogged download sends (docs/traces-notes.md, section 9).
+Why, and what each costs: docs/design.md, "Held rises", "Paid changes" and "In the link's
+own packets".  For example, a link of full-size packets at 1 Mbit/s whose next window is at
+10 Mbit/s gets its class at 10 Mbit/s and its gate at 1 Mbit/s, and its gate opens in the
+next step.
 
 A link is found in the plan, never in the kernel: its class and gate are the plan's
 operations for it (``compile``), so a plan built in other handles (make-before-break) is
@@ -66,6 +36,16 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
+from ..plan import gate
+from ..plan.compile import compiled, link_flows, link_rates_of
+from ..plan.ops import Change
+from ..plan.shaping import HtbClass, NetemQdisc, TbfQdisc
+from ..plan.validate import checked_layout
+from ..profiles.traced import load_all
+from ..traces.capacity import ScheduleCapacity, TraceCapacity
+from ..traces.phases import identity, link_phase_ms
+from ..traces.tracespec import SIDES
+
 RISE = 2.0  # a coming window this many times this one's rate, or more, is a rise the gate holds
 LOOKAHEAD = 10  # the most windows a link looks ahead for a rise
 CHANGE_GAIN = 0.5  # of a packet times 1 - r / r_old: what a change of rate lets out beyond the capacity
@@ -73,14 +53,6 @@ SHUT_GAIN = 1.0  # of a full frame: what a gate lets out as it shuts
 PAYBACK = 0.5  # the most of a window's rate a class gives (or gets) to pay back what a change let out
 PAY_LEAST = 1 / 16  # of a packet: less is left owing (each payment is a change, and a change that lands late owes again)
 LEARN_PACKETS = 8  # the fewest packets a link sends between two readings for ``learn`` to take their size
-
-from ..plan import gate
-from ..traces.capacity import ScheduleCapacity, TraceCapacity
-from ..plan.compile import link_flows, link_rates_of
-from ..traces.phases import identity, link_phase_ms
-from ..plan.ops import Change, HtbClass, NetemQdisc, TbfQdisc
-from ..traces.tracespec import SIDES
-from ..plan.validate import checked_layout
 
 
 @dataclass
@@ -203,7 +175,7 @@ def traced_links(plan, loaded) -> list[Traced]:
         return []
     lay = checked_layout(req)
     cohorts = {c.name: c for c in req.cohorts}
-    first = min((c.trace.started_ms or 0 for c in req.cohorts if c.trace is not None), default=0)
+    first = req.traced_start_ms or 0  # 0: a request not applied yet (its cohorts have no start)
     classes = {(op.dev, op.classid): op for op in plan.ops if type(op) is HtbClass}
     gates = {(op.dev, op.parent): op for op in plan.ops if type(op) is TbfQdisc}
     stages = {(op.dev, op.parent): op for op in plan.ops if type(op) is NetemQdisc}
@@ -373,12 +345,9 @@ def now_bps(req, now_ms: float, step_ms: int) -> dict:
     of ``now_ms``, by (direction, host as text or None, port): what ``--stats`` shows as the
     trace's rate now beside the driver's state.  Reads the trace files (StateError if one
     changed)."""
-    from ..plan.compile import compiled
-    from ..profiles.traced import load_all
     loaded = load_all(req)
-    starts = [c.trace.started_ms for c in req.cohorts if c.trace is not None]
-    if None in starts:
+    if req.traced_start_ms is None:
         return {}
-    k = max(0, int((now_ms - min(starts)) // step_ms))
+    k = max(0, int((now_ms - req.traced_start_ms) // step_ms))
     return {(link.direction, None if link.host is None else str(link.host), link.port):
             link.rates_from(k, 1, step_ms)[0] for link in traced_links(compiled(req), loaded)}

@@ -26,8 +26,7 @@ class TraceRates:
 
     def __init__(self, req, keys):
         loaded = load_all(req)
-        starts = [c.trace.started_ms for c in req.cohorts if c.trace is not None]
-        self.started_ms = min(starts) if starts and None not in starts else None
+        self.started_ms = req.traced_start_ms
         by_key = {(link.direction, None if link.host is None else str(link.host), link.port): link
                   for link in traced_links(compiled(req), loaded)}
         self.rows = tuple(by_key.get(k[:3]) for k in keys)  # None: a link with a static rate

@@ -19,7 +19,7 @@ from ..errors import KernelMissing, PermissionDenied
 
 _SYSCALL = {"x86_64": 321, "aarch64": 280, "armv7l": 386, "riscv64": 280, "ppc64le": 361, "s390x": 351,
             "i686": 357, "loongarch64": 280}
-MAP_CREATE, MAP_LOOKUP_ELEM, MAP_UPDATE_ELEM, MAP_DELETE_ELEM = 0, 1, 2, 3
+MAP_CREATE, MAP_UPDATE_ELEM = 0, 2
 PROG_LOAD, PROG_GET_FD_BY_ID, MAP_GET_FD_BY_ID, OBJ_GET_INFO_BY_FD = 5, 13, 14, 15
 MAP_UPDATE_BATCH = 26
 MAP_TYPE_HASH, PROG_TYPE_SCHED_CLS = 1, 3
@@ -97,24 +97,6 @@ def map_update_batch(fd: int, keys: bytes, values: bytes, count: int) -> int:
             return count
         raise BpfError(e.errno, f"adding map entry {done + 1} of {count}", done=done) from None
     return count
-
-
-def map_lookup(fd: int, key: bytes, value_bytes: int) -> bytes | None:
-    """The value of ``key``, or None when the map has no such entry."""
-    k, v = ctypes.create_string_buffer(key, len(key)), ctypes.create_string_buffer(value_bytes)
-    try:
-        _bpf(MAP_LOOKUP_ELEM, struct.pack("=IIQQQ", fd, 0, ctypes.addressof(k), ctypes.addressof(v), 0),
-             "reading a map entry")
-    except BpfError as e:
-        if e.errno == errnos.ENOENT:
-            return None
-        raise
-    return v.raw
-
-
-def map_delete(fd: int, key: bytes) -> None:
-    k = ctypes.create_string_buffer(key, len(key))
-    _bpf(MAP_DELETE_ELEM, struct.pack("=IIQ", fd, 0, ctypes.addressof(k)), "removing a map entry")
 
 
 def prog_load(code: bytes, name: str) -> int:

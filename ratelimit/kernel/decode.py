@@ -41,12 +41,18 @@ def qdisc_kind(buf, off: int, end: int) -> str:
     return cstr(buf, attr_map(buf, off + 36, end).get(TCA_KIND))
 
 
-def qdisc_item(buf, off: int, end: int) -> tuple[int, tuple]:
-    ifindex, handle, parent, _refcnt = header(buf, off)
+def _parts(buf, off: int, end: int, decoders: dict, *extra) -> tuple[dict, str, tuple]:
+    """A message's top-level attributes, its kind, and its options as ``decoders[kind]``
+    reads them (``_raw`` for a kind not in it; ``()`` without options)."""
     amap = attr_map(buf, off + 36, end)
     kind = cstr(buf, amap.get(TCA_KIND))
     span = amap.get(TCA_OPTIONS)
-    opts = () if span is None else _QDISC_OPTS.get(kind, _raw)(buf, *span)
+    return amap, kind, () if span is None else decoders.get(kind, _raw)(buf, *span, *extra)
+
+
+def qdisc_item(buf, off: int, end: int) -> tuple[int, tuple]:
+    ifindex, handle, parent, _refcnt = header(buf, off)
+    amap, kind, opts = _parts(buf, off, end, _QDISC_OPTS)
     size_table = () if TCA_STAB not in amap else stab.decode(buf, *amap[TCA_STAB])
     return ifindex, ("qdisc", parent, handle, kind, opts, size_table,
                      _rest(buf, amap, (TCA_KIND, TCA_OPTIONS, TCA_STAB)))
@@ -54,21 +60,15 @@ def qdisc_item(buf, off: int, end: int) -> tuple[int, tuple]:
 
 def class_item(buf, off: int, end: int) -> tuple[int, tuple]:
     ifindex, classid, parent, leaf = header(buf, off)
-    amap = attr_map(buf, off + 36, end)
-    kind = cstr(buf, amap.get(TCA_KIND))
-    span = amap.get(TCA_OPTIONS)
-    opts = () if span is None else _CLASS_OPTS.get(kind, _raw)(buf, *span)
+    amap, kind, opts = _parts(buf, off, end, _CLASS_OPTS)
     return ifindex, ("class", parent, classid, kind, leaf, opts, _rest(buf, amap, (TCA_KIND, TCA_OPTIONS)))
 
 
 def filter_item(buf, off: int, end: int, parent: int, names=None) -> tuple:
     """``names(ifindex)`` gives device names for redirect targets (indexes change when a device is remade)."""
     _, handle, _, info = header(buf, off)
-    amap = attr_map(buf, off + 36, end)
-    kind = cstr(buf, amap.get(TCA_KIND))
+    amap, kind, opts = _parts(buf, off, end, _FILTER_OPTS, names)
     chain = u32_at(buf, amap[TCA_CHAIN]) if TCA_CHAIN in amap else 0
-    span = amap.get(TCA_OPTIONS)
-    opts = () if span is None else _FILTER_OPTS.get(kind, _raw)(buf, *span, names)
     return ("filter", parent, info >> 16, protocol_name(info), handle, kind, chain, opts,
             _rest(buf, amap, (TCA_KIND, TCA_OPTIONS, TCA_CHAIN)))
 

@@ -7,7 +7,7 @@ per-kind parts are in ``kinds/``; the differences from tc on purpose are
 documented there (HTB's rate tables, netem's wide delays).
 """
 
-from ..plan.ops import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
+from ..plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 
 from ..plan.filters import U32Filter
 from .kinds import actions, bpf, fifo, htb, ingress, mirred, mq, netem, police, stab, tbf, u32

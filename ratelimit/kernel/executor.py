@@ -23,8 +23,9 @@ import os
 import time
 
 from ..errors import ApplyError
-from ..plan.ops import (U32_ROOT_TABLE, AddIfb, Change, ClsactQdisc, DelClass, DelFilter, DelLink, DelQdisc, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc, TbfQdisc)
-from ..plan.filters import U32Filter, U32Table
+from ..plan.ops import (AddIfb, Change, ClsactQdisc, DelClass, DelLink, DelQdisc, HtbQdisc, IngressQdisc, MqQdisc)
+from ..plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
+from ..plan.filters import U32_ROOT_TABLE, DelFilter, U32Filter, U32Table
 from ..plan.queuepin import FILTER_HANDLE, FILTER_PRIO, KEY, PROGRAM_NAME, VALUE, QueueEntry, QueueMap, QueueProgram
 from . import bpf, replay
 from .encode import Encoder

@@ -276,6 +276,14 @@ def missing(features: Iterable[str]) -> list[str]:
     return [n for n, ok in have.items() if not ok]
 
 
+def plan_lacks(features: Iterable[str]) -> list[str]:
+    """What a plan needs (``Plan.features()``) that the running kernel lacks, in ``FEATURES``'
+    order: every part the probe knows is checked, so an apply names a missing module
+    before it changes anything (about 0.1 s for a dozen parts, once per process)."""
+    wanted = set(features)
+    return missing([name for name in FEATURES if name in wanted])
+
+
 def require(features: Iterable[str]) -> None:
     """Raise ``KernelMissing`` (naming the first missing feature's module) unless
     the kernel has every one of ``features``."""
@@ -285,11 +293,6 @@ def require(features: Iterable[str]) -> None:
         if len(lacking) > 1:
             msg += f" (also missing: {', '.join(lacking[1:])})"
         raise KernelMissing(msg, lacking[0])
-
-
-def clear_cache() -> None:
-    """Forget cached results (after ``modprobe``, say)."""
-    _CACHE.clear()
 
 
 def _main() -> int:

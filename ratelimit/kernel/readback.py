@@ -102,6 +102,15 @@ class Reader:
             raise NotFoundError(f"--interface: '{dev}' does not exist{where} (see: ip link)")
         return index
 
+    def _present(self, devs):
+        """(name, index) of each of ``devs`` that exists, in order, looked up afresh
+        (``links.forget``): the devices a reading method describes."""
+        self.links.forget()
+        for dev in devs:
+            index = self.links.index(dev)
+            if index is not None:
+                yield dev, index
+
     def _dump(self, msg: bytes):
         return self.chan.dump(msg)
 
@@ -146,14 +155,9 @@ class Reader:
         device None when it is missing, else its root qdisc (kind, handle) or None for
         the kernel's default, its ingress qdisc's kind or None, and (``classes``) every
         class as (classid, parent, kind)."""
-        self.links.forget()
-        out: dict = {}
+        out: dict = dict.fromkeys(devs)  # None: the device is missing
         heads = None
-        for dev in devs:
-            index = self.links.index(dev)
-            if index is None:
-                out[dev] = None
-                continue
+        for dev, index in self._present(devs):
             seen = {"root": None, "ingress": None, "classes": None}
             if not classes:  # the root and ingress qdiscs asked for alone (no dump of every leaf)
                 seen["root"], ingress = self._root_at(index), self._qdisc_at(index, TC_H_INGRESS)
@@ -184,15 +188,10 @@ class Reader:
         ``Executor.restore`` (see ``replay``): per device whether it exists, for "device"
         its kind and state, the messages of its root tree (unless the kernel's default)
         and ingress tree, and the snapshot items they decode to."""
-        self.links.forget()
-        out: dict = {}
+        out: dict = {dev: {"exists": False} for dev in parts}
         qdiscs = None
-        for dev, want in parts.items():
-            want = set(want)
-            index = self.links.index(dev)
-            if index is None:
-                out[dev] = {"exists": False}
-                continue
+        for dev, index in self._present(parts):
+            want = set(parts[dev])
             if qdiscs is None:
                 qdiscs = [(header(d, o)[0], d, o, e) for d, o, e in self._dump(dump_request(RTM_GETQDISC))]
             entry = out[dev] = {"exists": True, "parts": sorted(want), "messages": []}
@@ -245,14 +244,9 @@ class Reader:
         from classes.  Counters, timestamps, netem's random seed and the
         kernel-chosen index of each action are left out.
         """
-        self.links.forget()
-        out: dict = {}
+        out: dict = dict.fromkeys(devs)  # None: the device is missing
         qdiscs = None
-        for dev in devs:
-            index = self.links.index(dev)
-            if index is None:
-                out[dev] = None
-                continue
+        for dev, index in self._present(devs):
             if qdiscs is None:
                 qdiscs = [decode.qdisc_item(d, o, e) for d, o, e in self._dump(dump_request(RTM_GETQDISC))]
             mine = sorted((item for i, item in qdiscs if i == index), key=_order)

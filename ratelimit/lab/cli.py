@@ -32,8 +32,9 @@ from ..service.progress import terminal
 from ..traces.tracespec import add_options as add_trace_options
 from ..spec.units import format_rate, parse_burst, parse_queue, parse_rate_bps
 from . import docroot, servertcp, store
-from .core import DEFAULT_PORTS, SERVERS, Lab
+from .core import Lab
 from .link import GRANULARITIES, MODES, LinkSpec
+from .provision import DEFAULT_PORTS, SERVERS
 from .store import DEFAULT_NAME
 from .vmrun import in_vm_cmd, run_in_vm, say
 

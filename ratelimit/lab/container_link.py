@@ -7,7 +7,7 @@ link for the length of a test (docs/fixtures.md, "Containers").
         assert 0.95 < d.seconds / d.model_seconds(container_link.model) < 1.05
 
 The fixture applies through ratelimit's own command line (``--container NAME`` and the
-options given), so it takes and refuses exactly what ``ratelimit --container`` does, and a
+options given, run as ``python -m ratelimit``), so it takes and refuses exactly what ``ratelimit --container`` does, and a
 refusal fails the test in that one line.  With ``hosts`` (or ``scenario``) the container is
 the server of those clients; without, it is one user on a slow link (docs/containers.md).
 After the test, passed or failed, ``--container NAME --clean`` removes the links.
@@ -18,9 +18,9 @@ After the test, passed or failed, ``--container NAME --clean`` removes the links
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
+import sys
 
 import pytest
 
@@ -33,11 +33,10 @@ _SELECT = ("engine", "network")  # they say which container and device, so --cle
 
 
 def _cli(*argv: str) -> tuple[int, str, str]:
-    """``ratelimit ARGV`` in this process: (exit status, stdout, stderr)."""
-    from ..cli.main import Console, main
-    out, err = io.StringIO(), io.StringIO()
-    code = main(list(argv), Console(out, err))
-    return code, out.getvalue(), err.getvalue()
+    """``ratelimit ARGV``, run as this Python's ``-m ratelimit``: (exit status, stdout, stderr)."""
+    r = subprocess.run([sys.executable, "-m", "ratelimit", *argv], capture_output=True, text=True,
+                       stdin=subprocess.DEVNULL)
+    return r.returncode, r.stdout, r.stderr
 
 
 def _one_line(err: str) -> str:

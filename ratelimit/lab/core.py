@@ -1,111 +1,45 @@
 """The namespace lab as a Python object: bring up, use, change and remove.
 
-``ratelimit lab ...`` (``cli.py``) and the pytest fixtures (``pytest_plugin.py``)
-are thin layers over ``Lab``.  The topology itself -- namespaces, veths, the
-bridge, addresses, forwarding, finding leftovers by name -- is ``topology``'s;
-this module adds what makes it a lab:
+``ratelimit lab ...`` (``cli.py``) and the pytest fixtures (``pytest_plugin.py``) are thin
+layers over ``Lab``.  The topology itself (namespaces, veths, the bridge, addresses,
+forwarding, finding leftovers by name) is ``topology``'s; what ``lab up`` adds to make it a
+lab (the clients' ports, the web server and its TCP start, names in ``/etc/hosts``) is
+``provision``'s.  ``Lab`` applies the link through ``service.apply`` with hosts = the
+clients' addresses and ports = the lab's, or an audience (``--mix``, ``--scenario``): the
+clients spread over cohorts (``audience``), each client's cohort kept in the state file
+(``store``; ``Lab.cohort_of``, ``Lab.link_model(client)``).
 
-- clients' ephemeral ports: ``vagrant/provision/client.sh`` runs in every
-  client namespace and sets ``net.ipv4.ip_local_port_range`` to ``PORTS``
-  (default 10000-10999), the very range the router limits, so every
-  connection a client opens is an emulated link;
-- a web server in the server namespace: ``vagrant/provision/server.sh`` writes
-  the fixed-size files (``docroot``) and starts a private nginx (its own
-  configuration, pid and logs in the lab directory) or the built-in server;
-- the profile on the router's client-facing interface (``lan0``), through
-  ``service.apply`` with hosts = the clients' addresses, ports = ``PORTS``; or an
-  audience (``--mix``, ``--scenario``): the clients spread over cohorts (``audience``),
-  each client's cohort kept in the state file (``Lab.cohort_of``, ``Lab.link_model(client)``);
-- the server's TCP start (``servertcp``): its RTO floor, initial window and congestion control;
-- lab names in ``/etc/netns/NS/hosts`` (``ip netns exec`` shows that file as
-  ``/etc/hosts``), so ``curl http://server/10000.bin`` works on a client;
-- a state file (``store``), next to the server's files.
+``store.down(NAME)`` needs none of it: it finds a lab by name, so it also removes what a
+killed ``lab up`` left behind.  For example::
 
-``store.down(NAME)`` needs none of it: it finds a lab by name, so it also
-removes what a killed ``lab up`` left behind.
-
-Why this module is over 400 lines: ``Lab``'s steps (up, provision, apply, exec, measure,
-down) share one object's state and one undo on failure; what stands alone is already out
-(``topology``, ``store``, ``link``, ``measure``, ``docroot``, ``vmrun``).
+    with Lab.up("mylab", link=LinkSpec(profile="modem-56k")) as lab:
+        print(lab.download("/10000.bin").seconds)
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
-from .. import SOURCE_ROOT, service
-from ..service import readout
-from ..spec.summary import summary
-from ..errors import FieldError, NotFoundError, RatelimitError, UsageError
-from ..spec.selectors import parse_ports
-from ..spec.units import whole_number
+from .. import service
+from ..errors import NotFoundError, UsageError
 from ..kernel import netns as kernel_netns
-from ..kernel.netns import parent_only
+from ..kernel.probe import probe
+from ..service import readout
+from ..spec.linkmodel import LinkModel
+from ..spec.summary import summary
 from . import docroot, servertcp, store, topology
-from .audience import client_cohorts
-from .link import LinkSpec, Say, check_choice, in_vm, resolve_link
-from .measure import Download, curl_argv, curl_failure, one_way_delays, read_curl
-from .store import DEFAULT_NAME, HOSTS_DIR, down, lab_path, list_labs, provision_dir, read_state
-
-DEFAULT_PORTS = "10000-10999"  # the clients' ephemeral range = the range the router limits
-SERVER_PORT = 80
-SERVERS = ("auto", "nginx", "builtin", "none")
-
-
-class LabError(RatelimitError):
-    """A lab step failed (the message says which and what was left)."""
-
-
-
-# ---------------------------------------------------------------- validation
-
-
-def check_clients(clients) -> int:
-    n = whole_number(clients)
-    if n is None:
-        raise FieldError("--clients", f"'{clients}'" if isinstance(clients, str) else clients,
-                         f"is not a whole number (1-{topology.MAX_CLIENTS})")
-    if not 1 <= n <= topology.MAX_CLIENTS:
-        raise FieldError("--clients", n, f"is more than the address plan holds (1-{topology.MAX_CLIENTS}: "
-                         f"clients are {topology.LAN4}.2-{topology.LAN4}.{topology.MAX_CLIENTS + 1})"
-                         if n > 0 else f"is not a number of clients (1-{topology.MAX_CLIENTS})")
-    return n
-
-
-def check_ports(ports: str) -> tuple[int, int]:
-    """One range LOW-HIGH within 1024-65535: the clients' ephemeral ports."""
-    parsed = parse_ports(ports, "--ports")
-    if len(parsed) != 1 or parsed[0][0] == parsed[0][1]:
-        raise FieldError("--ports", f"'{ports}'", "is not one range LOW-HIGH (the clients' ephemeral ports)")
-    lo, hi = parsed[0]
-    if lo < 1024:
-        raise FieldError("--ports", f"'{ports}'", "starts below 1024 (ephemeral ports must be 1024-65535)")
-    return lo, hi
-
-
-def _server_kind(server: str) -> str:
-    check_choice("--server", server, SERVERS)
-    if server == "none":
-        return server
-    have_nginx = shutil.which("nginx") is not None
-    if server == "auto":
-        return "nginx" if have_nginx else "builtin"
-    if server == "nginx" and not have_nginx:
-        raise NotFoundError("--server: nginx is not installed (apt-get install nginx-light, "
-                            "or use --server builtin)")
-    return server
-
-
+from .audience import client_cohorts, clients_needed
+from .link import LinkSpec, Say, resolve_link
+from .measure import Download, client_totals, curl_argv, curl_failure, one_way_delays, read_curl
+from .provision import (DEFAULT_PORTS, SERVER_PORT, LabError, check_clients, check_ports, client_addrs,
+                        provision, provision_server, server_kind, terminate_as_exception, write_hosts_files)
+from .store import DEFAULT_NAME, down, lab_path, list_labs, provision_dir, read_state
 
 
 @dataclass(frozen=True)
@@ -166,11 +100,10 @@ class Lab:
         if clients is None:
             clients = 1
             if link.scenario is not None and link.mix is None:
-                from .audience import clients_needed
                 clients = clients_needed(link.scenario)
         n = check_clients(clients)
         lo, hi = check_ports(ports)
-        kind = _server_kind(server)
+        kind = server_kind(server)
         tcp = servertcp.check(server_tcp)
         layout = topology.Topology.layout(name, n)
         store.require_root("up")
@@ -178,7 +111,7 @@ class Lab:
         req = mode = None
         if not link.empty:  # every check on the link before anything is made
             req, mode = resolve_link(link, interface=layout.router_client_if, netns=layout.router,
-                                     clients=_client_addrs(layout), ports=f"{lo}-{hi}", say=say)
+                                     clients=client_addrs(layout), ports=f"{lo}-{hi}", say=say)
         scripts = provision_dir()
         with store.lock(name):
             store.check_not_up(name)
@@ -187,19 +120,19 @@ class Lab:
                     "server": {"kind": kind, "port": SERVER_PORT, "address": layout.server_addr,
                                "tcp": {"name": tcp.name}},
                     "link": None}
-            with _terminate_as_exception():
+            with terminate_as_exception():
                 try:
                     store.write_state(name, info)
                     say(f"lab up: {n} client namespace(s), router and server "
                         f"({layout.prefix}*) on 198.18.0.0/15")
                     topo = topology.Topology.create(name, n)
                     lab = cls(topo, info)
-                    lab._write_hosts_files()
+                    write_hosts_files(lab)
                     say(f"lab up: client ports {lo}-{hi} (net.ipv4.ip_local_port_range) and "
                         f"tools, via {scripts / 'client.sh'}")
                     for c in lab.clients:
-                        lab._provision(c, scripts / "client.sh", RL_INSTALL="0", RL_PORTS=f"{lo}-{hi}")
-                    lab._provision_server(scripts, say)
+                        provision(c, scripts / "client.sh", RL_INSTALL="0", RL_PORTS=f"{lo}-{hi}")
+                    provision_server(lab, scripts, say)
                     if req is not None:
                         lab._apply(req, mode, link, say, progress)
                     info["phase"] = "up"
@@ -334,23 +267,7 @@ class Lab:
                       "profile": (members.get(h.name) or {}).get("profile")} if h in self.clients else {})}
                  for h in self.hosts.values()]
         stats = self.statistics()
-        by_addr = {a: h.name for h in self.clients for a in (h.address, h.address6)}
-        per: dict = {}
-        for row in stats["links"]:
-            client = by_addr.get(row["host"], row["host"])
-            key = (client, row["direction"])
-            agg = per.setdefault(key, {"client": client, "cohort": row.get("cohort"), "profile": row.get("profile"),
-                                       "hosts": [], "direction": row["direction"], "links": 0,
-                                       "active": 0, "bytes": 0, "packets": 0, "drops": 0,
-                                       "overlimits": 0, "backlog_bytes": 0, "rate_bps": row.get("rate_bps")})
-            if row["host"] not in agg["hosts"]:
-                agg["hosts"].append(row["host"])
-            agg["links"] += 1
-            agg["active"] += 1 if row.get("bytes") else 0
-            for k in ("bytes", "packets", "drops", "overlimits", "backlog_bytes"):
-                agg[k] += row.get(k) or 0
-        order = {c.name: i for i, c in enumerate(self.clients)}
-        totals = sorted(per.values(), key=lambda a: (order.get(a["client"], len(order)), a["client"], a["direction"]))
+        totals = client_totals(stats["links"], [(c.name, c.address, c.address6) for c in self.clients])
         return {"name": self.name, "phase": self.info.get("phase"), "created": self.info.get("created"),
                 "ports": self.info["ports"], "server": self.info["server"], "url": self.url(),
                 "link": self.info.get("link"), "hosts": hosts, "applied": stats["applied"],
@@ -363,7 +280,7 @@ class Lab:
         (``service.apply``'s ``how``: "built", "in place" or "make-before-break")."""
         say = say or (lambda _msg: None)
         req, mode = resolve_link(link, interface=self.topo.router_client_if, netns=self.topo.router,
-                                 clients=_client_addrs(self.topo), ports=self.info["ports"], say=say,
+                                 clients=client_addrs(self.topo), ports=self.info["ports"], say=say,
                                  vm_hint=False)
         with store.lock(self.name):
             how = self._apply(req, mode, link, say, progress)
@@ -426,8 +343,6 @@ class Lab:
         """The applied link's ``LinkModel`` on this kernel (no delay stage without sch_netem):
         of ``client``'s cohort (a number or ``clientN``), of the cohort named ``cohort``, or of
         the link's one cohort."""
-        from ..spec.linkmodel import LinkModel
-        from ..kernel.probe import probe
         link = self.info.get("link")
         if not link:
             raise LabError(f"lab '{self.name}' has no link applied")
@@ -446,76 +361,3 @@ class Lab:
         if len(cohorts) <= 1:
             return LinkModel.from_summary(link["summary"], delay_stage=delay_stage)
         return LinkModel.from_summary(link["summary"], cohort=cohort, delay_stage=delay_stage)
-
-    def _provision(self, host: Host, script: Path, **env) -> None:
-        timeout = 600 if in_vm() else 120  # software emulation is slow
-        try:
-            r = host.run(["env", "-i", f"PATH={os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}",
-                          *(f"{k}={v}" for k, v in env.items()), "sh", str(script)], timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise LabError(f"lab up: {script.name} on {host.name} did not finish within {timeout} s") from None
-        if r.returncode != 0:
-            last = (r.stderr.strip().splitlines() or [f"exited {r.returncode}"])[-1]
-            raise LabError(f"lab up: {script.name} on {host.name} failed: {last}")
-
-    def _provision_server(self, scripts: Path, say: Say) -> None:
-        """The web server (unless ``--server none``), then the server's TCP start (``servertcp``)
-        over whatever server.sh set: provisioning the server again starts its TCP the same way."""
-        server, kind = self.info["server"], self.info["server"]["kind"]
-        if kind != "none":
-            say(f"lab up: {kind} server on http://{self.server.address}/ via {scripts / 'server.sh'}")
-            self._provision(self.server, scripts / "server.sh", RL_INSTALL="0", RL_SERVER=kind,
-                            RL_SRC=str(SOURCE_ROOT), RL_PYTHON=sys.executable, RL_LAB_DIR=self.info["dir"],
-                            RL_PORT=str(SERVER_PORT), RL_NGINX_USER="root",
-                            RL_WORKERS=str(min(os.cpu_count() or 1, 4)))
-            server["pid"] = self._server_pid()
-        server["tcp"] = servertcp.apply(self.server.netns, server["tcp"]["name"])
-        say(f"lab up: server TCP: {servertcp.describe(server['tcp'])}")
-
-    def _server_pid(self) -> int | None:
-        kind = self.info["server"]["kind"]
-        pidfile = Path(self.info["dir"]) / kind / ("nginx.pid" if kind == "nginx" else "server.pid")
-        for _ in range(50):
-            try:
-                return int(pidfile.read_text().split()[0])
-            except (OSError, ValueError, IndexError):
-                time.sleep(0.05)
-        return None
-
-    def _write_hosts_files(self) -> None:
-        """``/etc/netns/NS/hosts`` for every namespace: lab names resolve inside.
-        IPv4 only: the router limits the clients' IPv4 addresses."""
-        lines = ["127.0.0.1 localhost", "::1 localhost ip6-localhost ip6-loopback",
-                 f"{self.server.address} server", f"{self.router.address} router"]
-        lines += [f"{c.address} {c.name}" for c in self.clients]
-        text = "# written by ratelimit lab; removed by `ratelimit lab down`\n" + "\n".join(lines) + "\n"
-        for ns in self.topo.namespaces:
-            d = HOSTS_DIR / ns
-            try:
-                d.mkdir(parents=True, exist_ok=True)
-                (d / "hosts").write_text(text)
-            except OSError:  # a read-only /etc: names just do not resolve
-                return
-
-
-def _client_addrs(topo: topology.Topology) -> list[tuple[str, str]]:
-    """Each client's (IPv4, IPv6) address, in order: what the router limits."""
-    return list(zip(topo.client_addrs, topo.client_addrs6))
-
-
-@contextmanager
-def _terminate_as_exception():
-    """SIGTERM (and SIGHUP) during ``lab up`` unwinds like Ctrl-C, so it cleans up."""
-    @parent_only
-    def raise_(signum, _frame):
-        raise KeyboardInterrupt(f"signal {signum}")
-    try:
-        old = {s: signal.signal(s, raise_) for s in (signal.SIGTERM, signal.SIGHUP)}
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)

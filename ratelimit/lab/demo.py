@@ -12,8 +12,9 @@ from ..kernel.probe import probe
 from ..kernel.vm import in_vm
 from . import docroot, servertcp
 from .vmrun import run_in_vm, say
-from .core import Lab, LabError
+from .core import Lab
 from .link import LinkSpec
+from .provision import LabError
 from .store import DEFAULT_NAME
 
 DEMO_NAME = "demo"

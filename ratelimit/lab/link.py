@@ -12,6 +12,7 @@ from ..plan import layout
 from ..profiles import catalog
 from .. import service
 from ..errors import FieldError, KernelMissing, UsageError
+from ..kernel.vm import in_vm
 from .topology import QUEUES as DEVICE_QUEUES  # the queues of the router's client-facing bridge
 
 MODES = ("shape", "police")  # the lab shapes by default: it queues like the real link
@@ -97,24 +98,23 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, clients: 
     """Validate ``spec`` for the lab's ``clients`` (each one's IPv4 and IPv6 address) on their
     ephemeral ``ports``, and against the kernel; return ``(request, mode)``.
 
-    A missing netem, police, ifb or mirred is one ``KernelMissing`` line naming
-    the module and the ways out.
+    A part of the plan the kernel lacks (``probe.plan_lacks``) is one ``KernelMissing`` line
+    naming the module and, for netem and police, the ways out.
     """
-    from ..kernel.probe import missing_message, probe
+    from ..kernel.probe import missing_message, plan_lacks  # start-up time: the probe loads pyroute2
     mode = check_choice("--mode", spec.mode, MODES)
     check_choice("--per", spec.per, GRANULARITIES)
+    options = service.Options(interface, netns=netns, mode=mode, burst=spec.burst, queues=spec.queues,
+                              device_queues=DEVICE_QUEUES, **spec.overrides())
     if spec.audience:
-        from . import audience
-        req = service.make_request(interface, netns=netns, mode=mode, burst=spec.burst, queues=spec.queues,
-                                   device_queues=DEVICE_QUEUES, scenario=audience.asks(spec, clients, ports),
-                                   **spec.overrides())
+        from . import audience  # a part not every link has (a mix or a scenario)
+        options = dataclasses.replace(options, scenario=audience.asks(spec, clients, ports))
     else:
         if spec.profile is not None:
             catalog.load(spec.profile)  # unknown profile: the profiles module's one line
         hosts = [a4 for a4, _ in clients] + [a6 for _, a6 in clients]
-        req = service.make_request(interface, hosts=hosts, ports=ports, profile=spec.profile, netns=netns,
-                                   mode=mode, burst=spec.burst, per=spec.per, queues=spec.queues,
-                                   device_queues=DEVICE_QUEUES, **spec.overrides())
+        options = dataclasses.replace(options, hosts=hosts, ports=ports, profile=spec.profile, per=spec.per)
+    req = service.request_of(options)
     if spec.bandwidth is None:  # the router carries every link at its rate
         need = max(layout.links_rate_bps(req).values(), default=0)
         if need > req.bandwidth_bps:
@@ -124,12 +124,10 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, clients: 
         what = f"profile '{rateless[0].profile}'" if rateless[0].profile else f"cohort '{rateless[0].name}'"
         raise UsageError(f"--no-delay: {what} has no rate, so nothing would be left to "
                          f"emulate; run it with --vm (full kernel) instead")
-    kinds = ("netem", "police", "ifb", "mirred", "htb", "u32", "ingress", "clsact", "bpf")
-    needed = _features_needed(req) & set(kinds)
+    needed = _features_needed(req)
     if in_vm():
         _modprobe(needed)
-    have = probe(sorted(needed))
-    lacking = [f for f in kinds if f in needed and not have[f]]
+    lacking = plan_lacks(needed)
     if lacking:
         if not set(lacking) <= {"netem", "police"}:
             raise KernelMissing(missing_message(lacking[0]), lacking[0])
@@ -153,15 +151,11 @@ def resolve_link(spec: LinkSpec, *, interface: str, netns: str | None, clients: 
     return req, mode
 
 
-def in_vm() -> bool:
-    from ..kernel.vm import in_vm
-    return in_vm()
-
-
 def _modprobe(features) -> None:
-    from ..kernel.probe import module_for
+    """Load the modules of ``features`` (in the full-kernel VM, whose modules load on demand
+    only when a tool asks)."""
+    from ..kernel.probe import FEATURES  # start-up time: the probe loads pyroute2
     for f in features:
-        mod = module_for(f)
-        if mod:
-            subprocess.run(["modprobe", "-q", mod], capture_output=True, check=False)
+        if f in FEATURES and FEATURES[f].module:
+            subprocess.run(["modprobe", "-q", FEATURES[f].module], capture_output=True, check=False)
 

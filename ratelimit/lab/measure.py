@@ -1,5 +1,5 @@
 """What a lab measures: timed downloads (``ratelimit.linkmodel`` says how long they should
-take) and one-way delays of datagrams."""
+take), one-way delays of datagrams, and the router's counters summed per client."""
 
 from __future__ import annotations
 
@@ -90,3 +90,27 @@ def one_way_delays(tx: socket.socket, rx: socket.socket, count: int, gap_s: floa
     except socket.timeout:
         pass
     return sorted(delays)
+
+
+def client_totals(rows, clients) -> list[dict]:
+    """The statistics ``rows`` (one per link and direction) summed per client and direction,
+    in the order of ``clients`` ((name, IPv4, IPv6) each; a host that is none of them after,
+    by its address).  For example, two rows of client1's links going to the client make one
+    total: ``{"client": "client1", "direction": ..., "links": 2, "bytes": ..., ...}``."""
+    by_addr = {a: name for name, *addrs in clients for a in addrs}
+    per: dict = {}
+    for row in rows:
+        client = by_addr.get(row["host"], row["host"])
+        key = (client, row["direction"])
+        agg = per.setdefault(key, {"client": client, "cohort": row.get("cohort"), "profile": row.get("profile"),
+                                   "hosts": [], "direction": row["direction"], "links": 0,
+                                   "active": 0, "bytes": 0, "packets": 0, "drops": 0,
+                                   "overlimits": 0, "backlog_bytes": 0, "rate_bps": row.get("rate_bps")})
+        if row["host"] not in agg["hosts"]:
+            agg["hosts"].append(row["host"])
+        agg["links"] += 1
+        agg["active"] += 1 if row.get("bytes") else 0
+        for k in ("bytes", "packets", "drops", "overlimits", "backlog_bytes"):
+            agg[k] += row.get(k) or 0
+    order = {name: i for i, (name, *_) in enumerate(clients)}
+    return sorted(per.values(), key=lambda a: (order.get(a["client"], len(order)), a["client"], a["direction"]))

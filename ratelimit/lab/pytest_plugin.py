@@ -178,7 +178,7 @@ class EmulatedLink:
         link = links[0]
         # a full-size packet is an opportunity of a trace, a frame of a schedule's line (Ethernet)
         frames = -(-nbytes // mss_bytes) * (PACKET_BYTES if link.source.kind == "trace" else FULL_IP_BYTES + 14)
-        t0 = at * 1000 - min(c.trace.started_ms for c in req.cohorts if c.trace) - link.offset_ms
+        t0 = at * 1000 - req.traced_start_ms - link.offset_ms
         done = carried_by_ms(link.capacity, t0, frames)
         if done is None:
             raise RuntimeError(f"emulated_link: the trace does not carry {nbytes} bytes within a day")

@@ -27,8 +27,9 @@ device's clsact egress hook in one kernel step (another number of queues is rebu
 from dataclasses import dataclass, replace
 
 from .layout import MAX_QUEUES, POOL_CLASS, POOL_NETEM, ROOT, TREE_BASE
-from .ops import (INGRESS_HANDLE, TC_H_ROOT, U32_ROOT_TABLE, AddIfb, Change, ClsactQdisc, DelClass, DelFilter, FifoQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc, NetemQdisc, Plan, TbfQdisc, netem_groups, u32_handle)
-from .filters import U32Filter, U32Table
+from .ops import (INGRESS_HANDLE, TC_H_ROOT, AddIfb, Change, ClsactQdisc, DelClass, HtbQdisc, IngressQdisc, MqQdisc, Plan, u32_handle)
+from .shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc, netem_groups
+from .filters import U32_ROOT_TABLE, DelFilter, U32Filter, U32Table
 from .queuepin import QueueEntry, QueueMap, QueueProgram
 
 _PINS = (QueueMap, QueueEntry, QueueProgram)  # several queues: the classifier, switched whole

@@ -14,7 +14,7 @@ trace's mean (and the default queue at that rate); the driver sets both step by 
 import dataclasses
 
 from ..traces.capacity import ScheduleCapacity, TraceCapacity
-from .ops import TbfQdisc
+from .shaping import TbfQdisc
 
 OPEN_BPS = 10 * 10**9  # wide open: the class above shapes
 SHUT_BPS = 64  # the least at which tc's one-frame burst still fits its 32-bit ticks (189 s a frame)

@@ -1,24 +1,26 @@
-"""The operations a plan is made of, and how each reads as tc text.
+"""The operations a plan is made of, and the plan itself.
 
 A plan is an ordered tuple of small frozen operations.  The compiler makes it
 without touching the system; the executor (``kernel.executor``) carries it
 out, one function per operation type; ``script`` prints it as the
-shell/``tc -batch`` text a person can paste.  The classification operations (u32 tables and
-filters, policers) are in ``filters``.  Handles are ints inside
+shell/``tc -batch`` text a person can paste.  Handles are ints inside
 (``0x520000`` is ``52:``).  Each operation says which kernel parts it needs
 (``features``, names as ``kernel.probe`` knows them) and what removes it
 (``undo``; None when it goes with the qdisc it hangs under).
 
-Over 400 lines: every operation type of a plan in one place, each a small frozen class with
-its tc text, features and undo; the classification operations are already apart (``filters``,
-``queuepin``).
+This module holds the handles, the three kinds of operation (``ip``, ``tc``, bpf(2)),
+the devices, the root and hook qdiscs, the removals of qdiscs and classes, ``Change`` and
+the ``Plan``.  The classes and leaf qdiscs are in ``shaping``; the classification
+operations (u32 tables and filters, policers) in ``filters`` and ``queuepin``.
+
+>>> MqQdisc("eth0", 0x10000).tc(), tc_handle(0x520100)
+('qdisc add dev eth0 root handle 1: mq', '52:100')
 """
 
 from dataclasses import dataclass
 
-from ..spec.model import IPAddress, LinkParams, Request
+from ..spec.model import IPAddress, Request
 from ..spec.names import batch_word, shell_word
-from ..spec.units import format_percent, format_rate, format_time
 
 TC_H_ROOT = 0xFFFFFFFF
 TC_H_INGRESS = 0xFFFFFFF1
@@ -213,198 +215,11 @@ class DelClass(_Tc):
 
 
 @dataclass(frozen=True)
-class DelFilter(_Tc):
-    """Remove u32 filters of the list ``prio`` of ``parent``: the node or table ``handle``
-    (``U32_ROOT_TABLE`` names the list's own root table), or with ``handle`` 0 the whole list."""
-
-    dev: str
-    parent: int
-    prio: int
-    protocol: str
-    handle: int = 0
-
-    @property
-    def in_root_table(self) -> bool:
-        """A node of the list's own root table, whose number the kernel picks: a script
-        reads it from ``tc filter show`` first (``shell``)."""
-        return self.handle >> 20 == U32_ROOT_TABLE and bool(self.handle & 0xFFFFF)
-
-    @property
-    def is_table(self) -> bool:
-        """A table: u32 frees it only an RCU grace period after the last filter linking to
-        it went, so a script tries again for a while (``shell``)."""
-        return bool(self.handle) and not self.handle & 0xFFFFF
-
-    def _where(self, word) -> str:
-        return f"filter del dev {word(self.dev)} parent {tc_handle(self.parent)} prio {self.prio}"
-
-    def tc(self) -> str:
-        if not self.handle:
-            return f"{self._where(batch_word)} protocol {self.protocol}"
-        ht, bucket, node = self.handle >> 20, (self.handle >> 12) & 0xFF, self.handle & 0xFFF
-        where = f"{ht:x}:" if not (bucket or node) else f"{ht:x}:{bucket:x}:{node:x}"
-        return f"{self._where(batch_word)} handle {where} protocol {self.protocol} u32"
-
-    def shell(self, tc: str = "tc") -> list[str]:
-        """Shell lines for a node of the root table or a table (``in_root_table``, ``is_table``)."""
-        if self.is_table:
-            delete = f"{tc} {self._where(shell_word)} handle {self.handle >> 20:x}: protocol {self.protocol} u32"
-            return [f"n=0; until {delete} 2>/dev/null; do",
-                    '  n=$((n + 1)); [ "$n" -lt 100 ] || { echo "ratelimit: could not remove u32 table '
-                    f'{self.handle >> 20:x}:" >&2; exit 1; }}; sleep 0.05',
-                    "done"]
-        show = (f"{tc} {self._where(shell_word).replace('filter del', 'filter show', 1)} protocol {self.protocol}"
-                " | sed -n 's/.* fh \\([0-9a-f]*\\): ht divisor 1 *$/\\1/p'")
-        bucket, node = (self.handle >> 12) & 0xFF, self.handle & 0xFFF
-        return [f"root=$({show})",
-                f'{tc} {self._where(shell_word)} handle "$root:{bucket:x}:{node:x}" protocol {self.protocol} u32']
-
-    def lines(self) -> list[str]:
-        return self.shell() if self.in_root_table or self.is_table else [self.tc()]
-
-
-U32_ROOT_TABLE = 0xFFF  # a handle's table part that names the filter list's own root table
-
-
-@dataclass(frozen=True)
-class HtbClass(_Tc):
-    dev: str
-    parent: int
-    classid: int
-    rate_bps: int
-    ceil_bps: int
-    burst_bytes: int
-    quantum_bytes: int
-    mpu_bytes: int = 0
-    # added to the length the device's size table gave a packet (a cohort whose link layer
-    # is not the device's), and ATM cells: 48 bytes of it per 53 on the line
-    overhead_bytes: int = 0
-    atm: bool = False
-    features = frozenset({"htb"})
-
-    def with_rates(self, rate_bps: int, ceil_bps: int, burst_bytes: int) -> "HtbClass":
-        """This class at other rates: what ``dataclasses.replace`` gives, made without
-        ``__init__`` (a trace driver makes one for every link every step)."""
-        new = object.__new__(type(self))
-        fields = new.__dict__
-        fields.update(self.__dict__)
-        fields["rate_bps"], fields["ceil_bps"], fields["burst_bytes"] = rate_bps, ceil_bps, burst_bytes
-        return new
-
-    def tc(self) -> str:
-        mpu = f" mpu {self.mpu_bytes}" if self.mpu_bytes else ""
-        layer = (f" overhead {self.overhead_bytes}" if self.overhead_bytes else "") + (" linklayer atm" if self.atm else "")
-        return (f"class add dev {batch_word(self.dev)} parent {tc_handle(self.parent)}"
-                f" classid {tc_handle(self.classid)}"
-                f" htb rate {format_rate(self.rate_bps)} ceil {format_rate(self.ceil_bps)}"
-                f" burst {self.burst_bytes}b cburst {self.burst_bytes}b quantum {self.quantum_bytes}{mpu}{layer}")
-
-
-def netem_args(p: LinkParams, limit_pkts: int) -> str:
-    """tc's words for the netem stage of link parameters ``p``."""
-    out = [f"limit {limit_pkts}"]
-    if p.delay_us or p.jitter_us:
-        out.append(f"delay {format_time(p.delay_us)}")
-        if p.jitter_us:
-            out.append(format_time(p.jitter_us))
-            if p.delay_corr_pct:
-                out.append(format_percent(p.delay_corr_pct))
-    for word, pct, corr in (("loss", p.loss_pct, p.loss_corr_pct),
-                            ("duplicate", p.duplicate_pct, p.duplicate_corr_pct),
-                            ("corrupt", p.corrupt_pct, p.corrupt_corr_pct),
-                            ("reorder", p.reorder_pct, p.reorder_corr_pct)):
-        if pct:
-            out.append(f"{word} {format_percent(pct)}")
-            if corr:
-                out.append(format_percent(corr))
-    return " ".join(out)
-
-
-def netem_groups(p: LinkParams, rate_bps: int = 0) -> frozenset:
-    """The optional parts a netem stage of ``p`` is sent with (beside its fixed options):
-    "corr", "reorder", "corrupt", "rate".  The kernel keeps a part a change leaves out, so
-    a stage can be changed in place only to one that sends every part it had."""
-    delayed = bool(p.delay_us or p.jitter_us)
-    corr = ((p.delay_corr_pct and delayed and p.jitter_us) or (p.loss_corr_pct and p.loss_pct)
-            or (p.duplicate_corr_pct and p.duplicate_pct) or (p.reorder_corr_pct and p.reorder_pct)
-            or (p.corrupt_corr_pct and p.corrupt_pct))
-    return frozenset(name for name, on in (("corr", corr), ("reorder", p.reorder_pct), ("corrupt", p.corrupt_pct),
-                                           ("rate", rate_bps)) if on)
-
-
-@dataclass(frozen=True)
-class NetemQdisc(_Tc):
-    """A netem stage for the impairments of ``params``, queueing at most ``limit_pkts``;
-    with ``rate_bps`` it also serializes packets at that rate, in order (a packet never
-    leaves before the one ahead of it, whatever its jitter)."""
-
-    dev: str
-    parent: int
-    handle: int
-    params: LinkParams
-    limit_pkts: int = 1000
-    rate_bps: int = 0
-    # its rate's packet overhead (signed: a cohort whose link layer is not the device's),
-    # and cells (ATM: 48 bytes a cell, 5 more on the line)
-    overhead_bytes: int = 0
-    cell_bytes: int = 0
-    cell_overhead_bytes: int = 0
-    features = frozenset({"netem"})
-
-    def tc(self) -> str:
-        rate = f" rate {format_rate(self.rate_bps)}" if self.rate_bps else ""
-        if self.rate_bps and (self.overhead_bytes or self.cell_bytes):
-            rate += f" {self.overhead_bytes}" + (f" {self.cell_bytes} {self.cell_overhead_bytes}" if self.cell_bytes else "")
-        return (f"qdisc add dev {batch_word(self.dev)} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
-                f" netem {netem_args(self.params, self.limit_pkts)}{rate}")
-
-
-@dataclass(frozen=True)
-class FifoQdisc(_Tc):
-    """A link's queue without netem: ``bfifo`` (a limit in bytes, as the link meters them)
-    or ``pfifo`` (in packets)."""
-
-    dev: str
-    parent: int
-    handle: int
-    kind: str  # "bfifo" or "pfifo"
-    limit: int
-
-    @property
-    def features(self) -> frozenset:
-        return frozenset({self.kind})
-
-    def tc(self) -> str:
-        return (f"qdisc add dev {batch_word(self.dev)} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
-                f" {self.kind} limit {self.limit}")
-
-
-@dataclass(frozen=True)
-class TbfQdisc(_Tc):
-    """A token bucket as a traced link's leaf (``gate``): wide open it passes what the HTB
-    class above sends, shut (a few bit/s) it holds the link's packets in its own byte
-    queue of ``limit_bytes`` (tbf's bfifo) like a tunnel.  ``burst_bytes`` must hold the
-    largest frame: tbf drops a larger packet on arrival."""
-
-    dev: str
-    parent: int
-    handle: int
-    rate_bps: int
-    burst_bytes: int
-    limit_bytes: int
-    features = frozenset({"tbf"})
-
-    def tc(self) -> str:
-        return (f"qdisc add dev {batch_word(self.dev)} parent {tc_handle(self.parent)} handle {tc_handle(self.handle)}"
-                f" tbf rate {format_rate(self.rate_bps)} burst {self.burst_bytes}b limit {self.limit_bytes}")
-
-
-@dataclass(frozen=True)
 class Change(_Tc):
     """Set an existing class, leaf qdisc or u32 filter to ``op``'s parameters in place
     (``tc ... change``): its queue, its place in the tree and its classification stay."""
 
-    op: object  # an HtbClass, NetemQdisc, FifoQdisc, TbfQdisc or filters.U32Filter
+    op: object  # a shaping.HtbClass, NetemQdisc, FifoQdisc, TbfQdisc or filters.U32Filter
 
     @classmethod
     def of(cls, op) -> "Change":

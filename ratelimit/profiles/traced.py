@@ -84,6 +84,26 @@ def _path(value, a: TraceAsk, key: str, shipped: Path, suffix: str = "") -> Path
     return path.resolve() if path.exists() else path
 
 
+SHIPPED_DIRS = {"trace_down": ("traces", ""), "trace_up": ("traces", ""), "schedule": ("schedules", ".toml")}
+
+
+def shipped(key: str, value, field: str) -> str:
+    """The path of the shipped trace or schedule ``value`` names for ``key`` (a
+    ``SHIPPED_DIRS`` key), never another file: what the dashboard's API takes.
+
+    >>> Path(shipped("schedule", "train", "schedule")).name
+    'train.toml'
+    """
+    folder, suffix = SHIPPED_DIRS[key]
+    names = sorted(p.name for p in (SHIPPED / folder).iterdir() if p.is_file() and p.suffix != ".py")
+    if isinstance(value, str):
+        for name in (value, value + suffix):
+            if name in names:
+                return str((SHIPPED / folder / name).resolve())
+    raise FieldError(field, repr(value) if isinstance(value, str) else value,
+                     f"is not a shipped {folder[:-1]} (allowed: {', '.join(names)})")
+
+
 def _trace(value, a: TraceAsk, key: str) -> Source:
     path = _path(value, a, key, SHIPPED / "traces")
     where = f"{a.field(key)} {value}"

@@ -1,130 +1,25 @@
-"""apply / clean / preview: the changes the CLI, web UI and lab share (reading what is
-installed is ``readout``; describing it, ``summary``).
+"""apply / clean / preview: the changes the CLI, the web UI and the lab share (a request
+is made in ``request``; reading what is installed is ``readout``).
 
-``make_request`` is the edge: it takes what a person typed (strings with
-units, host names, a profile name) and returns a validated ``Request``.
 ``apply`` leaves the interface with the new plan whole or exactly as it was
-(``recovery``); over installed links of the same selectors it changes them in
-place, over others it builds the new plan beside the old before removing it
-(``diff``); nothing is deleted before the kernel is checked against what ratelimit
-recorded (``fingerprint``).
+(``recovery``).  Over installed links of the same selectors it changes them in place;
+over others it builds the new plan beside the old before removing it (``diff``).
+Nothing is deleted before the kernel is checked against what ratelimit recorded
+(``fingerprint``).
 """
 
 import dataclasses
 import os
 import time
 
+from ..errors import ConflictError, FieldError, KernelMissing, PermissionDenied, StateError
 from ..plan import diff, layout, placement
-from ..spec import linklayer
-from ..profiles import catalog
-from ..state import recovery, records
-from ..profiles import traced
-from ..traces import tracespec
-from ..profiles import scenario as scenarios
 from ..plan.compile import compile_plan, compiled, ifb_name
-from ..plan.validate import checked_layout
-from ..errors import ConflictError, FieldError, KernelMissing, PermissionDenied, StateError, UsageError
-from ..state.installed import Installed, check_interface, executor, find_installed
-from ..spec.model import GRANULARITIES, MAIN_COHORT, Cohort, LinkParams, Request
+from ..spec.model import Request
 from ..spec.names import check_target
-from ..spec.selectors import parse_hosts, parse_ports, parse_servers
-from ..spec.units import parse_burst, parse_count, parse_queue, parse_rate_bps, parse_size_bytes
-
-DEFAULT_RATE_BPS = 28800
-_DIRECTION_WORDS = {"source": "source", "src": "source", "dest": "dest", "dst": "dest",
-                    "destination": "dest", "both": "both"}
-
-# option name -> (LinkParams field, parser): the profile fields that are netem impairments
-IMPAIRMENTS = {name: spec for name, spec in catalog.SIDE_FIELDS.items() if name not in ("rate", "queue", "burst")}
-V03_BURST = "5"  # the bare command line's police burst, as in v0.3: rate x 5 / 8 bytes
-
-
-def make_request(interface: str, *, hosts=None, ports=None, profile: str | None = None, netns: str | None = None,
-                 mode: str | None = None, direction: str = "both", rate=None, burst=None,
-                 bandwidth="100mbit", mtu=1514, avpkt=1200, mpu=None, queue=None, per: str = "port",
-                 link: str | None = None, scenario=None, mix=None, servers=None, server_ports=None, queues=1,
-                 device_queues: int | None = None,
-                 trace_down=None, trace_up=None, schedule=None, trace_scale=None, phase=None, phase_seed=None,
-                 **impairments) -> Request:
-    """Validate what a person typed and return the request (resolves host names).
-
-    ``mode`` None: shape with a profile (the links it describes queue), police without
-    (v0.3).  ``mpu`` None: the link layer's (``linklayer.min_frame_bytes``).  ``burst`` None:
-    the profile's, else the mode's default; without a profile,
-    police mode keeps v0.3's ``--burst 5``.  ``link`` names a link layer (``linklayer.LAYERS``)
-    over the profile's.  ``ports`` None or "all" with ``per`` "host": every packet of each
-    host.  ``servers``, ``server_ports``: only the flows to and from these address prefixes
-    and ports (default any).  ``queues``: the tx queues the links are spread over, each with
-    its own tree (shape mode), or "auto": every tx queue of the interface (read here, once,
-    unless the caller says how many it has, ``device_queues``: the lab makes its devices; 1 in
-    police mode or with cohorts that select servers).
-    ``scenario`` (a list of ``scenario.Ask``) or ``mix`` (``--mix`` text, over ``hosts``)
-    make a request of several cohorts; the link options given here then apply to every
-    cohort, over its own.  ``trace_down``/``trace_up`` (mahimahi trace files) or ``schedule``
-    (a schedule file), with ``trace_scale``, ``phase`` and ``phase_seed``, make every
-    cohort's links follow them, over a profile's or a cohort's own (``tracespec``; shape
-    mode by default)."""
-    interface, netns = check_target(interface, netns)
-    if direction not in _DIRECTION_WORDS:
-        raise FieldError("--direction", direction, "is not a direction (source, dest[ination], both)")
-    unknown = set(impairments) - set(IMPAIRMENTS)
-    if unknown:
-        raise FieldError("option", sorted(unknown)[0], f"is not an impairment ({', '.join(IMPAIRMENTS)})")
-    overrides = {attr: parser(impairments[name], f"--{name.replace('_', '-')}")
-                 for name, (attr, parser) in IMPAIRMENTS.items() if impairments.get(name) is not None}
-    if rate is not None:
-        overrides["rate_bps"] = parse_rate_bps(rate, "--rate")
-    if queue is not None:
-        overrides["queue"] = parse_queue(queue, "--queue")
-    if burst is not None:
-        burst = parse_burst(burst, "--burst")
-    device = dict(netns=netns or None, direction=_DIRECTION_WORDS[direction],
-                  bandwidth_bps=parse_rate_bps(bandwidth, "--bandwidth"),
-                  mtu_bytes=parse_size_bytes(mtu, "--mtu"), avpkt_bytes=parse_size_bytes(avpkt, "--avpkt"))
-    if scenario is not None and mix is not None:
-        raise UsageError("--scenario and --mix: give one of them")
-    traces = tracespec.ask(dict(trace_down=trace_down, trace_up=trace_up, schedule=schedule, trace_scale=trace_scale,
-                                phase=phase, phase_seed=phase_seed), tracespec.KEYS)
-    if scenario is not None or mix is not None:
-        if profile is not None:
-            raise UsageError("--profile: a scenario or a mix names each cohort's profile")
-        if scenario is not None and (hosts is not None or ports is not None or servers is not None
-                                     or server_ports is not None):
-            raise UsageError("--hosts/--ports/--servers: a scenario names each cohort's hosts, ports and servers")
-        asks = scenario if scenario is not None else \
-            [dataclasses.replace(a, servers=servers, server_ports=server_ports) for a in
-             scenarios.mix(mix, parse_hosts(hosts), None if _all_ports(ports) else parse_ports(ports), per)]
-        mode = mode or "shape"
-        cohorts = tuple(_cohort(a, mode, overrides, burst, link, mpu, traces) for a in asks)
-        req = Request(interface, cohorts, mode=mode, **device)
-    else:
-        if per == "port" and ports is not None and _all_ports(ports):
-            raise UsageError("--ports: all (every packet of a host) needs --per host or shared")
-        ask = scenarios.Ask(MAIN_COHORT, "", hosts, None if _all_ports(ports) and per != "port" else ports, per,
-                            profile, servers=servers, server_ports=server_ports)
-        mode = mode or ("shape" if profile or traces else "police")
-        req = Request(interface, (_cohort(ask, mode, overrides, burst, link, mpu, traces),), mode=mode, **device)
-    req = dataclasses.replace(req, queues=_queues(queues, req, device_queues))
-    checked_layout(req)  # every remaining check, before anything touches the router (apply compiles it)
-    return req
-
-
-def _queues(queues, req: Request, count: int | None) -> int:
-    """--queues: a number, or "auto": the interface's tx queues (``count``, else read) where
-    several trees can be used (shape mode, no cohort selecting servers), else 1."""
-    if str(queues).strip().lower() != "auto":
-        return parse_count(queues, "--queues", 1, layout.MAX_QUEUES)
-    if req.mode != "shape" or any(c.servers is not None or c.server_ports is not None for c in req.cohorts):
-        return 1
-    interface, netns = req.interface, req.netns
-    if count is None:
-        with executor(netns) as ex:
-            check_interface(ex, interface, netns)
-            count = ex.links.tx_queues(interface)
-    if count > layout.MAX_QUEUES:
-        raise FieldError("--queues", "auto", f"finds {count} tx queues on {interface}, more than the "
-                         f"{layout.MAX_QUEUES} ratelimit spreads links over; give --queues N")
-    return count
+from ..state import recovery, records
+from ..state.installed import Installed, check_interface, executor, find_installed
+from ..traces import tracespec
 
 
 def _check_queues(ex, req: Request) -> None:
@@ -140,78 +35,16 @@ def _check_queues(ex, req: Request) -> None:
                          f"made with ip link add ... numtxqueues {req.queues})")
 
 
-def for_container(req: Request, container: tuple | None, named: tuple, server_side: bool = False) -> Request:
-    """``req`` noting the container it is for (``Request.container``, None for none) and,
-    on its one cohort, the hosts given by container name (``Cohort.named``); ``server_side``:
-    the links face the container, a server (``targets.ContainerTarget.server_side``)."""
-    cohorts = req.cohorts if not named or len(req.cohorts) != 1 else \
-        (dataclasses.replace(req.cohorts[0], named=tuple(named)),)
-    return dataclasses.replace(req, container=None if container is None else tuple(container), cohorts=cohorts,
-                               server_side=server_side)
-
-
-def _all_ports(ports) -> bool:
-    return ports is None or str(ports).strip().lower() == "all"
-
-
-def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None) -> Cohort:
-    """One cohort: its profile, its own options over it, then the command line's over both
-    (``traces``: the command line's ``tracespec.TraceAsk``)."""
-    at = f"{ask.where} " if ask.where else ""
-
-    def named(key: str) -> str:  # the field's name in errors: --key on the command line
-        if key == "profile" and ask.where == f"--mix {ask.profile}":
-            return "--mix"  # the mix's cohort is named for its profile: say the name once
-        return f"{at}{key}" if at else f"--{key}"
-    prof = catalog.load(ask.profile, named("profile")) if ask.profile else None
-    down = prof.down if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
-    up = prof.up if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
-    own = {}
-    for key, value in ask.options.items():
-        attr, parser = catalog.SIDE_FIELDS[key]
-        own[attr] = parser(value, named(key))
-    own_burst = own.pop("burst", None)
-    burst = own_burst if burst is None else burst  # the command line's, else the cohort's, over both sides
-    if burst is None and prof is None and mode == "police":
-        burst = parse_burst(V03_BURST, "--burst")
-    name = link or ask.link
-    layer = linklayer.layer(name, field="--link" if link else named("link")) if name else \
-        (prof.link if prof else linklayer.ETHERNET)
-    if mpu is not None:
-        mpu_bytes = parse_count(mpu, "--mpu", 0, 65535)
-    elif ask.mpu is not None:
-        mpu_bytes = parse_count(ask.mpu, named("mpu"), 0, 65535)
-    else:
-        mpu_bytes = linklayer.min_frame_bytes(layer)
-    if ask.per not in GRANULARITIES:
-        raise FieldError(named("per"), ask.per, f"is not a link granularity ({', '.join(GRANULARITIES)})")
-    if ask.ports is None and ask.per == "port":
-        parse_ports(None, named("ports"))  # "none given"
-    ports = ask.ports if ask.ports is None or isinstance(ask.ports, tuple) else \
-        parse_ports(ask.ports, named("ports"))  # pure checks before any name lookup
-    servers = None if ask.servers is None else parse_servers(ask.servers, named("servers"))
-    server_ports = None if ask.server_ports is None else parse_ports(ask.server_ports, named("server-ports"))
-    hosts = ask.hosts if isinstance(ask.hosts, tuple) else parse_hosts(ask.hosts, named("hosts"))
-    trace = traced.resolve((prof.trace if prof else None, ask.trace, traces))
-    return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
-                  ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
-                  server_ports=server_ports, named=ask.named, trace=trace)
-
-
 def _require_root() -> None:
     if os.geteuid() != 0:
         raise PermissionDenied("changing traffic control needs root (run with sudo)")
 
 
 def _check_kernel(plan) -> None:
-    from ..kernel.probe import missing_message, probe
-    risky = sorted(plan.features() & {"netem", "police", "ifb", "mirred", "clsact", "bpf", "tbf"})
-    if not risky:
-        return
-    have = probe(risky)
-    for feature in risky:
-        if not have.get(feature, False):
-            raise KernelMissing(missing_message(feature), feature)
+    from ..kernel.probe import missing_message, plan_lacks  # start-up time: the probe loads pyroute2
+    lacking = plan_lacks(plan.features())
+    if lacking:
+        raise KernelMissing(missing_message(lacking[0]), lacking[0])
 
 
 def _refuse_foreign(plan, foreign: dict, installed: Installed) -> None:

@@ -1,6 +1,10 @@
 """Reading what ratelimit installed: the request (``applied``, ``status``) and every
 link's counters (``counters`` as columns, ``statistics`` as rows, ``Poller`` for a reader
-that asks again and again).  A run killed mid-change is repaired first.
+that asks again and again).
+
+A read changes nothing unless it is told to: where a run was killed mid-change, a reader
+given ``repair=True`` puts the interface back first, as an apply would (``--list``,
+``--stats`` and the dashboard do); one without refuses in one line.
 """
 
 import copy
@@ -19,11 +23,15 @@ from ..spec.names import check_target
 from ..spec.summary import summary
 
 
-def _readable(ex, netns, interface, notice):
-    """Our request for --list and --stats: a killed run's marker is repaired first (which needs
-    root and the lock: a run in progress makes this busy); a half-configured interface or an
-    unreadable record is reported, never read as "nothing installed"."""
+def _readable(ex, netns, interface, notice, repair: bool):
+    """Our request on ``interface``.  A killed run's marker is repaired first with ``repair``
+    (which needs root and the lock: a run in progress makes this busy), else refused; a
+    half-configured interface or an unreadable record is reported, never read as "nothing
+    installed"."""
     if records.read_marker(netns, interface) is not None:
+        if not repair:
+            raise StateError(f"--interface: a ratelimit run on {interface} was killed mid-change; "
+                             f"'ratelimit --if {interface} --list' as root puts it back")
         if os.geteuid() != 0:
             raise StateError(f"--interface: a ratelimit run on {interface} was killed mid-change; run this as "
                              "root to put it back")
@@ -32,18 +40,18 @@ def _readable(ex, netns, interface, notice):
     return find_installed(ex, netns, interface, force=False, classes=False).request
 
 
-def applied(interface: str, netns: str | None = None, notice=None) -> Request | None:
+def applied(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> Request | None:
     """The request ratelimit has applied on ``interface``, checked against the kernel; None
-    when there is none."""
+    when there is none; ``repair``: see the module's docstring."""
     interface, netns = check_target(interface, netns)
     with executor(netns) as ex:
         check_interface(ex, interface, netns)
-        return _readable(ex, netns, interface, notice)
+        return _readable(ex, netns, interface, notice, repair)
 
 
-def status(interface: str, netns: str | None = None, notice=None) -> dict | None:
+def status(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> dict | None:
     """The summary of what ratelimit has on ``interface``, or None."""
-    req = applied(interface, netns, notice)
+    req = applied(interface, netns, notice, repair=repair)
     return summary(req) if req else None
 
 
@@ -91,9 +99,9 @@ class _Flows:
     flows: tuple
 
 
-def _read_counters(ex, interface: str, netns: str | None, notice=None) -> dict:
+def _read_counters(ex, interface: str, netns: str | None, notice, repair: bool) -> dict:
     check_interface(ex, interface, netns)
-    req = _readable(ex, netns, interface, notice)
+    req = _readable(ex, netns, interface, notice, repair)
     table = None if req is None else link_table(req)
     if table is None:
         return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "keys": (),
@@ -118,7 +126,7 @@ def trace_rates(req: Request):
     return TraceRates(req, link_table(req).keys)
 
 
-def counters(interface: str, netns: str | None = None, notice=None) -> dict:
+def counters(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> dict:
     """Counters of every link as columns, read in one dump per device::
 
         {"interface", "netns", "time", "applied": summary() or None,
@@ -130,21 +138,22 @@ def counters(interface: str, netns: str | None = None, notice=None) -> dict:
          window of the clock), else None}
 
     ``keys`` and ``rate_bps`` are the same objects while the configuration stays.  The
-    record is checked against the kernel first (root and ingress qdiscs), and a run killed
-    mid-change is repaired first (``notice`` hears of it)."""
+    record is checked against the kernel first (root and ingress qdiscs); with ``repair``,
+    a run killed mid-change is repaired first (``notice`` hears of it)."""
     interface, netns = check_target(interface, netns)
     with executor(netns) as ex:
-        return _read_counters(ex, interface, netns, notice)
+        return _read_counters(ex, interface, netns, notice, repair)
 
 
 class Poller:
     """``counters`` for a reader that asks again and again (the dashboard): it keeps one
     open netlink reader per namespace, so a read costs the dumps and nothing else.  A read
     that fails on a kept reader (the namespace or device was remade) is tried once more on
-    a fresh one.  ``close()`` when done."""
+    a fresh one.  ``repair``: as ``counters``'.  ``close()`` when done."""
 
-    def __init__(self):
+    def __init__(self, *, repair: bool = False):
         self._readers: dict = {}
+        self.repair = repair
 
     def __call__(self, interface: str, netns: str | None = None) -> dict:
         for attempt in (0, 1):
@@ -152,7 +161,7 @@ class Poller:
             if ex is None:
                 ex = self._readers[netns] = executor(netns)
             try:
-                return _read_counters(ex, interface, netns)
+                return _read_counters(ex, interface, netns, None, self.repair)
             except (NotFoundError, OSError):
                 self._drop(netns)
                 if attempt:
@@ -169,10 +178,10 @@ class Poller:
             self._drop(netns)
 
 
-def statistics(interface: str, netns: str | None = None, notice=None) -> dict:
+def statistics(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> dict:
     """Counters per (host, port, direction), as one dict per link (``--stats``, ``--json``,
     the lab); see ``counters``."""
-    data = counters(interface, netns, notice)
+    data = counters(interface, netns, notice, repair=repair)
     cols = data.pop("counters")
     keys, rates, cohorts = data.pop("keys"), data.pop("rate_bps"), data.pop("cohorts")
     data.pop("trace_rates", None)

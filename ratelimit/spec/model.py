@@ -284,6 +284,15 @@ class Request:
         router's client side, ``dest`` (down) on a server's (``server_side``)."""
         return "dest" if self.server_side else "source"
 
+    @property
+    def traced_start_ms(self) -> int | None:
+        """When the plan's traces started (Unix time, ms): the earliest of its traced cohorts'
+        starts, the plan's time 0.  None: no cohort is traced, or one has no start (not
+        applied, or applied by an older ratelimit).  A re-apply that restarts one cohort at
+        20,000 and keeps another's from 10,000 has started at 10,000."""
+        starts = [c.trace.started_ms for c in self.cohorts if c.trace is not None]
+        return None if not starts or None in starts else min(starts)
+
     def burst_of(self, params: LinkParams, cohort: Cohort | None = None) -> Burst:
         """The burst one side's links get: --burst, else the side's, else the mode's default."""
         return (cohort or self.only).burst or params.burst or DEFAULT_BURST[self.mode]

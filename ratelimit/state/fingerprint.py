@@ -15,7 +15,8 @@ missing device, else ``{"root": (kind, handle) | None, "ingress": kind | None,
 
 import hashlib
 
-from ..plan.ops import AddIfb, ClsactQdisc, HtbClass, HtbQdisc, IngressQdisc, MqQdisc, tc_handle
+from ..plan.ops import AddIfb, ClsactQdisc, HtbQdisc, IngressQdisc, MqQdisc, tc_handle
+from ..plan.shaping import HtbClass
 
 TC_H_ROOT = 0xFFFFFFFF
 

@@ -38,7 +38,10 @@ def state_dir() -> Path:
     return Path(os.environ.get("RATELIMIT_STATE_DIR", "/run/ratelimit"))
 
 
-def _path(netns: str | None, interface: str, suffix: str) -> Path:
+def interface_path(netns: str | None, interface: str, suffix: str) -> Path:
+    """The interface's file of the state directory ending ``suffix``, the record's and the
+    trace driver's alike: ``interface_path(None, "eth1", "json")`` is
+    ``/run/ratelimit/-/eth1.json``."""
     return state_dir() / (netns or "-") / f"{interface}.{suffix}"
 
 
@@ -192,13 +195,13 @@ def _record(path: Path, data) -> Record | None:
 
 def save(req: Request, fingerprint: dict) -> None:
     """Record that ``req`` is applied and owns ``fingerprint`` in the kernel."""
-    write_atomic(_path(req.netns, req.interface, "json"),
+    write_atomic(interface_path(req.netns, req.interface, "json"),
                  json.dumps({"version": VERSION, "request": to_json(req), "fingerprint": fingerprint}))
 
 
 def save_problem(netns: str | None, interface: str, req: Request | None, problem: str) -> None:
     """Record that the interface is half-configured: ``problem`` says how, and how to recover."""
-    write_atomic(_path(netns, interface, "json"),
+    write_atomic(interface_path(netns, interface, "json"),
                  json.dumps({"version": VERSION, "request": None if req is None else to_json(req),
                              "fingerprint": None, "problem": problem}))
 
@@ -219,11 +222,11 @@ def targets() -> list[tuple[str | None, str]]:
 
 
 def record_path(netns: str | None, interface: str) -> Path:
-    return _path(netns, interface, "json")
+    return interface_path(netns, interface, "json")
 
 
 def marker_path(netns: str | None, interface: str) -> Path:
-    return _path(netns, interface, "marker")
+    return interface_path(netns, interface, "marker")
 
 
 def read_marker(netns: str | None, interface: str) -> dict | None:
@@ -254,7 +257,7 @@ def clear_marker(netns: str | None, interface: str) -> None:
 
 
 def forget(netns: str | None, interface: str) -> None:
-    _path(netns, interface, "json").unlink(missing_ok=True)
+    interface_path(netns, interface, "json").unlink(missing_ok=True)
 
 
 def interfaces(netns: str | None) -> list[str]:
@@ -266,7 +269,7 @@ def interfaces(netns: str | None) -> list[str]:
 def lock(netns: str | None, interface: str, on_wait=None, timeout: float | None = None):
     """Hold the interface's lock; ``on_wait()`` is called if we have to wait.  With a
     ``timeout`` (seconds), waiting longer raises ConflictError instead of blocking on."""
-    path = _path(netns, interface, "lock")
+    path = interface_path(netns, interface, "lock")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
         try:

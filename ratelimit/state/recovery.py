@@ -21,7 +21,8 @@ told.
 import sys
 import time
 
-from . import fingerprint, signals, records
+from . import fingerprint, records, signals
+from .installed import executor
 from ..plan.compile import compile_plan, ifb_name
 from ..errors import ApplyError, Interrupted, RatelimitError, StateError
 from ..plan.ops import TC_H_INGRESS, TC_H_ROOT, DelLink, DelQdisc
@@ -72,15 +73,10 @@ def notice_to_stderr(message: str) -> None:
     print(f"ratelimit: {message}", file=sys.stderr)
 
 
-def _executor(netns):
-    from ..kernel.executor import Executor
-    return Executor(netns)
-
-
 def _now(netns, interface) -> str:
     """What the interface and its IFB device hold now, in a few words (never raises)."""
     try:
-        with _executor(netns) as ex:
+        with executor(netns) as ex:
             return fingerprint.describe(ex.picture([interface, ifb_name(interface)], classes=True))
     except Exception as err:  # the reason the kernel could not be read is the news
         return f"its state could not be read ({type(err).__name__}: {err})"
@@ -191,7 +187,7 @@ class Transaction:
         else:
             what = _text(err)
         try:
-            with _executor(self.netns) as ex:  # a fresh socket: the old one may hold half an exchange
+            with executor(self.netns) as ex:  # a fresh socket: the old one may hold half an exchange
                 problems = None
                 if take_back is not None:
                     try:  # the old plan back as it stands; the record still names it
@@ -234,7 +230,7 @@ def remove(ex, netns, interface, teardown: tuple, *, old=None, forced: bool = Fa
             if old is None or forced:
                 raise _half_configured(netns, interface, None, what, err) from err
             try:
-                with _executor(netns) as fresh:
+                with executor(netns) as fresh:
                     _put_back(fresh, netns, interface, old=old, new=None, captured=None)
             except BaseException as rb_err:
                 raise _half_configured(netns, interface, old.request, what, rb_err) from err

@@ -202,14 +202,6 @@ def metered_bytes(ip_bytes: int, layer: LinkLayer) -> int:
     return max(layer.frame_bytes(ip_bytes), min_frame_bytes(layer))
 
 
-def step_rates_bps(capacity, step_ms: float, count: int, start_ms: float = 0.0) -> list[float]:
-    """The rates a driver stepping every ``step_ms`` would set, from ``start_ms``: each
-    step's average capacity, ``capacity.rate_bps`` over [start + k x step, start + (k+1) x step)."""
-    if not step_ms > 0:
-        raise ValueError(f"step {step_ms!r} ms is not positive")
-    return [capacity.rate_bps(start_ms + k * step_ms, start_ms + (k + 1) * step_ms) for k in range(count)]
-
-
 def carried_by_ms(capacity, t0_ms: float, nbytes: float, most_ms: float = 24 * 3600 * 1000) -> float | None:
     """The time (ms, in ``capacity``'s time) by which a window starting at ``t0_ms`` has
     carried ``nbytes`` (``capacity.bytes``, to the millisecond); None if not within

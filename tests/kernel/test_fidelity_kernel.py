@@ -56,15 +56,18 @@ def _send(topo, count: int, gap_s: float, size: int) -> list[tuple[int, float]]:
     rx.bind((topo.addr("client"), PORT))
     rx.settimeout(3)
     got: list[tuple[int, float]] = []
+    sent_all = threading.Event()
 
-    def receive():
-        try:
-            while True:
+    def receive():  # until 3 s without a datagram once the sender is done (not while it sends:
+        while True:  # the emulated machine may stall)
+            try:
                 data = rx.recv(65536)
-                seq, sent = STAMP.unpack_from(data)
-                got.append((seq, (time.monotonic_ns() - sent) / 1e9))
-        except socket.timeout:
-            pass
+            except socket.timeout:
+                if sent_all.is_set():
+                    break
+                continue
+            seq, sent = STAMP.unpack_from(data)
+            got.append((seq, (time.monotonic_ns() - sent) / 1e9))
 
     t = threading.Thread(target=receive)
     t.start()
@@ -76,6 +79,7 @@ def _send(topo, count: int, gap_s: float, size: int) -> list[tuple[int, float]]:
         if delay > 0:
             time.sleep(delay)
         tx.sendto(STAMP.pack(seq, time.monotonic_ns()) + pad, (topo.addr("client"), PORT))
+    sent_all.set()
     t.join(60)
     rx.close()
     tx.close()

@@ -90,15 +90,17 @@ def test_police_passes_its_rate_and_burst_and_drops_the_rest(lab):
     rx.bind((topo.client_addrs[0], 0))
     rx.settimeout(0.5)
     tx = topo.socket("server", socket.AF_INET, socket.SOCK_DGRAM)
-    received = []
+    received, sent_all = [], threading.Event()
 
-    def receive() -> None:
-        n = 0
-        try:
-            while True:
+    def receive() -> None:  # until 0.5 s without a datagram once the sender is done (the
+        n = 0               # emulated machine may stall longer than that while it sends)
+        while True:
+            try:
                 n += len(rx.recv(65536)) > 0
-        except TimeoutError:
-            received.append(n)
+            except TimeoutError:
+                if sent_all.is_set():
+                    break
+        received.append(n)
 
     receiver = threading.Thread(target=receive)
     receiver.start()
@@ -110,6 +112,7 @@ def test_police_passes_its_rate_and_burst_and_drops_the_rest(lab):
             tx.sendto(data, dest)
         sent += 10
         time.sleep(0.01)
+    sent_all.set()
     receiver.join(timeout=30)
     rx.close()
     tx.close()

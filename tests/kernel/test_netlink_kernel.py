@@ -11,16 +11,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from ipaddress import ip_address
 
 import pytest
 
+from bench.common import wait_until
 from ratelimit.plan import diff
 from ratelimit.plan.compile import compile_plan
 from ratelimit.spec.model import LinkParams, Request
 from ratelimit.kernel.executor import Executor
-from ratelimit.plan.ops import NetemQdisc, netem_args
+from ratelimit.plan.shaping import NetemQdisc, netem_args
 from ratelimit.plan.script import script
 from ratelimit.plan.filters import U32Filter, U32Table
 
@@ -149,10 +149,8 @@ def test_police_counters_count_and_drop(router_pair):
         ex.apply(plan.ops)
         _send(router, HOST4, 9, 1, 10)  # resolve neighbours first (port 9 is not limited)
         _send(client, ROUTER4, 9, 1, 10)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline and not all(
-                "lladdr" in sh("ip", "-n", ns, "neigh", "show").stdout for ns in (router, client)):
-            time.sleep(0.05)
+        wait_until(lambda: all("lladdr" in sh("ip", "-n", ns, "neigh", "show").stdout for ns in (router, client)),
+                   60, "neighbours resolved")
 
         def rows():
             return {(r["direction"], r["host"].version, r["port"]): r for r in ex.stats(plan)}

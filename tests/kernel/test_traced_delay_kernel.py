@@ -1,13 +1,15 @@
 """A traced link with a delay stage, on a full kernel (in the VM here): the gate (tbf) with
 netem as its child, and a schedule whose steps change the stage's delay and loss in place.
 
-One link (the client host, both directions) follows a schedule that runs once: 14 s at
+One link (the client host, both directions) follows a schedule that runs once: 20 s at
 2 Mbit/s with the link's own 40 ms each way, 3 s of nothing (an outage), then 2 Mbit/s at
-120 ms and 20% loss each way.  The driver is started by the apply, as for a user (in the
-emulated VM it took 8 s to send its first step: hence the long first step).  UDP
-datagrams from the server, stamped with the sender's monotonic clock (one clock for every
-namespace), measure the one-way delay of each step, what passes in the outage and the
-share lost.
+120 ms and 20% loss each way.  The driver is started by an apply, as for a user, of a
+schedule that holds the first step's rates (``WARM``): it took 8 s to 27.7 s to send its
+first step in the emulated VM, and a schedule's steps are fixed in the wall clock from its
+apply.  The test's schedule is applied once the driver follows (it reads the new record at
+its next step), and measured from the driver's first step of it.  UDP datagrams from the
+server, stamped with the sender's monotonic clock (one clock for every namespace), measure
+the one-way delay of each step, what passes in the outage and the share lost.
 """
 
 import re
@@ -19,6 +21,7 @@ import time
 
 import pytest
 
+from bench.common import wait_until
 from ratelimit.driver import follow
 from ratelimit import service
 from ratelimit.state import records
@@ -26,7 +29,18 @@ from ratelimit.state import records
 STAMP = struct.Struct("!Iq")  # sequence, send time (ns, CLOCK_MONOTONIC)
 PORT = 9000
 OWN_DELAY_S, STEP_DELAY_S, STEP_LOSS = 0.040, 0.120, 0.20
-FIRST_S, OUTAGE_S = 30.0, 3.0  # the first step covers the apply and the driver's start in the VM (22 s on a slow machine)
+# the first step covers the second apply (the driver runs already) and its first step's
+# measurement (1.2 s of datagrams, and 2.5 s to spare)
+FIRST_S, OUTAGE_S = 20.0, 3.0
+DRIVER_TIMEOUT_S = 300  # the most the driver may take to send its first step (27.7 s seen on a slow machine)
+WARM = """description = "2 Mbit/s at the link's own delay, until the test's schedule takes over (tests)"
+loop = false
+
+[[step]]
+duration = "3600s"
+down = { rate = "2mbit" }
+up = { rate = "2mbit" }
+"""
 SCHEDULE = f"""description = "2 Mbit/s at the link's own delay, an outage, then 120 ms and 20% loss (tests)"
 loop = false
 
@@ -88,34 +102,53 @@ def _send(topo, tx, first: int, count: int, gap_s: float, size: int = 200) -> fl
 
 
 def _until(t_wall: float) -> None:
+    """Sleep until ``t_wall``: a time of the schedule (the plan's own time, what the driver follows)."""
     time.sleep(max(0.0, t_wall - time.time()))
+
+
+def _following(topo, started_ms: int) -> dict:
+    """The driver's status once it has sent a step of the plan that started at ``started_ms``."""
+    def status():
+        st = follow.read_status(topo.router, topo.router_client_if) or {}
+        return st if st.get("started_ms") == started_ms and st.get("step") is not None else None
+    return wait_until(status, DRIVER_TIMEOUT_S, f"the driver's first step of the plan of {started_ms}",
+                      detail=lambda: f"status {follow.read_status(topo.router, topo.router_client_if)}")
 
 
 @pytest.mark.kernel("netem", "htb", "tbf", "u32")
 def test_a_schedule_sets_the_delay_and_loss_of_a_gated_link_and_its_outage_holds_packets(lab, tmp_path, monkeypatch):
     monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
     topo = lab(clients=1)
-    path = tmp_path / "steps.toml"
+    path, warm = tmp_path / "steps.toml", tmp_path / "warm.toml"
     path.write_text(SCHEDULE)
+    warm.write_text(WARM)
     # the stage counts packets as full-size ones (docs/profiles.md, Queue): its default limit
     # (53 here) holds the third step's small datagrams in flight (48) with little to spare,
     # and a sender that catches up after a stall of the emulated machine overflows it (309
     # and 320 lost of 1,000, run alone).  A queue of 1,000 packets holds the whole send, so
     # what is lost is the step's loss.
-    req = service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.addr("client"), per="host",
-                               rate="2mbit", delay=f"{OWN_DELAY_S * 1000:g}ms", schedule=str(path), phase="same",
-                               queue="1000pkts")
+    def request(schedule):
+        return service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.addr("client"), per="host",
+                                    rate="2mbit", delay=f"{OWN_DELAY_S * 1000:g}ms", schedule=str(schedule),
+                                    phase="same", queue="1000pkts")
+
+    def started_ms():
+        return records.load(topo.router, topo.router_client_if).request.cohorts[0].trace.started_ms
     rx = Receiver(topo)
     tx = topo.socket("server", socket.AF_INET, socket.SOCK_DGRAM)
     try:
         _send(topo, tx, 3000, 60, 0.02)  # before the plan: the path's own time (the emulated machine's, unshaped)
-        time.sleep(0.5)
-        service.apply(req)
-        t0 = records.load(topo.router, topo.router_client_if).request.cohorts[0].trace.started_ms / 1000
-        deadline = time.monotonic() + 10  # a process's start under software emulation takes seconds
-        while (follow.read_status(topo.router, topo.router_client_if) or {}).get("step") is None:
-            assert time.monotonic() < deadline, "the driver sent no step"
-            time.sleep(0.05)
+        wait_until(lambda: len([g for g in rx.got if g[0] >= 3000]) == 60, 30, "the 60 unshaped datagrams",
+                   detail=lambda: f"{len([g for g in rx.got if g[0] >= 3000])} arrived")
+        t_apply = time.monotonic()
+        service.apply(request(warm))  # starts the driver
+        _following(topo, started_ms())
+        t_driver = time.monotonic()
+        service.apply(request(path))  # the driver runs: it reads this record at its next step
+        t0 = started_ms() / 1000
+        _following(topo, started_ms())
+        print(f"the driver's first step: {t_driver - t_apply:.1f} s after the first apply; of the test's "
+              f"schedule: {time.time() - t0:.1f} s after its start (the second apply's)")
         qdiscs = topo.tc("qdisc", "show", "dev", topo.router_client_if).stdout
         assert " tbf " in qdiscs and " netem " in qdiscs
         # the first step: the link's own delay, through the gate and its stage
@@ -129,7 +162,11 @@ def test_a_schedule_sets_the_delay_and_loss_of_a_gated_link_and_its_outage_holds
         # the third step: its own delay, and its loss
         _until(t0 + FIRST_S + OUTAGE_S + 1.0)
         _send(topo, tx, 2000, 1000, 0.002)
-        time.sleep(STEP_DELAY_S + 0.5)
+        # after the measurement: the last datagrams in flight, the step's delay and 0.5 s since the
+        # last send and the last arrival (a lost one never comes)
+        sent_at = time.monotonic()
+        wait_until(lambda: time.monotonic() >= max(sent_at + STEP_DELAY_S, rx.got[-1][2]) + 0.5, 60,
+                   "the last datagrams of the third step")
     finally:
         rx.close()
         tx.close()

@@ -2,7 +2,7 @@
 
 import struct
 
-from ...plan.ops import netem_groups
+from ...plan.shaping import netem_groups
 from ..nl import U32_MAX, attr, attr_str, attrs, hexof, TCA_KIND, TCA_OPTIONS
 from ..rates import Clock, percent
 
