@@ -282,7 +282,7 @@ def kills(ns: str, n: int, seed: int = 1) -> list[dict]:
         if at is None:
             proc.wait()
         else:
-            time.sleep(at)
+            time.sleep(at)  # the kill's moment, drawn within this machine's own run time (took_s): the experiment
         finished_first = proc.poll() is not None  # under a changing load a run may end before its kill
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -189,7 +189,7 @@ def run_window(lab, generator: str, loads: list[tuple[int, list[str]]], cfg, log
     tcp0 = tcp_counters(lab.server.netns)
     start, c0 = time.time(), _cpu_sample(procs, server_pids)
     probing = [probe_calls(lab, lab.url(URI), probe_n) for _ in range(probes)]
-    time.sleep(cfg.window_s)
+    time.sleep(cfg.window_s)  # the window
     end, c1 = time.time(), _cpu_sample(procs, server_pids)
     tcp1 = tcp_counters(lab.server.netns)
     probe = probe_times([p.communicate(timeout=probe_timeout_s)[0] for p in probing])

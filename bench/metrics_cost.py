@@ -30,6 +30,8 @@ import time
 from array import array
 from dataclasses import dataclass
 
+from ratelimit.service.readout import Counters
+
 from .common import BenchError, Steps, fmt_time, median, ratio, say
 from .results import new_result, save
 
@@ -266,8 +268,7 @@ class SyntheticReader:
                     "overlimits": array("q", [b // 1000 for b in moved]),
                     "backlog_bytes": array("q", [1500 if i % 7 == 1 else 0 for i in range(self.n)]),
                     "backlog_pkts": array("q", [1 if i % 7 == 1 else 0 for i in range(self.n)])}
-        return {"interface": interface, "netns": netns, "time": self.time, "applied": self.applied,
-                "keys": self.keys, "rate_bps": (28800,) * self.n, "counters": counters}
+        return Counters(interface, netns, self.time, self.applied, self.keys, (28800,) * self.n, counters=counters)
 
 
 def polled_source(n: int):

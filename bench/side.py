@@ -69,10 +69,15 @@ class Synthetic:
         packets = [b // 1000 for b in nbytes]
         if self.fmt == "columns":
             a, zero = self.array, self.array("q", bytes(8 * self.n))
-            return {"interface": interface, "netns": netns, "time": now, "applied": self.applied, "keys": self.keys,
+            read = {"interface": interface, "netns": netns, "time": now, "applied": self.applied, "keys": self.keys,
                     "rate_bps": (28800,) * self.n,
                     "counters": {"bytes": a("q", nbytes), "packets": a("q", packets), "drops": zero,
                                  "overlimits": zero, "backlog_bytes": self.backlog, "backlog_pkts": zero}}
+            try:  # the tree under test's reading: a readout.Counters since 0.4.0's subpackages, a dict before
+                from ratelimit.service.readout import Counters
+            except ImportError:
+                return read
+            return Counters(**read)
         links = [{"direction": d, "host": h, "port": p, "dev": dev, "bytes": b, "packets": pk, "drops": 0,
                   "overlimits": 0, "backlog_bytes": bl, "backlog_pkts": 0, "rate_bps": 28800}
                  for (d, h, p, dev), b, pk, bl in zip(self.keys, nbytes, packets, self.backlog)]

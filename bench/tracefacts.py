@@ -218,7 +218,7 @@ def _watch(method, hold, resume, server, client, times) -> dict:
     thread = threading.Thread(target=sampler)
     start = time.monotonic()
     thread.start()
-    time.sleep(lead_s)
+    time.sleep(lead_s)  # the experiment's timeline (from the download's connection): the lead, the outage, the tail
     marks["before_hold"] = class_stats()
     for args in hold:
         tc(args)

@@ -265,8 +265,8 @@ def on_plan(lateness: tuple, earliest_ms: float, latest_ms: float, length_ms: fl
                     "behind": f"the senders fell behind their plan (the load, not the links): up to "
                               f"{max(late[i:j], default=0.0):.0f} ms late {(worst[0] - earliest_ms) / 1000:+.1f} s "
                               f"into the scoring window, and no {length_ms / 1000:.1f} s window on plan fits in the "
-                              f"run ({len(spans)} times {BEHIND_MS:g} ms or more behind, at "
-                              f"{', '.join(f'{x:+.1f}' for x, _ in behind_at[:6])} s)",
+                              f"run (behind by {BEHIND_MS:g} ms or more at "
+                              f"{', '.join(f'{x:+.1f}' for x, _ in behind_at[:6])}{' ...' if len(spans) > 6 else ''} s)",
                     "behind_at_s": behind_at}
 
 
@@ -284,10 +284,10 @@ def sink(ns: dict, on: bool) -> None:
 def drained(ns: dict, most_s: float) -> bool:
     """Wait (at least 1.5 s, at most ``most_s``) until the links' queues are empty."""
     from ratelimit.service import readout
-    time.sleep(1.5)
+    time.sleep(1.5)  # after the measurement: the last datagrams are through before an empty queue counts
     stop = time.monotonic() + most_s - 1.5
     while time.monotonic() < stop:
-        if not sum(readout.counters(DEV, ns["rtr"])["counters"]["backlog_pkts"]):
+        if not sum(readout.counters(DEV, ns["rtr"]).counters["backlog_pkts"]):
             return True
         time.sleep(0.25)
     return False
@@ -298,7 +298,7 @@ def class_packets(ns: dict, ports: list[int]) -> int:
     from ratelimit.service import readout
     data = readout.counters(DEV, ns["rtr"])
     wanted = set(ports)
-    return sum(int(n) for key, n in zip(data["keys"], data["counters"]["packets"])
+    return sum(int(n) for key, n in zip(data.keys, data.counters["packets"])
                if key[0] == "dest" and key[2] in wanted)
 
 

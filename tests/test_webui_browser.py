@@ -24,6 +24,7 @@ server on a loopback port.
 Traffic stays inside namespaces this test makes, on 198.18.0.0/15 (RFC 2544).
 """
 
+import dataclasses
 import itertools
 import json
 import os
@@ -40,6 +41,7 @@ from pathlib import Path
 
 import pytest
 from ratelimit.service import readout
+from ratelimit.service.readout import Counters
 
 from ratelimit.kernel.proc import stop
 
@@ -136,12 +138,11 @@ class TrafficReader:
         now = time.time()
         dt = now - self.t0
         nbytes = array("q", [int(dt * bps / 8) for bps in self.bps])
-        return {"interface": interface, "netns": netns, "time": now, "applied": self.applied, "keys": self.keys,
-                "rate_bps": self.rate_bps,
-                "counters": {"bytes": nbytes, "packets": array("q", [b // 1000 for b in nbytes]),
-                             "drops": array("q", [int(dt) if d else 0 for d in self.dropping]),
-                             "overlimits": array("q", [int(dt * 2) if i % 5 == 0 else 0 for i in range(self.n)]),
-                             "backlog_bytes": self.backlog, "backlog_pkts": self.backlog_pkts}}
+        return Counters(interface, netns, now, self.applied, self.keys, self.rate_bps,
+                        counters={"bytes": nbytes, "packets": array("q", [b // 1000 for b in nbytes]),
+                                  "drops": array("q", [int(dt) if d else 0 for d in self.dropping]),
+                                  "overlimits": array("q", [int(dt * 2) if i % 5 == 0 else 0 for i in range(self.n)]),
+                                  "backlog_bytes": self.backlog, "backlog_pkts": self.backlog_pkts})
 
 
 def is_active(i):
@@ -205,7 +206,7 @@ class CohortReader(TrafficReader):
         self.cohorts = tuple(("modems", "modem-28k8") if i < n // 4 else ("office", "cable") for i in range(n))
 
     def __call__(self, interface, netns=None):
-        return {**super().__call__(interface, netns), "cohorts": self.cohorts}
+        return dataclasses.replace(super().__call__(interface, netns), cohorts=self.cohorts)
 
 
 def test_dashboard_glances_at_each_cohort(browser):

@@ -77,10 +77,9 @@ class TracedReader:
         self.time += seconds
 
     def __call__(self, interface, netns=None):
-        out = reading(interface, netns, self.time, {"interface": interface, "mode": "shape"}, self.links)
-        out.update(driver=follow.report(self.req, netns, interface, now_ms=int(self.time * 1000)),
-                   trace_rates=self.rates)
-        return out
+        return reading(interface, netns, self.time, {"interface": interface, "mode": "shape"}, self.links,
+                       driver=follow.report(self.req, netns, interface, now_ms=int(self.time * 1000)),
+                       trace_rates=self.rates)
 
 
 def polled_app(reader, rounds=7):

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import time
+import dataclasses
 from dataclasses import dataclass
 
 from ratelimit.containers import lookup, attach
@@ -86,7 +87,7 @@ class Reader:
         self.users = {w.user: w for w in watches}
         self._noted: dict = {}  # target -> (when, the applied it was for, notices)
 
-    def __call__(self, interface: str, netns: str | None = None) -> dict:
+    def __call__(self, interface: str, netns: str | None = None) -> readout.Counters:
         key = (netns or None, interface)
         if key in self.servers:
             stats = self._server(self.servers[key], interface)
@@ -101,12 +102,12 @@ class Reader:
     def close(self) -> None:
         self.base.close()
 
-    def _server(self, w: Watch, interface: str) -> dict:
+    def _server(self, w: Watch, interface: str) -> readout.Counters:
         with attach.turn():
             self._follow(w)
             with attach.attached(w.owner) as ns:
                 stats = readout.counters(interface, ns, repair=True)  # as the Poller does
-                if stats["applied"] is None and records.load(ns, interface) is not None:
+                if stats.applied is None and records.load(ns, interface) is not None:
                     raise RatelimitError(f"{w.label}: the links recorded on its {interface} went with its network "
                                          f"namespace (the container was restarted): apply again to put them back")
                 return stats
@@ -131,8 +132,8 @@ class Reader:
                                                      f"recorded in its namespace went with it"))
             raise w.failed[1] from None
 
-    def _with_notices(self, key: tuple, stats: dict) -> dict:
-        applied = stats.get("applied")
+    def _with_notices(self, key: tuple, stats):
+        applied = stats.applied
         if not applied or not any(c.get("named") for c in applied.get("cohorts") or ()):
             self._noted.pop(key, None)
             return stats
@@ -140,4 +141,4 @@ class Reader:
         if was != applied or self.clock() - when >= self.check_every:
             notices = strangers(applied)
             self._noted[key] = (self.clock(), applied, notices)
-        return {**stats, "applied": {**applied, "notices": notices}} if notices else stats
+        return dataclasses.replace(stats, applied={**applied, "notices": notices}) if notices else stats

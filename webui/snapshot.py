@@ -4,7 +4,8 @@ Both are frozen: the poller (``stats.StatsSource``) builds new ones each round a
 them in, so a reader never locks.  A ``LinkRows`` lasts while the configuration does; its
 ``id`` is the ``layout`` field of the API.
 
->>> rows = LinkRows.read(1, {"keys": (("dest", None, None, "eth0"),), "rate_bps": (28800,)})
+>>> from ratelimit.service.readout import Counters
+>>> rows = LinkRows.read(1, Counters("eth0", None, 1.0, keys=(("dest", None, None, "eth0"),), rate_bps=(28800,)))
 >>> rows.keys, rows.index
 ((('dest', 'others', 0, 'eth0'),), {('dest', 'others', 0): 0})
 """
@@ -50,13 +51,13 @@ class LinkRows:
     cohorts: tuple = field(default=(), compare=False, repr=False)  # (cohort, profile) per link, or ()
 
     @classmethod
-    def read(cls, rows_id: int, stats: dict) -> "LinkRows":
-        """The rows of a reader's result (``readout.counters``' shape), numbered ``rows_id``."""
-        keys, applied = stats.get("keys") or (), stats.get("applied")
+    def read(cls, rows_id: int, stats) -> "LinkRows":
+        """The rows of a reader's result (a ``readout.Counters``), numbered ``rows_id``."""
+        keys, applied = stats.keys, stats.applied
         shown = tuple((d, OTHERS if h is None else str(h), ALL_PORTS if p is None else int(p), dev)
                       for d, h, p, dev in keys)
-        cohorts = tuple((c or "", p or "") for c, p in stats.get("cohorts") or ())
-        return cls(rows_id, shown, tuple(stats.get("rate_bps") or (None,) * len(keys)),
+        cohorts = tuple((c or "", p or "") for c, p in stats.cohorts)
+        return cls(rows_id, shown, tuple(stats.rate_bps or (None,) * len(keys)),
                    {k[:3]: i for i, k in enumerate(shown)}, LinkRates(shown, applied, cohorts), keys,
                    cohorts=cohorts)
 

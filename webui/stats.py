@@ -12,8 +12,8 @@ read, so polling keeps at most about half a core busy.  Tests inject a fake ``re
 and call ``poll_once()`` themselves; the app needs only the public methods below, so a
 wholly fake source works too.
 
->>> def reader(interface, netns):  # readout.counters' shape: here, nothing applied
-...     return {"interface": interface, "netns": netns, "time": 1.0, "applied": None, "keys": ()}
+>>> def reader(interface, netns):  # a readout.Counters: here, nothing applied
+...     return readout.Counters(interface, netns, 1.0)
 >>> src = StatsSource([(None, "eth0")], reader)
 >>> src.poll_once(), src.snapshot(None, "eth0").aggregate["links"]
 (1, 0)
@@ -162,9 +162,9 @@ class StatsSource:
                                time.monotonic() - started)
         return self._digest(target, prev, stats, seq, started)
 
-    def _rows(self, target, prev: Snapshot, stats: dict) -> tuple[LinkRows, bool]:
+    def _rows(self, target, prev: Snapshot, stats) -> tuple[LinkRows, bool]:
         """The rows of this read, and whether they are the previous read's."""
-        keys, applied = stats.get("keys") or (), stats.get("applied")
+        keys, applied = stats.keys, stats.applied
         old = prev.layout
         if old.id and applied == prev.applied and (keys is old.source_keys or keys == old.source_keys):
             return old, True
@@ -174,12 +174,12 @@ class StatsSource:
         self._bytes_seen[target].clear()
         return rows, False
 
-    def _digest(self, target, prev: Snapshot, stats: dict, seq: int, started: float) -> Snapshot:
+    def _digest(self, target, prev: Snapshot, stats, seq: int, started: float) -> Snapshot:
         netns, interface = target
-        now = float(stats.get("time") or time.time())
-        applied = stats.get("applied")
+        now = float(stats.time or time.time())
+        applied = stats.applied
         rows, same = self._rows(target, prev, stats)
-        counters = stats.get("counters") or {}
+        counters = stats.counters
         if len(rows) and not counters:
             raise ValueError("a reading with links but no counters")
         if not len(rows):
@@ -190,7 +190,7 @@ class StatsSource:
         while len(seen) >= 2 and now - seen[1][0] >= self.share_window:
             seen.popleft()  # keep the newest sample at least a window old
         base_t, base_bytes = seen[0] if seen and have_rates else (now, None)
-        rates = stats.get("trace_rates")
+        rates = stats.trace_rates
         capacity = rates.window_bps if rates is not None and len(rates) == len(rows) else None
         cols, pps = digest(counters, prev.columns if have_rates else None, dt, rows.rates,
                            self._last_change[target], now, self.active_seconds, base_bytes, now - base_t,
@@ -201,7 +201,7 @@ class StatsSource:
         dist = distribution(cols, rows.rates)
         refresh = time.monotonic() - started  # the kernel read and the arithmetic above
         snap = Snapshot(netns, interface, seq, now, applied, None, rows, cols, agg, dist, sums, refresh,
-                        cohorts=by_cohort(cols, rows.rates, rows.cohorts), driver=stats.get("driver"),
+                        cohorts=by_cohort(cols, rows.rates, rows.cohorts), driver=stats.driver,
                         tracking=tracking(cols, rows.rates))
         self._hist.record(target, snap, have_rates)
         return snap

@@ -11,7 +11,7 @@ import copy
 import functools
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..driver import follow
 from ..state import recovery, records
@@ -99,23 +99,46 @@ class _Flows:
     flows: tuple
 
 
-def _read_counters(ex, interface: str, netns: str | None, notice, repair: bool) -> dict:
+@dataclass(frozen=True)
+class Counters:
+    """Every link's counters on an interface, as columns (``counters``): link ``i`` is
+    ``keys[i]`` = (direction, host, port or None, device), configured at ``rate_bps[i]`` (None:
+    no rate, or a traced one), in ``cohorts[i]`` = (cohort, profile), and its counters are
+    ``counters[name][i]`` for bytes, packets, drops, overlimits, backlog_bytes and
+    backlog_pkts.  ``applied`` is the applied request's ``summary`` (None: nothing is, and
+    the rest is empty); ``traces[i]`` names the trace a link follows (None: a static rate);
+    ``driver`` is ``follow.report`` of a traced plan's driver, and ``trace_rates`` its links'
+    capacity over a window of the clock (``tracerates.TraceRates``), both None otherwise.
+    ``keys`` and ``rate_bps`` are the same objects while the configuration stays."""
+
+    interface: str
+    netns: str | None
+    time: float
+    applied: dict | None = None
+    keys: tuple = ()
+    rate_bps: tuple = ()
+    cohorts: tuple = ()
+    counters: dict = field(default_factory=dict)
+    traces: tuple = ()
+    driver: dict | None = None
+    trace_rates: object = None
+
+
+def _read_counters(ex, interface: str, netns: str | None, notice, repair: bool) -> Counters:
     check_interface(ex, interface, netns)
     req = _readable(ex, netns, interface, notice, repair)
-    table = None if req is None else link_table(req)
-    if table is None:
-        return {"interface": interface, "netns": netns, "time": time.time(), "applied": None, "keys": (),
-                "rate_bps": (), "cohorts": (), "counters": {}}
+    if req is None:
+        return Counters(interface, netns, time.time())
+    table = link_table(req)
     cols = ex.counters(table.flows)
-    out = {"interface": interface, "netns": netns, "time": time.time(), "applied": copy.deepcopy(table.summary),
-           "keys": table.keys, "rate_bps": table.rate_bps, "cohorts": table.cohorts, "counters": cols,
-           "traces": table.traces, "driver": follow.report(req, netns, interface), "trace_rates": None}
-    if out["driver"]:
+    driver, rates = follow.report(req, netns, interface), None
+    if driver:
         try:
-            out["trace_rates"] = trace_rates(req)
+            rates = trace_rates(req)
         except StateError as err:
-            out["driver"]["trace_now_error"] = str(err)
-    return out
+            driver["trace_now_error"] = str(err)
+    return Counters(interface, netns, time.time(), copy.deepcopy(table.summary), table.keys, table.rate_bps,
+                    table.cohorts, cols, table.traces, driver, rates)
 
 
 @functools.lru_cache(maxsize=4)
@@ -126,18 +149,8 @@ def trace_rates(req: Request):
     return TraceRates(req, link_table(req).keys)
 
 
-def counters(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> dict:
-    """Counters of every link as columns, read in one dump per device::
-
-        {"interface", "netns", "time", "applied": summary() or None,
-         "keys": ((direction, host, port or None, dev), ...), "rate_bps": (configured rate, ...),
-         "cohorts": ((cohort, profile), ...),
-         "counters": {"bytes": array, "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts"},
-         "driver": follow.report() of a traced plan's driver, else None,
-         "trace_rates": a traced plan's ``tracerates.TraceRates`` (each link's capacity over a
-         window of the clock), else None}
-
-    ``keys`` and ``rate_bps`` are the same objects while the configuration stays.  The
+def counters(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> Counters:
+    """Counters of every link as columns (``Counters``), read in one dump per device.  The
     record is checked against the kernel first (root and ingress qdiscs); with ``repair``,
     a run killed mid-change is repaired first (``notice`` hears of it)."""
     interface, netns = check_target(interface, netns)
@@ -181,16 +194,15 @@ class Poller:
 def statistics(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> dict:
     """Counters per (host, port, direction), as one dict per link (``--stats``, ``--json``,
     the lab); see ``counters``."""
-    data = counters(interface, netns, notice, repair=repair)
-    cols = data.pop("counters")
-    keys, rates, cohorts = data.pop("keys"), data.pop("rate_bps"), data.pop("cohorts")
-    data.pop("trace_rates", None)
-    traces = data.pop("traces", None) or (None,) * len(keys)
-    names = tuple(cols)
+    c = counters(interface, netns, notice, repair=repair)
+    data = {"interface": c.interface, "netns": c.netns, "time": c.time, "applied": c.applied}
+    if c.applied is not None:
+        data["driver"] = c.driver
+    names = tuple(c.counters)
     data["links"] = [{"direction": d, "host": h, "port": p, "dev": dev, **dict(zip(names, values)), "rate_bps": r,
                       "cohort": cohort, "profile": profile, **({"trace": trace} if trace else {})}
                      for (d, h, p, dev), r, (cohort, profile), trace, *values
-                     in zip(keys, rates, cohorts, traces, *cols.values())]
+                     in zip(c.keys, c.rate_bps, c.cohorts, c.traces or (None,) * len(c.keys), *c.counters.values())]
     if data.get("driver"):
         _trace_now(data, interface, netns)
     return data
