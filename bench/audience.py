@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import dialup, httperf, httpload
-from .common import RFC_RTO_MIN_MS, BenchError, Steps, ratio, say, server_route
+from .common import RFC_RTO_MIN_MS, BenchError, ratio, say, server_route, Steps
 from .results import new_result, save
 
 NAME = "audience"

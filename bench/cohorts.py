@@ -27,13 +27,13 @@ import os
 import socket
 from dataclasses import dataclass, replace
 
-from ratelimit.spec import linklayer
-from ratelimit.plan.compile import compile_plan
 from ratelimit.lab import topology
+from ratelimit.plan.compile import compile_plan
+from ratelimit.spec import linklayer
 from ratelimit.spec.model import Cohort, LinkParams, Request
 
 from . import packet
-from .common import DEV, Clock, Steps, client_hosts, median, ratio, say
+from .common import DEV, client_hosts, Clock, median, ratio, say, Steps
 from .results import new_result, save
 from .sandbox import Netns, track_topology, untrack_topology
 

@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from ipaddress import IPv4Address, ip_address
 from pathlib import Path
 
-from ratelimit.plan.layout import MAX_SHAPE_LINKS
 from ratelimit.errors import RatelimitError
 from ratelimit.lab import servertcp
+from ratelimit.plan.layout import MAX_SHAPE_LINKS
 from ratelimit.spec.model import LinkParams, Request
 
 REPO = Path(__file__).resolve().parent.parent

@@ -61,11 +61,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import httperf
-from .common import (LINUX_RTO_MIN_MS, RFC_RTO_MIN_MS, SERVER_2000, SERVER_CC, BenchError, MODEM_BPS, Steps, ratio,
-                     say, server_congestion_control, server_route)
+from .common import (LINUX_RTO_MIN_MS, MODEM_BPS, RFC_RTO_MIN_MS, SERVER_2000, SERVER_CC, BenchError, ratio, say,
+                     server_congestion_control, server_route, Steps)
 from .httpload import (CALLS, FILE_BYTES, URI, generator_totals, load_argv, probe_summary, rate_in_window,
-                       request_bytes, response_header_bytes, run_sessions, run_window, session_seconds,
-                       totals_argv, totals_ceiling)
+                       request_bytes, response_header_bytes, run_sessions, run_window, session_seconds, totals_argv,
+                       totals_ceiling)
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology
 

@@ -26,7 +26,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from .common import DEV, BenchError, Steps, say
+from .common import DEV, BenchError, say, Steps
 from .results import new_result, save
 from .sandbox import Netns
 

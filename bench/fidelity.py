@@ -4,7 +4,8 @@ A namespace lab (``ratelimit.lab.core.Lab``: clients, router, nginx server,
 client ephemeral ports 10000-10599 all limited) with the ``modem-28k8``
 profile, a link per (client, port), and K concurrent downloads of the
 1,000,000-byte file, at most 500 per client namespace (``downloader``),
-measured over a window after a warm-up:
+measured over a window after a warm-up that starts once the server holds every
+download's connection (a row that cannot read one is a ``BenchError``, not a 0):
 
 * link: the frame bytes each busy link sent (the router's class counters,
   which meter PPP frames through the size table) over the rate the frames get
@@ -36,10 +37,10 @@ import time
 from dataclasses import dataclass
 
 from . import procfs
-from .common import (BenchError, MODEM_BPS, Steps, congestion_control, delivered, established, ratio, say,
-                     server_congestion_control, summarize, tcp_change, tcp_counters, wait_until)
-from .sandbox import track_topology, untrack_topology
+from .common import (MODEM_BPS, BenchError, congestion_control, delivered, established, ratio, say,
+                     server_congestion_control, Steps, summarize, tcp_change, tcp_counters, wait_until)
 from .results import new_result, save
+from .sandbox import track_topology, untrack_topology
 
 NAME = "fidelity"
 VM_WORK = True

@@ -2,7 +2,8 @@
 the audience (``bench/audience.py``): persistent connections fetching one 10,000-byte file
 ``CALLS`` times, from httperf or wrk in the lab's client namespaces.
 
-* **The window** (``run_window``): the load starts, and after the ramp the replies the
+* **The window** (``run_window``): once the last load is gone (``quiet``) the load starts, and
+  once the server holds every user's connection and the ramp is over, the replies the
   server's access log records in the window are counted per connection (``rate_in_window``);
   curl probes in the first client time calls in two parts (``probe_calls``,
   ``probe_times``); the load generators' and the server's CPU, and the machine's

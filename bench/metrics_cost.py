@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from ratelimit.service.readout import Counters
 
-from .common import BenchError, Steps, fmt_time, median, ratio, say
+from .common import BenchError, fmt_time, median, ratio, say, Steps
 from .results import new_result, save
 
 try:

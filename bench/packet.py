@@ -39,15 +39,15 @@ from dataclasses import dataclass
 
 from ratelimit.lab import topology
 from ratelimit.plan.compile import compile_plan
-from ratelimit.plan.ops import HtbQdisc
-from ratelimit.plan.shaping import HtbClass
-from ratelimit.plan.script import tc_batch
 from ratelimit.plan.filters import U32Filter
+from ratelimit.plan.ops import HtbQdisc
+from ratelimit.plan.script import tc_batch
+from ratelimit.plan.shaping import HtbClass
 
 from . import blast
-from .common import BenchError, Steps, client_hosts, flows_request, ratio, run, say, shape_flows, split_flows
-from .sandbox import track_topology, untrack_topology
+from .common import BenchError, client_hosts, flows_request, ratio, run, say, shape_flows, split_flows, Steps
 from .results import new_result, save
+from .sandbox import track_topology, untrack_topology
 
 NAME = "packet"
 VM_WORK = False

@@ -24,13 +24,13 @@ import time
 from dataclasses import dataclass
 
 from ratelimit import service
-from ratelimit.plan.compile import compile_plan
 from ratelimit.kernel.executor import Executor
+from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.layout import LINK_MINOR_BASE
 from ratelimit.plan.ops import Change
 from ratelimit.plan.shaping import HtbClass
 
-from .common import DEV, Clock, Steps, median, ratio, say
+from .common import DEV, Clock, median, ratio, say, Steps
 from .results import new_result, save
 from .sandbox import Netns
 

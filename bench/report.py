@@ -20,15 +20,15 @@ from pathlib import Path
 
 from .common import REPO, fmt_time, ratio
 from .dialup import table_rows
-from .section_audience import section_audience
-from .section_hash import section_qdisc_hash
-from .section_shaped import section_shaped
-from .section_trace import section_trace
-from .section_dialup import section_dialup
-from .section_setup import section_packet, section_setup
-from .sections import rows_of, section_cohorts, section_faults, section_fidelity, section_stats, section_switch
 from .plots import plot_dialup, plot_fidelity, plot_packet, plot_setup, plot_stats
 from .results import RESULTS_DIR, load_results
+from .section_audience import section_audience
+from .section_dialup import section_dialup
+from .section_hash import section_qdisc_hash
+from .section_setup import section_packet, section_setup
+from .section_shaped import section_shaped
+from .section_trace import section_trace
+from .sections import rows_of, section_cohorts, section_faults, section_fidelity, section_stats, section_switch
 
 DOC = REPO / "docs" / "benchmarks.md"
 

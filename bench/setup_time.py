@@ -45,10 +45,10 @@ from dataclasses import dataclass, replace
 from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.script import tc_batch
 
-from .common import (BenchError, Clock, DEV, MIN_CPU_S, Steps, flows_request, fmt_time, median, ratio, run, say,
-                     shape_flows)
-from .sandbox import Netns, host_has
+from .common import (DEV, MIN_CPU_S, BenchError, Clock, flows_request, fmt_time, median, ratio, run, say,
+                     shape_flows, Steps)
 from .results import new_result, save
+from .sandbox import host_has, Netns
 
 NAME = "setup"
 VM_WORK = True  # police mode runs in the VM

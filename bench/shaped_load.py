@@ -35,14 +35,14 @@ from dataclasses import dataclass, fields, replace
 from ipaddress import ip_address
 from pathlib import Path
 
-from ratelimit.plan.compile import compile_plan
 from ratelimit.kernel.counters import FlowTable
 from ratelimit.kernel.executor import Executor
+from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.layout import group_links_of
 from ratelimit.spec.model import Burst, LinkParams, Request
 
 from . import blast, procfs
-from .common import BenchError, Steps, percentile, run, say, wait_until
+from .common import BenchError, percentile, run, say, Steps, wait_until
 from .results import new_result, save
 from .sandbox import _LIVE, _delete_ns, ns_name
 

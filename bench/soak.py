@@ -50,11 +50,11 @@ import threading
 import time
 from pathlib import Path
 
-from .common import MODEM_BPS, REPO, BenchError, Steps, need_tool, say
+from .common import MODEM_BPS, REPO, BenchError, need_tool, say, Steps
 from .dashboard import CHROMIUM
 from .results import new_result, save
-from .soak_readings import (GOAL_MIB, HTTP_TIMEOUT_S, LINKS_QUERY, POLL_S, SAMPLE_S, Browser, Poller, parse_links,
-                            parse_metrics, sample, summarize_run)
+from .soak_readings import (GOAL_MIB, HTTP_TIMEOUT_S, LINKS_QUERY, POLL_S, SAMPLE_S, Browser, parse_links,
+                            parse_metrics, Poller, sample, summarize_run)
 
 NAME = "soak"
 LAB_NAME = "rlsoak"  # rl-rlsoak-* namespaces: this benchmark's only

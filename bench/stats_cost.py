@@ -46,9 +46,9 @@ from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.layout import MAX_SHAPE_LINKS
 
 from . import dashboard
-from .common import REPO, BenchError, Clock, DEV, Steps, flows_request, fmt_time, median, ratio, run, say, shape_flows
-from .sandbox import Netns, host_has, in_vm
+from .common import DEV, REPO, BenchError, Clock, flows_request, fmt_time, median, ratio, run, say, shape_flows, Steps
 from .results import new_result, save
+from .sandbox import host_has, in_vm, Netns
 
 NAME = "stats"
 VM_WORK = True

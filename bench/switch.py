@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-from .common import (RFC_RTO_MIN_MS, TCP_COUNTERS, BenchError, Steps, established, ratio, say, server_route,
+from .common import (RFC_RTO_MIN_MS, TCP_COUNTERS, BenchError, established, ratio, say, server_route, Steps,
                      tcp_counters, wait_until)
 from .results import new_result, save
 from .sandbox import track_topology, untrack_topology

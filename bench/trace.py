@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from . import procfs
-from .common import BenchError, Steps, delivered, say, wait_until
+from .common import BenchError, delivered, say, Steps, wait_until
 from .results import new_result, save
 
 NAME = "trace"

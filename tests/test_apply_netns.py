@@ -13,15 +13,14 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from bench.common import wait_until
-from ratelimit.plan import placement
-from ratelimit.service import readout
 from ratelimit import service
-from ratelimit.service import actions
 from ratelimit.errors import ApplyError, ConflictError, KernelMissing, NotFoundError, PermissionDenied
 from ratelimit.kernel.executor import Executor
+from ratelimit.plan import placement
+from ratelimit.plan.filters import U32Filter, U32Table
 from ratelimit.plan.ops import Plan
 from ratelimit.plan.shaping import HtbClass
-from ratelimit.plan.filters import U32Filter, U32Table
+from ratelimit.service import actions, readout
 
 import tcdump
 

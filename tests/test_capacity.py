@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.profiles.catalog import load_named
-from ratelimit.traces import capacity, phases, schedulefile, tracefile
-from ratelimit.spec import linklayer
-from ratelimit.traces.capacity import ScheduleCapacity, TraceCapacity
 from ratelimit.errors import RatelimitError
+from ratelimit.profiles.catalog import load_named
+from ratelimit.spec import linklayer
+from ratelimit.traces import capacity, phases, schedulefile, tracefile
+from ratelimit.traces.capacity import ScheduleCapacity, TraceCapacity
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = REPO / "profiles" / "traces"

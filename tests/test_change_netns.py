@@ -10,14 +10,14 @@ import sys
 
 import pytest
 
-from ratelimit.plan import diff
-from ratelimit.service import readout
-from ratelimit.profiles import scenario
 from ratelimit import service
-from ratelimit.state import records
 from ratelimit.errors import ApplyError
+from ratelimit.plan import diff
 from ratelimit.plan.ops import Change
 from ratelimit.plan.shaping import HtbClass
+from ratelimit.profiles import scenario
+from ratelimit.service import readout
+from ratelimit.state import records
 from tcdump import tc_dump
 
 pytestmark = pytest.mark.netns

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from ratelimit.cli.main import Console, build_parser, main
+from ratelimit.cli.main import build_parser, Console, main
 
 
 def run(*argv):

@@ -14,12 +14,12 @@ import sys
 import pytest
 
 from bench.common import listening, wait_until
-from ratelimit.profiles import scenario
 from ratelimit import service
 from ratelimit.kernel import netns as kernel_netns
 from ratelimit.kernel.probe import probe
 from ratelimit.lab.core import Lab
 from ratelimit.lab.link import LinkSpec
+from ratelimit.profiles import scenario
 from ratelimit.spec.linkmodel import LinkModel
 from ratelimit.spec.summary import summary
 from tcdump import tc_dump

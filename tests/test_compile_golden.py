@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.plan.compile import compile_plan
 from ratelimit.errors import RatelimitError
+from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.script import script
 from ratelimit.service import make_request
 

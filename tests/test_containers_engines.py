@@ -24,11 +24,11 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.plan.compile import ifb_name
 from ratelimit.kernel.probe import probe
+from ratelimit.plan.compile import ifb_name
 
 from ratelimit import __version__
-from ratelimit.containers import lookup, attach
+from ratelimit.containers import attach, lookup
 
 from enginekit import (delay_args, fetch, gso_max_segs, host_veth, model, qdiscs, ratelimit, run_dir, sh, single_segments,
                        web_and_client)

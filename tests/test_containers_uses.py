@@ -27,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.plan.compile import ifb_name
 from ratelimit.kernel.probe import probe
+from ratelimit.plan.compile import ifb_name
 from ratelimit.spec.linkmodel import LinkModel
 
 from enginekit import (ENGINES_SH, PODMAN_ENV, ROOT, Engine, delay_args, fetch, gso_max_segs, model, qdiscs, ratelimit,

@@ -18,9 +18,9 @@ import pytest
 
 from bench.common import wait_until
 from ratelimit.kernel.executor import Executor
-from ratelimit.spec.model import LinkParams
-from ratelimit.plan.ops import Plan
 from ratelimit.plan.filters import U32Filter
+from ratelimit.plan.ops import Plan
+from ratelimit.spec.model import LinkParams
 
 from conftest import HOST4, HOST6
 from test_netlink import SEND, in_ns, plan_for, resolve_neighbours, sh

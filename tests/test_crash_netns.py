@@ -11,14 +11,13 @@ import time
 
 import pytest
 
-from ratelimit.state import installed, records
-from ratelimit.plan import placement
-from ratelimit.service import readout
 from ratelimit import service
-from ratelimit.service import actions
 from ratelimit.errors import ApplyError, StateError
+from ratelimit.plan import placement
 from ratelimit.plan.ops import Plan
 from ratelimit.plan.shaping import HtbClass
+from ratelimit.service import actions, readout
+from ratelimit.state import installed, records
 from tcdump import tc_dump
 
 pytestmark = pytest.mark.netns

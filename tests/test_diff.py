@@ -7,15 +7,15 @@ import re
 
 import pytest
 
-from ratelimit.plan import diff, layout, placement
-from ratelimit.profiles import scenario
 from ratelimit import service
-from ratelimit.state import records
 from ratelimit.errors import FieldError
+from ratelimit.plan import diff, layout, placement
 from ratelimit.plan.compile import compile_plan
+from ratelimit.plan.filters import U32Filter
 from ratelimit.plan.ops import Change, HtbQdisc
 from ratelimit.plan.shaping import FifoQdisc, HtbClass, NetemQdisc
-from ratelimit.plan.filters import U32Filter
+from ratelimit.profiles import scenario
+from ratelimit.state import records
 
 
 def plan(**kw):

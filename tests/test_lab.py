@@ -20,11 +20,9 @@ import pytest
 
 from ratelimit.cli import subcommands
 from ratelimit.errors import UsageError
+from ratelimit.lab import docroot, measure, store, topology
 from ratelimit.lab.cli import lab_main
 from ratelimit.state import records
-from ratelimit.lab import measure, store
-from ratelimit.lab import docroot
-from ratelimit.lab import topology
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,8 +5,8 @@ checks every import against it (docs/design.md, "The packages").  Pure: it reads
   goes to its own package or to one its ``May import:`` line names (``ratelimit``'s own
   names, such as ``SOURCE_ROOT``, are everyone's).
 - What the lines allow has no circle, and neither have the modules.
-- A function-level import says why on its line or the one above (it saves start-up time,
-  or it is of a part not every caller has).
+- A function-level import says why on its line or the one above it (or above the run of
+  imports it is in): it saves start-up time, or it is of a part not every caller has.
 """
 
 from __future__ import annotations
@@ -80,7 +80,10 @@ def imports(module: str, path: Path):
             targets = [a.name for a in node.names]
         else:
             continue
-        near = lines[max(0, node.lineno - 2):node.end_lineno]
+        first = node.lineno - 1  # the import's first line, counted from 0
+        while first > 0 and lines[first - 1].strip().startswith(("from ", "import ")):
+            first -= 1  # a run of imports shares the reason above its first line
+        near = lines[max(0, first - 1):node.end_lineno]
         for target in dict.fromkeys(targets):
             if target in MODULES:
                 yield node.lineno, target, id(node) in top, near

@@ -26,18 +26,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bench.common import wait_until
-from ratelimit.plan.compile import compile_plan
 from ratelimit.errors import ApplyError, NotFoundError
-from ratelimit.spec.model import LinkParams, Queue, Request
-from ratelimit.kernel.executor import Executor, StepFailed, shorten
 from ratelimit.kernel.encode import Encoder
+from ratelimit.kernel.executor import Executor, shorten, StepFailed
 from ratelimit.kernel.kinds import htb
 from ratelimit.kernel.rates import Clock, percent
-from ratelimit.spec import linklayer
-from ratelimit.plan.ops import (AddIfb, Change, DelLink, DelQdisc, HtbQdisc, Plan)
-from ratelimit.plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
-from ratelimit.plan.script import script, tc_batch
+from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.filters import Key, Police, U32Filter, U32Table
+from ratelimit.plan.ops import AddIfb, Change, DelLink, DelQdisc, HtbQdisc, Plan
+from ratelimit.plan.script import script, tc_batch
+from ratelimit.plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
+from ratelimit.spec import linklayer
+from ratelimit.spec.model import LinkParams, Queue, Request
 
 from conftest import HOST4, HOST6, ROUTER4, ROUTER6
 

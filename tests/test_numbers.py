@@ -24,10 +24,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ratelimit.spec import linklayer, units
 from ratelimit.cli.main import Console, main
 from ratelimit.errors import EXIT_USAGE, FieldError
 from ratelimit.lab.provision import check_clients
+from ratelimit.spec import linklayer, units
 from ratelimit.spec.model import Burst, Queue
 from ratelimit.spec.selectors import parse_port_range, parse_ports
 from webui.cli import web_main

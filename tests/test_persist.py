@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from ratelimit.cli import persist
-from ratelimit.state import records
 from ratelimit.cli.main import Console, main
 from ratelimit.errors import NotFoundError, UsageError
 from ratelimit.service import make_request
+from ratelimit.state import records
 
 UNIT = Path(__file__).resolve().parent.parent / "contrib" / "ratelimit-restore.service"
 

@@ -6,9 +6,8 @@ import os
 
 import pytest
 
-from ratelimit.kernel import probe
-from ratelimit.kernel import netns as lab_netns
 from ratelimit.errors import KernelMissing, RatelimitError
+from ratelimit.kernel import netns as lab_netns, probe
 
 
 # -- pure -------------------------------------------------------------------

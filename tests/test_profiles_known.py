@@ -12,8 +12,8 @@ import re
 
 import pytest
 
-from ratelimit.profiles import catalog
 from ratelimit.cli.main import Console, main
+from ratelimit.profiles import catalog
 from ratelimit.spec.units import format_rate
 
 

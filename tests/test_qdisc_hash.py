@@ -12,11 +12,12 @@ import uuid
 import pytest
 
 from ratelimit import service
-from ratelimit.state import records
 from ratelimit.plan.compile import compile_plan
-from ratelimit.plan.layout import (GENERATIONS, GROUP_BUCKET, GROUP_LINKS, GROUP_SLOTS, MAJORS, MAX_SHAPE_LINKS, _majors, hash_bucket, major)
+from ratelimit.plan.layout import (GENERATIONS, GROUP_BUCKET, GROUP_LINKS, GROUP_SLOTS, MAJORS, MAX_SHAPE_LINKS,
+                                   _majors, hash_bucket, major)
 from ratelimit.plan.ops import HtbQdisc
 from ratelimit.plan.shaping import FifoQdisc
+from ratelimit.state import records
 
 QUEUES_ALONE = 61_000  # a generation-0 plan's queues stay out of the groups' bucket up to about this many
 

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 
 from ratelimit.plan.compile import compile_plan, ifb_name
 from ratelimit.plan.layout import QUEUE_GROUP_LINKS, ROOT, TREE_BASE, Layout
-from ratelimit.spec.model import Cohort, LinkParams, Request
 from ratelimit.plan.ops import HtbQdisc
-from ratelimit.plan.queuepin import QueueEntry, program
+from ratelimit.plan.queuepin import program, QueueEntry
+from ratelimit.spec.model import Cohort, LinkParams, Request
 from bpfmodel import Skb, run, value_of
 from u32model import Htb, ipv4_packet, ipv6_packet
 

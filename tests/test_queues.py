@@ -7,19 +7,21 @@ from ipaddress import ip_address, ip_network
 
 import pytest
 
-from ratelimit.plan import diff, placement
-from ratelimit.state import fingerprint, records
 from ratelimit import service
-from ratelimit.plan.compile import compile_plan, ifb_name, link_flows
 from ratelimit.errors import FieldError, StateError, UsageError
-from ratelimit.spec.linklayer import layer
-from ratelimit.plan.layout import (GROUP_LINKS, MAX_QUEUES, QUEUE_GROUP_LINKS, ROOT, TREE_BASE, Layout, queue_of, tree_handle)
-from ratelimit.spec.model import Cohort, LinkParams, Request
-from ratelimit.plan.ops import (TC_H_CLSACT_INGRESS, TC_H_INGRESS, TC_H_ROOT, AddIfb, ClsactQdisc, DelClass, DelLink, DelQdisc, HtbQdisc, IngressQdisc, MqQdisc)
-from ratelimit.plan.shaping import HtbClass
+from ratelimit.plan import diff, placement
+from ratelimit.plan.compile import compile_plan, ifb_name, link_flows
 from ratelimit.plan.filters import U32Filter
-from ratelimit.plan.queuepin import QueueEntry, QueueMap, QueueProgram, key
+from ratelimit.plan.layout import (GROUP_LINKS, MAX_QUEUES, QUEUE_GROUP_LINKS, ROOT, TREE_BASE, Layout, queue_of,
+                                   tree_handle)
+from ratelimit.plan.ops import (TC_H_CLSACT_INGRESS, TC_H_INGRESS, TC_H_ROOT, AddIfb, ClsactQdisc, DelClass, DelLink,
+                                DelQdisc, HtbQdisc, IngressQdisc, MqQdisc)
+from ratelimit.plan.queuepin import key, QueueEntry, QueueMap, QueueProgram
+from ratelimit.plan.shaping import HtbClass
 from ratelimit.profiles.scenario import load as load_scenario
+from ratelimit.spec.linklayer import layer
+from ratelimit.spec.model import Cohort, LinkParams, Request
+from ratelimit.state import fingerprint, records
 
 LINK = LinkParams(28800)
 

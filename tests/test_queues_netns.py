@@ -22,12 +22,12 @@ from ipaddress import ip_address
 import pytest
 
 from bench.common import wait_until
-from ratelimit.cli import main as cli
-from ratelimit.service import readout
 from ratelimit import service
+from ratelimit.cli import main as cli
 from ratelimit.kernel import bpf, netns
 from ratelimit.kernel.executor import Executor
 from ratelimit.plan.layout import QUEUE_GROUP_LINKS, TREE_BASE, Layout
+from ratelimit.service import readout
 from ratelimit.spec.linkmodel import LinkModel
 from ratelimit.spec.model import Cohort, LinkParams, Request
 from ratelimit.spec.summary import summary

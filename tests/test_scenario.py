@@ -15,17 +15,17 @@ from ipaddress import ip_address
 
 import pytest
 
-from ratelimit.profiles import scenario
 from ratelimit import service
-from ratelimit.state import records
-from ratelimit.plan.compile import compile_plan
-from ratelimit.plan.layout import GROUP_LINKS, major
 from ratelimit.errors import RatelimitError
+from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.filters import U32Filter
-from ratelimit.spec.linklayer import PPP_VJ
+from ratelimit.plan.layout import GROUP_LINKS, major
 from ratelimit.plan.ops import HtbQdisc
 from ratelimit.plan.shaping import HtbClass
+from ratelimit.profiles import scenario
+from ratelimit.spec.linklayer import PPP_VJ
 from ratelimit.spec.summary import describe, summary
+from ratelimit.state import records
 
 TWO = """
 description = "two kinds of link"

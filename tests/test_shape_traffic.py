@@ -4,11 +4,11 @@ import threading
 
 import pytest
 
-from ratelimit.service import readout
 from ratelimit import service
-from ratelimit.spec.summary import summary
 from ratelimit.kernel.probe import probe
+from ratelimit.service import readout
 from ratelimit.spec.linkmodel import LinkModel
+from ratelimit.spec.summary import summary
 from downloads import download, serve
 
 pytestmark = pytest.mark.netns

@@ -7,10 +7,10 @@ import time
 
 import pytest
 
-from ratelimit.state import fingerprint, records
-from ratelimit.plan.compile import compile_plan
 from ratelimit.errors import ConflictError, StateError
+from ratelimit.plan.compile import compile_plan
 from ratelimit.service import make_request
+from ratelimit.state import fingerprint, records
 
 
 @pytest.fixture(autouse=True)

@@ -8,10 +8,10 @@ import sys
 
 import pytest
 
-from ratelimit.state import fingerprint, records
-from ratelimit.service import readout
 from ratelimit import service
 from ratelimit.errors import ConflictError
+from ratelimit.service import readout
+from ratelimit.state import fingerprint, records
 from tcdump import tc_dump
 
 pytestmark = pytest.mark.netns

@@ -11,9 +11,9 @@ import time
 
 import pytest
 
+from ratelimit.errors import ConflictError, FieldError, NotFoundError, RatelimitError
 from ratelimit.kernel import netns as lab_netns
 from ratelimit.lab import topology
-from ratelimit.errors import ConflictError, FieldError, NotFoundError, RatelimitError
 from ratelimit.lab.topology import Topology
 
 

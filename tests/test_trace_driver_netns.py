@@ -20,14 +20,14 @@ import pytest
 
 from bench import tracefacts, traceload
 from bench.common import established, listening, wait_until
-from ratelimit.driver import follow
-from ratelimit.service import readout
 from ratelimit import service
-from ratelimit.state import records
-from ratelimit.profiles import traced
+from ratelimit.driver import follow
+from ratelimit.driver.steps import traced_links
 from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.ops import tc_handle
-from ratelimit.driver.steps import traced_links
+from ratelimit.profiles import traced
+from ratelimit.service import readout
+from ratelimit.state import records
 
 pytestmark = pytest.mark.netns
 

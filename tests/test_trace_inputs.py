@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from ratelimit.errors import RatelimitError
 from ratelimit.profiles.catalog import load_named
 from ratelimit.traces import schedulefile, tracefile
-from ratelimit.errors import RatelimitError
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 
 from ratelimit.driver import follow
-from ratelimit.plan import gate, layout
-from ratelimit.traces import phases, tracespec
-from ratelimit.profiles import scenario, traced
-from ratelimit.state import records
-from ratelimit.plan.compile import compile_plan
+from ratelimit.driver.steps import Stepper, traced_links
 from ratelimit.errors import StateError
+from ratelimit.plan import gate, layout
+from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.ops import Change
 from ratelimit.plan.shaping import HtbClass, NetemQdisc, TbfQdisc
+from ratelimit.profiles import scenario, traced
 from ratelimit.service import make_request
-from ratelimit.driver.steps import Stepper, traced_links
+from ratelimit.state import records
+from ratelimit.traces import phases, tracespec
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = ROOT / "tests" / "cases" / "traces"

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.profiles import traced
-from ratelimit.traces import tracefile, tracespec
-from ratelimit.plan.compile import compile_plan
-from ratelimit.spec.linklayer import LAYERS
-from ratelimit.service import make_request
 from ratelimit.driver.steps import LOOKAHEAD, Stepper, traced_links
+from ratelimit.plan.compile import compile_plan
+from ratelimit.profiles import traced
+from ratelimit.service import make_request
+from ratelimit.spec.linklayer import LAYERS
+from ratelimit.traces import tracefile, tracespec
 from ratelimit.traces.windows import TraceWindows
 
 ROOT = Path(__file__).resolve().parent.parent

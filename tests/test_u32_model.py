@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from ratelimit.plan.compile import INGRESS_HANDLE, compile_plan, ifb_name
 from ratelimit.plan.layout import ROOT
-from ratelimit.spec.model import LinkParams, Request
 from ratelimit.plan.u32tree import LEAF_MAX
+from ratelimit.spec.model import LinkParams, Request
 from u32model import Htb, ipv4_packet, ipv6_packet
 
 CLIENT4 = IPv4Address("198.19.0.9")

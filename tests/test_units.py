@@ -1,7 +1,8 @@
 import pytest
 
 from ratelimit.errors import FieldError
-from ratelimit.spec.units import (format_rate, format_time, parse_percent, parse_rate_bps, parse_size_bytes, parse_time_us)
+from ratelimit.spec.units import (format_rate, format_time, parse_percent, parse_rate_bps, parse_size_bytes,
+                                  parse_time_us)
 
 
 @pytest.mark.parametrize("text,bps", [

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from ratelimit import SOURCE_ROOT
-from ratelimit.kernel import vm
 from ratelimit.errors import RatelimitError
+from ratelimit.kernel import vm
 
 
 def test_guest_script_sets_env_cwd_records_timings_and_keeps_the_exit_status(tmp_path):

@@ -9,9 +9,9 @@ import subprocess
 
 import pytest
 
-from ratelimit.service import readout
 from ratelimit import service
 from ratelimit.errors import ApplyError, ConflictError, NotFoundError, PermissionDenied
+from ratelimit.service import readout
 from webui import create_app
 from webui.cli import parse_listen, web_main
 from webui.stats import StatsSource

@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 
 from ratelimit.driver import follow
-from ratelimit.service import readout
-from ratelimit.traces import tracespec
-from ratelimit.service import make_request
 from ratelimit.driver.steps import now_bps
 from ratelimit.driver.tracerates import TraceRates
+from ratelimit.service import make_request, readout
+from ratelimit.traces import tracespec
 from webui import create_app
 from webui.digest import TRACK_TOLERANCE
 from webui.stats import StatsSource

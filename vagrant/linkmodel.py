@@ -20,9 +20,9 @@ import sys
 from ipaddress import ip_address
 
 from ratelimit.service import readout
-from ratelimit.state import records
 from ratelimit.spec import summary
 from ratelimit.spec.linkmodel import LinkModel
+from ratelimit.state import records
 
 
 def link_model(payload: int, req, cohort, *, header: int, request: int) -> dict:

@@ -15,7 +15,7 @@ from ratelimit.spec.names import target_name
 from ratelimit.spec.selectors import parse_port_range
 from ratelimit.spec.summary import summary
 
-from .errors import WebError, field_error
+from .errors import field_error, WebError
 from .history import no_link_series
 from .params import boolean, check_query, integer, json_body, resolve_target, snapshots, source
 from .query import ASCENDING_FIRST, SORTABLE, STATE_FILTERS, LinkQuery, parse_share, select

@@ -23,11 +23,11 @@ import time
 import dataclasses
 from dataclasses import dataclass
 
-from ratelimit.containers import lookup, attach
-from ratelimit.service import readout
-from ratelimit.state import records
+from ratelimit.containers import attach, lookup
 from ratelimit.containers.life import strangers
 from ratelimit.errors import RatelimitError
+from ratelimit.service import readout
+from ratelimit.state import records
 
 CHECK_EVERY_S = 5.0  # how often the engine is asked (a docker or podman inspect each time)
 

@@ -4,7 +4,7 @@ from flask import current_app, request
 from werkzeug.exceptions import HTTPException
 
 from ratelimit.errors import (ApplyError, ConflictError, KernelMissing, NotFoundError, PermissionDenied,
-                              RatelimitError, UsageError, shown)
+                              RatelimitError, shown, UsageError)
 
 
 class WebError(Exception):

@@ -47,7 +47,7 @@ OpenMetrics carries (units, created times, exemplars).
 from flask import Blueprint, Response
 
 from .digest import QUANTILES, SIDES, STATE_COUNTS
-from .errors import WebError, field_error
+from .errors import field_error, WebError
 from .params import boolean, check_query, snapshots, source
 from .snapshot import port_text
 

@@ -5,7 +5,7 @@ from flask import current_app, request
 from ratelimit.spec.names import target_name
 from ratelimit.spec.units import whole_number
 
-from .errors import WebError, field_error
+from .errors import field_error, WebError
 from .snapshot import target_key
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ratelimit.spec.names import target_name
 
-from .digest import COLUMNS, COUNTERS, GAUGES, STATES, LinkRates, distribution, empty_columns
+from .digest import COLUMNS, COUNTERS, GAUGES, STATES, distribution, empty_columns, LinkRates
 
 ALL_PORTS = 0  # a per-host link's port in the keys: it carries all its host's ports (null in JSON)
 OTHERS = "others"  # the default cohort's link in the keys: every host no cohort names

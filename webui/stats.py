@@ -31,7 +31,7 @@ from ratelimit.spec.names import target_name
 
 from .digest import COUNTERS, GAUGES, by_cohort, digest, distribution, totals, tracking
 from .history import History
-from .snapshot import LinkRows, Snapshot, aggregate, target_key
+from .snapshot import aggregate, LinkRows, Snapshot, target_key
 
 log = logging.getLogger("webui.stats")
 

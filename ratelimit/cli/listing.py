@@ -4,6 +4,7 @@ each container whose addresses have changed since the apply."""
 import json
 
 from ..spec.summary import describe
+from ..spec.units import format_rate
 
 
 def as_json(data: dict, action: str) -> str:
@@ -18,13 +19,13 @@ def as_json(data: dict, action: str) -> str:
 def strangers(data: dict, con) -> None:
     """A notice for each container named in the hosts that has other addresses now, or is
     not running (``ctlife.strangers``)."""
+    # start-up time: --list and --stats only, not --help (it loads the service)
     from ..containers.life import strangers as changed
     for line in changed(data["applied"]):
         con.notice(line)
 
 
 def render_table(data: dict, counters: bool) -> str:
-    from ..spec.units import format_rate
     applied = data["applied"]
     if not applied:
         return f"{data['interface']}: nothing installed by ratelimit"

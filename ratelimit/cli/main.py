@@ -20,14 +20,15 @@ import time
 import traceback
 
 from .. import __version__
-from ..profiles import scenario as scenarios
-from . import subcommands
 from ..errors import RatelimitError, UsageError
-from ..spec.model import GRANULARITIES
-from .longopts import long_options
-from ..spec.summary import describe, summary
 from ..plan.layout import oversubscribed
+from ..profiles import scenario as scenarios
+from ..spec.model import GRANULARITIES
+from ..spec.summary import describe, summary
+from ..traces.tracespec import add_options
+from . import subcommands
 from .listing import as_json, render_table, strangers
+from .longopts import long_options
 from .subcommands import Parser
 
 EXIT_INTERNAL = 70
@@ -111,7 +112,6 @@ def build_parser() -> argparse.ArgumentParser:
                    "their (host, port) links) between profiles by share, e.g. modem-28k8:60%%,modem-56k:30%%,isdn-64k:10%%")
     g.add_argument("--link", help="link layer over the profile's: ethernet, ppp-vj (modem), ppp-sync-vj (ISDN) "
                                    "or atm (DSL)")
-    from ..traces.tracespec import add_options
     add_options(g)
     g.add_argument("--no-follow", action="store_true", help="with traces: do not start the trace driver (a "
                    "supervisor runs 'ratelimit follow')")
@@ -151,6 +151,7 @@ class Console:
 
     def progress(self):
         """A progress callback drawing one line on a terminal, or None when piped."""
+        # start-up time: the service package loads netlink; --help and --dry-run do without
         from ..service.progress import terminal
         return terminal(self.stderr, "applying:")
 
@@ -200,6 +201,7 @@ def _dispatch(argv, con) -> int:
         return _container(args, action, con)
     named = ()
     if action is None and args.hosts is not None:
+        # a part not every run has: hosts named container:NAME
         from ..containers import lookup, attach
         if any(h.lower().startswith(lookup.HOST_PREFIX) for h in lookup.host_items(args.hosts)):
             with attach.turn():  # container:NAME on a router's own interface: its one network's address
@@ -234,6 +236,7 @@ def _run(args, action, con, target=None, named=()) -> int:
             _whole_packets(server, target, con)
         return 0
     if action in ("list", "stats"):
+        # start-up time: the read-outs load netlink (not for --help or --dry-run)
         from ..service.readout import statistics
         data = statistics(args.interface, args.netns, notice=notice, repair=True)  # a killed run's, as apply would
         strangers(data, con)
@@ -244,6 +247,7 @@ def _run(args, action, con, target=None, named=()) -> int:
         return 0
     asks = None if args.scenario is None else scenarios.load(args.scenario)
     if asks is not None:
+        # a part not every run has: a scenario's container:NAME hosts
         from ..containers.targets import scenario_hosts
         asks = scenario_hosts(asks, target, network=args.network, engine=args.engine)
         if target is None and (args.engine or args.network) and not any(a.named for a in asks):
@@ -255,6 +259,7 @@ def _run(args, action, con, target=None, named=()) -> int:
                                     named if target is None else target.named,
                                     server_side=target is not None and target.server_side)
     if args.dry_run:
+        # start-up time: the script, for --dry-run only
         from ..plan.script import script
         ops, how = service.preview(req)
         text = script(ops, req.netns)  # refuses a name tc -batch cannot carry before anything is printed
@@ -293,9 +298,11 @@ def _whole_packets(server, target, con) -> None:
     they came.  A --container run (``target``: the same container) holds the containers'
     turn and knows the device; otherwise the record's note of the container finds it."""
     if target is not None:
+        # a part not every run has: a container's device
         from ..containers.lookup import single_segments
         single_segments(target.pid, target.wired.inside_index, on=False)
     else:
+        # a part not every run has: a container's device
         from ..containers.life import recorded_single_segments
         recorded_single_segments(server, on=False, notice=con.notice)
 
@@ -318,6 +325,7 @@ def _container(args, action, con) -> int:
     """--container: the links on the container's host-side veth, as the server of --hosts or
     as one user; clean, --list and --stats also look at its own interface (where records
     of 0.4 and earlier put a server's)."""
+    # a part not every run has: --container
     from ..containers.targets import both_targets, container_target
     if not isinstance(args.interface, _Default) or args.netns is not None:
         raise UsageError("--container: it says which device; leave out --interface and --netns")
@@ -338,6 +346,7 @@ def _container(args, action, con) -> int:
                 args.interface, args.netns = t.interface, t.netns
                 _run(args, "clean", con, t)
             return 0
+        # start-up time: the read-outs load netlink (not for --help or --dry-run)
         from ..service.readout import statistics
         datas = [statistics(t.interface, t.netns, notice=con.notice, repair=True) for t in found]
         shown = [d for d in datas if d["applied"]] or datas[:1]
@@ -359,6 +368,7 @@ _HOW = {"in place": "changed in place", "make-before-break": "built beside the o
 
 
 def _dry_clean(args, con) -> int:
+    # start-up time: what a dry clean reads, for --dry-run --clean only
     from ..state import records
     from ..plan.compile import compile_plan
     from ..spec.names import check_target

@@ -13,11 +13,13 @@ import os
 import time
 from pathlib import Path
 
+from ..containers import lookup
+from ..containers.life import inside, now, recorded_single_segments
+from ..errors import NotFoundError, RatelimitError, UsageError
 from ..service import actions, readout
-from ..state import records
 from ..spec.names import target_name
 from ..spec.summary import describe, summary
-from ..errors import NotFoundError, RatelimitError, UsageError
+from ..state import records
 
 VERSION = 1
 FILE_NAME = "links.json"
@@ -61,13 +63,11 @@ def _applied(netns: str | None, interface: str, notice):
     """What is applied on ``interface``; a container's namespace (``rl-ct-ID``, named only
     while ratelimit runs: where 0.4 and earlier put a server's links) is named again for
     the reading, if its container runs."""
-    from ..containers import lookup
     if not (netns or "").startswith(lookup.NETNS_PREFIX):
         return readout.applied(interface, netns, notice=notice, repair=True)
     record = records.load(netns, interface)
     if record is None or record.request is None or record.request.container is None:
         return None
-    from ..containers.life import inside
     with inside(record.request, notice) as ns:
         return None if ns is None else readout.applied(interface, ns, notice=notice, repair=True)
 
@@ -119,11 +119,9 @@ def _restore_one(req, force: bool, notice):
     if req.container is None:
         actions.apply(req, force=force, notice=notice)
         return req
-    from ..containers.life import now
     with now(req, notice) as again:
         if again is not None:
             actions.apply(again, force=force, notice=notice)
     if again is not None and again.server_side:
-        from ..containers.life import recorded_single_segments
         recorded_single_segments(again)
     return again

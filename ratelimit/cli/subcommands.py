@@ -11,6 +11,8 @@ import json
 import os
 
 from ..errors import PermissionDenied, UsageError
+from ..profiles import catalog
+from ..spec.units import format_percent, format_rate, format_time, parse_seconds
 
 PLUGIN_GROUP = "ratelimit.subcommands"
 NAMES = ("profiles", "save", "restore", "vm", "lab", "web", "follow")  # lab, web: registered (REGISTERED)
@@ -76,6 +78,7 @@ def _parse_sub(parser: Parser, argv, con):
 
 
 def _save(argv, con) -> int:
+    # start-up time: save and restore load the service (netlink)
     from . import persist
     args = _parse_sub(_save_parser(), argv, con)
     if args is None:
@@ -89,6 +92,7 @@ def _save(argv, con) -> int:
 
 
 def _restore(argv, con) -> int:
+    # start-up time: save and restore load the service (netlink)
     from . import persist
     args = _parse_sub(_restore_parser(), argv, con)
     if args is None:
@@ -111,7 +115,6 @@ def _follow_parser() -> Parser:
 def _follow(argv, con) -> int:
     from ..driver import follow, loop  # the driver and its kernel modules: only this subcommand loads them
     from ..spec.names import check_target
-    from ..spec.units import parse_seconds
     args = _parse_sub(_follow_parser(), argv, con)
     if args is None:
         return 0
@@ -124,6 +127,7 @@ def _follow(argv, con) -> int:
 
 
 def _vm(argv, con) -> int:
+    # start-up time: the VM runner, for 'ratelimit vm' only
     from ..kernel.vm import vm_main
     return vm_main(argv)
 
@@ -148,8 +152,6 @@ def _registered(name):
 
 
 def _profiles(argv, con) -> int:
-    from ..profiles import catalog
-    from ..spec.units import format_percent, format_rate, format_time
     args = _parse_sub(_profiles_parser(), argv, con)
     if args is None:
         return 0

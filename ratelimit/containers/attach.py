@@ -17,15 +17,20 @@ import fcntl
 import os
 from contextlib import contextmanager
 
-from .lookup import NETNS_PREFIX, Container, ContainerError, netns_inode, netns_name
 from ..errors import RatelimitError
+from ..kernel import peers
+from ..plan.compile import compiled
+from ..plan.ops import DelLink
+from ..state import records
+from ..state.fingerprint import of_plan
+from ..state.installed import executor
+from .lookup import NETNS_PREFIX, Container, ContainerError, netns_inode, netns_name
 
 
 @contextmanager
 def turn():
     """Runs of ratelimit on containers take turns (one lock file in the state directory):
     the names ``attached`` gives and the files ``tidy`` removes are then no other run's."""
-    from ..state import records
     records.state_dir().mkdir(parents=True, exist_ok=True)
     with open(records.state_dir() / "containers.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -36,7 +41,6 @@ def turn():
 def attached(owner: Container):
     """A name in /run/netns for ``owner``'s namespace while the block runs (``netns_name``),
     removed afterwards; call it within ``turn``.  A name a killed run left is replaced."""
-    from ..kernel import peers
     name = netns_name(owner)
     try:
         path = peers.attach(name, owner.pid)
@@ -55,7 +59,6 @@ def tidy(netns: str | None, interface: str) -> None:
     """Remove the lock file of a container target that holds no record (within ``turn``):
     containers come and go with new ids and veths, and their lock files would pile up in
     the state directory; a container's namespace directory goes with its last file."""
-    from ..state import records
     d = records.state_dir() / (netns or "-")
     if (d / f"{interface}.json").exists() or (d / f"{interface}.marker").exists():
         return  # links are recorded, or a run was killed mid-change: the lock stays with them
@@ -72,7 +75,6 @@ def gone_veths(owner_id: str) -> list[str]:
     exist: a restarted container comes back on a new veth, and the old record is then about
     a device that is gone.  Their records are forgotten and the IFB devices they own
     deleted; returns their names."""
-    from ..state import records
     out = []
     for interface in records.interfaces(None):
         if os.path.exists(f"/sys/class/net/{interface}"):
@@ -92,10 +94,6 @@ def gone_veths(owner_id: str) -> list[str]:
 
 def _drop_ifbs(record) -> None:
     """Delete the IFB devices a record of a vanished veth owns (they stay when the veth goes)."""
-    from ..plan.compile import compiled
-    from ..state.fingerprint import of_plan
-    from ..state.installed import executor
-    from ..plan.ops import DelLink
     owned = record.fingerprint or of_plan(compiled(record.request))
     names = [dev for dev, parts in owned.items() if parts.get("device")]
     if not names:

@@ -19,8 +19,10 @@ import dataclasses
 from contextlib import contextmanager
 from ipaddress import ip_address
 
-from . import lookup, attach
 from ..errors import RatelimitError
+from ..service import readout
+from ..state import records
+from . import attach, lookup
 
 
 @contextmanager
@@ -120,8 +122,6 @@ def forget_if_gone(c, ns: str, interface: str, notice) -> None:
     """A server's record whose links the kernel no longer shows in its namespace (the
     container restarted: a new namespace) is forgotten, with a notice (--list, --stats,
     --clean with --container)."""
-    from ..service import readout
-    from ..state import records
     try:
         record = records.load(ns, interface)
         if record is None or record.request is None or readout.applied(interface, ns) is not None:

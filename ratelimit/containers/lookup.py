@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from ipaddress import ip_address
 
 from ..errors import FieldError, NotFoundError, UsageError
+from ..kernel import peers
 
 ENGINES = ("docker", "podman")
 # Docker's and Podman's rule for a container name (both: [a-zA-Z0-9][a-zA-Z0-9_.-]*);
@@ -325,7 +326,6 @@ def wiring(owner: Container, endpoint: Endpoint) -> Wiring:
     reports; its peer by ``IFLA_LINK`` in the namespace ``IFLA_LINK_NETNSID`` names, which
     must be the host's; and that peer a veth whose own ``IFLA_LINK`` is the device, in the
     container's namespace."""
-    from ..kernel import peers
     label = owner.label()
     if not endpoint.mac:
         raise ContainerError(f"--container: {label} reports no MAC address on network '{endpoint.network}'")
@@ -352,7 +352,6 @@ def single_segments(pid: int, index: int, on: bool = True) -> None:
     the links on its veth meter each segment as a frame of its own (a packet of several
     would pass a token bucket at once and be paid for afterwards); ``on=False`` gives it
     back the kernel's default (clean)."""
-    from ..kernel import peers
     from pyroute2 import NetlinkError
     try:
         peers.gso_max_segs(netns_path(pid), index, 1 if on else GSO_MAX_SEGS)

@@ -30,8 +30,10 @@ import dataclasses
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from . import lookup, attach
-from ..errors import UsageError
+from ..errors import RatelimitError, UsageError
+from ..state import records
+from . import attach, lookup
+from .life import forget_if_gone
 
 USES = ("server", "user")
 
@@ -103,7 +105,6 @@ def both_targets(name: str, *, network: str | None = None, engine: str | None = 
         _forget_gone(c, owner, notice)
         use = recorded_use(wired.veth)
         with attach.attached(owner) as ns:
-            from .life import forget_if_gone
             forget_if_gone(c, ns, wired.inside, notice or (lambda text: None))
             try:
                 yield (ContainerTarget("server", owner.pid, wired.inside, ns, None, (), note + ("server",), owner,
@@ -129,8 +130,6 @@ def recorded_server(interface: str, netns: str | None):
 
 
 def _recorded(interface: str, netns: str | None):
-    from ..state import records
-    from ..errors import RatelimitError
     try:
         record = records.load(netns, interface)
     except RatelimitError:

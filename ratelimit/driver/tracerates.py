@@ -13,8 +13,8 @@ here goes on following the trace, and the two part (which is what a reader shoul
 from array import array
 
 from ..plan.compile import compiled
-from .steps import traced_links
 from ..profiles.traced import load_all
+from .steps import traced_links
 
 NAN = float("nan")
 

@@ -30,7 +30,7 @@ from ..plan.ops import INGRESS_HANDLE
 
 from ..plan.filters import U32Filter
 from .kinds import u32
-from .nl import NLATTR, NLA_TYPE_MASK, TCA_STATS2, TCA_STATS_BASIC, TCA_STATS_PKT64, TCA_STATS_QUEUE, U64, find
+from .nl import NLA_TYPE_MASK, NLATTR, TCA_STATS2, TCA_STATS_BASIC, TCA_STATS_PKT64, TCA_STATS_QUEUE, U64, find
 
 COLUMNS = ("bytes", "packets", "drops", "overlimits", "backlog_bytes", "backlog_pkts")
 

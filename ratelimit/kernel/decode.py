@@ -12,7 +12,7 @@ messages per dump.
 """
 
 from .kinds import bpf, fifo, htb, netem, stab, u32
-from .nl import (TCA_CHAIN, TCA_STAB, TCA_FCNT, TCA_KIND, TCA_OPTIONS, TCA_PAD, TCA_RATE, TCA_STATS, TCA_STATS2,
+from .nl import (TCA_CHAIN, TCA_FCNT, TCA_KIND, TCA_OPTIONS, TCA_PAD, TCA_RATE, TCA_STAB, TCA_STATS, TCA_STATS2,
                  TCA_XSTATS, attr_map, cstr, header, hexof, protocol_name, u32_at)
 
 # top-level attributes that carry counters or rates, never part of a snapshot

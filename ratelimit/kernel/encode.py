@@ -11,7 +11,7 @@ from ..plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 
 from ..plan.filters import U32Filter
 from .kinds import actions, bpf, fifo, htb, ingress, mirred, mq, netem, police, stab, tbf, u32
-from .nl import (NLMSGHDR, NLM_F_CREATE, NLM_F_EXCL, RTM_DELQDISC, RTM_DELTCLASS, RTM_DELTFILTER, RTM_NEWQDISC,
+from .nl import (NLM_F_CREATE, NLM_F_EXCL, NLMSGHDR, RTM_DELQDISC, RTM_DELTCLASS, RTM_DELTFILTER, RTM_NEWQDISC,
                  RTM_NEWTCLASS, RTM_NEWTFILTER, TC_H_CLSACT_EGRESS, TC_H_INGRESS, TCA_KIND, TCMSG, attr_str, htons,
                  message, protocol_number, tcmsg)
 from .rates import Clock, clock

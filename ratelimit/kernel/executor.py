@@ -23,10 +23,10 @@ import os
 import time
 
 from ..errors import ApplyError
-from ..plan.ops import (AddIfb, Change, ClsactQdisc, DelClass, DelLink, DelQdisc, HtbQdisc, IngressQdisc, MqQdisc)
-from ..plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 from ..plan.filters import U32_ROOT_TABLE, DelFilter, U32Filter, U32Table
+from ..plan.ops import AddIfb, Change, ClsactQdisc, DelClass, DelLink, DelQdisc, HtbQdisc, IngressQdisc, MqQdisc
 from ..plan.queuepin import FILTER_HANDLE, FILTER_PRIO, KEY, PROGRAM_NAME, VALUE, QueueEntry, QueueMap, QueueProgram
+from ..plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 from . import bpf, replay
 from .encode import Encoder
 from .nl import NLM_F_REQUEST, RTM_GETTFILTER, SEQ_OFFSET, TC_H_INGRESS, TC_H_ROOT, TCMSG

@@ -16,10 +16,10 @@ import errno as errnos
 
 from ..errors import NotFoundError, PermissionDenied
 from .netns import in_netns, off_loop
+from .nl import (IFINFOMSG, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, IFLA_NUM_TX_QUEUES, NLM_F_REQUEST,
+                 RTM_GETLINK, U32, attr_str, cstr, find, message)
 from .offload import tx_channels
-from .nl import (IFINFOMSG, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, IFLA_NUM_TX_QUEUES, NLM_F_REQUEST, RTM_GETLINK, U32,
-                 attr_str, cstr, find, message)
-from .transport import KernelError, check_netns
+from .transport import check_netns, KernelError
 
 IFF_UP = 0x1
 IFF_LOOPBACK = 0x8

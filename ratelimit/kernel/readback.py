@@ -11,6 +11,7 @@ import gc
 
 from ..errors import ConflictError, NotFoundError
 from ..plan.ops import INGRESS_HANDLE
+from ..plan.queuepin import PROGRAM_NAME
 from . import decode, offload, replay
 from .counters import COLUMNS, FlowTable, read_classes, read_filters
 from .kinds import bpf
@@ -271,7 +272,6 @@ class Reader:
     @consistent
     def queue_program(self, dev: str) -> int | None:
         """The id of ratelimit's queue program on ``dev``'s clsact egress hook, or None."""
-        from ..plan.queuepin import PROGRAM_NAME
         for data, off, end in list(self._filters(self._device(dev), TC_H_CLSACT_EGRESS)):
             amap = attr_map(data, off + 36, end)
             if cstr(data, amap.get(TCA_KIND)) == "bpf" and TCA_OPTIONS in amap:

@@ -14,11 +14,11 @@ such a tree is reported as not restored.)
 
 import json
 
+from ..plan.ops import tc_handle
 from . import decode
 from .kinds import htb, u32
-from ..plan.ops import tc_handle
-from .nl import (NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, NLMSGHDR, TCA_CHAIN, TCA_KIND, TCA_OPTIONS, TCA_STAB,
-                 TC_H_INGRESS, TC_H_ROOT, TCMSG, attr_map, cstr, header, rebuild)
+from .nl import (NLM_F_CREATE, NLM_F_EXCL, NLM_F_REQUEST, NLMSGHDR, TC_H_INGRESS, TC_H_ROOT, TCA_CHAIN, TCA_KIND,
+                 TCA_OPTIONS, TCA_STAB, TCMSG, attr_map, cstr, header, rebuild)
 
 QDISC, CLASS, FILTER = "qdisc", "class", "filter"
 TCA_INGRESS_BLOCK, TCA_EGRESS_BLOCK = 13, 14

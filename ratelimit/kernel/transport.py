@@ -13,8 +13,8 @@ import struct
 
 from ..errors import ApplyError, NotFoundError, PermissionDenied
 from .netns import in_netns
-from .nl import (ERRNO, SEQ_OFFSET, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP_INTR, NLM_F_ECHO, NLMSG_DONE,
-                 NLMSG_ERROR, NLMSG_OVERRUN, NLMSGERR_ATTR_MSG, NLMSGHDR, attrs, cstr)
+from .nl import (ERRNO, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP_INTR, NLM_F_ECHO, NLMSG_DONE,
+                 NLMSG_ERROR, NLMSG_OVERRUN, NLMSGERR_ATTR_MSG, NLMSGHDR, SEQ_OFFSET, attrs, cstr)
 
 SOL_NETLINK = 270
 NETLINK_CAP_ACK, NETLINK_EXT_ACK = 10, 11

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..errors import EXIT_NOT_FOUND, EXIT_USAGE, RatelimitError, command_exit
+from ..errors import EXIT_NOT_FOUND, EXIT_USAGE, command_exit, RatelimitError
 from ..spec.units import parse_count, parse_seconds
 from .proc import start_and_pump
 

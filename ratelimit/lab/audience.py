@@ -29,8 +29,8 @@ import socket
 from collections.abc import Sequence
 from ipaddress import ip_address
 
-from ..profiles import scenario
 from ..errors import FieldError, UsageError
+from ..profiles import scenario
 from ..spec.selectors import parse_hosts
 from . import topology
 

@@ -28,11 +28,14 @@ import sys
 import time
 
 from ..errors import RatelimitError, UsageError
+from ..kernel.vm import in_vm
 from ..service.progress import terminal
-from ..traces.tracespec import add_options as add_trace_options
 from ..spec.units import format_rate, parse_burst, parse_queue, parse_rate_bps
+from ..traces.tracespec import add_options as add_trace_options
 from . import docroot, servertcp, store
+from .audience import check
 from .core import Lab
+from .demo import DEMO_NAME, demo
 from .link import GRANULARITIES, MODES, LinkSpec
 from .provision import DEFAULT_PORTS, SERVERS
 from .store import DEFAULT_NAME
@@ -131,7 +134,6 @@ def build_parser() -> argparse.ArgumentParser:
     dn.add_argument("--all", action="store_true", help="every lab on this machine")
 
     de = sub.add_parser("demo", help="the first command to run: a 10,000-byte download over a 28.8k modem")
-    from .demo import DEMO_NAME
     de.add_argument("--name", default=DEMO_NAME, metavar="NAME", help=f"lab name (default {DEMO_NAME})")
     de.add_argument("--vm", action="store_true",
                     help="run in the full-kernel VM, with the modem's delay (a minute or more)")
@@ -198,7 +200,6 @@ def _link_spec(args, profile) -> LinkSpec:
                     trace_up=args.trace_up, schedule=args.schedule, trace_scale=args.trace_scale,
                     phase=args.phase, phase_seed=args.phase_seed)
     if spec.audience:
-        from .audience import check
         check(spec)
         if spec.scenario is not None and args.per is not None:
             raise UsageError("--per: a scenario names each cohort's granularity (per = \"host\" or \"port\")")
@@ -230,7 +231,6 @@ def _debug_opt(parser) -> None:
 
 
 def _up(args, argv, cmd_after) -> int:
-    from ..kernel.vm import in_vm
     servertcp.check(args.server_tcp)  # a bad value is one line, also before the VM boots
     if args.vm and not in_vm():
         inner = [a for a in argv if a != "--vm"]
@@ -370,7 +370,6 @@ def _down(args, argv, cmd_after) -> int:
 
 
 def _demo(args, argv, cmd_after) -> int:
-    from .demo import demo
     return demo(args)
 
 

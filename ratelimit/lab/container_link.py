@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from .measure import Download, curl_argv, curl_failure, read_curl
+from .measure import curl_argv, curl_failure, Download, read_curl
 
 MARKER = "container_link"
 OPTIONS = ("hosts", "scenario", "profile", "engine", "network", "mode", "per", "ports", "rate", "delay", "burst",
@@ -88,11 +88,13 @@ class ContainerLink:
         return self.model_of(None)
 
     def model_of(self, cohort: str | None):
+        # the pytest plugin loads in every pytest session: the lab's parts only when a test asks
         from ..kernel.probe import probe
         from ..spec.linkmodel import LinkModel
         return LinkModel.from_summary(self.applied, cohort=cohort, delay_stage=probe(["netem"])["netem"])
 
     def _owner(self, name: str):
+        # the pytest plugin loads in every pytest session: the lab's parts only when a test asks
         from ..containers.lookup import resolve
         return resolve(name, self.engine)[1]
 
@@ -161,6 +163,7 @@ class ContainerLink:
 def argv_of(container, options: dict) -> tuple[list[str], list[str], bool]:
     """(the apply's command line, the one that names the container and its device, whether
     the delay is left out) of the marker's or factory's options."""
+    # the pytest plugin loads in every pytest session: the lab's parts only when a test asks
     from .link import LinkSpec
     from .nodelay import resolve_no_delay
     unknown = sorted(set(options) - set(OPTIONS))

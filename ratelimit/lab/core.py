@@ -35,10 +35,10 @@ from ..spec.linkmodel import LinkModel
 from ..spec.summary import summary
 from . import docroot, servertcp, store, topology
 from .audience import client_cohorts, clients_needed
-from .link import LinkSpec, Say, resolve_link
-from .measure import Download, client_totals, curl_argv, curl_failure, one_way_delays, read_curl
-from .provision import (DEFAULT_PORTS, SERVER_PORT, LabError, check_clients, check_ports, client_addrs,
-                        provision, provision_server, server_kind, terminate_as_exception, write_hosts_files)
+from .link import LinkSpec, resolve_link, Say
+from .measure import client_totals, curl_argv, curl_failure, Download, one_way_delays, read_curl
+from .provision import (DEFAULT_PORTS, SERVER_PORT, check_clients, check_ports, client_addrs, LabError, provision,
+                        provision_server, server_kind, terminate_as_exception, write_hosts_files)
 from .store import DEFAULT_NAME, down, lab_path, list_labs, provision_dir, read_state
 
 

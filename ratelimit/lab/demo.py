@@ -7,15 +7,15 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 
-from ..profiles import catalog
 from ..kernel.probe import probe
 from ..kernel.vm import in_vm
+from ..profiles import catalog
 from . import docroot, servertcp
-from .vmrun import run_in_vm, say
 from .core import Lab
 from .link import LinkSpec
 from .provision import LabError
 from .store import DEFAULT_NAME
+from .vmrun import run_in_vm, say
 
 DEMO_NAME = "demo"
 DEMO_PROFILE = "modem-28k8"

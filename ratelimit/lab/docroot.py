@@ -29,7 +29,7 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from ipaddress import ip_address
 from pathlib import Path
 
-from ..errors import FieldError, NotFoundError, RatelimitError, command_exit
+from ..errors import command_exit, FieldError, NotFoundError, RatelimitError
 from ..spec.units import parse_count
 
 # file name -> size in bytes; EXPERIMENT_FILE is the one the 2000 benchmark fetched

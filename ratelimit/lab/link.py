@@ -14,6 +14,8 @@ from .. import service
 from ..errors import FieldError, KernelMissing, UsageError
 from ..kernel.vm import in_vm
 from .topology import QUEUES as DEVICE_QUEUES  # the queues of the router's client-facing bridge
+from ..plan.compile import compile_plan
+from ..traces.tracespec import KEYS
 
 MODES = ("shape", "police")  # the lab shapes by default: it queues like the real link
 GRANULARITIES = ("host", "port")  # a lab client is a machine (per host) unless asked otherwise
@@ -54,7 +56,6 @@ class LinkSpec:
 
     def traces(self) -> dict:
         """The trace options given, as ``service.make_request`` takes them."""
-        from ..traces.tracespec import KEYS
         return {k: getattr(self, k) for k in KEYS if getattr(self, k) is not None}
 
     @property
@@ -89,7 +90,6 @@ class LinkSpec:
 
 
 def _features_needed(req) -> set[str]:
-    from ..plan.compile import compile_plan
     return set(compile_plan(req).features())
 
 

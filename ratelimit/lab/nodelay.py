@@ -19,6 +19,7 @@ def resolve_no_delay(no_delay, profile, delay, audience: bool = False) -> tuple[
         pytest.fail(f"emulated_link: no_delay={no_delay!r} is not True, False or 'auto'", pytrace=False)
     if profile is None and delay is None and not audience:
         return False, False
+    # the pytest plugin imports this module: the probe (pyroute2) only when asked
     from ..kernel.probe import probe
     if probe(["netem"])["netem"]:
         return False, False

@@ -32,7 +32,7 @@ from ..kernel.netns import parent_only
 from ..spec.selectors import parse_ports
 from ..spec.units import whole_number
 from . import servertcp, topology
-from .link import Say, check_choice, in_vm
+from .link import check_choice, in_vm, Say
 from .store import HOSTS_DIR
 
 DEFAULT_PORTS = "10000-10999"  # the clients' ephemeral range = the range the router limits

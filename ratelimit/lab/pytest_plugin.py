@@ -56,8 +56,7 @@ from collections.abc import Sequence
 import pytest
 
 from ..kernel.proc import stop
-from . import container_link as _containers
-from . import nodelay
+from . import container_link as _containers, nodelay
 from .servertcp import DEFAULT as DEFAULT_SERVER_TCP
 
 MARKER = "emulated_link"
@@ -162,6 +161,7 @@ class EmulatedLink:
         takes on client ``client``'s traced downlink: until the capacity its trace or schedule
         gives from then has carried the payload in full-size segments (``mss_bytes`` each, on
         the wire a full frame as the trace counts it: ``capacity``), TCP's own start left out."""
+        # the pytest plugin loads in every pytest session: the lab's parts only when a test asks
         from ..state import records
         from ..profiles import traced
         from ..traces.capacity import FULL_IP_BYTES, carried_by_ms
@@ -269,6 +269,7 @@ class EmulatedLink:
     def apply(self, profile: str | None = None, **options) -> None:
         """Change the link live (options as the marker's: mode, per, rate, delay, no_delay, burst, queue,
         bandwidth, mix, scenario)."""
+        # the pytest plugin loads in every pytest session: the lab's parts only when a test asks
         from .link import LinkSpec
         audience = options.get("mix") is not None or options.get("scenario") is not None
         options["no_delay"], _ = nodelay.resolve_no_delay(options.get("no_delay", False), profile, options.get("delay"),
@@ -284,6 +285,7 @@ class EmulatedLink:
 def _make(name: str, *, profile=None, clients=None, mode="shape", per="host", rate=None, delay=None, no_delay=False,
           burst=None, queue=None, bandwidth=None, ports=None, server="none", server_tcp=DEFAULT_SERVER_TCP, mix=None,
           profiles=None, scenario=None, workdir=None, **traces) -> EmulatedLink:
+    # the pytest plugin loads in every pytest session: the lab's parts only when a test asks
     from ..errors import RatelimitError
     from .core import Lab
     from .link import LinkSpec

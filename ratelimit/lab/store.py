@@ -20,9 +20,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import SOURCE_ROOT
-from ..state import records
 from ..errors import ConflictError, NotFoundError, PermissionDenied
 from ..kernel import netns as kernel_netns
+from ..state import records
 from . import topology
 
 DEFAULT_NAME = "lab"

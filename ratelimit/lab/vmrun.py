@@ -6,6 +6,7 @@ import os
 import sys
 
 from .. import SOURCE_ROOT
+from ..kernel import vm
 
 VM_STATE_DIR = "/tmp/ratelimit-vm-state"  # the guest's /tmp is its own
 
@@ -21,7 +22,6 @@ def in_vm_cmd(argv: list[str]) -> list[str]:
 
 def run_in_vm(inner: list[str]) -> int:
     """``ratelimit lab INNER`` in the full-kernel VM, with a state directory of its own."""
-    from ..kernel import vm
     say("lab: starting the full-kernel VM (about 20 s to boot; software emulation is slower "
         "than this machine, so expect traffic to take longer)")
     parent = str(SOURCE_ROOT)

@@ -51,15 +51,17 @@ import math
 import zlib
 from dataclasses import replace
 
-from . import gate
-from .filters import Key, Police, U32Filter
-from .layout import (GENERATIONS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, Layout, carried, ingress_policing, traced_stage, tree_handle)
 from ..spec.linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES, ETHERNET_HEADER_BYTES
 from ..spec.model import Cohort, LinkParams, Request
-from .ops import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, TC_H_CLSACT_INGRESS, AddIfb, Flow, HtbQdisc, IngressQdisc, MqQdisc, Plan, Stab)
-from .shaping import FifoQdisc, HtbClass, NetemQdisc
+from . import gate
+from .filters import Key, Police, U32Filter
+from .layout import (GENERATIONS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, carried, ingress_policing, Layout,
+                     traced_stage, tree_handle)
+from .ops import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, TC_H_CLSACT_INGRESS, AddIfb, Flow, HtbQdisc,
+                  IngressQdisc, MqQdisc, Plan, Stab)
 from .queuepin import pins
-from .u32tree import FIRST, OTHERS_FAMILY, Terminal, build, catch_all, table_ids
+from .shaping import FifoQdisc, HtbClass, NetemQdisc
+from .u32tree import FIRST, OTHERS_FAMILY, build, catch_all, table_ids, Terminal
 from .validate import checked_layout
 
 def ifb_name(interface: str) -> str:

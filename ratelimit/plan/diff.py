@@ -26,11 +26,12 @@ device's clsact egress hook in one kernel step (another number of queues is rebu
 
 from dataclasses import dataclass, replace
 
-from .layout import MAX_QUEUES, POOL_CLASS, POOL_NETEM, ROOT, TREE_BASE
-from .ops import (INGRESS_HANDLE, TC_H_ROOT, AddIfb, Change, ClsactQdisc, DelClass, HtbQdisc, IngressQdisc, MqQdisc, Plan, u32_handle)
-from .shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc, netem_groups
 from .filters import U32_ROOT_TABLE, DelFilter, U32Filter, U32Table
+from .layout import MAX_QUEUES, POOL_CLASS, POOL_NETEM, ROOT, TREE_BASE
+from .ops import (INGRESS_HANDLE, TC_H_ROOT, AddIfb, Change, ClsactQdisc, DelClass, HtbQdisc, IngressQdisc, MqQdisc,
+                  Plan, u32_handle)
 from .queuepin import QueueEntry, QueueMap, QueueProgram
+from .shaping import FifoQdisc, HtbClass, netem_groups, NetemQdisc, TbfQdisc
 
 _PINS = (QueueMap, QueueEntry, QueueProgram)  # several queues: the classifier, switched whole
 

@@ -9,8 +9,8 @@ from bisect import bisect_left
 from dataclasses import dataclass
 
 from ..spec.model import Cohort, LinkParams, Request
-from .u32tree import FIRST, SECOND, TreeIds
 from ..spec.units import format_rate
+from .u32tree import FIRST, SECOND, TreeIds
 
 ROOT = 0x520000  # 52:
 POOL_CLASS = 0x520001  # 52:1

@@ -6,11 +6,11 @@ stands or packed.  ``layout`` numbers the handles; ``diff`` finds the changes.
 
 from dataclasses import replace
 
+from ..errors import FieldError
+from ..spec.model import Request
 from . import diff
 from .compile import compile_plan
-from ..errors import FieldError
-from .layout import MAJORS, MINORS, Layout, Place, group_links_of, leaf_majors
-from ..spec.model import Request
+from .layout import MAJORS, MINORS, group_links_of, Layout, leaf_majors, Place
 
 
 def replaced(req: Request, old: Request, move=frozenset()) -> tuple | None:

@@ -32,11 +32,11 @@ import struct
 import sys
 from dataclasses import dataclass
 
-from .ebpf import FP, R0, R1, R2, R3, R4, R5, R6, R7, R8, Asm, Program
-from .layout import MAX_QUEUES, TREE_BASE, Layout
 from ..spec.model import IPAddress
 from ..spec.names import shell_word
-from .ops import ClsactQdisc, _Bpf, tc_handle
+from .ebpf import FP, R0, R1, R2, R3, R4, R5, R6, R7, R8, Asm, Program
+from .layout import MAX_QUEUES, TREE_BASE, Layout
+from .ops import _Bpf, ClsactQdisc, tc_handle
 
 # the map: key (family, kind, port in network order, address padded to 16 bytes) ->
 # value (queue_mapping, priority)

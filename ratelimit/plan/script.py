@@ -3,8 +3,8 @@ every name quoted for where it stands) and ``tc_batch`` (the traffic-control lin
 """
 
 from ..spec.names import check_batch_name, shell_word
-from .ops import _Bpf, _Ip, _Tc
 from .filters import DelFilter
+from .ops import _Bpf, _Ip, _Tc
 
 
 def script(ops, netns: str | None = None) -> str:

@@ -27,8 +27,8 @@ from dataclasses import dataclass
 from operator import itemgetter
 
 from ..errors import FieldError
-from .ops import Flow
 from .filters import HashKey, Key, Police, U32Filter, U32Table
+from .ops import Flow
 
 LEAF_MAX = 16  # most exact filters left in one bucket
 PROTOCOLS = (6, 17)  # TCP, UDP

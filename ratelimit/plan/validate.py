@@ -8,10 +8,11 @@ import re
 from dataclasses import astuple
 
 from ..errors import FieldError, UsageError
-from .layout import (GENERATIONS, MAX_FLOWS, MAX_GROUP_LINKS, MAX_POLICED_HOSTS, MAX_QUEUES, Handles, Layout, Place, carried, group_links_of, max_shape_links)
-from ..spec.model import DIRECTIONS, GRANULARITIES, MODES, Cohort, Request, min_police_burst
+from ..spec.model import DIRECTIONS, GRANULARITIES, MODES, Cohort, min_police_burst, Request
 from ..spec.names import check_target
 from ..traces.tracespec import check as check_trace
+from .layout import (GENERATIONS, MAX_FLOWS, MAX_GROUP_LINKS, MAX_POLICED_HOSTS, MAX_QUEUES, carried, group_links_of,
+                     Handles, Layout, max_shape_links, Place)
 
 
 def checked_layout(req: Request) -> Layout:

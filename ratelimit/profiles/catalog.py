@@ -12,11 +12,11 @@ import tomllib
 from pathlib import Path
 
 from .. import SHIPPED
-from ..spec import linklayer
-from ..traces import tracespec
 from ..errors import FieldError, NotFoundError, UsageError
+from ..spec import linklayer
 from ..spec.model import LinkParams, Profile
 from ..spec.units import parse_burst, parse_percent, parse_queue, parse_rate_bps, parse_time_us
+from ..traces import tracespec
 
 SIDE_FIELDS = {
     # toml key: (LinkParams field, parser)

@@ -40,11 +40,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import SHIPPED as SHIPPED_PROFILES
-from ..traces import tracespec
 from ..errors import FieldError, UsageError
 from ..spec.model import GRANULARITIES
-from .catalog import SIDE_FIELDS, check_name
 from ..spec.units import decimal
+from ..traces import tracespec
+from .catalog import SIDE_FIELDS, check_name
 
 COHORT_KEYS = {"description", "source", "hosts", "ports", "servers", "server_ports", "per", "profile", "link",
                "mpu"} | set(SIDE_FIELDS) | set(tracespec.KEYS)

@@ -20,7 +20,7 @@ from ..spec import userfile
 from ..spec.units import decimal
 from ..traces import schedulefile, tracefile
 from ..traces.capacity import ScheduleCapacity
-from ..traces.phases import Phase, parse_phase, parse_seed
+from ..traces.phases import parse_phase, parse_seed, Phase
 from ..traces.tracespec import MAX_SCALE, SOURCES, Source, TraceAsk, TraceSpec
 from . import catalog
 

@@ -6,7 +6,7 @@ May import: errors, spec, traces, profiles, plan, kernel, state, driver.
 """
 
 from .actions import apply, clean, preview
-from .request import IMPAIRMENTS, V03_BURST, Options, for_container, make_request, request_of
+from .request import IMPAIRMENTS, V03_BURST, for_container, make_request, Options, request_of
 
 __all__ = ["IMPAIRMENTS", "V03_BURST", "Options", "apply", "clean", "for_container", "make_request", "preview",
            "request_of"]

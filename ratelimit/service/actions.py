@@ -20,6 +20,8 @@ from ..spec.names import check_target
 from ..state import recovery, records
 from ..state.installed import Installed, check_interface, executor, find_installed
 from ..traces import tracespec
+from ..driver import follow as driver  # "follow" is apply's argument
+from ..kernel.offload import advice
 
 
 def _check_queues(ex, req: Request) -> None:
@@ -108,10 +110,8 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
         change.run(removal, progress=progress, echo=echo, changes=changes, undo=undo, switch=switch)
         merging = ex.merging()
     if merging:
-        from ..kernel.offload import advice
         (notice or recovery.notice_to_stderr)(advice(merging))
     if follow:
-        from ..driver import follow as driver
         if driver.traced(plan.request):
             driver.start(req.netns, req.interface)
     if changes is not None:
@@ -180,7 +180,6 @@ def clean(interface: str, netns: str | None = None, *, force: bool = False, echo
 def _stop_driver(netns, interface) -> None:
     """The interface's trace driver stops with the plan it follows (it would on its next
     step, finding no record; this makes it so before clean returns)."""
-    from ..driver import follow
-    follow.stop(netns, interface)
+    driver.stop(netns, interface)
 
 

@@ -14,13 +14,16 @@ import time
 from dataclasses import dataclass, field
 
 from ..driver import follow
-from ..state import recovery, records
-from ..plan.compile import compiled, link_flows
+from ..driver.steps import now_bps
+from ..driver.tracerates import TraceRates
 from ..errors import NotFoundError, StateError
-from ..state.installed import check_interface, executor, find_installed
+from ..kernel.counters import FlowTable
+from ..plan.compile import compiled, link_flows
 from ..spec.model import Request
 from ..spec.names import check_target
 from ..spec.summary import summary
+from ..state import records, recovery
+from ..state.installed import check_interface, executor, find_installed
 
 
 def _readable(ex, netns, interface, notice, repair: bool):
@@ -80,7 +83,6 @@ def link_table(req: Request) -> LinkTable:
     """The request's LinkTable, built once per request: in shape mode from its layout (each
     link's class, without building the plan's filters), in police mode from its plan (a
     link's counters are its filter's)."""
-    from ..kernel.counters import FlowTable
     plan = compiled(req) if req.mode == "police" else _Flows(link_flows(req))
     keys = tuple((f.direction, None if f.host is None else str(f.host), f.port, f.dev) for f in plan.flows)
     cohort = {c.name: c for c in req.cohorts}
@@ -145,7 +147,6 @@ def _read_counters(ex, interface: str, netns: str | None, notice, repair: bool) 
 def trace_rates(req: Request):
     """The traced links' capacity over any window (``tracerates.TraceRates``), in the order of
     ``link_table(req).keys``; built once per request (it reads the trace files)."""
-    from ..driver.tracerates import TraceRates
     return TraceRates(req, link_table(req).keys)
 
 
@@ -211,7 +212,6 @@ def statistics(interface: str, netns: str | None = None, notice=None, *, repair:
 def _trace_now(data: dict, interface: str, netns) -> None:
     """Each traced link's ``trace_bps``: its class rate for the step of the clock now, as the
     trace gives it (the driver's step length), for ``--stats`` beside its counters."""
-    from ..driver.steps import now_bps
     try:
         req = records.load(netns, interface).request
         now = now_bps(req, data["time"] * 1000, data["driver"]["step_ms"] or follow.DEFAULT_STEP_MS)

@@ -12,8 +12,7 @@ import dataclasses
 from ..errors import FieldError, UsageError
 from ..plan import layout
 from ..plan.validate import checked_layout
-from ..profiles import catalog, traced
-from ..profiles import scenario as scenarios
+from ..profiles import catalog, scenario as scenarios, traced
 from ..spec import linklayer
 from ..spec.model import GRANULARITIES, MAIN_COHORT, Cohort, LinkParams, Request
 from ..spec.names import check_target

@@ -12,6 +12,7 @@ import math
 import re
 
 from ..errors import FieldError
+from .model import Burst, Queue
 
 # ASCII digits only (re.ASCII: no other scripts' digits, no full-width ones), no sign, no
 # "_" separators, no hex, no "inf"/"nan" words: what tc reads, as a person types it.
@@ -165,7 +166,6 @@ _PACKETS = {"p", "pkt", "pkts", "packet", "packets"}
 def parse_burst(text, field: str = "--burst"):
     """A burst: a bare number is v0.3's (``rate x N / 8`` bytes), a size is bytes
     (``1600b``, ``3kb``), a time is that long at the link's rate (``20ms``)."""
-    from .model import Burst
     allowed = "is not a burst (v0.3's N as in 5, bytes as in 1600b or 3kb, or a time at the rate as in 20ms)"
     v03 = "is out of range (a whole number 1-100000 for v0.3's rate x N / 8)"
     value, unit = _split(field, text, allowed)
@@ -183,7 +183,6 @@ def parse_burst(text, field: str = "--burst"):
 def parse_queue(text, field: str = "--queue"):
     """A queue: packets (a bare number or ``10p``), bytes (``3250b``, ``16kb``) or a time at
     the link's rate (``1s``)."""
-    from .model import Queue
     allowed = "is not a queue (packets as in 10 or 10p, bytes as in 3250b or 16kb, or a time at the rate as in 1s)"
     packets = "is out of range (1-1000000 packets)"
     value, unit = _split(field, text, allowed)

@@ -6,9 +6,9 @@ dashboard) both start here.
 
 from dataclasses import dataclass
 
-from . import fingerprint, records
-from ..plan.compile import compiled, ifb_name
 from ..errors import ConflictError, NotFoundError, StateError
+from ..plan.compile import compiled, ifb_name
+from . import fingerprint, records
 
 
 def executor(netns):

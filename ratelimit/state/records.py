@@ -24,11 +24,12 @@ from dataclasses import asdict, astuple, dataclass, fields
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
-from ..spec import linklayer
-from ..traces import tracespec
 from ..errors import ConflictError, StateError
 from ..plan.layout import Place
+from ..plan.validate import checked_layout
+from ..spec import linklayer
 from ..spec.model import MAIN_COHORT, Burst, Cohort, LinkParams, Request
+from ..traces import tracespec
 
 VERSION = 2  # 1: the bare request (ratelimit 0.4 before the record had a version)
 LOCK_POLL_S = 0.05
@@ -99,7 +100,6 @@ def from_json(data: dict) -> Request:
 
 def request_from_json(data, where: str) -> Request:
     """``from_json`` for data read from a file: anything malformed is a StateError naming ``where``."""
-    from ..plan.validate import checked_layout
     try:
         req = from_json(data)
         checked_layout(req)  # every check a request passes

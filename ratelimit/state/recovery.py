@@ -21,12 +21,12 @@ told.
 import sys
 import time
 
-from . import fingerprint, records, signals
-from .installed import executor
-from ..plan.compile import compile_plan, ifb_name
 from ..errors import ApplyError, Interrupted, RatelimitError, StateError
+from ..plan.compile import compile_plan, ifb_name
 from ..plan.ops import TC_H_INGRESS, TC_H_ROOT, DelLink, DelQdisc
 from ..spec.summary import describe, summary
+from . import fingerprint, records, signals
+from .installed import executor
 
 
 def teardown_of(parts: dict) -> tuple:

@@ -42,10 +42,10 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..spec import userfile
 from ..errors import FieldError, UsageError
-from .tracefile import MAX_PERIOD_MS
+from ..spec import userfile
 from ..spec.units import parse_percent, parse_rate_or_zero_bps, parse_time_us
+from .tracefile import MAX_PERIOD_MS
 
 MAX_BYTES = 1 << 20  # a schedule file larger than this is refused unread
 MAX_STEPS = 10_000

@@ -45,8 +45,8 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import FieldError, shown, UsageError
 from ..spec import userfile
-from ..errors import FieldError, UsageError, shown
 
 PACKET_BYTES = 1504  # mahimahi's PACKET_SIZE: one opportunity; an MTU-sized IP packet and TUN's 4-byte header
 TUN_HEADER_BYTES = 4  # struct tun_pi (flags, protocol) before each packet mm-link reads from its TUN device

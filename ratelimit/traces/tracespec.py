@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import tracefile
 from ..errors import FieldError, UsageError
+from . import tracefile
 from .phases import MAX_SEED, RANDOM, Phase
 
 KEYS = ("trace_down", "trace_up", "schedule", "trace_scale", "phase", "phase_seed")  # a scenario's cohort

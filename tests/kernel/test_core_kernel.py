@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from ratelimit.service import readout
 from ratelimit import service
-from ratelimit.spec.summary import summary
+from ratelimit.service import readout
 from ratelimit.spec.linkmodel import LinkModel
+from ratelimit.spec.summary import summary
 
 PORTS = "10000-10099"
 

@@ -16,13 +16,13 @@ from ipaddress import ip_address
 import pytest
 
 from bench.common import wait_until
+from ratelimit.kernel.executor import Executor
 from ratelimit.plan import diff
 from ratelimit.plan.compile import compile_plan
-from ratelimit.spec.model import LinkParams, Request
-from ratelimit.kernel.executor import Executor
-from ratelimit.plan.shaping import NetemQdisc, netem_args
-from ratelimit.plan.script import script
 from ratelimit.plan.filters import U32Filter, U32Table
+from ratelimit.plan.script import script
+from ratelimit.plan.shaping import netem_args, NetemQdisc
+from ratelimit.spec.model import LinkParams, Request
 
 pytestmark = pytest.mark.kernel("htb", "u32", "ingress", "netem", "police", "mirred", "ifb")
 

@@ -8,11 +8,11 @@ import threading
 
 import pytest
 
-from ratelimit.service import readout
 from ratelimit import service
 from ratelimit.kernel.executor import Executor
 from ratelimit.lab import topology
 from ratelimit.plan.layout import QUEUE_GROUP_LINKS, TREE_BASE, Layout
+from ratelimit.service import readout
 from ratelimit.spec.linkmodel import LinkModel
 from ratelimit.spec.summary import summary
 from downloads import download, serve

@@ -22,8 +22,8 @@ import time
 import pytest
 
 from bench.common import wait_until
-from ratelimit.driver import follow
 from ratelimit import service
+from ratelimit.driver import follow
 from ratelimit.state import records
 
 STAMP = struct.Struct("!Iq")  # sequence, send time (ns, CLOCK_MONOTONIC)

@@ -1,6 +1,6 @@
 """cls_bpf: an eBPF program as a filter (``tc filter add ... bpf direct-action``), by file descriptor."""
 
-from ..nl import U32, TCA_KIND, TCA_OPTIONS, attr_map, attr_str, attr_u32, attrs, cstr, hexof, nest
+from ..nl import TCA_KIND, TCA_OPTIONS, U32, attr_map, attr_str, attr_u32, attrs, cstr, hexof, nest
 
 TCA_BPF_CLASSID, TCA_BPF_FD, TCA_BPF_NAME, TCA_BPF_FLAGS, TCA_BPF_FLAGS_GEN, TCA_BPF_TAG, TCA_BPF_ID = \
     3, 6, 7, 8, 9, 10, 11

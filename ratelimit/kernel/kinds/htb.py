@@ -2,9 +2,9 @@
 
 import struct
 
-from ..nl import (NLA_TYPE_MASK, NLATTR, U32_MAX, U64, attr, attr_str, attrs, hexof, nest, rebuild, TCA_KIND,
-                  TCA_OPTIONS)
-from ..rates import (LINKLAYER_ATM, LINKLAYER_ETHERNET, RATESPEC, Clock, cell_log_for, decode_ratespec, rate_bytes,
+from ..nl import (NLA_TYPE_MASK, NLATTR, TCA_KIND, TCA_OPTIONS, U32_MAX, U64, attr, attr_str, attrs, hexof, nest,
+                  rebuild)
+from ..rates import (LINKLAYER_ATM, LINKLAYER_ETHERNET, RATESPEC, cell_log_for, Clock, decode_ratespec, rate_bytes,
                      rate_table, ratespec)
 
 TCA_HTB_PARMS, TCA_HTB_INIT, TCA_HTB_CTAB, TCA_HTB_RTAB = 1, 2, 3, 4

@@ -1,6 +1,6 @@
 """mq: a classless root that gives each tx queue of a device a qdisc of its own (class ``handle:(q + 1)``)."""
 
-from ..nl import TCA_KIND, TC_H_ROOT, attr_str, tcmsg
+from ..nl import TC_H_ROOT, TCA_KIND, attr_str, tcmsg
 
 KIND = attr_str(TCA_KIND, "mq")
 

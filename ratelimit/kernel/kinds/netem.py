@@ -3,7 +3,7 @@
 import struct
 
 from ...plan.shaping import netem_groups
-from ..nl import U32_MAX, attr, attr_str, attrs, hexof, TCA_KIND, TCA_OPTIONS
+from ..nl import TCA_KIND, TCA_OPTIONS, U32_MAX, attr, attr_str, attrs, hexof
 from ..rates import Clock, percent
 
 TCA_NETEM_CORR, TCA_NETEM_REORDER, TCA_NETEM_CORRUPT, TCA_NETEM_RATE = 1, 3, 4, 6

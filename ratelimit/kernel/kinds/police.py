@@ -2,6 +2,8 @@
 
 import struct
 
+from ...plan.filters import Police
+from ...plan.ops import SHARED_POLICE_INDEX_BASE
 from ..nl import U32_MAX, U64, attr, attrs, hexof
 from ..rates import RATESPEC, Clock, decode_ratespec, rate_bytes, rate_table, ratespec
 
@@ -36,8 +38,6 @@ def decode(buf, s, e, names) -> tuple:
 
 def parse(buf, amap: dict, clk: Clock, link_name):
     """The filters.Police these options describe, or None."""
-    from ...plan.ops import SHARED_POLICE_INDEX_BASE
-    from ...plan.filters import Police
     if TCA_POLICE_TBF not in amap:
         return None
     fields = POLICE.unpack_from(buf, amap[TCA_POLICE_TBF][0])

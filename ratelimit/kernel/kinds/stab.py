@@ -2,6 +2,7 @@
 
 import struct
 
+from ...plan.ops import STAB_MTU, STAB_TSIZE
 from ..nl import TCA_STAB, attr, attrs, hexof, nest
 
 TCA_STAB_BASE, TCA_STAB_DATA = 1, 2
@@ -15,7 +16,6 @@ def options(stab) -> bytes:
     if not stab.atm:  # tc sends no table for Ethernet without an mpu: the kernel adds the overhead
         return nest(TCA_STAB, attr(TCA_STAB_BASE, SIZESPEC.pack(0, 0, 0, stab.overhead_bytes, LINKLAYER_ETHERNET,
                                                                0, 0, 0)))
-    from ...plan.ops import STAB_MTU, STAB_TSIZE
     cell_log = 0
     while (STAB_MTU >> cell_log) > STAB_TSIZE - 1:
         cell_log += 1

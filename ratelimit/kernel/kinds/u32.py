@@ -2,7 +2,9 @@
 
 import struct
 
-from ..nl import NLA_TYPE_MASK, NLATTR, U32, attr_map, attr_u32, attrs, be32, hexof, nest, rebuild, u32_at, TCA_OPTIONS
+from ...plan.filters import HashKey, Key, U32Filter, U32Table
+from ..nl import (NLA_TYPE_MASK, NLATTR, TCA_OPTIONS, U32, attr_map, attr_u32, attrs, be32, find, hexof, nest,
+                  rebuild, u32_at)
 from . import actions
 
 TCA_U32_CLASSID, TCA_U32_HASH, TCA_U32_LINK, TCA_U32_DIVISOR = 1, 2, 3, 4
@@ -21,7 +23,6 @@ def table_options(divisor: int) -> bytes:
 
 def merge_keys(keys) -> tuple:
     """tc's pack_key: keys at the same offset become one key (values and masks or-ed)."""
-    from ...plan.filters import Key
     merged: dict[int, list[int]] = {}
     for k in keys:
         value, mask = k.value & k.mask, k.mask
@@ -109,7 +110,6 @@ def decode(buf, s, e, names) -> tuple:
 
 def to_op(buf, s, e, dev: str, parent: int, prio: int, proto: str, handle: int, clk, link_name):
     """The U32Table / U32Filter that options ``buf[s:e]`` describe (None for the kernel's own root tables)."""
-    from ...plan.filters import HashKey, Key, U32Filter, U32Table
     ht, bucket, node = handle >> 20, (handle >> 12) & 0xFF, handle & 0xFFF
     opts = attr_map(buf, s, e)
     if node == 0:
@@ -131,7 +131,6 @@ def to_op(buf, s, e, dev: str, parent: int, prio: int, proto: str, handle: int, 
 
 def stats_span(buf, off: int, end: int):
     """The statistics nest of a u32 filter message's police action (else its first action), or None."""
-    from ..nl import find
     span = find(buf, off + 36, end, TCA_OPTIONS)
     if span is None:
         return None
