@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 from array import array
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from pathlib import Path
 
 from ratelimit import SOURCE_ROOT
@@ -238,7 +238,6 @@ def on_plan(lateness: tuple, earliest_ms: float, latest_ms: float, length_ms: fl
     back on plan, ending by ``latest_ms`` (wall clock, ms).  Returns ``start_ms``, ``end_ms``,
     the window's ``late_ms`` (the most a datagram due in it went late) and ``behind``: None, or
     one line saying when the senders were behind and how far, when no window fits."""
-    import bisect
     due, late = lateness
     spans: list = []  # when the senders were behind: [due, sent] of each datagram that late, merged
     for d, x in zip(due, late):
@@ -253,14 +252,14 @@ def on_plan(lateness: tuple, earliest_ms: float, latest_ms: float, length_ms: fl
     while True:
         hit = [sp for sp in spans if sp[0] < a + length_ms and sp[1] > a - step_ms]
         if not hit:
-            i, j = bisect.bisect_left(due, a), bisect.bisect_left(due, a + length_ms)
+            i, j = bisect_left(due, a), bisect_left(due, a + length_ms)
             return {"start_ms": a, "end_ms": a + length_ms, "late_ms": round(max(late[i:j], default=0.0), 1),
                     "behind": None, "behind_at_s": behind_at}
         back = max(sp[1] for sp in hit) + step_ms  # on plan again, and a step for the queues to refill
         a = started_ms + -(-(back - started_ms) // step_ms) * step_ms
         if a + length_ms > latest_ms:
             worst = max(hit, key=lambda sp: sp[1] - sp[0])
-            i, j = bisect.bisect_left(due, worst[0]), bisect.bisect_right(due, worst[1])
+            i, j = bisect_left(due, worst[0]), bisect_right(due, worst[1])
             return {"start_ms": None, "end_ms": None, "late_ms": round(max(late[i:j], default=0.0), 1),
                     "behind": f"the senders fell behind their plan (the load, not the links): up to "
                               f"{max(late[i:j], default=0.0):.0f} ms late {(worst[0] - earliest_ms) / 1000:+.1f} s "

@@ -76,8 +76,33 @@ def _host_lacks(features: tuple[str, ...]) -> tuple[str, ...] | str:
         return str(e)
 
 
+# fixtures that make namespaces, devices or containers: a test that uses one needs root
+ROOT_FIXTURES = {"netns", "router_pair", "lab", "rlhd", "engines_up", "engine", "emulated_link",
+                 "make_emulated_link", "container_link", "make_container_link"}
+ROOT_MARKS = ("netns", "kernel", "vagrant")
+
+
+_UNMARKED: list[str] = []
+
+
+def pytest_itemcollected(item):
+    """The markers say what a test needs, so that ``-m "not netns and not kernel and not
+    vagrant"`` is the tier that runs without root: a test that uses a fixture of
+    ``ROOT_FIXTURES`` carries one of ``ROOT_MARKS``, and every test of a file whose name ends
+    in ``_netns`` is marked ``netns``.  Anything else fails the collection, naming the test."""
+    marks = {m for m in ROOT_MARKS if item.get_closest_marker(m)}
+    if item.path.stem.endswith("_netns") and not marks & {"netns", "kernel"}:
+        _UNMARKED.append(f"{item.nodeid}: in a _netns file but not marked netns")
+    used = ROOT_FIXTURES & set(getattr(item, "fixturenames", ()))
+    if used and not marks:
+        _UNMARKED.append(f"{item.nodeid}: uses {', '.join(sorted(used))} (root) but is not marked "
+                         f"{', '.join(ROOT_MARKS)}")
+
+
 @pytest.hookimpl(trylast=True)  # after -m/-k deselection: only selected tests go to the VM
 def pytest_collection_modifyitems(session, config, items):
+    if _UNMARKED:
+        raise pytest.UsageError("tests whose markers do not say they need root:\n  " + "\n  ".join(_UNMARKED))
     if IN_VM:
         return
     mode = os.environ.get(MODE_ENV, "auto")

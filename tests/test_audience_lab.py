@@ -15,7 +15,9 @@ from ipaddress import ip_address
 import pytest
 
 from ratelimit.kernel.probe import probe
+from ratelimit.errors import FieldError, UsageError
 from ratelimit.lab import audience, topology
+from ratelimit.lab.core import LabError
 from ratelimit.lab.link import LinkSpec
 from ratelimit.spec.linkmodel import LinkModel
 import test_lab
@@ -60,9 +62,9 @@ def test_a_scenario_selects_clients_by_address_or_name():
     (LinkSpec(mix="modem-28k8:50%,3g"), 4, "--mix: '3g' is not PROFILE:WEIGHT (e.g. modem-28k8:60%)"),
 ])
 def test_bad_audiences_name_the_field_the_value_and_what_is_allowed(spec, n, says):
-    with pytest.raises(Exception) as err:
+    with pytest.raises(UsageError) as err:  # FieldError is one: the field, the value, what is allowed
         audience.asks(spec, clients(n), "10000-10999")
-    assert str(err.value) == says
+    assert str(err.value) == says and err.value.exit_code == 2
 
 
 def test_a_scenario_naming_clients(tmp_path):
@@ -72,7 +74,7 @@ def test_a_scenario_naming_clients(tmp_path):
     slow, fast = audience.asks(LinkSpec(scenario=str(f)), clients(3), "10000-10999")
     assert [str(h) for h in slow.hosts] == ["198.18.0.3", "2001:db8:18::3", "198.18.0.4", "2001:db8:18::4"]
     assert [str(h) for h in fast.hosts] == ["198.18.0.2", "2001:db8:18::2"]
-    with pytest.raises(Exception, match=r"\[cohort.slow\] hosts: '198.18.0.3' is not a client of the lab \(198.18.0.2-198.18.0.2, client1-client1; --clients 1\)"):
+    with pytest.raises(FieldError, match=r"\[cohort.slow\] hosts: '198.18.0.3' is not a client of the lab \(198.18.0.2-198.18.0.2, client1-client1; --clients 1\)"):
         audience.asks(LinkSpec(scenario=str(f)), clients(1), "10000-10999")
 
 
@@ -128,7 +130,7 @@ def test_a_mix_in_the_lab_status_and_stats_name_each_clients_cohort(names):
     lab = Lab.open(name)
     assert lab.link_model(10) == LinkModel.from_summary(status["link"]["summary"], cohort="isdn-64k",
                                                         delay_stage=probe(["netem"])["netem"])
-    with pytest.raises(Exception, match="applies 3 cohorts"):
+    with pytest.raises(LabError, match=r"^lab '[^']+' applies 3 cohorts \(.*\): "):
         lab.link_model()
     ok("apply", "--name", name, "--mix", "isdn-64k:1,modem-28k8:1", *no_delay())
     assert Lab.open(name).cohort_of(1) == "isdn-64k" and Lab.open(name).cohort_of("client10") == "modem-28k8"

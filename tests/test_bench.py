@@ -12,11 +12,12 @@ from __future__ import annotations
 import json
 import math
 import os
+from array import array
 from ipaddress import ip_address
 
 import pytest
 
-from bench import common, dialup, faults, httperf, httpload, packet, report, results, sandbox
+from bench import common, dialup, faults, httperf, httpload, packet, report, results, sandbox, traceload
 from bench.__main__ import main as bench_main
 
 # ---------------------------------------------------------------- httperf
@@ -134,6 +135,30 @@ def test_ratio_and_extrapolation():
     assert b == pytest.approx(2.0) and a == pytest.approx(1e-4)
     with pytest.raises(ValueError):
         common.fit_power([(10, 1.0), (10, 2.0)])
+
+
+def test_wait_until_returns_the_event_or_says_in_one_line_what_did_not_come():
+    calls = iter([None, [], {"step": 3}])
+    assert common.wait_until(lambda: next(calls), 5, "a step", every_s=0) == {"step": 3}
+    with pytest.raises(common.BenchError) as info:
+        common.wait_until(lambda: 0, 0.05, "the driver's first step", every_s=0.01, detail=lambda: "status None")
+    assert str(info.value) == "the driver's first step: not within 0.05 s (status None)"
+
+
+def test_the_trace_load_is_scored_where_its_senders_were_on_their_plan():
+    """``traceload.on_plan``: the window keeps its length; it starts at the first step one step
+    after the senders were 100 ms or more behind, and says why when no window fits."""
+    due = array("d", (10.0 * i for i in range(2000)))  # a datagram every 10 ms for 20 s
+    late = array("f", [0.0] * 2000)
+    late[:20] = array("f", [150.0] * 20)  # the first burst, before the earliest start: no matter
+    w = traceload.on_plan((due, late), 3000, 19500, 8000, 0, 100)
+    assert (w["start_ms"], w["end_ms"], w["behind"]) == (3000, 11000, None)
+    late[500:520] = array("f", [300.0] * 20)  # behind from 5.0 s to 5.49 s
+    w = traceload.on_plan((due, late), 3000, 19500, 8000, 0, 100)
+    assert (w["start_ms"], w["end_ms"], w["late_ms"]) == (5600, 13600, 0.0)
+    w = traceload.on_plan((due, late), 3000, 11000, 8000, 0, 100)  # no slack: no window fits
+    assert w["start_ms"] is None and w["late_ms"] == 300.0
+    assert w["behind"].startswith("the senders fell behind their plan (the load, not the links): up to 300 ms late")
 
 
 def test_flow_sets():

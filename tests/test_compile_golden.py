@@ -2,7 +2,8 @@
 
 Each ``tests/cases/golden/*.json`` is one test (``generation``: the request's, default 0; ``server_side``: a
 server's links on its host-side veth, as ``--container`` makes them).  Set ``UPDATE_GOLDEN=1`` to
-rewrite the expected ``.sh`` files after a deliberate change, then review the diff.
+rewrite the expected ``.sh`` files after a deliberate change: such a run fails every case it
+rewrites, so review the diff and run the tests again without it.
 """
 
 import dataclasses
@@ -42,6 +43,33 @@ def test_golden(path, monkeypatch):
                               server_side=case.get("server_side", False))
     text = script(compile_plan(req).ops, req.netns)
     expected = CASES / case["script"]
-    if os.environ.get("UPDATE_GOLDEN"):
+    if os.environ.get("UPDATE_GOLDEN"):  # an update run never counts as a pass
         expected.write_text(text)
+        pytest.fail(f"{expected.relative_to(ROOT)} rewritten from the compiler's output: review the diff, then "
+                    f"run the tests without UPDATE_GOLDEN", pytrace=False)
     assert text == expected.read_text()
+
+
+def test_an_update_run_rewrites_the_script_and_fails(tmp_path):
+    """``UPDATE_GOLDEN=1`` writes the compiler's script over the expected one and fails, so an
+    update run can never pass; the next run without it passes on the new file."""
+    import shutil
+    import subprocess
+    import sys
+    (tmp_path / "tests" / "cases" / "golden").mkdir(parents=True)
+    shutil.copy(Path(__file__), tmp_path / "tests" / "test_compile_golden.py")
+    case = next(p for p in sorted(CASES.glob("*.json")) if "script" in json.loads(p.read_text()))
+    shutil.copy(case, tmp_path / "tests" / "cases" / "golden" / case.name)
+    stale = tmp_path / "tests" / "cases" / "golden" / json.loads(case.read_text())["script"]
+    stale.parent.mkdir(parents=True, exist_ok=True)
+    stale.write_text("# an old script\n")
+
+    def run(**env):
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
+                               "-k", "test_golden", str(tmp_path / "tests" / "test_compile_golden.py")],
+                              cwd=tmp_path, capture_output=True, text=True, env={**os.environ, **env})
+    updated = run(UPDATE_GOLDEN="1")
+    assert updated.returncode == 1 and "rewritten from the compiler's output" in updated.stdout, updated.stdout
+    assert stale.read_text() == (CASES / stale.name).read_text()
+    again = run()
+    assert again.returncode == 0, again.stdout

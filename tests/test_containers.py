@@ -199,12 +199,17 @@ def test_a_docker_daemon_that_does_not_answer_is_one_line_saying_what_to_do(tmp_
     podman = fake_engine(tmp_path, "podman", "Error: no container with name or id \"web\" found: no such container",
                          code=125)
     monkeypatch.setattr(lookup, "engines", lambda engine=None: [docker, podman] if engine is None else [docker])
+    monkeypatch.setattr(lookup.os, "geteuid", lambda: 0)  # what root reads
     with pytest.raises(ContainerError) as e:
         lookup.find("web")
     says = str(e.value)
     assert says.startswith("--container: no container 'web' in docker or podman (docker not asked: docker is "
                            "installed but its daemon does not answer (Cannot connect") and "\n" not in says
     assert says.endswith("or set DOCKER_HOST to its socket)")
+    monkeypatch.setattr(lookup.os, "geteuid", lambda: 1000)  # another user is told where rootless Podman's are
+    with pytest.raises(ContainerError) as e:
+        lookup.find("web")
+    assert str(e.value) == says + " (rootless Podman's containers are seen only by their own user)"
     with pytest.raises(ContainerError) as e:
         lookup.find("web", "docker", "--hosts")
     assert str(e.value).startswith("--hosts: docker is installed but its daemon does not answer")

@@ -44,7 +44,7 @@ def router(e, *names):
 
 def names_between_reads(state_dir):
     """The ``rl-ct-`` names in /run/netns while no read is under way: the dashboard names
-    the namespace within the containers' turn (``ctrun.turn``, a lock file in the
+    the namespace within the containers' turn (``attach.turn``, a lock file in the
     state directory), so the test takes that turn to look."""
     with open(state_dir / "containers.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)

@@ -107,6 +107,7 @@ def test_action_counters_per_flow_from_one_filter_dump_per_device_and_parent(rou
     subprocess.run(["ip", "-n", router, "link", "del", "rs0"], capture_output=True)
 
 
+@pytest.mark.netns
 def test_device_lookups_answer_as_ip_link_does_and_keep_nothing_behind(router_pair):
     """Names, indexes and states come from the reader's own rtnetlink channel (pyroute2's
     lookups each left a message in its socket's queue: the dashboard's poller grew)."""

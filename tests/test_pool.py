@@ -3,6 +3,8 @@ apply gives when they add up to more, and the lab's default that carries them.""
 
 import io
 
+import pytest
+
 from ratelimit.cli.main import Console, main
 from ratelimit.lab.link import LinkSpec, resolve_link
 from ratelimit.plan.layout import links_rate_bps, oversubscribed
@@ -44,6 +46,7 @@ def test_dry_run_shows_the_warning():
                         "(--bandwidth 1gbit carries them)")
 
 
+@pytest.mark.netns  # resolve_link probes the kernel, in a namespace of its own
 def test_the_lab_carries_its_links_unless_told_otherwise():
     spec = LinkSpec(rate="1mbit", per="port")
     req, _ = resolve_link(spec, interface="eth0", netns=None, clients=CLIENTS, ports="10000-10099")

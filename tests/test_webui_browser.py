@@ -113,7 +113,7 @@ def card_value(page, key):
 
 
 class TrafficReader:
-    """Synthetic statistics for ``n`` links (``service.counters``' shape): every third link
+    """Synthetic statistics for ``n`` links (``readout.counters``' shape): every third link
     idle (one in seven of those, i % 21 == 3, dropping), the others at 8-57 kbit/s of a 28.8 kbit/s
     frame rate; links with i % 11 == 1 keep a 1,500-byte backlog (below half their rate:
     starved)."""

@@ -11,7 +11,7 @@ define the machines).  Add ``--json`` for the numbers as one JSON object.
 ``fetch`` is ``ratelimit lab demo`` across VMs: clientN downloads the file of
 the 2000 experiments from the server with curl; its router (linkmodel.py, with
 the ratelimit installed there) reports what link that connection crossed, the
-link's model time (``ratelimit.linkmodel``: handshake, request, the response's
+link's model time (``ratelimit.spec.linkmodel``: handshake, request, the response's
 link-layer frames at the link's rate, the profile's delays) and its counters.
 Measured is curl's download from connect to last byte (its total less its
 lookup of the server's name), which is what the model describes.

@@ -10,7 +10,7 @@ it never holds the namespace, and a restarted container's old one goes, links an
 it does for the CLI.  Its netlink reader is opened for each read for the same reason.
 
 Every target's record that names containers as hosts (``container:NAME``) is checked with
-the engine every ``CHECK_EVERY_S`` (``ctlife.strangers``): a client container that came
+the engine every ``CHECK_EVERY_S`` (``containers.life.strangers``): a client container that came
 back with another address, or is not running, is a notice in the summary
 (``applied["notices"]``), shown on the target's card.  A server that restarted, or a user
 whose veth went, is the target's error line.

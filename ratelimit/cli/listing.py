@@ -18,7 +18,7 @@ def as_json(data: dict, action: str) -> str:
 
 def strangers(data: dict, con) -> None:
     """A notice for each container named in the hosts that has other addresses now, or is
-    not running (``ctlife.strangers``)."""
+    not running (``life.strangers``)."""
     # start-up time: --list and --stats only, not --help (it loads the service)
     from ..containers.life import strangers as changed
     for line in changed(data["applied"]):

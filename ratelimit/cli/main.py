@@ -2,7 +2,7 @@
 
 v0.3 options keep their names, aliases and defaults (``-h`` is --hosts, so
 help is ``--help``), and the spellings Getopt::Long took (``-interface``,
-``-rate=28800``: ``getopt``); positional ``clean``, ``list``,
+``-rate=28800``: ``longopts``); positional ``clean``, ``list``,
 ``stats``/``statistics`` act like the options.  New: ``--profile``, ``--mode``,
 netem impairments, ``--netns``, ``--dry-run``, ``--json``, ``--force``,
 ``--debug`` and the subcommands ``profiles``, ``save``, ``restore``, ``vm``,

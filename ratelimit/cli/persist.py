@@ -115,7 +115,7 @@ def restore(path: Path | None = None, *, force: bool = False, say=print, warn=_s
 
 def _restore_one(req, force: bool, notice):
     """Apply ``req``; one recorded for a container goes where that container is now
-    (``ctlife.now``), or nowhere (None) when it is not running."""
+    (``life.now``), or nowhere (None) when it is not running."""
     if req.container is None:
         actions.apply(req, force=force, notice=notice)
         return req

@@ -1,10 +1,10 @@
 """A run of ratelimit on containers: its turn, the names it gives their namespaces, and
-what it leaves behind (``containers`` finds the containers and their devices).
+what it leaves behind (``lookup`` finds the containers and their devices).
 
 Runs on containers take turns (``turn``: one lock file in the state directory), so the
 names ``attached`` gives and the files ``tidy`` removes are no other run's.  ratelimit's
 executor and records work on named namespaces, so ``attached`` gives a container's
-namespace a name in /run/netns (``containers.netns_name``) for the length of one block and
+namespace a name in /run/netns (``lookup.netns_name``) for the length of one block and
 removes it afterwards: nothing holds the namespace once the run is over.  Within a turn,
 ``tidy`` removes the lock files of targets that hold no record (container ids and veths
 come and go), and ``gone_veths`` forgets the records, and deletes the IFB devices, of a

@@ -19,7 +19,7 @@ The container's namespace is ``/proc/PID/ns/net``; ``netns_name`` is the name a 
 gives it in /run/netns (``rl-ct-`` and 12 hex digits of the owning container's id), so
 two containers of one pod lead to one record.  The server use sets the container's own
 device to single segments (``single_segments``).  A run's turn, the names it gives and
-what it leaves are ``ctrun``'s.
+what it leaves are ``attach``'s.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ ENGINES = ("docker", "podman")
 NAME_RULE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
 NAME_ALLOWED = "is not a container name or id (a letter or digit, then letters, digits, '_', '.' or '-'; 128 at most)"
 HOST_PREFIX = "container:"  # in --hosts: container:NAME
-NETNS_PREFIX = "rl-ct-"  # the names ``ctrun.attached`` gives container namespaces
+NETNS_PREFIX = "rl-ct-"  # the names ``attach.attached`` gives container namespaces
 ENGINE_TIMEOUT_S = 30
 DOCKERD_HINT = ("start it (systemctl start docker; where no init system runs, dockerd: docs/lab.md, "
                 "Container engines without an init system), or set DOCKER_HOST to its socket")
@@ -190,7 +190,7 @@ def host_items(text) -> list[str]:
 
 
 def netns_name(c: Container) -> str:
-    """The name ``ctrun.attached`` gives the namespace ``c`` owns (``c`` must own it)."""
+    """The name ``attach.attached`` gives the namespace ``c`` owns (``c`` must own it)."""
     return f"{NETNS_PREFIX}{c.short_id}"
 
 

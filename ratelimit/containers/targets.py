@@ -17,7 +17,7 @@ sending most segments twice; on the veth 1.003, docs/containers.md):
   the container, up what arrives from it.
 
 Records made by 0.4 and earlier put a server's links on its own interface, inside its
-namespace (named only while the run lasts, ``ctrun.attached``); clean, --list and
+namespace (named only while the run lasts, ``attach.attached``); clean, --list and
 --stats still find them there (``both_targets``).
 
 ``ContainerTarget`` is what both uses need: the device, the namespace name, the hosts as the

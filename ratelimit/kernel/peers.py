@@ -1,7 +1,7 @@
 """A veth pair across two namespaces, read with netlink from both sides, and names for
-namespaces that belong to a process (``containers``: docs/containers.md).
+namespaces that belong to a process (``ratelimit.containers``: docs/containers.md).
 
-``Device`` is what ``containers.wiring`` checks: a device's name, index and kind, and its
+``Device`` is what ``containers.lookup.wiring`` checks: a device's name, index and kind, and its
 peer's index (``IFLA_LINK``) with the id of the namespace the peer is in
 (``IFLA_LINK_NETNSID``, from the reading namespace's side).  ``by_mac`` reads the devices
 of a namespace given by path (``/proc/PID/ns/net``: no name in /run/netns needed);

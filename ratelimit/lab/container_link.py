@@ -79,7 +79,7 @@ class ContainerLink:
 
     @property
     def model(self):
-        """The link's ``ratelimit.linkmodel.LinkModel`` on this kernel (no delay stage without
+        """The link's ``ratelimit.spec.linkmodel.LinkModel`` on this kernel (no delay stage without
         sch_netem); with several cohorts, ``model_of(cohort)``."""
         cohorts = [c["name"] for c in self.applied.get("cohorts", ())]
         if len(cohorts) > 1:

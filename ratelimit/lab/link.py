@@ -45,7 +45,7 @@ class LinkSpec:
     queue: str | None = None  # each link's queue over the profile's
     mix: str | None = None  # --mix PROFILE:SHARE,...: the clients split between profiles
     scenario: str | None = None  # --scenario FILE|NAME: cohorts selecting clients by address
-    queues: str = "auto"  # the router's tx queues the links are spread over (service.make_request)
+    queues: str = "auto"  # the router's tx queues the links are spread over (service.Options)
     # traces or a schedule the links follow (``tracespec``; the router's driver starts with the apply)
     trace_down: str | None = None
     trace_up: str | None = None
@@ -55,7 +55,7 @@ class LinkSpec:
     phase_seed: str | None = None
 
     def traces(self) -> dict:
-        """The trace options given, as ``service.make_request`` takes them."""
+        """The trace options given, as ``service.Options`` takes them."""
         return {k: getattr(self, k) for k in KEYS if getattr(self, k) is not None}
 
     @property

@@ -1,4 +1,4 @@
-"""What a lab measures: timed downloads (``ratelimit.linkmodel`` says how long they should
+"""What a lab measures: timed downloads (``ratelimit.spec.linkmodel`` says how long they should
 take), one-way delays of datagrams, and the router's counters summed per client."""
 
 from __future__ import annotations

@@ -146,7 +146,7 @@ class EmulatedLink:
 
     @property
     def model(self):
-        """The link's ``ratelimit.linkmodel.LinkModel`` on this kernel: how long things should take
+        """The link's ``ratelimit.spec.linkmodel.LinkModel`` on this kernel: how long things should take
         (a link of one cohort; with a mix, ``model_of(client)``)."""
         link = self.lab.info.get("link")
         if link and len(link["summary"].get("cohorts", ())) > 1:

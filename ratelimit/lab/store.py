@@ -1,7 +1,7 @@
 """Where a lab lives outside its namespaces, and finding it again by name.
 
 A lab's state file is ``$RATELIMIT_STATE_DIR/lab/NAME/lab.json`` (the state
-directory is ``state.state_dir()``, default ``/run/ratelimit``), next to the
+directory is ``records.state_dir()``, default ``/run/ratelimit``), next to the
 server's files; a lock file beside it serializes lab commands.  ``down(NAME)``
 needs none of it: it finds the lab's namespaces, processes, ``/etc/netns``
 entries, ratelimit state and files by name, so it also removes what a killed

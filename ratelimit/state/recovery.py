@@ -8,7 +8,7 @@ plan that was there before, and sends back what ``--force`` replaced (``kernel.r
 -- then says truthfully where the interface is.  An apply that changed the installed plan
 in place (``diff``) is undone by changing the old numbers back; only if that fails too is
 the old plan rebuilt.  A rollback that itself fails records
-the half-configured state (``state.save_problem``) and says, in one line, what the
+the half-configured state (``records.save_problem``) and says, in one line, what the
 interface holds now and the command that recovers it.
 
 ``repair`` runs first in every apply, clean, list and stats: a marker left behind means
