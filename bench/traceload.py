@@ -49,7 +49,7 @@ PORT0 = 20000
 CLIENT, SERVER = "198.18.70.2", "198.18.71.2"  # bench.tracefacts' topology
 DEV, CLIENT_DEV, ETH_HEADER_BYTES = "rltr-c", "rltr-c0", 14
 SLICE_MS = 20  # the sender paces each link at its capacity averaged over slices this long
-SENDERS = min(2, os.cpu_count() or 1)  # sender processes
+SENDERS = min(2, len(os.sched_getaffinity(0)))  # sender processes: at most one per CPU this process may use
 DRAIN_S = 15.0  # the most the receiver waits, after the sender, for the links' queues to empty
 # a datagram sent this late or later: its sender was behind its plan, and what its link
 # delivered then measures the load, not the link (a link's queue holds about 200 ms of its

@@ -148,9 +148,9 @@ def test_the_c_sender_sends_each_datagram_at_its_time_and_the_receiver_records_e
 SLACK_S, ATTEMPTS = 4.0, 3
 
 
-# the paced senders and the driver's timing against the clock need the host to themselves; pinned
-# beside the kernel VM's tests it passed 8 runs of 8 (tests/schedule.py, "Alone on the host")
-@pytest.mark.alone_on_host
+# the paced senders need the whole machine: 1,000 links take a sender per CPU; pinned to one CPU
+# beside the kernel VM they fell up to 883 ms behind their plan on a slower machine (issue 45)
+@pytest.mark.alone
 def test_a_square_wave_on_1000_links_is_followed_within_its_tolerances(tag, tmp_path):
     """2 s high, 2 s low, 10:1, a step of 100 ms, 1,000 links each with a UDP sender paced at
     1.1 times its capacity (full-size datagrams: what a trace counts), each link at its own
