@@ -144,6 +144,8 @@ def server_cpu(argv: list[str], env: dict, client: _Browser, *, warmup_s: float,
 
 
 def webui_argv(netns: str, interface: str) -> list[str]:
+    """The dashboard of the tree on the path: ``webui`` is its source folder's name in every
+    revision (installed, it is ``ratelimit.webui``), so a baseline's runs the same way."""
     return [sys.executable, "-m", "webui", "--interface", f"{netns}/{interface}", "--listen", "127.0.0.1:0",
             "--read-only", "--interval", "1"]
 

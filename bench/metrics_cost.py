@@ -211,9 +211,9 @@ class SnapshotCollector:
         self.source, self.links = stats_source, links
 
     def collect(self):
-        from webui import metrics
-        from webui.digest import STATES
-        from webui.snapshot import port_text
+        from ratelimit.webui import metrics
+        from ratelimit.webui.digest import STATES
+        from ratelimit.webui.snapshot import port_text
         snaps = [self.source.snapshot(netns, interface) for netns, interface in self.source.targets()]
         yield from _status(snaps)
         yield _applied(snaps)
@@ -272,7 +272,7 @@ class SyntheticReader:
 
 
 def polled_source(n: int):
-    from webui.stats import StatsSource
+    from ratelimit.webui.stats import StatsSource
     src = StatsSource([(None, "eth0")], reader=SyntheticReader(n))
     src.poll_once()
     src.poll_once()
@@ -281,7 +281,7 @@ def polled_source(n: int):
 
 def scrapers(src, links: str) -> dict:
     """{writer: function returning the body, bytes} for one source and ``?links`` mode."""
-    from webui.metrics import render
+    from ratelimit.webui.metrics import render
     registry = registry_of(src, links)
 
     def hand_written() -> bytes:
@@ -356,7 +356,7 @@ def rows_of_config(n: int, links: str, got: dict) -> list:
 
 
 def measure(quick: bool, *, links=None, outdir=None) -> dict:
-    from webui.metrics import AUTO_LINK_LIMIT
+    from ratelimit.webui.metrics import AUTO_LINK_LIMIT
     cfg = config(quick, links)
     doc = new_result(NAME, quick)
     doc["config"] = {**cfg.__dict__, "min_repeats": MIN_REPEATS}

@@ -5,7 +5,10 @@ the field, the value and what is allowed.  The CLI prints ``ratelimit: <message>
 and exits with ``exit_code``; ``--debug`` adds the traceback.
 """
 
-# Documented exit codes (see README "Exit codes").
+import os
+import sys
+
+# Documented exit codes (docs/cli.md, "Exit codes").
 EXIT_USAGE = 2  # bad option, value or profile
 EXIT_NOT_FOUND = 3  # unknown interface, namespace or host
 EXIT_PERMISSION = 4  # not root
@@ -64,6 +67,19 @@ class NotFoundError(RatelimitError):
 
 class PermissionDenied(RatelimitError):
     exit_code = EXIT_PERMISSION
+
+
+def as_root() -> str:
+    """How to run this command as root, for a message: ``sudo`` and the command's own path, so
+    that the ratelimit of a virtualenv or of pipx runs as itself (root's PATH may not have it).
+
+    >>> as_root().startswith("sudo ")
+    True
+    """
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "ratelimit"
+    if argv0.endswith("__main__.py") or argv0 == "-c":
+        return f"sudo {sys.executable} -m ratelimit"
+    return f"sudo {os.path.abspath(argv0) if os.sep in argv0 else argv0}"
 
 
 class KernelMissing(RatelimitError):

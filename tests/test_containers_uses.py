@@ -22,11 +22,11 @@ import os
 import re
 import shutil
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
+from bench.common import wait_until
 from ratelimit.kernel.probe import probe
 from ratelimit.plan.compile import ifb_name
 from ratelimit.spec.linkmodel import LinkModel
@@ -161,10 +161,9 @@ def test_the_compose_example_runs_as_its_readme_says(engines_up, tmp_path, tool)
         step(f"{tool} -f examples/compose/compose.yaml up -d", *compose, "up", "-d")
         # Docker's network has a name service; Podman's CNI networks here have none: by address
         where = web if engine == "docker" else e.address_on(web, f"{name}-lan")
-        for _ in range(50):  # nginx up, and the name service of the network
-            if e("exec", client, "curl", "-s", "-o", "/dev/null", f"http://{where}/", check=False).returncode in (0, 22):
-                break
-            time.sleep(0.1)
+        # nginx up, and the name service of the network
+        wait_until(lambda: e("exec", client, "curl", "-s", "-o", "/dev/null", f"http://{where}/",
+                             check=False).returncode in (0, 22), 120, f"{client} reaching {where}'s nginx")
         assert "ratelimit --container rl-example-web --hosts container:rl-example-client1,container:rl-example-client2 " \
                "--profile modem-28k8" in said
         shape = "ratelimit --container rl-example-web --scenario examples/compose/audience.toml"
@@ -279,10 +278,9 @@ def test_a_v6_fetch_is_shaped_as_a_v4_one(engine6, use, ct_state):
     web4 = web_and_client(e, prefix=P)
     web6, client4, client6 = e.address6(f"{P}web"), e.address(f"{P}client"), e.address6(f"{P}client")
     assert web6.startswith("2001:db8:") and client6.startswith("2001:db8:"), (web6, client6)
-    for _ in range(50):  # the address is usable once duplicate address detection is over
-        if e("exec", f"{P}client", "curl", "-sg", "-o", "/dev/null", f"http://[{web6}]/", check=False).returncode == 0:
-            break
-        time.sleep(0.1)
+    # the address is usable once duplicate address detection is over
+    wait_until(lambda: e("exec", f"{P}client", "curl", "-sg", "-o", "/dev/null", f"http://[{web6}]/",
+                         check=False).returncode == 0, 120, f"{P}client reaching [{web6}] (duplicate address detection)")
     if use == "user":  # docs/containers.md, "Segments": the server sends single segments
         single_segments(e, f"{P}web")
     before = qdiscs(e, f"{P}web", f"{P}client")

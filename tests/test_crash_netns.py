@@ -185,7 +185,7 @@ def test_a_failed_rollback_says_where_the_interface_is_and_the_record_keeps_sayi
         assert (result.returncode, result.stderr, result.stdout) == (8, f"ratelimit: {message}\n", ""), argv
     with pytest.raises(StateError):
         readout.statistics("rlh0", ns)
-    from webui.stats import StatsSource
+    from ratelimit.webui.stats import StatsSource
     dashboard = StatsSource([(ns, "rlh0")])
     dashboard.poll_once()
     assert dashboard.snapshot(ns, "rlh0").error == message  # the dashboard shows the same line

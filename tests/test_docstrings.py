@@ -8,7 +8,7 @@ import pkgutil
 import pytest
 
 import ratelimit
-import webui
+from ratelimit import webui
 
 
 def _modules() -> list[str]:

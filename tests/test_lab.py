@@ -13,11 +13,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
+from bench.common import wait_until
 from ratelimit.cli import subcommands
 from ratelimit.errors import UsageError
 from ratelimit.lab import docroot, measure, store, topology
@@ -275,11 +275,9 @@ def test_killed_lab_up_is_removed_by_lab_down(names):
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     pidfile = store.lab_path(name) / "nginx" / "nginx.pid"
     builtin = store.lab_path(name) / "builtin" / "server.pid"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        if pidfile.exists() or builtin.exists():  # namespaces made, server started
-            break
-        time.sleep(0.01)
+    wait_until(lambda: proc.poll() is not None or pidfile.exists() or builtin.exists(), 120,
+               "lab up making its namespaces and starting its server", every_s=0.01)
+    assert proc.poll() is None, "lab up ended before it could be killed mid-way"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert topology.lab_namespaces(name), "lab up was killed before it made anything"

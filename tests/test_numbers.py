@@ -30,8 +30,8 @@ from ratelimit.lab.provision import check_clients
 from ratelimit.spec import linklayer, units
 from ratelimit.spec.model import Burst, Queue
 from ratelimit.spec.selectors import parse_port_range, parse_ports
-from webui.cli import web_main
-from webui.query import parse_share
+from ratelimit.webui.cli import web_main
+from ratelimit.webui.query import parse_share
 
 # ---------------------------------------------------------------- values a user (or a script) may send
 

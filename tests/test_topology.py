@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from bench.common import wait_until
 from ratelimit.errors import ConflictError, FieldError, NotFoundError, RatelimitError
 from ratelimit.kernel import netns as lab_netns
 from ratelimit.lab import topology
@@ -156,10 +157,8 @@ def test_open_rebuilds_an_existing_lab_and_create_refuses_to_clobber_it(lab):
 def test_destroy_finds_leftovers_by_name_and_kills_what_runs_there(lab):
     topo = lab(clients=1)
     sleeper = topo.popen("server", ["sleep", "60"])
-    deadline = time.monotonic() + 5
-    while sleeper.pid not in lab_netns.netns_pids(topo.server) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert sleeper.pid in lab_netns.netns_pids(topo.server)
+    wait_until(lambda: sleeper.pid in lab_netns.netns_pids(topo.server), 60, "the sleeper in the server's namespace",
+               every_s=0.01)
     assert set(topology.list_leftovers(topo.prefix)) == set(topo.namespaces)
     # a "crash": nothing but the name is known
     assert sorted(topology.destroy(topo.name)) == sorted(topo.namespaces)

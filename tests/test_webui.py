@@ -12,9 +12,9 @@ import pytest
 from ratelimit import service
 from ratelimit.errors import ApplyError, ConflictError, NotFoundError, PermissionDenied
 from ratelimit.service import readout
-from webui import create_app
-from webui.cli import parse_listen, web_main
-from webui.stats import StatsSource
+from ratelimit.webui import create_app
+from ratelimit.webui.cli import parse_listen, web_main
+from ratelimit.webui.stats import StatsSource
 from webuikit import reading
 
 TOKEN = "test-token-0123456789abcdef"
@@ -545,7 +545,7 @@ def test_metrics(client, src, reader):
 
 
 def test_metrics_leave_per_link_series_out_above_the_auto_limit(control):
-    from webui.metrics import AUTO_LINK_LIMIT
+    from ratelimit.webui.metrics import AUTO_LINK_LIMIT
     reader = FakeReader(n=AUTO_LINK_LIMIT + 2)
     app, src = make_app(reader, control)
     polled(src, reader, bytes=[10] * (AUTO_LINK_LIMIT + 2))
@@ -698,7 +698,7 @@ def test_apply_takes_every_option_the_command_line_does(client, control):
     and the trace options too, a shipped trace or schedule by its name."""
     from ratelimit.cli.main import build_parser
     from ratelimit.service.request import FIELDS
-    from webui.api import APPLY_FIELDS
+    from ratelimit.webui.api import APPLY_FIELDS
     dests = {a.dest for a in build_parser()._actions}
     assert set(FIELDS) - {"device_queues"} <= dests and set(APPLY_FIELDS) == set(FIELDS) - {"device_queues"} | {"force"}
     resp = post(client, "/api/apply", dict(APPLY, per="host", schedule="train", rate="1mbit", queues="1",
@@ -822,7 +822,7 @@ def test_web_main_serves_loopback_without_allow_host(listen):
 
 
 def test_web_main_beyond_loopback_keeps_the_host_check(reader, control):
-    from webui.cli import _allowed_hosts
+    from ratelimit.webui.cli import _allowed_hosts
     allowed = _allowed_hosts("0.0.0.0", ["router.lab"])
     app, _ = make_app(reader, control, ALLOWED_HOSTS=allowed)
     c = app.test_client()
@@ -842,7 +842,7 @@ def test_apply_and_clean_wait_for_the_lock_with_a_timeout(reader, control):
 
 
 def test_vendor_build_copies_the_pinned_files(tmp_path):
-    from webui import vendor
+    from ratelimit.webui import vendor
     pkg = tmp_path / "webui"
     (pkg / "node_modules/uplot/dist").mkdir(parents=True)
     (pkg / "package-lock.json").write_text(json.dumps({"packages": {"node_modules/uplot": {"version": "1.6.32"}}}))
@@ -858,7 +858,7 @@ def test_vendor_build_copies_the_pinned_files(tmp_path):
 
 
 def test_vendored_files_match_the_lock_when_built():
-    from webui import vendor
+    from ratelimit.webui import vendor
     if not (vendor.HERE / "node_modules" / "uplot").is_dir():
         pytest.skip("webui/node_modules not installed (npm ci --prefix webui)")
     vendor.build(check=True)
@@ -1000,7 +1000,7 @@ def test_apply_a_bad_scenario_or_mix(client, control, body, fragment):
 def test_a_containers_target_is_watched_not_changed(reader, control):
     """The targets of ``ratelimit web --container`` are read, never applied to or cleaned from
     the page: a one-line 409 that names the container and the CLI, and nothing is called."""
-    from webui.containers import Watch, owners
+    from ratelimit.webui.containers import Watch, owners
     w = Watch("podman container web", "podman", None, (1, 2), ("rl-ct-0123456789ab", "eth0"), (None, "veth1a2b"))
     targets = [w.server, w.user, (None, "eth0")]
     app, _src = make_app(reader, control, targets, CONTAINER_TARGETS=owners([w]))

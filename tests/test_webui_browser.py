@@ -40,6 +40,7 @@ from array import array
 from pathlib import Path
 
 import pytest
+from bench.common import wait_until
 from ratelimit.service import readout
 from ratelimit.service.readout import Counters
 
@@ -210,8 +211,8 @@ class CohortReader(TrafficReader):
 
 
 def test_dashboard_glances_at_each_cohort(browser):
-    from webui import create_app
-    from webui.stats import StatsSource
+    from ratelimit.webui import create_app
+    from ratelimit.webui.stats import StatsSource
     n = 4096
     src = StatsSource([(None, "eth0")], reader=CohortReader(n), interval=1.0)
     app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": RefusingControl()})
@@ -266,8 +267,8 @@ profile = "cable"
 
 
 def test_dashboard_applies_a_scenario_and_names_a_bad_one(browser):
-    from webui import create_app
-    from webui.stats import StatsSource
+    from ratelimit.webui import create_app
+    from ratelimit.webui.stats import StatsSource
     control = RecordingControl()
     src = StatsSource([(None, "eth0")], reader=TrafficReader(64), interval=1.0)
     app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": control})
@@ -307,8 +308,8 @@ def test_dashboard_applies_a_scenario_and_names_a_bad_one(browser):
 
 @pytest.mark.parametrize("n", [4096, 65536])
 def test_dashboard_with_many_links(browser, artifacts, n):
-    from webui import create_app
-    from webui.stats import StatsSource
+    from ratelimit.webui import create_app
+    from ratelimit.webui.stats import StatsSource
     src = StatsSource([(None, "eth0")], reader=TrafficReader(n), interval=1.0)
     app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": RefusingControl()})
     stop_server, url = serve_in_thread(app)
@@ -387,8 +388,8 @@ def test_dashboard_keeps_up_with_16384_links_and_jumps_to_the_worst(browser, art
     distribution view shows the states and the share histogram, a click on "Worst links"
     lists the links the server ranks worst within 200 ms, a click on the "starved" count
     or a histogram bar filters the table to those links."""
-    from webui import create_app
-    from webui.stats import StatsSource
+    from ratelimit.webui import create_app
+    from ratelimit.webui.stats import StatsSource
     n = 16384
     src = StatsSource([(None, "eth0")], reader=TrafficReader(n), interval=1.0)
     app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": RefusingControl()})
@@ -846,16 +847,11 @@ def test_dashboard_names_the_step_a_killed_driver_left_shut(browser, artifacts, 
     from ratelimit.service import readout
     ns = traced_lab
     apply_schedule(ns, tmp_path, TUNNEL, links=10)
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        st = follow.read_status(ns["rtr"], traceload.DEV) or {}
-        if st.get("shut") == 10 and (st.get("step") or 0) >= 3:
-            break
-        time.sleep(0.01)
-    else:
-        raise AssertionError(f"the links were never shut: {st}")
+    st = wait_until(lambda: (lambda s: s if s.get("shut") == 10 and (s.get("step") or 0) >= 3 else None)(
+        follow.read_status(ns["rtr"], traceload.DEV) or {}), 60, "the driver shutting the 10 links",
+        every_s=0.01, detail=lambda: str(follow.read_status(ns["rtr"], traceload.DEV)))
     os.kill(st["pid"], signal.SIGKILL)
-    time.sleep(0.3)
+    wait_until(lambda: not follow.alive(ns["rtr"], traceload.DEV), 30, "the killed driver gone")
     left = follow.read_status(ns["rtr"], traceload.DEV)
     assert left["shut"] == 10
     cli_notice = readout.statistics(traceload.DEV, ns["rtr"])["driver"]["notice"]

@@ -16,9 +16,9 @@ from ratelimit.driver.steps import now_bps
 from ratelimit.driver.tracerates import TraceRates
 from ratelimit.service import make_request, readout
 from ratelimit.traces import tracespec
-from webui import create_app
-from webui.digest import TRACK_TOLERANCE
-from webui.stats import StatsSource
+from ratelimit.webui import create_app
+from ratelimit.webui.digest import TRACK_TOLERANCE
+from ratelimit.webui.stats import StatsSource
 from webuikit import reading
 
 ROOT = Path(__file__).resolve().parent.parent

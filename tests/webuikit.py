@@ -12,7 +12,7 @@ reads) out.
 from array import array
 
 from ratelimit.service.readout import Counters
-from webui.digest import COUNTERS, GAUGES
+from ratelimit.webui.digest import COUNTERS, GAUGES
 
 
 def reading(interface: str, netns, when: float, applied: dict | None, rows: list, **more) -> Counters:

@@ -1,4 +1,4 @@
-"""``python -m webui ...`` is ``ratelimit web ...``."""
+"""``python -m ratelimit.webui ...`` (installed) or ``python -m webui ...`` (from a source tree) is ``ratelimit web ...``."""
 
 from .cli import main
 

@@ -191,7 +191,7 @@ def web_main(argv=None, *, stdout=None, stderr=None, serve=None) -> int:
               f"serving {url}{' (read-only)' if args.read_only else ''}", file=out)
         if not vendor.ready():
             print("ratelimit web: charts are off: static/vendor/uPlot is missing "
-                  "(build step: npm ci --prefix webui && python -m webui.vendor)", file=out)
+                  "(build step: npm ci --prefix webui && python -m ratelimit.webui.vendor)", file=out)
         if not args.read_only:
             if generated:
                 print(f"ratelimit web: access token {token}", file=out)

@@ -6,9 +6,9 @@ the package itself.  It is not committed: ``webui/package.json`` and
 this step copies the three files the page needs::
 
     npm ci --prefix webui --no-audit --no-fund
-    python -m webui.vendor            # exits 1 with a one-line reason if something is missing
+    python -m ratelimit.webui.vendor  # exits 1 with a one-line reason if something is missing
 
-``python -m webui.vendor --npm`` runs that ``npm ci`` itself first (for setup.py's
+``python -m ratelimit.webui.vendor --npm`` runs that ``npm ci`` itself first (for setup.py's
 build); ``--check`` only verifies that the copies are present and match the
 installed package.
 """
@@ -61,7 +61,7 @@ def build(package_dir: Path = HERE, dest: Path = VENDOR, check: bool = False) ->
             raise VendorError(f"{source} is missing from the uplot package")
         if check:
             if not target.is_file() or not filecmp.cmp(source, target, shallow=False):
-                raise VendorError(f"{target} is missing or differs from uplot {want} (run: python -m webui.vendor)")
+                raise VendorError(f"{target} is missing or differs from uplot {want} (run: python -m ratelimit.webui.vendor)")
         else:
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(source, target)

@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--server-ports", metavar="PORTS", help="only the flows to and from these server ports "
                    "(ranges like 80,443; needs --ports)")
     g.add_argument("--scenario", metavar="FILE", help="an audience: several cohorts of links from a TOML file "
-                   "(see README, Scenarios); device options (--mode, --bandwidth, ...) and link options apply "
+                   "(see docs/profiles.md, Scenarios); device options (--mode, --bandwidth, ...) and link options apply "
                    "to every cohort")
     g.add_argument("--mix", metavar="PROFILE:SHARE,...", help="split --hosts (a link per host; with --per port, "
                    "their (host, port) links) between profiles by share, e.g. modem-28k8:60%%,modem-56k:30%%,isdn-64k:10%%")

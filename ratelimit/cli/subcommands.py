@@ -61,7 +61,7 @@ def _save_parser() -> Parser:
 
 
 def _restore_parser() -> Parser:
-    p = _subparser("restore", "Apply the saved links again (at boot: README, Surviving a reboot).")
+    p = _subparser("restore", "Apply the saved links again (at boot: docs/cli.md, Surviving a reboot).")
     p.add_argument("file", nargs="?", metavar="FILE", help=f"what to read (default {SAVED})")
     p.add_argument("--force", action="store_true",
                    help="replace root/ingress qdiscs and IFB devices ratelimit did not install")

@@ -14,7 +14,7 @@ grows without end (3.3 KB a read at 16,384 links, mostly heap the kept messages 
 
 import errno as errnos
 
-from ..errors import NotFoundError, PermissionDenied
+from ..errors import NotFoundError, PermissionDenied, as_root
 from .netns import in_netns, off_loop
 from .nl import (IFINFOMSG, IFLA_IFNAME, IFLA_INFO_KIND, IFLA_LINKINFO, IFLA_NUM_TX_QUEUES, NLM_F_REQUEST,
                  RTM_GETLINK, U32, attr_str, cstr, find, message)
@@ -176,6 +176,6 @@ class _kernel_errors:
         from pyroute2.netlink.exceptions import NetlinkError
         if isinstance(err, NetlinkError):
             if err.code == errnos.EPERM:
-                raise PermissionDenied("changing network devices needs root (run with sudo)") from None
+                raise PermissionDenied(f"changing network devices needs root (run it with {as_root()})") from None
             raise KernelError(err.code, str(err.args[1]) if len(err.args) > 1 else "") from None
         return False

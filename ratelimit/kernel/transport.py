@@ -11,7 +11,7 @@ import os
 import socket
 import struct
 
-from ..errors import ApplyError, NotFoundError, PermissionDenied
+from ..errors import ApplyError, NotFoundError, PermissionDenied, as_root
 from .netns import in_netns
 from .nl import (ERRNO, NLM_F_ACK, NLM_F_ACK_TLVS, NLM_F_CAPPED, NLM_F_DUMP_INTR, NLM_F_ECHO, NLMSG_DONE,
                  NLMSG_ERROR, NLMSG_OVERRUN, NLMSGERR_ATTR_MSG, NLMSGHDR, SEQ_OFFSET, attrs, cstr)
@@ -102,7 +102,7 @@ class Channel:
         try:
             self.sock = open_socket(netns)
         except PermissionError:
-            raise PermissionDenied("netlink needs root (run with sudo)") from None
+            raise PermissionDenied(f"netlink needs root (run it with {as_root()})") from None
         self._seq = 1
         self._dumping = False
         self._rbuf = bytearray(1 << 20)
@@ -141,7 +141,7 @@ class Channel:
         try:
             self.sock.send(data)
         except PermissionError:
-            raise PermissionDenied("changing traffic control needs root (run with sudo)") from None
+            raise PermissionDenied(f"changing traffic control needs root (run it with {as_root()})") from None
 
     def exchange(self, data, first_seq: int, last_seq: int) -> list[tuple[int, int, str]]:
         """Send ``data`` (messages first_seq..last_seq, the last asking for an ack); return

@@ -19,7 +19,6 @@ killed ``lab up`` left behind.  For example::
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import time
@@ -36,7 +35,7 @@ from ..spec.summary import summary
 from . import docroot, servertcp, store, topology
 from .audience import client_cohorts, clients_needed
 from .link import LinkSpec, resolve_link, Say
-from .measure import client_totals, curl_argv, curl_failure, Download, one_way_delays, read_curl
+from .measure import client_totals, curl_failure, Download, download_argv, one_way_delays, read_curl
 from .provision import (DEFAULT_PORTS, SERVER_PORT, check_clients, check_ports, client_addrs, LabError, provision,
                         provision_server, server_kind, terminate_as_exception, write_hosts_files)
 from .store import DEFAULT_NAME, down, lab_path, list_labs, provision_dir, read_state
@@ -201,13 +200,12 @@ class Lab:
             raise NotFoundError(f"lab exec: {err.strerror}: {argv[0]}") from None
 
     def download(self, url: str | None = None, client: int = 1, *, timeout: float = 120) -> Download:
-        """Fetch ``url`` (a path on the lab server, or a full URL) with curl from a client."""
+        """Fetch ``url`` (a path on the lab server, or a full URL) from a client: with curl, or
+        without it ratelimit's own fetch (``measure.download_argv``)."""
         url = self.url(url) if url is None or url.startswith("/") else url
-        if shutil.which("curl") is None:
-            raise NotFoundError("curl is missing: apt-get install curl")
         host = self.client(client)
         try:
-            r = host.run(curl_argv(url, timeout), timeout=timeout + 30)
+            r = host.run(download_argv(url, timeout)[1], timeout=timeout + 30)
         except subprocess.TimeoutExpired:
             raise LabError(f"download of {url} from {host.name} did not finish within {timeout:g} s") from None
         d = read_curl(url, host.name, r)

@@ -4,6 +4,7 @@ and against what real modems moved."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from dataclasses import replace
 
@@ -13,6 +14,7 @@ from ..profiles import catalog
 from . import docroot, servertcp
 from .core import Lab
 from .link import LinkSpec
+from .measure import download_argv
 from .provision import LabError
 from .store import DEFAULT_NAME
 from .vmrun import run_in_vm, say
@@ -46,7 +48,9 @@ def demo(args) -> int:
     try:
         print(f"server TCP: {servertcp.describe(tcp)}; choose with --server-tcp {'|'.join(servertcp.STARTS)}")
         flag = f" --name {lab.name}" if lab.name != DEFAULT_NAME else ""
-        print(f"$ ratelimit lab exec{flag} client1 -- curl -o /dev/null http://server/{docroot.EXPERIMENT_FILE}")
+        tool, argv = download_argv(f"http://server/{docroot.EXPERIMENT_FILE}", 120)
+        shown = "curl -o /dev/null" if tool == "curl" else shlex.join(argv[:3])
+        print(f"$ ratelimit lab exec{flag} client1 -- {shown} http://server/{docroot.EXPERIMENT_FILE}")
         d = lab.download("/" + docroot.EXPERIMENT_FILE, 1)
         stats = lab.statistics()
         model = lab.link_model()
@@ -63,7 +67,7 @@ def demo(args) -> int:
     resent = resent if resent > CONTROL_FRAMES_BYTES else 0
     rate_f = model.layer.carried_bps(rate)
     print()
-    print(f"  measured    {d.seconds:5.2f} s   curl on client1 (TCP handshake {d.connect_s * 1000:.0f} ms)")
+    print(f"  measured    {d.seconds:5.2f} s   {tool} on client1 (TCP handshake {d.connect_s * 1000:.0f} ms)")
     print(f"  the model   {d.model_seconds(model):5.2f} s   this link{'' if netem else ' on this kernel'}: handshake, "
           f"request and {frames:,} bytes of {model.layer.name} frames ({d.bytes:,} + a {d.header_bytes}-byte header "
           f"in {segments} TCP segments) at {rate_f:,} bit/s"

@@ -3,8 +3,10 @@ take), one-way delays of datagrams, and the router's counters summed per client.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import struct
+import sys
 import time
 from dataclasses import asdict, dataclass
 
@@ -15,7 +17,7 @@ _TIMESPEC = struct.Struct("@qq")
 
 @dataclass(frozen=True)
 class Download:
-    """One HTTP download by curl from a client, timed."""
+    """One HTTP download from a client (by curl, or ratelimit's fetch without it), timed."""
 
     url: str
     client: str
@@ -50,6 +52,15 @@ def curl_argv(url: str, timeout: float) -> list[str]:
     return ["curl", "-sSg", "-o", "/dev/null", "--max-time", f"{timeout:g}", "-w", CURL_FORMAT, url]
 
 
+def download_argv(url: str, timeout: float) -> tuple[str, list[str]]:
+    """(the tool, its command line) for one timed download of ``url`` on this machine: curl
+    where it is installed, else ratelimit's own fetch (``python -m ratelimit.lab.fetch``,
+    which prints what curl's ``-w CURL_FORMAT`` does); ``read_curl`` reads either."""
+    if shutil.which("curl"):
+        return "curl", curl_argv(url, timeout)
+    return "ratelimit's fetch", [sys.executable, "-m", "ratelimit.lab.fetch", url, f"{timeout:g}"]
+
+
 def read_curl(url: str, client: str, r) -> Download | None:
     """The ``Download`` a finished ``curl_argv`` run (``r``: a CompletedProcess) measured, or
     None when it failed (``curl_failure`` says why)."""
@@ -62,7 +73,7 @@ def read_curl(url: str, client: str, r) -> Download | None:
 
 
 def curl_failure(r) -> str:
-    return " ".join(r.stderr.split()) or f"curl exited {r.returncode}"
+    return " ".join(r.stderr.split()) or f"{r.args[0]} exited {r.returncode}"
 
 
 def one_way_delays(tx: socket.socket, rx: socket.socket, count: int, gap_s: float,

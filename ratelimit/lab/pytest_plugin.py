@@ -211,7 +211,7 @@ class EmulatedLink:
         return f"http://{host}{'' if port == 80 else f':{port}'}/{path.lstrip('/')}"
 
     # -- servers -----------------------------------------------------------
-    def run_server(self, argv: Sequence[str], port: int, *, wait_s: float = 15.0, **popen_kw) -> subprocess.Popen:
+    def run_server(self, argv: Sequence[str], port: int, *, wait_s: float = 60.0, **popen_kw) -> subprocess.Popen:
         """Start ``argv`` in the server namespace and wait until something listens
         on ``port`` there.  It is stopped when the test ends."""
         popen_kw.setdefault("stdin", subprocess.DEVNULL)

@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .. import SOURCE_ROOT
-from ..errors import ConflictError, NotFoundError, PermissionDenied
+from ..errors import ConflictError, NotFoundError, PermissionDenied, as_root
 from ..kernel import netns as kernel_netns
 from ..state import records
 from . import topology
@@ -30,7 +30,7 @@ HOSTS_DIR = Path("/etc/netns")
 
 def require_root(what: str) -> None:
     if os.geteuid() != 0:
-        raise PermissionDenied(f"lab {what}: needs root (it makes network namespaces); run with sudo")
+        raise PermissionDenied(f"lab {what}: needs root (it makes network namespaces); run it with {as_root()}")
 
 
 def labs_dir() -> Path:

@@ -12,7 +12,7 @@ import dataclasses
 import os
 import time
 
-from ..errors import ConflictError, FieldError, KernelMissing, PermissionDenied, StateError
+from ..errors import ConflictError, FieldError, KernelMissing, PermissionDenied, StateError, as_root
 from ..plan import diff, layout, placement
 from ..plan.compile import compile_plan, compiled, ifb_name
 from ..spec.model import Request
@@ -39,7 +39,7 @@ def _check_queues(ex, req: Request) -> None:
 
 def _require_root() -> None:
     if os.geteuid() != 0:
-        raise PermissionDenied("changing traffic control needs root (run with sudo)")
+        raise PermissionDenied(f"changing traffic control needs root (run it with {as_root()})")
 
 
 def _check_kernel(plan) -> None:
