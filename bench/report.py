@@ -19,16 +19,16 @@ import os
 from pathlib import Path
 
 from .common import REPO, fmt_time, ratio
-from .dialup import table_rows
 from .plots import plot_dialup, plot_fidelity, plot_packet, plot_setup, plot_stats
 from .results import RESULTS_DIR, load_results
 from .section_audience import section_audience
-from .section_dialup import section_dialup
+from .section_dialup import dialup_headline, section_dialup
 from .section_hash import section_qdisc_hash
-from .section_setup import section_packet, section_setup
+from .section_setup import packet_headline, section_packet, section_setup, setup_headline
 from .section_shaped import section_shaped
 from .section_trace import section_trace
-from .sections import rows_of, section_cohorts, section_faults, section_fidelity, section_stats, section_switch
+from .sections import (fidelity_rows, latency_headline, section_cohorts, section_faults, section_fidelity, section_stats,
+                       section_switch, stats_headline, where_of)
 
 DOC = REPO / "docs" / "benchmarks.md"
 
@@ -38,15 +38,18 @@ DOC = REPO / "docs" / "benchmarks.md"
 
 def summary(setup: list[dict], packet: dict | None, stats: list[dict], fid: list[dict],
             dialup: dict | None) -> list[str]:
-    """One bullet per benchmark with its headline ratio, computed from the results."""
+    """One bullet per benchmark with its headline ratio, computed from the results.
+
+    Each reads the fact its section's "What it found" line reads (``setup_headline``,
+    ``packet_headline``, ``stats_headline``, ``fidelity_rows``, ``latency_headline``,
+    ``dialup_headline``), so a figure is computed once."""
     out = []
     for doc in setup:
         for mode in doc.get("config", {}).get("modes", []):
-            rows = rows_of(doc, mode=mode)
-            if not rows:
+            h = setup_headline(doc, mode)
+            if h is None:
                 continue
-            n = max(r["flows"] for r in rows if r["tool"] == "ratelimit")
-            by = {r["tool"]: r for r in rows_of(doc, mode=mode, flows=n)}
+            n, by = h["flows"], h["by"]
             ours = by["ratelimit"]["seconds"]
             bits = [f"tc -batch {ratio(by['tc-batch']['seconds'], ours):.2f}x our time"] if "tc-batch" in by else []
             if "tc-per-rule" in by:
@@ -54,53 +57,43 @@ def summary(setup: list[dict], packet: dict | None, stats: list[dict], fid: list
                             + (" (extrapolated)" if by["tc-per-rule"].get("extrapolated") else ""))
             if "tcconfig" in by:
                 bits.append(f"tcconfig at least {ratio(by['tcconfig']['seconds'], ours):,.0f}x (extrapolated)")
-            out.append(f"**Setup, {mode} mode, {n:,} flows** ({'VM' if doc.get('where') == 'vm' else 'host'}): "
+            out.append(f"**Setup, {mode} mode, {n:,} flows** ({h['where']}): "
                        f"ours {fmt_time(ours)}; " + ", ".join(bits) + ".")
-    if packet:
-        big = max((r["flows"] for r in packet["rows"] if r["layout"] != "none"), default=0)
-        h = next((r for r in rows_of(packet, layout="hashed", target="miss", flows=big)), None)
-        f = next((r for r in rows_of(packet, layout="flat", target="miss", flows=big)), None)
-        if big > 1 and h and f:
-            out.append(f"**Per packet, {big:,} flows**: the hashed tree keeps {h['ratio_to_1flow']:.0%} of its "
-                       f"one-flow forwarding rate, the flat list {f['ratio_to_1flow']:.1%} "
-                       f"(the tree forwards {h['pps'] / f['pps']:,.0f}x as many packets/s for a packet "
-                       f"that matches no flow).")
+    p = packet and packet_headline(packet)
+    if p:
+        h, f = p["hashed"], p["flat"]
+        out.append(f"**Per packet, {p['flows']:,} flows**: the hashed tree keeps {h['ratio_to_1flow']:.0%} of its "
+                   f"one-flow forwarding rate, the flat list {f['ratio_to_1flow']:.1%} "
+                   f"(the tree forwards {h['pps'] / f['pps']:,.0f}x as many packets/s for a packet "
+                   f"that matches no flow).")
     for doc in stats:
         for mode in doc.get("config", {}).get("modes", []):
-            rows = [r for r in rows_of(doc, mode=mode) if r.get("seconds") is not None]
-            if rows:
-                n = max(r["flows"] for r in rows)
-                rr = rows_of(doc, mode=mode, flows=n)
-                o = next((r["seconds"] for r in rr if r["tool"] == "service.statistics"), None)
-                b = next((r["seconds"] for r in rr if r["tool"] == "baseline service.statistics"), None)
-                t = next((r for r in rr if r["tool"].startswith("tc ")), None)
-                if o and t:
-                    where = "VM" if doc.get("where") == "vm" else "host"
-                    out.append(f"**Statistics, {mode} mode, {n:,} links** ({where}): `service.statistics` "
-                               f"{fmt_time(o)}" + (f" ({b / o:.1f}x faster than the baseline's {fmt_time(b)})"
-                                                   if b else "") +
-                               f", `{t['tool']}` {fmt_time(t['seconds'])} ({t['seconds'] / o:.2f}x ours).")
+            h = stats_headline(doc, mode)
+            if h:
+                o, b, t = h["ours"], h["baseline"], h["tc"]
+                out.append(f"**Statistics, {mode} mode, {h['flows']:,} links** ({h['where']}): `service.statistics` "
+                           f"{fmt_time(o)}" + (f" ({b / o:.1f}x faster than the baseline's {fmt_time(b)})"
+                                               if b else "") +
+                           f", `{t['tool']}` {fmt_time(t['seconds'])} ({t['seconds'] / o:.2f}x ours).")
     for doc in fid:
-        for r in doc.get("rows", []):
+        for r in fidelity_rows(doc):
             g, c = r["goodput_ratio"], r.get("carried_ratio") or {}
-            if g.get("n"):
-                where = "VM" if doc.get("where") == "vm" else "host"
-                sent = f"frames sent / link rate mean {c['mean']:.3f}, p5 {c['p5']:.3f}; " if c.get("n") else ""
-                out.append(f"**Fidelity, {r['mode']} mode, {r['links']:,} modem-28k8 links, {r.get('client', '?')} "
-                           f"clients** ({where}): {sent}goodput / "
-                           f"the link model's capacity mean {g['mean']:.3f}, p5 {g['p5']:.3f}; retransmitted "
-                           f"{100 * (r.get('retransmitted') or 0):.1f}% of segments.")
-        lat = doc.get("latency", [])
-        rs = [x["ratio"] for x in lat if x.get("ratio")]
-        if rs:
-            probes = [x["probe_excess_ms"] for x in lat if x.get("probe_excess_ms") is not None]
-            beside = (f"; datagrams read at the kernel's receive timestamp: {min(probes):+.1f} to "
-                      f"{max(probes):+.1f} ms over the configured round trip" if probes else "")
-            out.append(f"**Latency classes**: fastest handshake / configured round trip {min(rs):.3f} to "
-                       f"{max(rs):.3f}{beside}.")
-    if dialup:
+            sent = f"frames sent / link rate mean {c['mean']:.3f}, p5 {c['p5']:.3f}; " if c.get("n") else ""
+            out.append(f"**Fidelity, {r['mode']} mode, {r['links']:,} modem-28k8 links, {r.get('client', '?')} "
+                       f"clients** ({where_of(doc)}): {sent}goodput / "
+                       f"the link model's capacity mean {g['mean']:.3f}, p5 {g['p5']:.3f}; retransmitted "
+                       f"{100 * (r.get('retransmitted') or 0):.1f}% of segments.")
+        lat = latency_headline(doc)
+        if lat:
+            probes = lat["probe_excess_ms"]
+            beside = (f"; datagrams read at the kernel's receive timestamp: {probes[0]:+.1f} to "
+                      f"{probes[1]:+.1f} ms over the configured round trip" if probes else "")
+            out.append(f"**Latency classes**: fastest handshake / configured round trip {lat['ratio'][0]:.3f} to "
+                       f"{lat['ratio'][1]:.3f}{beside}.")
+    d = dialup and dialup_headline(dialup)
+    if d:
         for generator in ("httperf", "wrk"):
-            rs = table_rows(dialup, generator)
+            rs = [r for r in d["rows"] if r["generator"] == generator]
             if rs:
                 out.append(f"**Dial-up table, {generator}** (steady-state window): " + ", ".join(
                     f"x={r['x']:,}: {r['completed_per_s']:.0f}/s ({100 * r['ratio_to_model']:.1f}% of the link "

@@ -3,14 +3,46 @@ method with the server behind a mix of links, each cohort against its own model.
 
 from __future__ import annotations
 
+from .audience import MIN_RATIO
 from .section_dialup import probe_cells, probe_of
-from .sections import machine_line, notes_of, table
+from .sections import machine_line, notes_of, opening, table
+
+
+def _dialup_mix(doc: dict) -> dict | None:
+    """Behind the dial-up mix: each (row, cohort), the one furthest below its model's ceiling,
+    the errors in all (window and totals) and whether the target is met; None without the mix.
+    The section's finding and its reading both read it."""
+    rows = [r for r in doc.get("rows", []) if r.get("mix_name") == "dialup"]
+    if not rows:
+        return None
+    cohorts = [(r, c) for r in rows for c in r["cohorts"]]
+    worst_r, worst = min(cohorts, key=lambda rc: rc[1]["ratio_to_model"])
+    errors = sum(r["errors"] + r.get("totals", {}).get("errors", 0) for r in rows)
+    return {"rows": rows, "cohorts": cohorts, "worst_row": worst_r, "worst": worst, "errors": errors,
+            "met": all(c["ratio_to_model"] >= MIN_RATIO for _, c in cohorts) and errors == 0}
+
+
+def _audience_found(doc: dict) -> str | None:
+    parts = []
+    mix = _dialup_mix(doc)
+    if mix:
+        parts.append(f"Behind the dial-up mix every cohort reached at least {100 * mix['worst']['ratio_to_model']:.1f}% "
+                     f"of its own model's ceiling in the window, with {mix['errors']} errors: the target "
+                     f"({100 * MIN_RATIO:.0f}% and no errors) is {'met' if mix['met'] else '**not met**'}.")
+    for name in dict.fromkeys(r["mix_name"] for r in doc.get("rows", []) if r.get("mix_name") != "dialup"):
+        r, c = min(((r, c) for r in doc["rows"] if r.get("mix_name") == name for c in r["cohorts"]),
+                   key=lambda rc: rc[1]["ratio_to_model"])
+        parts.append(f"Behind the {name} mix (no target) the lowest was {c['cohort']} at x = {r['x']:,}: "
+                     f"{100 * c['ratio_to_model']:.1f}%.")
+    return " ".join(parts) or None
 
 
 def section_audience(doc: dict | None) -> list[str]:
-    out = ["## 8. An audience: the dial-up table behind a mix of links", ""]
+    out = opening("8. An audience: the dial-up table behind a mix of links", "The dial-up table's method with the "
+                  "server behind a mix of profiles, each cohort read against its own link model.", doc,
+                  _audience_found)
     if not doc:
-        return out + ["Not run.", ""]
+        return out
     cfg = doc.get("config", {})
     stage = ("" if cfg.get("delay_stage") else
              " This kernel has no sch_netem, so the profiles' delays (and 3G's jitter and loss) are left out "
@@ -80,14 +112,11 @@ def section_audience(doc: dict | None) -> list[str]:
 
 
 def _reading(doc: dict) -> list[str]:
-    from .audience import MIN_RATIO
-    rows = [r for r in doc.get("rows", []) if r.get("mix_name") == "dialup"]
-    if not rows:
+    mix = _dialup_mix(doc)
+    if mix is None:
         return []
-    cohorts = [(r, c) for r in rows for c in r["cohorts"]]
-    worst_r, worst = min(cohorts, key=lambda rc: rc[1]["ratio_to_model"])
-    errors = sum(r["errors"] + r.get("totals", {}).get("errors", 0) for r in rows)
-    met = all(c["ratio_to_model"] >= MIN_RATIO for _, c in cohorts) and errors == 0
+    rows, cohorts, worst_r, worst = mix["rows"], mix["cohorts"], mix["worst_row"], mix["worst"]
+    errors, met = mix["errors"], mix["met"]
     text = (f"Reading: behind the dial-up mix every cohort reached at least {100 * worst['ratio_to_model']:.1f}% of "
             f"its own model's ceiling in the window (lowest: {worst['cohort']} at x = {worst_r['x']:,}), with "
             f"{errors} errors in all; the target ({100 * MIN_RATIO:.0f}% and no errors) is "

@@ -5,7 +5,8 @@ and v0.3's against the 2000 figures, the wide rows, the transient and the probes
 from __future__ import annotations
 
 from .common import MODEM_BPS
-from .sections import fmt_int, machine_line, notes_of, table
+from .dialup import table_rows
+from .sections import fmt_int, machine_line, notes_of, opening, table
 
 
 def _points_from_2000(row: dict) -> float:
@@ -82,11 +83,40 @@ def _dialup_v03(doc: dict | None) -> list[str]:
     return out + [reading, ""]
 
 
+def dialup_headline(doc: dict) -> dict | None:
+    """The table's rows (``dialup.table_rows``), the one furthest below the link model's ceiling
+    and the errors in all; None without rows.  The headline, the section's finding and its
+    reading all read it."""
+    rows = table_rows(doc)
+    if not rows:
+        return None
+    return {"rows": rows, "worst": min(rows, key=lambda r: r["ratio_to_model"]),
+            "errors": sum(r.get("errors") or 0 for r in rows)}
+
+
+def _dialup_found(doc: dict, wide: dict | None) -> str | None:
+    h = dialup_headline(doc)
+    if h is None:
+        return None
+    w = h["worst"]
+    text = (f"Every row reached at least {100 * w['ratio_to_model']:.1f}% of the link model's ceiling in the "
+            f"window (lowest: {w['generator']} at x = {w['x']:,}), with {h['errors']} errors in all.")
+    wide_rows = table_rows(wide) if wide else []
+    if wide_rows:
+        tools = " and ".join(sorted({r["generator"] for r in wide_rows}))
+        xs = " and ".join(f"{r['x']:,}" for r in wide_rows)
+        reached = " and ".join(f"{100 * r['ratio_to_model']:.1f}%" for r in wide_rows)
+        text += f" With wider port ranges, {tools} at x = {xs} reached {reached}."
+    return text
+
+
 def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None,
                    transient: dict | None = None, wide: dict | None = None) -> list[str]:
-    out = ["## 5. The dial-up table", ""]
+    out = opening("5. The dial-up table", "How many replies per second x users, each behind a 28.8k modem of its "
+                  "own, complete against the link model's ceiling and the 2000 figures.", doc,
+                  lambda d: _dialup_found(d, wide))
     if not doc:
-        return out + ["Not run.", ""]
+        return out
     cfg = doc.get("config", {})
     stage = ("" if cfg.get("delay_stage") else
              " This kernel has no sch_netem, so the profile's 50 ms delays are left out and the link "
@@ -111,7 +141,7 @@ def section_dialup(doc: dict | None, img: str | None, v03: dict | None = None,
             "the downlink (a " + f"{cfg.get('header_bytes', '?')}-byte header and 10,000 bytes in TCP segments "
             "of 1,460 bytes, each a PPP frame 8 bytes longer than its payload), so x users complete at most "
             "x / (seconds per call) replies per second.", ""]
-    from .dialup import linux_floor, table_rows
+    from .dialup import linux_floor
     out += table(_DIALUP_COLUMNS, [_dialup_cells(r) for r in table_rows(doc) + [r for r in doc["rows"] if linux_floor(r)]])
     out += [""]
     out += ["Two readings of each row. *Window*: the rate in the window above, what the link sustains "
@@ -269,14 +299,13 @@ def probe_cells(row: dict) -> list[str]:
 
 
 def _dialup_reading(doc: dict) -> list[str]:
-    from .dialup import linux_floor, table_rows
-    rows = table_rows(doc)
-    if not rows:
+    from .dialup import linux_floor
+    h = dialup_headline(doc)
+    if h is None:
         return []
+    rows, worst, errors = h["rows"], h["worst"], h["errors"]
     linux = [f"{r['generator']} at x = {r['x']:,} with Linux's 200 ms floor reached {100 * r['ratio_to_model']:.1f}%, "
              f"retransmitting {100 * (r.get('retransmitted') or 0):.1f}% of segments" for r in doc["rows"] if linux_floor(r)]
-    worst = min(rows, key=lambda r: r["ratio_to_model"])
-    errors = sum(r.get("errors") or 0 for r in rows)
     short = [r for r in rows if r["ratio_to_model"] < 0.98]
     out = (f"Reading: every row reached at least {100 * worst['ratio_to_model']:.1f}% of the link model's "
            f"ceiling (lowest: {worst['generator']} at x = {worst['x']:,}), with {errors} errors in all. The "

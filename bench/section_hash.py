@@ -3,13 +3,25 @@ numbered with the groups in a bucket of their own against the same plan in slot 
 
 from __future__ import annotations
 
-from .sections import fmt_ratio, machine_line, table
+from .sections import fmt_ratio, machine_line, opening, table
+
+
+def _hash_found(doc: dict) -> str | None:
+    rows = doc.get("rows", [])
+    if not rows:
+        return None
+    r = max(rows, key=lambda r: r["links"])
+    return (f"At {r['links']:,} links slot order took {fmt_ratio(r['install_ratio'])}x as long to install and "
+            f"{fmt_ratio(r['round_ratio'])}x as long for a round of rate changes ({fmt_ratio(r['cpu_ratio'])}x "
+            f"the CPU).")
 
 
 def section_qdisc_hash(doc: dict | None) -> list[str]:
-    out = ["## 12. The qdisc hash: the groups in a bucket of their own", ""]
+    out = opening("12. The qdisc hash: the groups in a bucket of their own", "What numbering the groups' qdiscs into "
+                  "a hash bucket of their own saves against slot order: installing a plan, and a round of rate "
+                  "changes.", doc, _hash_found)
     if not doc:
-        return out + ["Not run.", ""]
+        return out
     cfg = doc.get("config", {})
     out += [f"({machine_line(doc)})", "",
             f"`python -m bench qdisc-hash`: one plan of K per-port links (a bfifo queue each, shape mode), numbered "

@@ -5,13 +5,43 @@
 from __future__ import annotations
 
 from .common import MIN_CPU_S, fmt_time, ratio
-from .sections import fmt_ratio, machine_line, notes_of, rows_of, table
+from .sections import fmt_ratio, machine_line, notes_of, opening, rows_of, sentence, table, where_of
+
+
+def setup_headline(doc: dict, mode: str) -> dict | None:
+    """The largest N our executor installed in ``mode``, and each tool's row there (``by``);
+    None without our executor's rows.  The headline and the section's finding both read it."""
+    ns = [r["flows"] for r in rows_of(doc, mode=mode) if r["tool"] == "ratelimit"]
+    if not ns:
+        return None
+    n = max(ns)
+    return {"flows": n, "where": where_of(doc), "by": {r["tool"]: r for r in rows_of(doc, mode=mode, flows=n)}}
+
+
+def _setup_found(docs: list[dict]) -> str | None:
+    parts = []
+    for doc in docs:
+        for mode in doc.get("config", {}).get("modes", []):
+            h = setup_headline(doc, mode)
+            if h is None:
+                continue
+            by = h["by"]
+            ours = by["ratelimit"]["seconds"]
+            text = f"{mode} mode ({h['where']}), {h['flows']:,} flows: ours took {fmt_time(ours)}"
+            if "tc-batch" in by:
+                text += f", tc -batch {fmt_ratio(ratio(by['tc-batch']['seconds'], ours))}x as long"
+            if "tc-per-rule" in by:
+                text += (f", one tc per rule {fmt_ratio(ratio(by['tc-per-rule']['seconds'], ours), 0)}x"
+                         + (" (extrapolated)" if by["tc-per-rule"].get("extrapolated") else ""))
+            parts.append(sentence(text + "."))
+    return " ".join(parts) or None
 
 
 def section_setup(docs: list[dict], img: str | None) -> list[str]:
-    out = ["## 1. Setup time vs flows", ""]
+    out = opening("1. Setup time vs flows", "How long installing N (host, port) flows takes: our executor, the CLI "
+                  "as a whole, `tc -batch`, one `tc` per rule and tcconfig.", docs, _setup_found)
     if not docs:
-        return out + ["Not run.", ""]
+        return out
     out += ["Seconds to install N (host, port) flows (direction `dest`, 1,024 ports per host) on a fresh veth "
             "in a fresh namespace; the best of several runs for N <= 4,096 (other work on the machine only "
             "ever adds time), one run above.  `ratelimit` is our executor (`Executor(netns).apply`, socket "
@@ -123,10 +153,33 @@ def _setup_reading(doc: dict, mode: str) -> list[str]:
 PACKET_LAYOUTS = ("hashed", "flat", "shaped")
 
 
+def packet_headline(doc: dict) -> dict | None:
+    """At the most flows, the hashed tree's and the flat list's rows for a packet that matches
+    no flow; None where either is missing.  The headline and the section's finding both read it."""
+    big = max((r["flows"] for r in doc.get("rows", []) if r["layout"] != "none"), default=0)
+    h = next(iter(rows_of(doc, layout="hashed", target="miss", flows=big)), None)
+    f = next(iter(rows_of(doc, layout="flat", target="miss", flows=big)), None)
+    return {"flows": big, "hashed": h, "flat": f} if big > 1 and h and f else None
+
+
+def _packet_found(doc: dict) -> str | None:
+    p = packet_headline(doc)
+    if p is None:
+        return None
+    h, f = p["hashed"], p["flat"]
+    text = (f"At {p['flows']:,} flows, for a packet that matches no flow, the hashed tree forwarded "
+            f"{h['pps']:,.0f} packets/s ({fmt_ratio(h.get('ratio_to_1flow'))} of its one-flow rate) and the flat "
+            f"list {f['pps']:,.0f} ({fmt_ratio(f.get('ratio_to_1flow'))}).")
+    if f["pps"]:
+        text += f" The tree forwards {h['pps'] / f['pps']:,.0f}x as many."
+    return text
+
+
 def section_packet(doc: dict | None, img: str | None) -> list[str]:
-    out = ["## 2. Per-packet cost vs flows", ""]
+    out = opening("2. Per-packet cost vs flows", "How many packets per second the router forwards with N flows "
+                  "installed: our hashed u32 tree, a flat filter list, and the shape-mode plan.", doc, _packet_found)
     if not doc:
-        return out + ["Not run.", ""]
+        return out
     out += [f"({machine_line(doc)})", "",
             "64-byte UDP frames (18-byte payload) sent as fast as the kernel takes them from the server "
             "namespace through the router to a client; forwarded packets/s counted at the client "

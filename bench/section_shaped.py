@@ -3,17 +3,38 @@ alone with K links that all wait for tokens, one tx queue's tree against several
 
 from __future__ import annotations
 
-from .sections import machine_line, table
+from .sections import machine_line, opening, table
 from .shaped_load import softirq_us_per_packet
 
 SATURATED = 0.95  # the machine's busy share from which a row is read as saturated
 OTHER_WORK = 0.05  # user time above this in a window: something besides the router and pace.c ran
 
 
+def _less(one: dict, r: dict) -> float:
+    """How many times less CPU per packet ``r`` took than one tree's ``one``."""
+    return one["cpu_us_per_packet"] / r["cpu_us_per_packet"]
+
+
+def _shaped_found(doc: dict) -> str | None:
+    rows = doc.get("rows", [])
+    if not rows:
+        return None
+    k = max(r["links"] for r in rows)
+    at = sorted((r for r in rows if r["links"] == k), key=lambda r: r["queues"])
+    one, most = next((r for r in at if r["queues"] == 1), None), at[-1]
+    if one is None or most is one:
+        return None
+    return (f"At {k:,} links one tree took {one['cpu_us_per_packet']:.1f} µs of CPU per delivered packet and "
+            f"delivered {one['share_mean']:.2%} of the links' rate on average. {most['queues']} queues took "
+            f"{most['cpu_us_per_packet']:.1f} µs ({_less(one, most):.2f}x less) and delivered {most['share_mean']:.2%}.")
+
+
 def section_shaped(doc: dict | None) -> list[str]:
-    out = ["## 10. Backlogged links: one tree against one per tx queue", ""]
+    out = opening("10. Backlogged links: one tree against one per tx queue", "The CPU per packet, and the share of "
+                  "its rate each link gets, when K links all wait for tokens: one HTB tree against one per tx "
+                  "queue.", doc, _shaped_found)
     if not doc:
-        return out + ["Not run.", ""]
+        return out
     cfg = doc.get("config", {})
     rate = cfg.get("rate_bps", 0)
     out += [f"({machine_line(doc)})", "",
@@ -63,7 +84,7 @@ def _reading(rows: list[dict], cpus: int) -> list[str]:
             what = (f"{r['queues']} queue{'s' if r['queues'] > 1 else ''}: {r['cpu_us_per_packet']:.1f} µs, "
                     f"{soft:.1f} µs softirq")
             if one is not None and r is not one:
-                what += (f" ({one['cpu_us_per_packet'] / r['cpu_us_per_packet']:.2f}x and "
+                what += (f" ({_less(one, r):.2f}x and "
                          f"{softirq_us_per_packet(one, cpus) / soft:.2f}x less than one tree)")
             if m["busy"] >= SATURATED:
                 what += (f", saturated: the machine {m['busy']:.0%} busy, {m['softirq']:.0%} of it in softirq "

@@ -3,7 +3,7 @@ they track it at 100 to 10,000 links, what the driver costs at each step, and a 
 
 from __future__ import annotations
 
-from .sections import machine_line, notes_of, table
+from .sections import machine_line, notes_of, opening, table
 
 
 def _pct(v) -> str:
@@ -20,10 +20,37 @@ def _links(r: dict) -> str:
     return f"{r['links']:,}" + ("" if loaded == r["links"] else f" ({loaded:,} loaded)")
 
 
+def _on_time(alone: list[dict]) -> dict[int, list[int]]:
+    """The driver alone: per link count, the steps (ms) at which it missed none."""
+    return {n: [r["step_ms"] for r in alone if r["links"] == n and r["missed_per_s"] == 0]
+            for n in sorted({r["links"] for r in alone})}
+
+
+def _trace_found(doc: dict) -> str | None:
+    rows = doc.get("rows", [])
+    track = [r for r in rows if r.get("kind") == "tracking" and r.get("loaded", r["links"]) == r["links"]]
+    parts = []
+    if track:
+        within = [r for r in track if r["p95_tolerances_1000ms"] <= 1]
+        if within:  # 95% of its 1 s windows within tolerance: p95 of the error, in tolerances, at most 1
+            r = max(within, key=lambda r: (r["links"], -r["p95_tolerances_1000ms"]))
+            parts.append(f"The largest row within tolerance in 95% of its 1 s windows: {_links(r)} links at a "
+                         f"{r['step_ms']} ms step (mean {(r['mean_ratio'] - 1) * 100:+.2f}% against the capacity, "
+                         f"p95 error {_pct(r['p95_error_1000ms'])}).")
+        else:
+            parts.append("No fully loaded row had 95% of its 1 s windows within tolerance.")
+    ok = {n: steps for n, steps in _on_time([r for r in rows if r.get("kind") == "driver"]).items() if steps}
+    if ok:
+        n = max(ok)
+        parts.append(f"The driver alone sent every step on time with {n:,} links from a {min(ok[n])} ms step.")
+    return " ".join(parts) or None
+
+
 def section_trace(doc: dict | None) -> list[str]:
-    out = ["## 11. Links that follow a trace", ""]
+    out = opening("11. Links that follow a trace", "How closely links that follow a trace deliver its capacity, and "
+                  "what the driver costs at each step.", doc, _trace_found)
     if not doc:
-        return out + ["Not run.", ""]
+        return out
     rows, cfg = doc.get("rows", []), doc.get("config", {})
     track = [r for r in rows if r.get("kind") == "tracking"]
     alone = [r for r in rows if r.get("kind") == "driver"]
@@ -88,8 +115,7 @@ def section_trace(doc: dict | None) -> list[str]:
         out += table(["links", "step", "driver CPU (of it user)", "changes/s", "rounds/s", "steps missed/s", "last round"],
                      body) + [""]
         reading = []
-        for n in sorted({r["links"] for r in alone}):
-            ok = [r["step_ms"] for r in alone if r["links"] == n and r["missed_per_s"] == 0]
+        for n, ok in _on_time(alone).items():
             short = [r for r in alone if r["links"] == n and r["missed_per_s"] > 0]
             text = f"{n:,} links: " + (f"every step from {min(ok)} ms sent on time" if ok else "no step sent on time")
             if short:

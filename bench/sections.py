@@ -1,14 +1,54 @@
 """The report's sections: tables and readings for each benchmark, computed from the results.
 
 Every sentence that compares numbers is computed from the results, so the
-reading stays true when the numbers change.  Here: what every section uses (tables,
-notes, the machine line), and the sections on statistics, fidelity, faults, the
-switch and cohorts; the others are in ``section_*.py``.
+reading stays true when the numbers change.  Here: what every section uses (its
+opening lines, tables, notes, the machine line), and the sections on statistics,
+fidelity, faults, the switch and cohorts; the others are in ``section_*.py``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from .common import fmt_time, ratio
+
+# ---------------------------------------------------------------- a section's opening
+
+NOT_RECORDED = "not recorded: these results lack the fields it is read from."
+
+
+def opening(title: str, measures: str, results, found: Callable[..., str | None]) -> list[str]:
+    """A section's heading and its two opening lines: what it measures, what it found.
+
+    ``measures`` is the section's fixed sentence.  ``found(results)`` computes the finding
+    from the results, with each number formatted as the section's own tables show it; it
+    returns None, or fails on a missing field, where the results cannot give it, and the line
+    then says so instead of guessing.  Empty ``results``: the finding is "Not run.".
+
+    >>> opening("9. Cost", "What it costs.", {"s": 1.5}, lambda d: f"{d['s']:.2f} s.")[2:]
+    ['**What it measures:** What it costs.', '', '**What it found:** 1.50 s.', '']
+    >>> opening("9. Cost", "What it costs.", {}, lambda d: "-")[4]
+    '**What it found:** Not run.'
+    >>> opening("9. Cost", "What it costs.", {"rows": []}, lambda d: d["s"])[4]
+    '**What it found:** not recorded: these results lack the fields it is read from.'
+    """
+    if not results:
+        text = "Not run."
+    else:
+        try:
+            text = found(results) or NOT_RECORDED
+        except (KeyError, TypeError, ZeroDivisionError):  # a result without a field the finding reads
+            text = NOT_RECORDED
+    return [f"## {title}", "", f"**What it measures:** {measures}", "", f"**What it found:** {text}", ""]
+
+
+def sentence(text: str) -> str:
+    """``text`` with a capital first letter: ``'shape mode'`` -> ``'Shape mode'``."""
+    return text[:1].upper() + text[1:]
+
+
+def where_of(doc: dict) -> str:
+    return "VM" if doc.get("where") == "vm" else "host"
 
 
 # ---------------------------------------------------------------- formatting
@@ -61,10 +101,42 @@ def _tc_row(rows: list[dict]):
     return next((r for r in rows if r["tool"].startswith("tc ")), None)
 
 
+def stats_headline(doc: dict, mode: str) -> dict | None:
+    """The largest N of ``mode`` with ``service.statistics`` and a ``tc -s`` row: the links, our
+    seconds, the baseline's (or None) and the ``tc`` row; None where either is missing.  The
+    headline and the section's finding both read it."""
+    rows = [r for r in rows_of(doc, mode=mode) if r.get("seconds") is not None]
+    if not rows:
+        return None
+    n = max(r["flows"] for r in rows)
+    at = rows_of(doc, mode=mode, flows=n)
+    ours, tc = _tool(at, "service.statistics"), _tc_row(at)
+    if not (ours and tc):
+        return None
+    return {"flows": n, "where": where_of(doc), "ours": ours, "baseline": _tool(at, "baseline service.statistics"),
+            "tc": tc}
+
+
+def _stats_found(docs: list[dict]) -> str | None:
+    parts = []
+    for doc in docs:
+        for mode in doc.get("config", {}).get("modes", []):
+            h = stats_headline(doc, mode)
+            if h is None:
+                continue
+            o, b, t = h["ours"], h["baseline"], h["tc"]
+            text = f"{mode} mode ({h['where']}), {h['flows']:,} links: `service.statistics` took {fmt_time(o)}; "
+            if b:
+                text += f"the baseline took {fmt_ratio(ratio(b, o), 1)}x as long, "
+            parts.append(sentence(text + f"the `{t['tool']}` dump {fmt_ratio(ratio(t['seconds'], o))}x."))
+    return " ".join(parts) or None
+
+
 def section_stats(docs: list[dict], img: str | None) -> list[str]:
-    out = ["## 3. Statistics cost", ""]
+    out = opening("3. Statistics cost", "How long reading every link's counters takes with N links installed, "
+                  "against the baseline revision and a `tc -s` dump.", docs, _stats_found)
     if not docs:
-        return out + ["Not run.", ""]
+        return out
     out += ["Seconds to read every link's counters with N links installed (shape mode: one direction while N fits "
             "one device, else both, N/2 each): `Executor.stats(plan)` (one dump per device, a row per link); "
             "`service.statistics` (what `--stats` calls: state, ownership check, the link table compiled once per "
@@ -109,10 +181,44 @@ def section_stats(docs: list[dict], img: str | None) -> list[str]:
     return out
 
 
+def fidelity_rows(doc: dict) -> list[dict]:
+    """The rows with a goodput reading: the headline's and the section finding's."""
+    return [r for r in doc.get("rows", []) if r["goodput_ratio"].get("n")]
+
+
+def latency_headline(doc: dict) -> dict | None:
+    """The latency classes' fastest handshake / configured round trip (lowest, highest), and the
+    datagrams' excess over it (lowest, highest, or None); None without a ratio."""
+    lat = doc.get("latency", [])
+    rs = [x["ratio"] for x in lat if x.get("ratio")]
+    if not rs:
+        return None
+    probes = [x["probe_excess_ms"] for x in lat if x.get("probe_excess_ms") is not None]
+    return {"ratio": (min(rs), max(rs)), "probe_excess_ms": (min(probes), max(probes)) if probes else None}
+
+
+def _fidelity_found(docs: list[dict]) -> str | None:
+    rows = [r for d in docs for r in fidelity_rows(d)]
+    parts = []
+    if rows:
+        means = [r["goodput_ratio"]["mean"] for r in rows]
+        links = sorted({r["links"] for r in rows})
+        span = f"{links[0]:,}" if len(links) == 1 else f"{links[0]:,} to {links[-1]:,}"
+        parts.append(f"In the table's {len(rows)} rows ({span} links), goodput averaged {fmt_ratio(min(means), 3)} to "
+                     f"{fmt_ratio(max(means), 3)} of the link model's capacity (p5 "
+                     f"{fmt_ratio(min(r['goodput_ratio']['p5'] for r in rows), 3)} or more).")
+    lat = [h for h in map(latency_headline, docs) if h]
+    if lat:
+        parts.append(f"The fastest handshake took {fmt_ratio(min(h['ratio'][0] for h in lat), 3)} to "
+                     f"{fmt_ratio(max(h['ratio'][1] for h in lat), 3)} of the configured round trip.")
+    return " ".join(parts) or None
+
+
 def section_fidelity(docs: list[dict], img: str | None) -> list[str]:
-    out = ["## 4. Link fidelity", ""]
+    out = opening("4. Link fidelity", "How much of the link model's capacity downloads through `modem-28k8` links "
+                  "get, and how close each latency class comes to its configured round trip.", docs, _fidelity_found)
     if not docs:
-        return out + ["Not run.", ""]
+        return out
     out += ["K concurrent downloads of the 1,000,000-byte file from nginx through `modem-28k8` links, a link "
             "per (client, port), measured over a window after a warm-up.  *Link*: the frame bytes each busy "
             "link sent (the router's class counters, metered as PPP frames) over the rate the frames get "
@@ -202,10 +308,29 @@ def _fidelity_reading(docs: list[dict]) -> list[str]:
     return ["Reading:", ""] + lines + [""] if lines else []
 
 
+def _kills_ok(kills: list[dict]) -> int:
+    """How many kills left one whole plan."""
+    return sum(1 for r in kills if r["ok"])
+
+
+def _faults_found(doc: dict) -> str | None:
+    sweeps, kills = doc.get("sweeps", []), doc.get("kills", [])
+    parts = []
+    if sweeps:
+        refusals = sum(r["refusals"] for r in sweeps)
+        left = sum(r["refusals"] - len(r["bad"]) for r in sweeps)
+        parts.append(f"{left:,} of {refusals:,} refusals injected into {len(sweeps)} calls left the interface "
+                     f"exactly as before.")
+    if kills:
+        parts.append(f"{_kills_ok(kills)} of {len(kills)} SIGKILLs left one whole plan.")
+    return " ".join(parts) or None
+
+
 def section_faults(doc: dict | None) -> list[str]:
-    out = ["## 6. Fault injection", ""]
+    out = opening("6. Fault injection", "Whether a call the kernel refuses at any step, or a SIGKILL during an "
+                  "apply, leaves the interface with one whole plan.", doc, _faults_found)
     if not doc:
-        return out + ["Not run.", ""]
+        return out
     out += [f"({machine_line(doc)})", "",
             "A refusal at every step: before the k-th operation the executor sends, for every k, one the "
             "kernel refuses is slipped in (a class under a qdisc that does not exist while building, the "
@@ -222,7 +347,7 @@ def section_faults(doc: dict | None) -> list[str]:
     out += table(["call", "operations", "refusals injected", "left exactly as before", "otherwise"], body) + [""]
     kills = doc.get("kills", [])
     if kills:
-        ok = sum(1 for r in kills if r["ok"])
+        ok = _kills_ok(kills)
         out += [f"SIGKILL: a 24,000-link apply (`ratelimit ... -h 3 hosts -p 10000-17999 --mode shape`), over a "
                 f"small plan or on a clean interface, killed at a random moment within the time such an apply "
                 f"took (\"of\"), then a random next command; the last row is a kill after the run ended. {ok} of "
@@ -236,10 +361,22 @@ def section_faults(doc: dict | None) -> list[str]:
     return out
 
 
+def _switch_found(doc: dict) -> str | None:
+    rows = doc.get("rows", [])
+    if not rows:
+        return None
+    first = rows[0]
+    text = (f"{first['method']}, the switch took {first['switch_s']:.2f} s and the download received "
+            f"{100 * first['ratio']:.1f}% of what the links allow")
+    return sentence("; ".join([text] + [f"{r['method']}, {r['switch_s']:.2f} s and {100 * r['ratio']:.1f}%"
+                                         for r in rows[1:]]) + ".")
+
+
 def section_switch(doc: dict | None) -> list[str]:
-    out = ["## 7. A profile switch under load", ""]
+    out = opening("7. A profile switch under load", "What a running download receives across a profile switch: "
+                  "the plan changed in place against removed and rebuilt.", doc, _switch_found)
     if not doc:
-        return out + ["Not run.", ""]
+        return out
     cfg = doc.get("config", {})
     out += [f"({machine_line(doc)})", "",
             f"The namespace lab with {cfg.get('links', 0):,} shaped links each way (one client with an IPv4 and an "
@@ -271,10 +408,28 @@ def section_switch(doc: dict | None) -> list[str]:
     return out
 
 
+def _cohorts_found(doc: dict) -> str | None:
+    cfg, rows = doc.get("config", {}), {r["what"]: r for r in doc.get("rows", [])}
+    many = f"{cfg.get('cohorts')} cohorts"
+    parts = []
+    if "setup" in rows:
+        parts.append(f"{many} took {fmt_ratio(rows['setup']['ratio'], 3)} of one cohort's setup time")
+    if "packet" in rows:
+        parts.append(("" if parts else f"{many} ") + f"forwarded {fmt_ratio(rows['packet']['ratio'], 3)} of "
+                     + ("its" if parts else "one cohort's") + " packets/s")
+    if parts:
+        parts = [" and ".join(parts) + "."]
+    if "whole hosts" in rows:
+        parts.append(f"Links for whole hosts took {fmt_ratio(rows['whole hosts']['ratio'], 3)} of per-port links' "
+                     f"setup time.")
+    return " ".join(parts) or None
+
+
 def section_cohorts(doc: dict | None) -> list[str]:
-    out = ["## 9. What cohorts cost", ""]
+    out = opening("9. What cohorts cost", "What splitting the links into cohorts, or giving whole hosts a link, "
+                  "costs at setup and per packet, side by side with one cohort.", doc, _cohorts_found)
     if not doc:
-        return out + ["Not run.", ""]
+        return out
     cfg = doc.get("config", {})
     rows = {r["what"]: r for r in doc.get("rows", [])}
     out += [f"({machine_line(doc)})", "",

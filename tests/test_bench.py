@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from array import array
 from ipaddress import ip_address
 
@@ -456,6 +457,71 @@ def test_report_from_small_results(tmp_path):
 def test_report_renders_without_results():
     text = report.render({})
     assert text.count("Not run.") == 12  # every section, the qdisc hash the 12th
+
+
+def _sections(text: str) -> dict[int, list[str]]:
+    """The report's numbered sections: number -> the section's non-blank lines after its heading."""
+    out, number = {}, None
+    for line in text.splitlines():
+        if line.startswith("## "):
+            head = line[3:].split(".", 1)[0]
+            number = int(head) if head.isdigit() else None
+            if number is not None:
+                out[number] = []
+        elif number is not None and line.strip():
+            out[number].append(line)
+    return out
+
+
+def _row(lines: list[str], first_cell: str) -> list[str]:
+    """The cells of the first table row whose first cell is ``first_cell``."""
+    row = next(line for line in lines if line.startswith(f"| {first_cell} |"))
+    return [c.strip() for c in row.strip("|").split("|")]
+
+
+def test_every_report_section_opens_with_what_it_measures_and_what_it_found(tmp_path):
+    """Right under each heading: the fixed "What it measures" line, then "What it found",
+    computed from the results with the numbers as the section's own tables show them."""
+    _small_results(tmp_path)
+    sections = _sections(report.render(results.load_results(tmp_path)))
+    assert sorted(sections) == list(range(1, 13))
+    for number, lines in sections.items():
+        assert lines[0].startswith("**What it measures:** "), (number, lines[0])
+        assert lines[1].startswith("**What it found:** "), (number, lines[1])
+    for number in (1, 2, 3, 4, 5):  # the parts the small results have: a finding each
+        assert "Not run." not in sections[number][1] and "not recorded" not in sections[number][1]
+    for number in range(6, 13):
+        assert sections[number][1] == "**What it found:** Not run."
+    # setup: tc -batch / ours at the largest N, as the table's bold cell shows it
+    found = sections[1][1]
+    assert found.startswith("**What it found:** Shape mode (host), 1,024 flows: ours took 50.0 ms, ")
+    batch = re.search(r"tc -batch ([\d.]+)x as long", found).group(1)
+    assert _row(sections[1], "1,024")[11] == f"**{batch}**" == "**0.80**"
+    # per packet: the hashed tree's and the flat list's cells for a packet that matches no flow
+    found = sections[2][1]
+    tree, tree_ratio, flat, flat_ratio = re.search(
+        r"hashed tree forwarded ([\d,]+) packets/s \(([\d.]+) of .*flat list ([\d,]+) \(([\d.]+)\)", found).groups()
+    cells = _row(sections[2], "65,536")
+    assert cells[2] == f"{tree} ({tree_ratio})" == "180,000 (0.86)" and cells[4] == f"{flat} ({flat_ratio})"
+    # the dial-up finding is its reading's lowest row, and names the wide rows
+    assert ("Every row reached at least 98.4% of the link model's ceiling in the window (lowest: wrk at x = 200), "
+            "with 0 errors in all. With wider port ranges, wrk at x = 20,000 reached 76.9%.") in sections[5][1]
+
+
+def test_a_finding_the_results_cannot_give_is_not_invented():
+    """A part whose results lack what its finding reads (statistics without `service.statistics`,
+    setup without our executor's rows) says what it measures and that the finding is not recorded."""
+    machine = {"kernel": "6.1", "cpus": 2, "cpu": "test", "mem_bytes": 2**31, "loadavg": [1.0]}
+    stats = {"benchmark": "stats", "where": "vm", "machine": machine, "config": {"modes": ["police"]},
+             "rows": [{"mode": "police", "flows": 256, "tool": "ratelimit", "seconds": 0.02},
+                      {"mode": "police", "flows": 256, "tool": "tc -s class show", "seconds": 0.2}]}
+    setup = {"benchmark": "setup", "where": "host", "machine": machine, "config": {"modes": ["shape"]},
+             "rows": [{"mode": "shape", "flows": 256, "tool": "tc-batch", "seconds": 0.01, "ops": 517}]}
+    sections = _sections(report.render({("stats", "vm"): stats, ("setup", "host"): setup}))
+    for number in (1, 3):
+        assert sections[number][0].startswith("**What it measures:** ")
+        assert sections[number][1] == "**What it found:** not recorded: these results lack the fields it is read from."
+    assert "| 256 | 21.2 ms |" not in sections[3] and "| 256 | 20.0 ms |" in "\n".join(sections[3])  # the table stays
 
 
 def _shaped_row(k, q, mean, busy, softirq, us, pps):

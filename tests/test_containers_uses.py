@@ -374,3 +374,35 @@ def test_restarts_save_and_restore_follow_the_containers(engine, ct_state, tmp_p
     def host(text):  # the veths are the restarts' own
         return sorted(re.sub(r"dev veth\w+", "dev veth", line) for line in text.splitlines())
     assert host(qdiscs(e, web, client)[0]) == host(before[0]) and not list(ct_state.rglob("*.json"))
+
+
+@pytest.mark.parametrize("engine", ["docker"], indirect=True)  # the README names no engine: Docker's, or Podman's
+def test_the_readme_container_commands_run(engine, ct_state, tmp_path):
+    """The README's container block, run as written with our containers' names (tests/readmekit.py),
+    and without the profiles' delays where the kernel has no netem:
+    the client as one 3G user, then the web server of that client over a modem; each is
+    applied and listed, and cleaning both leaves nothing of ours."""
+    import shlex
+    from readmekit import commands
+    e = engine
+    web_and_client(e, prefix=P)
+    before = leftovers(e, tmp_path / "state")
+    # on a kernel without netem, every netem impairment of the profiles left out (as the lab's --no-delay)
+    no_netem = [] if probe(["netem"])["netem"] else [
+        *(a for k in ("delay", "jitter") for a in (f"--{k}", "0ms")),
+        *(a for k in ("loss", "duplicate", "corrupt", "reorder") for a in (f"--{k}", "0%"))]
+    lines = commands("container")
+    assert lines, "the README has no container commands"
+    for line in lines:
+        ours = line.replace("container:client", f"container:{P}client").replace("--container client",
+                                                                               f"--container {P}client")
+        ours = ours.replace("--container web", f"--container {P}web")
+        assert ours != line
+        r = ratelimit(*shlex.split(ours)[1:], *no_netem)
+        assert r.returncode == 0, f"{ours}: {r.stderr.strip()[-600:]}"
+        name = shlex.split(ours)[2]
+        listed = [json.loads(out) for out in ratelimit("--container", name, "--list", "--json").stdout.splitlines()]
+        assert any(one["applied"] for one in listed), (ours, listed)
+    for name in (f"{P}web", f"{P}client"):
+        assert ratelimit("--container", name, "--clean").returncode == 0
+    assert leftovers(e, tmp_path / "state") == before

@@ -33,6 +33,8 @@ CACHE = Path(os.environ.get("RL_ROOTFS_CACHE", "/var/cache/ratelimit/fresh-rootf
 MIRROR = os.environ.get("RL_DEBIAN_MIRROR", "http://deb.debian.org/debian")
 PACKAGES = ("python3", "python3-venv", "iproute2")
 VENV = "/opt/ratelimit"  # the README's
+PIP_ENV = ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_CERT", "PIP_DEFAULT_TIMEOUT", "HTTPS_PROXY", "HTTP_PROXY",
+           "NO_PROXY", "https_proxy", "http_proxy", "no_proxy")
 
 
 def build_wheel(out: Path) -> Path:
@@ -85,12 +87,15 @@ class Fresh:
         self.root = root
 
     def run(self, script: str, *, net: bool = False, timeout: float = 900, user: str | None = None):
-        inner = (f"mount -t proc proc {self.root}/proc && mount -t sysfs sys {self.root}/sys && "
+        # its root a mount point of its own, as / is (ip -n makes / a slave mount, which needs one)
+        inner = (f"mount --bind {self.root} {self.root} && "
+                 f"mount -t proc proc {self.root}/proc && mount -t sysfs sys {self.root}/sys && "
                  f"mount --rbind /dev {self.root}/dev && mount -t tmpfs tmp {self.root}/run && "
                  f"mount -t tmpfs tmp {self.root}/tmp && exec chroot {self.root} "
-                 + (f"setpriv --reuid={user} --regid={user} --clear-groups " if user else "")
-                 + f"/usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "
-                 f"/bin/sh -c {shlex.quote(script)}")
+                 + (f"setpriv --reuid={user} --regid=nogroup --clear-groups " if user else "")
+                 + "/usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root "
+                 + "".join(f"{k}={shlex.quote(v)} " for k, v in os.environ.items() if k in PIP_ENV)
+                 + f"/bin/sh -c {shlex.quote(script)}")
         argv = ["unshare", "--mount", "--propagation", "private", *(["--net"] if net else []), "sh", "-c", inner]
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
 
@@ -100,7 +105,17 @@ def fresh(tmp_path):
     root = tmp_path / "debian"
     root.mkdir()
     subprocess.run(["tar", "-C", str(root), "-xf", str(_rootfs_tar())], check=True)
-    shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")  # pip reaches PyPI as the host does
+    # pip reaches the package index as the host's pip does: its name service, its configuration
+    # and the certificates that configuration names
+    shutil.copy("/etc/resolv.conf", root / "etc" / "resolv.conf")
+    if not (root / "etc" / "hosts").exists():  # the installer writes it; mmdebstrap leaves it out
+        (root / "etc" / "hosts").write_text("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n")
+    if Path("/etc/pip.conf").exists():
+        shutil.copy("/etc/pip.conf", root / "etc" / "pip.conf")
+    for cert in {os.environ.get("PIP_CERT"), "/etc/ssl/certs/ca-certificates.crt"} - {None}:
+        if Path(cert).is_file():
+            (root / cert.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(cert, root / cert.lstrip("/"))
     yield Fresh(root)
     shutil.rmtree(root, ignore_errors=True)
 
@@ -138,13 +153,21 @@ def test_a_missing_tool_or_root_is_one_line_naming_what_to_do(fresh, tmp_path):
     cases = [
         (f"{VENV}/bin/ratelimit lab up --name t --server nginx", "--server: nginx is not installed (apt-get "
                                                                  "install nginx-light"),
-        (f"{VENV}/bin/ratelimit vm -- true", "is missing: apt-get install qemu-system-x86"),
+        (f"{VENV}/bin/ratelimit vm -- true", "no stock kernel with traffic-control modules in /boot: apt-get "
+                                             "install linux-image-amd64"),
+        (f"{VENV}/bin/ratelimit vm --kernel /bin/true -- true", "virtme-ng (vng) is missing: pip install virtme-ng"),
+        ("pip", None),  # then with the VM's extra (virtme-ng), qemu is what is missing
+        (f"{VENV}/bin/ratelimit vm --kernel /bin/true -- true", "qemu-system-x86_64 is missing: apt-get install "
+                                                                "qemu-system-x86"),
         (f"PATH={VENV}/bin {VENV}/bin/ratelimit lab up --name t", "the 'ip' command is missing: apt-get install "
                                                                   "iproute2"),
         (f"PATH={VENV}/bin {VENV}/bin/ratelimit --if lo -h 198.18.0.2 -p 1000 --profile modem-28k8",
          "the 'tc' command is missing: apt-get install iproute2"),
     ]
     for script, says in cases:
+        if script == "pip":
+            assert fresh.run(f"{VENV}/bin/pip install -q virtme-ng==1.42").returncode == 0
+            continue
         r = fresh.run(script, net=True)
         lines = r.stderr.strip().splitlines()
         assert r.returncode != 0 and len(lines) == 1 and says in lines[0], (script, r.stderr)

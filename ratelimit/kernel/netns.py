@@ -121,20 +121,26 @@ def in_netns(netns: str, fn, *args):
     def run() -> None:
         try:
             _setns(netns)
-            out["result"] = fn(*args)
         except BaseException as e:  # handed to the caller's thread
+            out["entering"] = e
+            return
+        try:
+            out["result"] = fn(*args)
+        except BaseException as e:  # fn's own error, as it is (a sysctl the kernel refuses, say)
             out["error"] = e
 
     t = threading.Thread(target=run, name=f"netns-{netns}")
     t.start()
     t.join()
-    if "error" in out:
-        e = out["error"]
-        if isinstance(e, (FileNotFoundError, OSError)) and netns not in namespaces():
+    if "entering" in out:
+        e = out["entering"]
+        if isinstance(e, OSError) and netns not in namespaces():
             raise NotFoundError(f"network namespace {netns!r} does not exist") from e
         if isinstance(e, PermissionError):
             raise PermissionDenied(f"entering network namespace {netns!r} needs root") from e
         raise e
+    if "error" in out:
+        raise out["error"]
     return out["result"]
 
 
@@ -146,13 +152,24 @@ def netns_socket(netns: str, family: int = socket.AF_INET, type: int = socket.SO
 
 
 def set_sysctl(netns: str, key: str, value: str | int) -> None:
-    """Write sysctl ``key`` (``net.ipv4.ip_forward``) inside ``netns``."""
+    """Write sysctl ``key`` (``net.ipv4.ip_forward``) inside ``netns``: no sysctl(8) needed.
+    An ``OSError`` where the kernel refuses the value."""
     path = "/proc/sys/" + key.replace(".", "/")
 
     def write() -> None:
         with open(path, "w") as f:
             f.write(f"{value}\n")
     in_netns(netns, write)
+
+
+def get_sysctl(netns: str, key: str) -> str:
+    """The value of sysctl ``key`` inside ``netns``, as /proc/sys gives it, stripped."""
+    path = "/proc/sys/" + key.replace(".", "/")
+
+    def read() -> str:
+        with open(path) as f:
+            return f.read().strip()
+    return in_netns(netns, read)
 
 
 def _pids_in(netns_names: Sequence[str]) -> list[int]:

@@ -106,6 +106,7 @@ class Lab:
         tcp = servertcp.check(server_tcp)
         layout = topology.Topology.layout(name, n)
         store.require_root("up")
+        topology.require_tools()  # the one line naming the package, before anything is made
         store.check_not_up(name)  # early, so it is the only line; again under the lock below
         req = mode = None
         if not link.empty:  # every check on the link before anything is made

@@ -9,7 +9,7 @@ acknowledged and the segment is sent twice; with RFC 6298's 1 s floor it is not.
 A start is set in the server namespace only: the rto_min and initcwnd metrics of its default
 routes, IPv4 and IPv6 (``ip route change``: iproute2 locks rto_min, which the kernel needs
 before it uses the metric), and ``net.ipv4.tcp_congestion_control``, a per-namespace sysctl.
-What ``apply`` returns is read back from the kernel (``ip -j route show``, ``sysctl -n``).
+What ``apply`` returns is read back from the kernel (``ip -j route show``, /proc/sys in the namespace).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ApplyError, FieldError, KernelMissing
+from ..kernel import netns as kernel_netns
 
 FIELD = "--server-tcp"
 FAMILIES = ("-4", "-6")
@@ -164,32 +165,31 @@ def set_congestion_control(netns: str, cc: str) -> None:
     naming what to change when the kernel does not have it or the namespace may not use it."""
     if congestion_control(netns) == cc:
         return
-    _sysctl(netns, "-q", "-w", f"{CC_KEY}={cc}", check=False)  # a refusal shows in what is read back
+    try:
+        kernel_netns.set_sysctl(netns, CC_KEY, cc)
+    except OSError:
+        pass  # a refusal shows in what is read back
     if congestion_control(netns) == cc:
         return
-    available = _sysctl(netns, "-n", AVAILABLE_KEY).split()
+    available = kernel_netns.get_sysctl(netns, AVAILABLE_KEY).split()
     if cc not in available:
         raise KernelMissing(f"this kernel has no congestion control {cc} "
                             f"({AVAILABLE_KEY}: {' '.join(available)}); load it: modprobe tcp_{cc}",
                             f"tcp_{cc}")
-    allowed = _sysctl(netns, "-n", ALLOWED_KEY).split()
+    allowed = kernel_netns.get_sysctl(netns, ALLOWED_KEY).split()
     raise KernelMissing(f"congestion control {cc} is not allowed in network namespaces "
                         f"here ({ALLOWED_KEY}: {' '.join(allowed)}); allow it on the host: "
                         f"sysctl -w {ALLOWED_KEY}=\"{' '.join([*allowed, cc])}\"", f"tcp_{cc}")
 
 
 def congestion_control(netns: str) -> str:
-    """``sysctl -n net.ipv4.tcp_congestion_control`` in ``netns``."""
-    return _sysctl(netns, "-n", CC_KEY).strip()
+    """``net.ipv4.tcp_congestion_control`` in ``netns``."""
+    return kernel_netns.get_sysctl(netns, CC_KEY)
 
 
 def host_congestion_control() -> str:
     """The congestion control where this process runs (the host): the one a new namespace starts with."""
     return Path("/proc/sys/net/ipv4/tcp_congestion_control").read_text().strip()
-
-
-def _sysctl(netns: str, *argv: str, check: bool = True) -> str:
-    return _run(["ip", "netns", "exec", netns, "sysctl", *argv], check=check)
 
 
 def _run(cmd: list[str], *, check: bool = True) -> str:

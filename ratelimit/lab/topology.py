@@ -1,38 +1,19 @@
-"""A client-router-server lab on one machine, in network namespaces.
+"""A client-router-server lab on one machine, in network namespaces (the layout and why:
+docs/lab.md, "The namespace lab").
 
-Layout of the lab called NAME with N clients (everything is named from the
-prefix ``rl-NAME-``, so ``destroy(NAME)`` finds it again even after a crash)::
+- Everything of the lab NAME is named from ``rl-NAME-``, so ``destroy(NAME)`` finds it again
+  even after a crash.
+- The router has one client-facing interface, the bridge ``lan0`` (each client's veth is a
+  port of it), and one server-facing interface, ``wan0``: ratelimit works on ``lan0`` alone.
+- Client i is 198.18.0.(i+1) and 2001:db8:18::(i+1 in hex), the server 198.19.0.2 and
+  2001:db8:19::2; the router forwards between them.
+- Every device has ``QUEUES`` tx queues, and ``gso_max_segs 1`` unless ``offload=True``: TCP
+  hands the router packets of one MTU, as a real wire would.
+- Built through pyroute2 (no ``ip`` processes); commands run inside with ``ip netns exec``,
+  which shows ``/etc/netns/NS/hosts`` as ``/etc/hosts``.  Needs root.
 
-    rl-NAME-c1 .. rl-NAME-cN         rl-NAME-router                 rl-NAME-server
-    eth0 198.18.0.(i+1)/24 ---- veth ---- cI -+
-                                              lan0 (bridge)  wan0 ---- veth ---- eth0
-                                          198.18.0.1/24   198.19.0.1/24         198.19.0.2/24
-
-- Every client has its own veth link; the router ends (``c1``..``cN``) are
-  ports of one bridge, ``lan0``, which holds the router's client-side address.
-  So the router has ONE client-facing interface (``lan0``) and ONE
-  server-facing interface (``wan0``), as on the original ratelimit routers.
-  ratelimit works on ``lan0`` alone: its egress for server-to-client traffic,
-  its ingress (policed there, or redirected to an IFB device) for
-  client-to-server traffic, telling clients apart by address/port.
-- Clients share one /24 and differ in the last octet (the u32 hash key of the
-  original design): client i is 198.18.0.(i+1), so at most 253 clients.
-- IPv6 likewise: clients 2001:db8:18::(i+1 in hex)/64, router 2001:db8:18::1 and
-  2001:db8:19::1, server 2001:db8:19::2/64 (addresses added with ``nodad``).
-- The router forwards (net.ipv4.ip_forward=1, net.ipv6.conf.all.forwarding=1);
-  clients and the server route everything (``default``) via the router.
-- Addresses are from 198.18.0.0/15 (RFC 2544 benchmark range) and 2001:db8::/32
-  (documentation range): never a range a real LAN uses.
-- Every lab link has eight transmit queues per CPU (``QUEUES``): ratelimit spreads the
-  links over them (``--queues auto``, the lab's default), shaping on every CPU.
-- Unless ``offload=True``, every lab link has ``gso_max_segs 1``: TCP then hands
-  the router MTU-sized packets, as a real wire would, instead of 64 kB
-  super-packets that a per-packet policer or netem would treat as one.
-
-Built through pyroute2 (one netlink socket per namespace; no ``ip``
-processes), so a 64-client lab takes well under a second on a host.  Commands
-run inside with ``ip netns exec``, which also shows ``/etc/netns/NS/hosts`` as
-``/etc/hosts``.  Needs root.
+>>> lab_prefix("demo")
+'rl-demo-'
 """
 
 from __future__ import annotations
@@ -168,6 +149,13 @@ def _veth(name: str, peer_netns: str, gso: dict) -> Step:
 def _master(name: str, bridge: str) -> Step:
     return (f"link set {name} master {bridge}",
             lambda ipr: ipr.link("set", index=_index(ipr, name), master=_index(ipr, bridge)))
+
+
+def require_tools() -> None:
+    """``NotFoundError`` naming iproute2 unless ``ip`` and ``tc`` are installed (the lab's
+    hosts run their scripts through ``ip netns exec``, and the probe uses ``tc``)."""
+    for tool in ("ip", "tc"):
+        _tool_path(tool)
 
 
 def _tool_path(tool: str) -> str:
