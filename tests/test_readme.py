@@ -5,7 +5,7 @@ commands is one that a check runs (``readmekit.KINDS``):
 
 - ``router`` lines: tests/kernel/test_readme_kernel.py, in a namespace with an ``eth0`` of its
   own, in the full-kernel VM (the profiles' delays need netem);
-- ``dashboard`` lines: the same file, with a lab name of its own;
+- ``dashboard`` lines: ``test_the_readme_dashboard_commands_show_the_labs_link`` below;
 - the ``python`` block: ``test_the_pytest_example_passes`` below;
 - ``container`` lines: tests/test_containers_uses.py, on containers of its own names;
 - ``install``: tests/test_install.py, on a fresh Debian root file system;
@@ -14,7 +14,14 @@ commands is one that a check runs (``readmekit.KINDS``):
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import shlex
+import subprocess
+import sys
+import time
+import urllib.request
 
 import pytest
 
@@ -80,3 +87,46 @@ def test_the_pytest_example_passes(tmp_path):
     path.write_text(example)
     r = run_pytest(tmp_path, "-p", "no:xdist", str(path), cwd=tmp_path)
     assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-2000:] + r.stderr[-2000:]
+
+
+@pytest.mark.netns
+def test_the_readme_dashboard_commands_show_the_labs_link(tmp_path):
+    """The lab with a name of the test's own (and ``--no-delay``: the host has no netem), the
+    dashboard on a port of its own: its ``/api/status`` shows the lab's link."""
+    up, web = commands("dashboard")
+    name = f"rmd{os.getpid() % 100000}"
+    env = {**os.environ, "RATELIMIT_STATE_DIR": str(tmp_path / "state")}
+    up = up.replace("ratelimit lab up", f"ratelimit lab up --name {name}", 1) + " --no-delay"  # the host: no netem
+    web = web.replace("rl-lab-", f"rl-{name}-") + " --listen 127.0.0.1:0 --read-only"
+    r = subprocess.run(_argv(up), env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert r.returncode == 0, f"{up}: {r.stderr.strip()[-600:]}"
+    proc = None
+    try:
+        proc = subprocess.Popen(_argv(web), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                cwd=ROOT)
+        deadline = time.monotonic() + 300
+        url = None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, f"{web}: ended: {proc.stderr.read()[-600:]}"
+            if "serving " in line:
+                url = line.split("serving ", 1)[1].split()[0]
+        assert url, f"{web}: said nothing of where it serves"
+        for _ in range(100):  # its first poll
+            status = json.load(urllib.request.urlopen(url.rstrip("/") + "/api/status", timeout=30))
+            if status.get("applied"):
+                break
+            time.sleep(0.2)
+        # 4 clients, an IPv4 and an IPv6 address each, one link per host each way
+        assert status["applied"]["profile"] == "modem-28k8" and status["applied"]["links"] == 16, status["applied"]
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=30)
+        subprocess.run(_argv(f"ratelimit lab down --name {name}"), env=env, capture_output=True, timeout=300, cwd=ROOT)
+
+
+def _argv(line: str) -> list[str]:
+    words = shlex.split(line)
+    assert words[0] == "ratelimit", line
+    return [sys.executable, "-m", "ratelimit", *words[1:]]

@@ -232,7 +232,7 @@ class EmulatedLink:
     # -- measurements ------------------------------------------------------
     def measure_download(self, url: str = "/10000.bin", client: int = 1, *, port: int = 80,
                          timeout: float = 120):
-        """GET ``url`` (a path on the server, or a full URL) with curl from a
+        """GET ``url`` (a path on the server, or a full URL) from a
         client; returns ``Download`` (``.seconds``, ``.bytes``, ``.bps``,
         ``.connect_s``, ``.first_byte_s``, ``.local_port``, ``.http_code``)."""
         if url.startswith("/"):
