@@ -50,6 +50,17 @@ def pytest_configure(config):
                    "host if it has the features, else inside the stock-kernel VM")
     config.addinivalue_line(
         "markers", "vagrant: boots the Vagrant lab as libvirt VMs (root; minutes); tests/test_vagrant_lab.py")
+    config.addinivalue_line(
+        "markers", "whole_machine(why): measures what the machine's CPUs carry (load generators that want a CPU "
+                   "each); a run on a loaded machine may deselect it (-m 'not whole_machine'), and says why")
+
+
+def pytest_deselected(items):
+    """A test that needs the whole machine says so when a run leaves it out."""
+    for item in items:
+        mark = item.get_closest_marker("whole_machine")
+        if mark is not None:
+            print(f"ratelimit: deselected, it needs the whole machine: {item.nodeid}: {mark.args[0]}")
 
 
 # --------------------------------------------------------------------------

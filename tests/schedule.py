@@ -65,6 +65,9 @@ pytest-xdist workers (``-n auto`` in pyproject's addopts):
   time (the faults benchmark kills applies over and over), so it runs at nice
   ``BACKGROUND_NICE``, and so do the processes it starts: the tests beside it get
   the CPU first.
+- **The whole machine**: a test marked ``whole_machine`` measures what the machine's CPUs
+  carry (load generators that want a CPU each). A run on a loaded machine may leave those out
+  (``-m "not whole_machine"``), and each says why as it is deselected (conftest).
 - **Tiers**: a test measured at ``SLOW_S`` seconds or more is marked ``slow``, and
   so is every kernel test (on a kernel without netem they share one VM session,
   which takes minutes, boot included).  ``python -m pytest -m "not slow" tests``

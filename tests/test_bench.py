@@ -617,6 +617,7 @@ def test_dump_names_the_numbers_the_kernel_picked_and_keeps_ratelimits():
 
 @pytest.mark.netns
 @pytest.mark.alone  # httperf busy-polls: each of its 4 processes wants a core of its own (one loaded run read 12.4/s)
+@pytest.mark.whole_machine("httperf busy-polls: each of its 4 processes wants a CPU of its own")
 def test_quick_dialup_benchmark_holds_the_link_model(tmp_path):
     rc = bench_main(["dialup", "--quick", "--no-vm", "--out", str(tmp_path)])
     assert rc == 0
@@ -644,6 +645,7 @@ def test_audience_mixes_sessions_and_bandwidth():
 @pytest.mark.netns
 @pytest.mark.slow
 @pytest.mark.alone  # httperf busy-polls: ten processes (one per client namespace) on the machine's cores
+@pytest.mark.whole_machine("httperf busy-polls: ten processes, one per client namespace, on the machine's CPUs")
 def test_quick_audience_benchmark_holds_each_cohorts_model(tmp_path):
     from bench import audience
     rc = bench_main(["audience", "--quick", "--out", str(tmp_path)])
@@ -664,6 +666,7 @@ def test_quick_audience_benchmark_holds_each_cohorts_model(tmp_path):
 
 @pytest.mark.netns
 @pytest.mark.alone  # 2,000 links held to their rates by paced senders: the machine's CPUs are read
+@pytest.mark.whole_machine("2,000 links held to their rates by a paced sender per CPU; it reads the CPUs' time")
 def test_quick_shaped_load_benchmark_holds_every_backlogged_link_to_its_rate(tmp_path):
     rc = bench_main(["shaped-load", "--quick", "--out", str(tmp_path), "--queues", "1", "2"])
     assert rc == 0

@@ -13,6 +13,7 @@ pytestmark = pytest.mark.netns
 
 
 @pytest.mark.alone  # paced senders and the driver's timing against the clock
+@pytest.mark.whole_machine("paced senders, a CPU each, and the driver beside them")
 def test_quick_trace_benchmark_tracks_the_trace_and_the_driver_beats_tc_per_link(tmp_path):
     assert bench_main(["trace", "--quick", "--out", str(tmp_path)]) == 0
     rows = json.loads((tmp_path / "trace-host-quick.json").read_text())["rows"]

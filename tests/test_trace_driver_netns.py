@@ -151,6 +151,7 @@ SLACK_S, ATTEMPTS = 4.0, 3
 # the paced senders need the whole machine: 1,000 links take a sender per CPU; pinned to one CPU
 # beside the kernel VM they fell up to 883 ms behind their plan on a slower machine (issue 45)
 @pytest.mark.alone
+@pytest.mark.whole_machine("1,000 links paced by a sender per CPU, and the driver beside them")
 def test_a_square_wave_on_1000_links_is_followed_within_its_tolerances(tag, tmp_path):
     """2 s high, 2 s low, 10:1, a step of 100 ms, 1,000 links each with a UDP sender paced at
     1.1 times its capacity (full-size datagrams: what a trace counts), each link at its own
