@@ -9,6 +9,9 @@ xdist worker) takes a picture of what belongs to the host rather than to a test:
 - the kernel's settings (``sysctl -a``), less the counters that move by
   themselves (free inodes, the last pid, random numbers);
 - the network namespaces (``/run/netns``) and the host namespace's links;
+  a benchmark's namespace whose process died before the run (``bench.sandbox.leftovers``,
+  say from a run that was killed) is left out: every benchmark removes those when it
+  starts, and the summary names them;
 - libvirt's domains, networks, storage pools and the default pool's volumes.
 
 A difference fails the run: the summary names each one, and pytest's exit status
@@ -26,6 +29,8 @@ import time
 
 import pytest
 
+from bench import sandbox
+
 ENV = "RATELIMIT_HOST_CHECK"
 APT_LISTS = "/var/lib/apt/lists"
 # counters the kernel moves by itself, and net.ipv4.tcp_fastopen_key: all zeros until the kernel
@@ -37,6 +42,7 @@ VOLATILE = re.compile(r"^(fs\.(dentry-state|inode-nr|inode-state|file-nr|aio-nr|
 _KEY = pytest.StashKey[dict]()
 _VOLATILE_KEY = pytest.StashKey[set]()
 _DIFF_KEY = pytest.StashKey[list]()
+_STALE_KEY = pytest.StashKey[list]()
 
 
 def _run(argv: list[str]) -> str:
@@ -101,13 +107,14 @@ def _libvirt() -> list[str]:
     return out
 
 
-def picture() -> dict[str, object]:
-    """What the check compares (also usable by hand: ``python -c 'import hostcheck; ...'``)."""
+def picture(stale: frozenset[str] = frozenset()) -> dict[str, object]:
+    """What the check compares, less the namespaces ``stale`` (also usable by hand:
+    ``python -c 'import hostcheck; ...'``)."""
     return {
         "apt lists": _apt_lists(),
         "firewall": _firewall(),
         "sysctl": _sysctls(),
-        "netns": sorted(os.listdir("/run/netns")) if os.path.isdir("/run/netns") else [],
+        "netns": sorted(set(os.listdir("/run/netns")) - stale) if os.path.isdir("/run/netns") else [],
         "host links": sorted(line.split(":")[1].strip().split("@")[0]
                              for line in _run(["ip", "-o", "link", "show"]).splitlines() if ":" in line),
         "libvirt": _libvirt(),
@@ -140,9 +147,11 @@ def _enabled(config) -> bool:
 def pytest_sessionstart(session):
     if not _enabled(session.config):
         return
-    first = picture()
+    stale = sandbox.leftovers()
+    session.config.stash[_STALE_KEY] = stale
+    first = picture(frozenset(stale))
     time.sleep(1)
-    second = picture()
+    second = picture(frozenset(stale))
     session.config.stash[_VOLATILE_KEY] = {k for k in first["sysctl"] if first["sysctl"][k] != second["sysctl"].get(k)}
     session.config.stash[_KEY] = second
 
@@ -151,7 +160,8 @@ def pytest_sessionfinish(session, exitstatus):
     before = session.config.stash.get(_KEY, None)
     if before is None:
         return
-    diff = differences(before, picture(), session.config.stash[_VOLATILE_KEY])
+    stale = frozenset(session.config.stash[_STALE_KEY])
+    diff = differences(before, picture(stale), session.config.stash[_VOLATILE_KEY])
     session.config.stash[_DIFF_KEY] = diff
     if diff and session.exitstatus == 0:
         session.exitstatus = 1
@@ -161,6 +171,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     diff = config.stash.get(_DIFF_KEY, None)
     if diff is None:
         return
+    stale = config.stash[_STALE_KEY]
+    if stale:
+        terminalreporter.write_line(f"ratelimit: host check: left out {len(stale)} namespace(s) of benchmark processes "
+                                    f"that had died before the run (the benchmarks remove them): "
+                                    f"{', '.join(stale[:8])}{' ...' if len(stale) > 8 else ''}")
     if diff:
         terminalreporter.write_sep("=", "the host changed during the run", red=True)
         for line in diff:

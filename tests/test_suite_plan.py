@@ -9,8 +9,11 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 import hostcheck
 import schedule
+from bench import sandbox
 
 HERE = Path(__file__).resolve().parent
 
@@ -65,6 +68,22 @@ def test_host_differences_name_what_changed():
         "sysctl: net.ipv4.ip_forward was '0', now '1'",
         "netns: new: rl-lab-router (1)"]
     assert hostcheck.differences(before, before) == []
+
+
+@pytest.mark.netns
+def test_a_benchmarks_namespace_left_by_a_dead_process_is_no_host_change_when_a_benchmark_removes_it():
+    dead = max(int(p) for p in os.listdir("/proc") if p.isdigit()) + 100_000  # above any pid in use
+    name = f"{sandbox.NS_PREFIX}{dead}-1-hostcheck"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        stale = frozenset(sandbox.leftovers())
+        assert name in stale
+        before = hostcheck.picture(stale)
+        assert name not in before["netns"]
+        assert name in sandbox.remove_leftovers()  # what a benchmark does when it starts
+        assert not [line for line in hostcheck.differences(before, hostcheck.picture(stale)) if "netns" in line]
+    finally:
+        subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
 
 
 # a small suite's conftest: the kernel tests become ``own_cpu`` after the schedule has ordered
