@@ -1,5 +1,5 @@
 """The suite's own scheduling and host check (tests/schedule.py, tests/hostcheck.py):
-the pure parts, and one real xdist run of a small suite."""
+the pure parts, one real xdist run of a small suite, and a stale namespace (root)."""
 
 import json
 import os
