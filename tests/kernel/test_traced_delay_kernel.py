@@ -9,7 +9,7 @@ first step in the emulated VM, and a schedule's steps are fixed in the wall cloc
 apply.  The test's schedule is applied once the driver follows (it reads the new record at
 its next step), and measured from the driver's first step of it.  UDP datagrams from the
 server, stamped with the sender's monotonic clock (one clock for every namespace), measure
-the one-way delay of each step, what passes in the outage and the share lost.
+the one-way delay of each step (its least: the delay has no jitter), what passes in the outage and the share lost.
 """
 
 import re
@@ -174,18 +174,22 @@ def test_a_schedule_sets_the_delay_and_loss_of_a_gated_link_and_its_outage_holds
     first = [d for seq, d, _ in rx.got if seq < 1000]
     outage = [(seq, at - outage_at) for seq, _, at in rx.got if 1000 <= seq < 2000]
     third = [d for seq, d, _ in rx.got if 2000 <= seq < 3000]
-    base = statistics.median(d for seq, d, _ in rx.got if seq >= 3000)
-    d1, d3 = statistics.median(first), statistics.median(third)
+    # each step's least one-way delay: netem's delay here has no jitter, so every datagram takes
+    # it, and what the emulated machine adds (a stall of the sender, the receiver's thread) only
+    # ever adds; a median took 3.5 ms of such stalls into the first step on a loaded machine
+    base = min(d for seq, d, _ in rx.got if seq >= 3000)
+    d1, d3 = min(first), min(third)
     sent_out = int((OUTAGE_S - 0.8) / 0.1)
-    print(f"one-way delay: unshaped {base * 1000:.2f} ms; first step median {d1 * 1000:.2f} ms of {len(first)} "
-          f"(own {OWN_DELAY_S * 1000:g} ms); "
-          f"third step median {d3 * 1000:.2f} ms of {len(third)} ({STEP_DELAY_S * 1000:g} ms); "
+    print(f"least one-way delay: unshaped {base * 1000:.2f} ms; first step {d1 * 1000:.2f} ms of {len(first)} "
+          f"(median {statistics.median(first) * 1000:.2f} ms; own {OWN_DELAY_S * 1000:g} ms); "
+          f"third step {d3 * 1000:.2f} ms of {len(third)} (median {statistics.median(third) * 1000:.2f} ms; "
+          f"{STEP_DELAY_S * 1000:g} ms); "
           f"(d3 - d1) / configured {(d3 - d1) / (STEP_DELAY_S - OWN_DELAY_S):.4f}; lost in the third step "
           f"{1000 - len(third)} of 1000 ({STEP_LOSS:.0%}); outage: {len(outage)} of {sent_out} sent arrived, at "
           f"{[round(t, 2) for _, t in outage]} s after its start; qdiscs in the outage: {' | '.join(held.split())}")
-    assert len(first) == 60 and min(first) >= OWN_DELAY_S
+    assert len(first) == 60 and d1 >= OWN_DELAY_S
     assert d1 - base == pytest.approx(OWN_DELAY_S, rel=0.05)  # what the link adds to the path's own time
-    assert min(third) >= STEP_DELAY_S
+    assert d3 >= STEP_DELAY_S
     assert (d3 - d1) / (STEP_DELAY_S - OWN_DELAY_S) == pytest.approx(1.0, abs=0.03)
     # 20% loss of 1,000 datagrams: 200 +- 4 standard deviations (12.6)
     assert abs((1000 - len(third)) - 1000 * STEP_LOSS) <= 4 * (1000 * STEP_LOSS * (1 - STEP_LOSS)) ** 0.5
