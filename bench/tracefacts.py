@@ -2,7 +2,8 @@
 
     python -m bench.tracefacts outage METHOD   a TCP download through one HTB link whose
                                                capacity goes to "0" for 3 s (METHOD: frozen,
-                                               timed, tbf-gate: ``OUTAGES``); prints JSON
+                                               timed, tbf-gate, tbf-gate-kick: ``OUTAGES``);
+                                               prints JSON
     python -m bench.tracefacts changes N       Change operations of N links' HTB classes sent
                                                through our Executor in batches: changes/s, CPU
 
@@ -15,7 +16,8 @@ holds ``QUEUE_BYTES``, and a u32 filter sending the client's address there.  The
 writes as fast as TCP lets it; the client reads and timestamps every receive.  After
 ``LEAD_S`` the link is held by the method's commands (``OUTAGES``), after ``OUTAGE_S``
 opened again by its other commands, and the run goes on for ``TAIL_S``.  The class's and
-the leaf's counters and HTB's tokens are read every ``SAMPLE_S``.
+the leaf's counters are read every ``SAMPLE_S`` over netlink, HTB's tokens (``tc``) at the
+hold and the opening.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from dataclasses import replace
 
 from ratelimit import service
 from ratelimit.kernel.executor import Executor
+from ratelimit.kernel.kick import Kicker
 from ratelimit.plan.ops import Change
 from ratelimit.plan.shaping import HtbClass
 
@@ -191,6 +194,7 @@ class _netlink_sampler:
 
 BFIFO = ["bfifo", "limit", str(QUEUE_BYTES)]
 OPEN_TBF = ["tbf", "rate", "10gbit", "burst", "15140b", "limit", str(QUEUE_BYTES)]  # wide open: the class shapes
+KICK = ("kick", "rltr-c")  # ratelimit.kernel.kick: one frame through the device's qdiscs
 SHUT_TBF = ["tbf", "rate", "64bit", "burst", f"{FRAME_BYTES}b", "limit", str(QUEUE_BYTES)]  # one frame in 189 s
 # method: (leaf, the outage's commands, the resume's commands)
 OUTAGES = {
@@ -200,7 +204,19 @@ OUTAGES = {
     "timed": (BFIFO, [class_change(f"{FRAME_BYTES * 8 / OUTAGE_S:.0f}bit")], [class_change(RATE)]),
     # the class keeps RATE; a token bucket as its leaf opens and shuts
     "tbf-gate": (OPEN_TBF, [leaf_change(SHUT_TBF)], [leaf_change(OPEN_TBF)]),
+    # ... and a kick once it is open, as the driver does (plan/gate.py): the kernel does not
+    # dequeue what the gate held until the device's next packet
+    "tbf-gate-kick": (OPEN_TBF, [leaf_change(SHUT_TBF)], [leaf_change(OPEN_TBF), KICK]),
 }
+
+
+def _run(args) -> None:
+    """One command of a method: tc's arguments, or ``KICK`` (a kick on the link's device)."""
+    if args is KICK:
+        with Kicker(NS["rtr"]) as kicker:
+            kicker.kick("rltr-c", 1)
+    else:
+        tc(args)
 
 
 def outage(method: str, lead_s: float = LEAD_S, outage_s: float = OUTAGE_S, tail_s: float = TAIL_S) -> dict:
@@ -252,14 +268,14 @@ def _watch(method, hold, resume, server, client, times) -> dict:
     time.sleep(lead_s)  # the experiment's timeline (from the download's connection): the lead, the outage, the tail
     marks["before_hold"] = class_stats()
     for args in hold:
-        tc(args)
+        _run(args)
     marks["held_at"] = time.monotonic()
     marks["after_hold"] = class_stats()
     time.sleep(outage_s)
     marks["before_resume"] = class_stats()
     marks["resume_at"] = time.monotonic()
     for args in resume:
-        tc(args)
+        _run(args)
     marks["resumed_at"] = time.monotonic()
     time.sleep(max(0.0, start + total - time.monotonic()))
     stop.set()

@@ -26,6 +26,7 @@ from ratelimit import service
 from ratelimit.cli import main as cli
 from ratelimit.kernel import bpf, netns
 from ratelimit.kernel.executor import Executor
+from ratelimit.kernel.kick import Kicker
 from ratelimit.plan.layout import QUEUE_GROUP_LINKS, TREE_BASE, Layout
 from ratelimit.service import readout
 from ratelimit.spec.linkmodel import LinkModel
@@ -296,6 +297,25 @@ def _direct(router, dev) -> int:
                          text=True).stdout
     return sum(int(n) for major, n in re.findall(r"qdisc htb ([0-9a-f]+): parent 52:\S+ .*direct_packets_stat (\d+)",
                                                   out))
+
+
+def _direct_by_tree(router, dev) -> dict:
+    out = subprocess.run(["tc", "-n", router, "-s", "qdisc", "show", "dev", dev], check=True, capture_output=True,
+                         text=True).stdout
+    return {int(major, 16): int(n) for major, n in
+            re.findall(r"qdisc htb ([0-9a-f]+): parent 52:\S+ .*direct_packets_stat (\d+)", out)}
+
+
+def test_a_gates_kick_goes_out_unclassified_in_each_queues_tree(routed):
+    server, router, client = routed
+    service.apply(_request(router, PORTS))
+    for dev in ("r0", "rl-r0"):
+        before = _direct_by_tree(router, dev)
+        assert sorted(before) == [TREE_BASE, TREE_BASE + 1]
+        with Kicker(router) as kicker:
+            assert kicker.kick(dev, 2) == 2
+        # one frame in each tree's direct queue: the program pinned it to the queue its first byte names
+        assert _direct_by_tree(router, dev) == {tree: n + 1 for tree, n in before.items()}, dev
 
 
 @pytest.mark.alone  # beside the loaded suite one packet each way went unclassified across the switch (cause not found)

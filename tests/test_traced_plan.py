@@ -163,7 +163,7 @@ def test_no_capacity_shuts_the_gate_first_and_capacity_opens_it_after_the_class(
     assert not s.reopens  # a round that shuts may go early (the driver's lead)
     assert s.changes(11) == ()
     assert rates(s.changes(20)) == [("HtbClass", 2_000_000, 2_000_000)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2
-    assert s.reopens  # ... one that ends the outage is not sent before its step
+    assert s.reopened == {s.links[0].gate.dev} and s.reopens  # ... one that ends the outage is not sent before its step; its device is kicked
     assert s.changes(21) == () and not s.reopens
     s.forget()  # after a failed step: every class and gate again, the class first
     assert rates(s.changes(22)) == [("HtbClass", 2_000_000, 2_000_000)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2

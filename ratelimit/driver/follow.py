@@ -64,7 +64,7 @@ def read_status(netns: str | None, interface: str) -> dict | None:
     """The driver's last word (None: none ever ran here, or it is unreadable): its pid,
     ``state``, the step and when it was sent (``step``, ``step_at_ms``), how many links it
     left ``shut``, ``held`` and ``learnt`` the packets of, and its counts so far (``sent``
-    changes, ``rounds``, ``missed`` steps).  A driver that died leaves its last step there."""
+    changes, ``rounds``, ``missed`` steps, ``kicked`` frames).  A driver that died leaves its last step there."""
     try:
         data = json.loads(status_path(netns, interface).read_text())
     except (OSError, ValueError):

@@ -15,6 +15,7 @@ eth1's plan in steps of 100 ms until ``--clean`` stops it, and returns 0.
 """
 
 import fcntl
+import functools
 import gc
 import json
 import os
@@ -25,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from ..errors import ConflictError, RatelimitError, StateError
 from ..kernel.counters import FlowTable
 from ..kernel.executor import Executor, StepFailed  # the only code that changes traffic control
+from ..kernel.kick import Kicker
 from ..kernel.netns import NETNS_DIR
 from ..kernel.readback import Reader
 from ..kernel.transport import KernelError
@@ -101,10 +103,12 @@ def _realtime() -> bool:
         return False
 
 
-def _timed(apply, ops) -> float:
-    """Send ``ops``; when the last was answered (``time.monotonic``)."""
+def _timed(apply, ops, kick) -> float:
+    """Send ``ops``, then ``kick()``; when the last op was answered (``time.monotonic``)."""
     apply(ops)
-    return time.monotonic()
+    done = time.monotonic()
+    kick()
+    return done
 
 
 class _Loop:
@@ -114,13 +118,21 @@ class _Loop:
         self.stepper = self.started = None
         self.loaded: dict = {}  # (path, sha256) -> the trace or schedule
         self.lead_ms = 0.0
+        self.queues = 1  # the plan's tx queues: a kick goes to each
         self.table = None  # where the traced links' class counters are (``counters.FlowTable``)
         self.learn_at = 0.0  # when to read them next (``time.monotonic``)
 
     def run(self) -> tuple[str, int]:
         failures, resend, ops, k, counts = 0, True, None, None, {}
         sent = rounds = missed = 0  # changes and rounds sent, steps not sent (their time had passed)
-        with Executor(self.netns) as ex, Reader(self.netns) as reader, ThreadPoolExecutor(1, "send") as sender:
+        kicks = kicked = 0  # devices to kick after this round (``steps.Stepper.reopened``); frames sent
+        with Executor(self.netns) as ex, Reader(self.netns) as reader, Kicker(self.netns) as kicker, \
+                ThreadPoolExecutor(1, "send") as sender:
+
+            def kick(devs):
+                nonlocal kicked
+                for dev in sorted(devs):
+                    kicked += kicker.kick(dev, self.queues)
             while True:
                 if self.guard.pending:
                     return signal.Signals(self.guard.pending).name, 0
@@ -133,16 +145,17 @@ class _Loop:
                         resend = resend or self.record_id[1]
                         k = self._now_step()
                         ops = self.stepper.changes(k, resend)
-                        counts = self._counts()
+                        counts, kicks = self._counts(), self.stepper.reopened
                     self.guard.hold()  # a step goes out whole
                     landing = self.stepper.take_sent()
                     begun_ms, sent_at = time.time() * 1000, time.monotonic()
-                    round_ = sender.submit(_timed, ex.apply, ops)
+                    round_ = sender.submit(_timed, ex.apply, ops, functools.partial(kick, kicks))
                     # the next step is made while this one goes out: the kernel's work on the
                     # messages is done in the sending thread's system calls, on the other CPU
                     next_k = max(k + 1, self._now_step())  # a step missed is not sent late: the next is
                     next_ops = self.stepper.changes(next_k)
                     next_counts = self._counts()  # the links' state once it is sent; this round's is ``counts``
+                    next_kicks = self.stepper.reopened
                     try:
                         done_at = round_.result()
                     except StepFailed as e:
@@ -167,12 +180,13 @@ class _Loop:
                                links=len(self.stepper.links), **counts, changes=len(ops), round_ms=round(round_ms, 3),
                                late_ms=round(late_ms, 3), lead_ms=round(self.lead_ms, 3), learnt=self.stepper.learnt,
                                why=None,
-                               cpu_s=round(sum(os.times()[:2]), 2), sent=sent, rounds=rounds, missed=missed)
+                               cpu_s=round(sum(os.times()[:2]), 2), sent=sent, rounds=rounds, missed=missed,
+                               kicked=kicked)
                 if self.guard.pending:
                     return signal.Signals(self.guard.pending).name, 0
                 self.guard.arm()
                 missed += next_k - k - 1
-                k, ops, counts = next_k, next_ops, next_counts
+                k, ops, counts, kicks = next_k, next_ops, next_counts, next_kicks
                 wake_ms = self.started + k * self.step_ms - (0.0 if self.stepper.reopens else self.lead_ms)
                 time.sleep(max(0.0, (wake_ms - time.time() * 1000) / 1000))
 
@@ -226,7 +240,7 @@ class _Loop:
         self.table = FlowTable.of_classes((link.klass.dev, link.klass.classid) for link in self.stepper.links)
         self.learn_at = 0.0  # the first reading after a new plan is where the next one counts from
         gc.freeze()  # the plan and its links live as long as it: no collection walks them
-        self.started = req.traced_start_ms
+        self.started, self.queues = req.traced_start_ms, req.queues
         if self.started is None:
             return "the record has traces but no start time (applied by an older ratelimit?): apply again"
         self.record_id = (ident, True)

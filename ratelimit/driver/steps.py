@@ -215,7 +215,7 @@ class Stepper:
             self._windows = TraceWindows(links, step_ms)
         self._sent: list = []
         self.learnt = 0  # links whose packets ``learn`` knows
-        self.reopens = False  # whether the last ``changes`` opens a shut gate (an outage ends)
+        self.reopened: frozenset[str] = frozenset()  # the devices where the last ``changes`` opens a shut gate
 
     def window(self, k: int) -> tuple[int, int]:
         return k * self.step_ms, (k + 1) * self.step_ms
@@ -229,7 +229,7 @@ class Stepper:
         OPEN, SHUT = gate.OPEN_BPS, gate.SHUT_BPS
         closing, classes, opening = [], [], []
         sent = self._sent = []
-        reopens = False
+        reopened = set()
         rows = self._windows.rows(k, 1 + LOOKAHEAD) if self._windows else itertools.repeat(None)
         for link, rates in zip(self.links, rows):
             was_rate, was_gate = link.rate_bps, link.gate_bps
@@ -268,7 +268,8 @@ class Stepper:
                 classes.append(Change.of(link.klass_at(klass)))
                 link.rate_bps, last = klass, classes
             if resend or gate_bps != was_gate:
-                reopens = reopens or was_gate == SHUT
+                if was_gate == SHUT:
+                    reopened.add(link.gate.dev)
                 last = opening if gate_bps == OPEN else closing
                 last.append(Change.of(link.gate_at(gate_bps)))
                 link.gate_bps = gate_bps
@@ -280,8 +281,14 @@ class Stepper:
         at = {id(closing): len(stages), id(classes): len(stages) + len(closing),
               id(opening): len(stages) + len(closing) + len(classes)}
         self._sent = [(link, old, new, at[id(where)] + i, len(ops)) for link, old, new, where, i in sent]
-        self.reopens = reopens
+        self.reopened = frozenset(reopened)
         return tuple(ops)
+
+    @property
+    def reopens(self) -> bool:
+        """Whether the last ``changes`` opens a shut gate (an outage ends): the driver sends
+        it on time, and kicks the devices of ``reopened`` once it landed (``plan.gate``)."""
+        return bool(self.reopened)
 
     def _stages(self, k: int, resend: bool) -> list:
         """The delay stages that change in step ``k`` (a schedule's delay and loss, in force

@@ -9,6 +9,12 @@ token bucket holds the link's packets in its own byte queue -- the link's queue,
 size a byte fifo would have -- and drops at its limit, like a tunnel, and a change resets
 its bucket, so opening it costs nothing.  The plan builds the gate open, the class at the
 trace's mean (and the default queue at that rate); the driver sets both step by step.
+
+The kernel does not look at a queue again when a gate opens: what a shut gate held waits
+for the device's next packet, or for HTB's own timer (up to a second later).  So the driver
+follows each opening with a kick (``kick_frame``): one frame per tx queue, sent through the
+device's qdiscs, that HTB lets out unclassified and every receiver drops (docs/design.md,
+"The driver process").
 """
 
 import dataclasses
@@ -18,6 +24,9 @@ from .shaping import TbfQdisc
 
 OPEN_BPS = 10 * 10**9  # wide open: the class above shapes
 SHUT_BPS = 64  # the least at which tc's one-frame burst still fits its 32-bit ticks (189 s a frame)
+KICK_ETHERTYPE = 0x88B5  # IEEE 802's first local experimental EtherType: no stack takes it
+KICK_DEST = bytes.fromhex("02726c6b6963")  # a locally administered unicast address ("\x02rlkic"): no host has it
+KICK_MIN_PAYLOAD = 46  # Ethernet's least payload
 
 
 def traced(cohort, direction: str):
@@ -55,3 +64,16 @@ def opened(dev: str, parent: int, handle: int, burst: int, limit: int) -> TbfQdi
 def shut(op: TbfQdisc) -> TbfQdisc:
     """The gate ``op`` shut: it lets out the frame its bucket holds, then nothing."""
     return dataclasses.replace(op, rate_bps=SHUT_BPS)
+
+
+def kick_frame(source_mac: bytes, queue: int | None) -> bytes:
+    """The Ethernet frame that makes a device dequeue again after a gate opened: to
+    ``KICK_DEST``, of ``KICK_ETHERTYPE``, its first payload byte tx queue ``queue`` + 1 (the
+    queue program pins it there, ``queuepin``), 0 for a device of one queue (None).
+
+    >>> kick_frame(bytes(6), 2)[12:16].hex()
+    '88b50372'
+    """
+    tag = b"ratelimit: a gate opened"
+    payload = bytes([0 if queue is None else queue + 1]) + tag
+    return KICK_DEST + source_mac + KICK_ETHERTYPE.to_bytes(2, "big") + payload.ljust(KICK_MIN_PAYLOAD, b"\0")

@@ -18,6 +18,7 @@ order:
 2. (family, address, every port): any IPv4 or IPv6 packet of a whole host;
 3. every other IPv4 or IPv6 packet: the default cohort's link, when the plan has one.
 
+A gate's kick (``gate.kick_frame``) goes to the tx queue its first byte names, unclassified.
 Anything else is left alone, and goes through whichever queue the kernel picks, unclassified
 (HTB's default: out untouched), as a packet no u32 filter took.  A miss also clears a
 priority that names a class of one of ratelimit's trees (left by another device's program:
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from ..spec.model import IPAddress
 from ..spec.names import shell_word
 from .ebpf import FP, R0, R1, R2, R3, R4, R5, R6, R7, R8, Asm, Program
+from .gate import KICK_ETHERTYPE
 from .layout import MAX_QUEUES, TREE_BASE, Layout
 from .ops import _Bpf, ClsactQdisc, tc_handle
 
@@ -89,7 +91,18 @@ def program(direction: str) -> Program:
     a.load("u32", R7, R6, SKB_PROTOCOL)
     a.jump("==", R7, _native16(0x0800), "ipv4")
     a.jump("==", R7, _native16(0x86DD), "ipv6")
+    a.jump("==", R7, _native16(KICK_ETHERTYPE), "kick")
     a.goto("miss")
+
+    a.label("kick")  # a gate's kick: to the tx queue its first byte names, unclassified
+    _read(a, 0, HEADER_AT, 1, "miss", "kick_read")
+    a.load("u8", R1, FP, HEADER_AT)
+    a.jump("==", R1, 0, "miss")
+    a.jump(">", R1, MAX_QUEUES, "miss")
+    a.store("u32", R6, SKB_QUEUE_MAPPING, R1)
+    a.mov(R1, 0)
+    a.store("u32", R6, SKB_PRIORITY, R1)
+    a.goto("out")
 
     a.label("ipv4")
     _read(a, 0, HEADER_AT, 20, "others", "ipv4_header")

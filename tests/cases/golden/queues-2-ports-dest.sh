@@ -31,146 +31,178 @@ EOF
 #      4: r7 = *(u32 *)(r6 +16)
 #      5: if r7 == 8 goto ipv4
 #      6: if r7 == 0xdd86 goto ipv6
-#      7: goto miss
+#      7: if r7 == 0xb588 goto kick
+#      8: goto miss
+#   kick:
+#      9: r1 = r6
+#     10: r2 = 0
+#     11: r3 = r10
+#     12: r3 += -64
+#     13: r4 = 1
+#     14: r5 = 1
+#     15: call bpf_skb_load_bytes_relative
+#     16: if r0 == 0 goto kick_read_done
+#     17: r2 = *(u32 *)(r6 +0)
+#     18: if r2 <= 128 goto kick_read_pull
+#     19: r2 = 128
+#   kick_read_pull:
+#     20: r1 = r6
+#     21: call bpf_skb_pull_data
+#     22: r1 = r6
+#     23: r2 = 0
+#     24: r3 = r10
+#     25: r3 += -64
+#     26: r4 = 1
+#     27: r5 = 1
+#     28: call bpf_skb_load_bytes_relative
+#     29: if r0 != 0 goto miss
+#   kick_read_done:
+#     30: r1 = *(u8 *)(r10 -64)
+#     31: if r1 == 0 goto miss
+#     32: if r1 > 128 goto miss
+#     33: *(u32 *)(r6 +12) = r1
+#     34: r1 = 0
+#     35: *(u32 *)(r6 +32) = r1
+#     36: goto out
 #   ipv4:
-#      8: r1 = r6
-#      9: r2 = 0
-#     10: r3 = r10
-#     11: r3 += -64
-#     12: r4 = 20
-#     13: r5 = 1
-#     14: call bpf_skb_load_bytes_relative
-#     15: if r0 == 0 goto ipv4_header_done
-#     16: r2 = *(u32 *)(r6 +0)
-#     17: if r2 <= 128 goto ipv4_header_pull
-#     18: r2 = 128
+#     37: r1 = r6
+#     38: r2 = 0
+#     39: r3 = r10
+#     40: r3 += -64
+#     41: r4 = 20
+#     42: r5 = 1
+#     43: call bpf_skb_load_bytes_relative
+#     44: if r0 == 0 goto ipv4_header_done
+#     45: r2 = *(u32 *)(r6 +0)
+#     46: if r2 <= 128 goto ipv4_header_pull
+#     47: r2 = 128
 #   ipv4_header_pull:
-#     19: r1 = r6
-#     20: call bpf_skb_pull_data
-#     21: r1 = r6
-#     22: r2 = 0
-#     23: r3 = r10
-#     24: r3 += -64
-#     25: r4 = 20
-#     26: r5 = 1
-#     27: call bpf_skb_load_bytes_relative
-#     28: if r0 != 0 goto others
+#     48: r1 = r6
+#     49: call bpf_skb_pull_data
+#     50: r1 = r6
+#     51: r2 = 0
+#     52: r3 = r10
+#     53: r3 += -64
+#     54: r4 = 20
+#     55: r5 = 1
+#     56: call bpf_skb_load_bytes_relative
+#     57: if r0 != 0 goto others
 #   ipv4_header_done:
-#     29: r1 = *(u32 *)(r10 -48)
-#     30: *(u32 *)(r10 -20) = r1
-#     31: *(u8 *)(r10 -24) = 4
-#     32: r1 = *(u8 *)(r10 -64)
-#     33: r1 &= 15
-#     34: if r1 != 5 goto host
-#     35: r1 = *(u16 *)(r10 -58)
-#     36: r1 &= 0xff1f
-#     37: if r1 != 0 goto host
-#     38: r1 = *(u8 *)(r10 -55)
-#     39: r8 = 20
-#     40: if r1 == 6 goto ports
-#     41: if r1 == 17 goto ports
-#     42: goto host
+#     58: r1 = *(u32 *)(r10 -48)
+#     59: *(u32 *)(r10 -20) = r1
+#     60: *(u8 *)(r10 -24) = 4
+#     61: r1 = *(u8 *)(r10 -64)
+#     62: r1 &= 15
+#     63: if r1 != 5 goto host
+#     64: r1 = *(u16 *)(r10 -58)
+#     65: r1 &= 0xff1f
+#     66: if r1 != 0 goto host
+#     67: r1 = *(u8 *)(r10 -55)
+#     68: r8 = 20
+#     69: if r1 == 6 goto ports
+#     70: if r1 == 17 goto ports
+#     71: goto host
 #   ipv6:
-#     43: r1 = r6
-#     44: r2 = 0
-#     45: r3 = r10
-#     46: r3 += -64
-#     47: r4 = 40
-#     48: r5 = 1
-#     49: call bpf_skb_load_bytes_relative
-#     50: if r0 == 0 goto ipv6_header_done
-#     51: r2 = *(u32 *)(r6 +0)
-#     52: if r2 <= 128 goto ipv6_header_pull
-#     53: r2 = 128
+#     72: r1 = r6
+#     73: r2 = 0
+#     74: r3 = r10
+#     75: r3 += -64
+#     76: r4 = 40
+#     77: r5 = 1
+#     78: call bpf_skb_load_bytes_relative
+#     79: if r0 == 0 goto ipv6_header_done
+#     80: r2 = *(u32 *)(r6 +0)
+#     81: if r2 <= 128 goto ipv6_header_pull
+#     82: r2 = 128
 #   ipv6_header_pull:
-#     54: r1 = r6
-#     55: call bpf_skb_pull_data
-#     56: r1 = r6
-#     57: r2 = 0
-#     58: r3 = r10
-#     59: r3 += -64
-#     60: r4 = 40
-#     61: r5 = 1
-#     62: call bpf_skb_load_bytes_relative
-#     63: if r0 != 0 goto others
+#     83: r1 = r6
+#     84: call bpf_skb_pull_data
+#     85: r1 = r6
+#     86: r2 = 0
+#     87: r3 = r10
+#     88: r3 += -64
+#     89: r4 = 40
+#     90: r5 = 1
+#     91: call bpf_skb_load_bytes_relative
+#     92: if r0 != 0 goto others
 #   ipv6_header_done:
-#     64: r1 = *(u32 *)(r10 -40)
-#     65: *(u32 *)(r10 -20) = r1
-#     66: r1 = *(u32 *)(r10 -36)
-#     67: *(u32 *)(r10 -16) = r1
-#     68: r1 = *(u32 *)(r10 -32)
-#     69: *(u32 *)(r10 -12) = r1
-#     70: r1 = *(u32 *)(r10 -28)
-#     71: *(u32 *)(r10 -8) = r1
-#     72: *(u8 *)(r10 -24) = 6
-#     73: r1 = *(u8 *)(r10 -58)
-#     74: r8 = 40
-#     75: if r1 == 6 goto ports
-#     76: if r1 == 17 goto ports
-#     77: goto host
+#     93: r1 = *(u32 *)(r10 -40)
+#     94: *(u32 *)(r10 -20) = r1
+#     95: r1 = *(u32 *)(r10 -36)
+#     96: *(u32 *)(r10 -16) = r1
+#     97: r1 = *(u32 *)(r10 -32)
+#     98: *(u32 *)(r10 -12) = r1
+#     99: r1 = *(u32 *)(r10 -28)
+#    100: *(u32 *)(r10 -8) = r1
+#    101: *(u8 *)(r10 -24) = 6
+#    102: r1 = *(u8 *)(r10 -58)
+#    103: r8 = 40
+#    104: if r1 == 6 goto ports
+#    105: if r1 == 17 goto ports
+#    106: goto host
 #   ports:
-#     78: r1 = r6
-#     79: r2 = r8
-#     80: r3 = r10
-#     81: r3 += -72
-#     82: r4 = 4
-#     83: r5 = 1
-#     84: call bpf_skb_load_bytes_relative
-#     85: if r0 == 0 goto ports_read_done
-#     86: r2 = *(u32 *)(r6 +0)
-#     87: if r2 <= 128 goto ports_read_pull
-#     88: r2 = 128
+#    107: r1 = r6
+#    108: r2 = r8
+#    109: r3 = r10
+#    110: r3 += -72
+#    111: r4 = 4
+#    112: r5 = 1
+#    113: call bpf_skb_load_bytes_relative
+#    114: if r0 == 0 goto ports_read_done
+#    115: r2 = *(u32 *)(r6 +0)
+#    116: if r2 <= 128 goto ports_read_pull
+#    117: r2 = 128
 #   ports_read_pull:
-#     89: r1 = r6
-#     90: call bpf_skb_pull_data
-#     91: r1 = r6
-#     92: r2 = r8
-#     93: r3 = r10
-#     94: r3 += -72
-#     95: r4 = 4
-#     96: r5 = 1
-#     97: call bpf_skb_load_bytes_relative
-#     98: if r0 != 0 goto host
+#    118: r1 = r6
+#    119: call bpf_skb_pull_data
+#    120: r1 = r6
+#    121: r2 = r8
+#    122: r3 = r10
+#    123: r3 += -72
+#    124: r4 = 4
+#    125: r5 = 1
+#    126: call bpf_skb_load_bytes_relative
+#    127: if r0 != 0 goto host
 #   ports_read_done:
-#     99: r1 = *(u16 *)(r10 -70)
-#    100: *(u16 *)(r10 -22) = r1
-#    101: r1 = map[queues] ll
-#    103: r2 = r10
-#    104: r2 += -24
-#    105: call bpf_map_lookup_elem
-#    106: if r0 != 0 goto hit
-#    107: *(u16 *)(r10 -22) = 0
+#    128: r1 = *(u16 *)(r10 -70)
+#    129: *(u16 *)(r10 -22) = r1
+#    130: r1 = map[queues] ll
+#    132: r2 = r10
+#    133: r2 += -24
+#    134: call bpf_map_lookup_elem
+#    135: if r0 != 0 goto hit
+#    136: *(u16 *)(r10 -22) = 0
 #   host:
-#    108: *(u8 *)(r10 -23) = 1
-#    109: r1 = map[queues] ll
-#    111: r2 = r10
-#    112: r2 += -24
-#    113: call bpf_map_lookup_elem
-#    114: if r0 != 0 goto hit
+#    137: *(u8 *)(r10 -23) = 1
+#    138: r1 = map[queues] ll
+#    140: r2 = r10
+#    141: r2 += -24
+#    142: call bpf_map_lookup_elem
+#    143: if r0 != 0 goto hit
 #   others:
-#    115: *(u64 *)(r10 -24) = 0
-#    116: *(u64 *)(r10 -16) = 0
-#    117: *(u64 *)(r10 -8) = 0
-#    118: *(u8 *)(r10 -23) = 2
-#    119: r1 = map[queues] ll
-#    121: r2 = r10
-#    122: r2 += -24
-#    123: call bpf_map_lookup_elem
-#    124: if r0 != 0 goto hit
+#    144: *(u64 *)(r10 -24) = 0
+#    145: *(u64 *)(r10 -16) = 0
+#    146: *(u64 *)(r10 -8) = 0
+#    147: *(u8 *)(r10 -23) = 2
+#    148: r1 = map[queues] ll
+#    150: r2 = r10
+#    151: r2 += -24
+#    152: call bpf_map_lookup_elem
+#    153: if r0 != 0 goto hit
 #   miss:
-#    125: r1 = *(u32 *)(r6 +32)
-#    126: r1 >>= 16
-#    127: r1 -= 84
-#    128: if r1 >= 128 goto out
-#    129: r1 = 0
-#    130: *(u32 *)(r6 +32) = r1
+#    154: r1 = *(u32 *)(r6 +32)
+#    155: r1 >>= 16
+#    156: r1 -= 84
+#    157: if r1 >= 128 goto out
+#    158: r1 = 0
+#    159: *(u32 *)(r6 +32) = r1
 #   out:
-#    131: r0 = 0
-#    132: exit
+#    160: r0 = 0
+#    161: exit
 #   hit:
-#    133: r1 = *(u32 *)(r0 +0)
-#    134: *(u32 *)(r6 +12) = r1
-#    135: r1 = *(u32 *)(r0 +4)
-#    136: *(u32 *)(r6 +32) = r1
-#    137: r0 = 0
-#    138: exit
+#    162: r1 = *(u32 *)(r0 +0)
+#    163: *(u32 *)(r6 +12) = r1
+#    164: r1 = *(u32 *)(r0 +4)
+#    165: *(u32 *)(r6 +32) = r1
+#    166: r0 = 0
+#    167: exit
