@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ratelimit.driver.steps import LOOKAHEAD, Stepper, traced_links
+from ratelimit.driver.steps import SPAN_WINDOWS, Stepper, traced_links
 from ratelimit.plan.compile import compile_plan
 from ratelimit.profiles import traced
 from ratelimit.service import make_request
@@ -59,8 +59,8 @@ def test_the_windows_of_every_link_at_once_are_each_links_own(step_ms, tmp_path)
     steps = [0, 1, 2, 3, 10, 9, 500, period // step_ms - 1, period // step_ms, 3 * period // step_ms + 5,
              86_400_000 // step_ms, 86_400_000 // step_ms + 1] + [rng.randrange(0, 10**6) for _ in range(20)]
     for k in steps:
-        rows = windows.rows(k, 1 + LOOKAHEAD)
-        own = [link.rates_from(k, 1 + LOOKAHEAD, step_ms) for link in links]
+        rows = windows.rows(k, SPAN_WINDOWS)
+        own = [link.rates_from(k, SPAN_WINDOWS, step_ms) for link in links]
         assert rows == own, k
     assert any(r[0] == 0 for r in rows) and any(r[0] > 0 for r in rows)  # outages and capacity
 

@@ -9,21 +9,22 @@ has none (``gate``).  ``Stepper.changes(k)`` gives the ``Change`` operations tha
 kernel there from the step before: only what differs, or every traced link's class and gate
 (``resend``: after a start, a restart or a new plan, when what the kernel holds is not known).
 
-Three rules keep a backlogged link at its capacity across changes:
+Four rules keep a backlogged link at its capacity across changes:
 
-* **A rise is held by the gate**: when a window of ``RISE`` times this one's rate or more
-  comes within the time one of the link's packets takes at this rate (at most ``LOOKAHEAD``
-  windows), and HTB's debt at the rise would be more than what a gate lets out as it is set
-  (``CHANGE_GAIN``), its class already gets the highest rate coming and its gate passes
-  this window's; the gate opens when the rise comes.
+* **A rise is held by the gate**: when the next window's rate is ``RISE`` times this one's
+  or more, and HTB's debt at the rise would be more than what a gate lets out as it is set
+  (``CHANGE_GAIN``), its class already gets the coming rate and its gate passes this
+  window's; the gate opens when the rise comes.
+* **A packet longer than a window is charged its span**: the class rate is the one at which
+  a packet is charged the time the coming windows take to carry it (``_span_bps``).
 * **A change is paid for**: what a change lets out beyond the capacity (or short of it) is
   counted in ``Traced.ahead_bytes`` and paid back from the class rates, at most ``PAYBACK``
   of a window's rate.
 * **In the link's own packets**: both count in the link's packets, learnt from its class's
   counters (``Stepper.learn``), else in full frames.
 
-Why, and what each costs: docs/design.md, "Held rises", "Paid changes" and "In the link's
-own packets".  For example, a link of full-size packets at 1 Mbit/s whose next window is at
+Why, and what each costs: docs/design.md, "Held rises", "Spans", "Paid changes" and "In
+the link's own packets".  For example, a link of full-size packets at 1 Mbit/s whose next window is at
 10 Mbit/s gets its class at 10 Mbit/s and its gate at 1 Mbit/s, and its gate opens in the
 next step.
 
@@ -47,7 +48,7 @@ from ..traces.phases import identity, link_phase_ms
 from ..traces.tracespec import SIDES
 
 RISE = 2.0  # a coming window this many times this one's rate, or more, is a rise the gate holds
-LOOKAHEAD = 10  # the most windows a link looks ahead for a rise
+SPAN_WINDOWS = 20  # the windows a packet's span is looked for in (docs/design.md, "Spans")
 CHANGE_GAIN = 0.5  # of a packet times 1 - r / r_old: what a change of rate lets out beyond the capacity
 SHUT_GAIN = 1.0  # of a full frame: what a gate lets out as it shuts
 PAYBACK = 0.5  # the most of a window's rate a class gives (or gets) to pay back what a change let out
@@ -152,6 +153,23 @@ class Traced:
         return self.klass.with_rates(guaranteed, ceil, burst)
 
 
+def _span_bps(rates, packet: float, step_ms: int) -> int:
+    """The class rate that charges a packet the time the capacity takes to carry it from the
+    middle of window ``rates[0]`` on (each window's at its rate ``rates[i]``; the average of
+    them all when they carry less).
+
+    >>> _span_bps([40_000, 40_000, 400_000], 1514, 100)  # 150 ms at 40 kbit/s, then 15 ms at 400
+    73282
+    """
+    need, t_ms = packet * 8000, 0.0  # bit-ms still to carry, and the time they took
+    for i, r in enumerate(rates):
+        width = step_ms / 2 if i == 0 else step_ms
+        if r * width >= need:
+            return max(8, round(packet * 8000 / (t_ms + need / r)))
+        need, t_ms = need - r * width, t_ms + width
+    return max(8, round((packet * 8000 - need) / t_ms))
+
+
 def _held(gate_bps: int | None) -> bool:
     """Whether a gate set at ``gate_bps`` holds a rise (a rate of its own, not open or shut)."""
     return gate_bps not in (None, gate.OPEN_BPS, gate.SHUT_BPS)
@@ -230,11 +248,11 @@ class Stepper:
         closing, classes, opening = [], [], []
         sent = self._sent = []
         reopened = set()
-        rows = self._windows.rows(k, 1 + LOOKAHEAD) if self._windows else itertools.repeat(None)
+        rows = self._windows.rows(k, SPAN_WINDOWS) if self._windows else itertools.repeat(None)
         for link, rates in zip(self.links, rows):
             was_rate, was_gate = link.rate_bps, link.gate_bps
             if rates is None:
-                rates = link.upcoming(k, 1 + LOOKAHEAD, step_ms)
+                rates = link.upcoming(k, SPAN_WINDOWS, step_ms)
             rate = rates[0]
             if rate == 0:
                 klass, gate_bps = None, SHUT
@@ -242,10 +260,11 @@ class Stepper:
             else:
                 frame = link.gate.burst_bytes
                 packet = link.packet_bytes or frame
-                ahead = min(LOOKAHEAD, -(-int(packet) * 8000 // (rate * step_ms)))
-                nxt, peak = rates[1], max(rates[1:1 + ahead])
-                if peak >= RISE * rate and CHANGE_GAIN * packet * (peak / rate - 1) > frame - packet:
-                    klass, gate_bps = peak, rate
+                nxt = rates[1]
+                if packet * 8000 > rate * step_ms:  # a packet takes longer than the window: its span's rate
+                    klass, gate_bps = _span_bps(rates, packet, step_ms), OPEN
+                elif nxt >= RISE * rate and CHANGE_GAIN * packet * (nxt / rate - 1) > frame - packet:
+                    klass, gate_bps = nxt, rate
                     if not resend and _held(was_gate) and \
                             rate / RISE <= was_gate <= rate * RISE:  # held already: its gate stays, the difference is owed
                         gate_bps = was_gate
@@ -348,8 +367,9 @@ class Stepper:
 
 
 def now_bps(req, now_ms: float, step_ms: int) -> dict:
-    """The class rate each traced link of ``req`` (a record's request) should have in the step
-    of ``now_ms``, by (direction, host as text or None, port): what ``--stats`` shows as the
+    """The capacity of each traced link of ``req`` (a record's request) in the step of
+    ``now_ms``, as a class rate (a link whose packets span windows has its span's rate
+    instead), by (direction, host as text or None, port): what ``--stats`` shows as the
     trace's rate now beside the driver's state.  Reads the trace files (StateError if one
     changed)."""
     loaded = load_all(req)
