@@ -81,7 +81,8 @@ def test_a_benchmarks_namespace_left_by_a_dead_process_is_no_host_change_when_a_
         before = hostcheck.picture(stale)
         assert name not in before["netns"]
         assert name in sandbox.remove_leftovers()  # what a benchmark does when it starts
-        assert not [line for line in hostcheck.differences(before, hostcheck.picture(stale)) if "netns" in line]
+        # (other tests' namespaces may come and go meanwhile: only this one's name counts)
+        assert not [line for line in hostcheck.differences(before, hostcheck.picture(stale)) if name in line]
     finally:
         subprocess.run(["ip", "netns", "delete", name], capture_output=True, check=False)
 
