@@ -164,7 +164,8 @@ def test_no_capacity_shuts_the_gate_first_and_capacity_opens_it_after_the_class(
     assert not s.reopens  # a round that shuts may go early (the driver's lead)
     assert s.changes(11) == ()
     assert rates(s.changes(20)) == [("HtbClass", 2_000_000, 2_000_000)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2
-    assert s.reopened == {s.links[0].gate.dev} and s.reopens  # ... one that ends the outage is not sent before its step; its device is kicked
+    # ... one that ends the outage is not sent before its step, and its device is kicked
+    assert s.reopened == {s.links[0].gate.dev} and s.reopens
     assert s.changes(21) == () and not s.reopens
     s.forget()  # after a failed step: every class and gate again, the class first
     assert rates(s.changes(22)) == [("HtbClass", 2_000_000, 2_000_000)] * 2 + [("TbfQdisc", gate.OPEN_BPS, None)] * 2
@@ -504,7 +505,8 @@ def test_dry_run_shows_the_stages_and_that_the_driver_sets_their_delay_and_loss(
 
 
 
-@pytest.mark.parametrize("source", [dict(scale=0.002), dict(scale=0.005), dict(schedule=str(CASES / "square-frames.toml"))],
+@pytest.mark.parametrize("source", [dict(scale=0.002), dict(scale=0.005),
+                                    dict(schedule=str(CASES / "square-frames.toml"))],
                          ids=["lte x 0.002", "lte x 0.005", "square wave"])
 def test_a_backlogged_link_of_a_frame_or_two_a_second_gets_its_capacity_through_htb_as_simulated(source):
     """Through a model of HTB and the gate (bench/spansim.py), 20 links of full frames for

@@ -125,7 +125,7 @@ class _Loop:
     def run(self) -> tuple[str, int]:
         failures, resend, ops, k, counts = 0, True, None, None, {}
         sent = rounds = missed = 0  # changes and rounds sent, steps not sent (their time had passed)
-        kicks = kicked = 0  # devices to kick after this round (``steps.Stepper.reopened``); frames sent
+        kicks, kicked = frozenset(), 0  # the devices to kick after this round (``Stepper.reopened``); frames sent
         with Executor(self.netns) as ex, Reader(self.netns) as reader, Kicker(self.netns) as kicker, \
                 ThreadPoolExecutor(1, "send") as sender:
 

@@ -24,9 +24,9 @@ Four rules keep a backlogged link at its capacity across changes:
   counters (``Stepper.learn``), else in full frames.
 
 Why, and what each costs: docs/design.md, "Held rises", "Spans", "Paid changes" and "In
-the link's own packets".  For example, a link of full-size packets at 1 Mbit/s whose next window is at
-10 Mbit/s gets its class at 10 Mbit/s and its gate at 1 Mbit/s, and its gate opens in the
-next step.
+the link's own packets".  For example, a link of full-size packets at 1 Mbit/s whose next
+window is at 10 Mbit/s gets its class at 10 Mbit/s and its gate at 1 Mbit/s, and its gate
+opens in the next step.
 
 A link is found in the plan, never in the kernel: its class and gate are the plan's
 operations for it (``compile``), so a plan built in other handles (make-before-break) is
@@ -368,8 +368,8 @@ class Stepper:
 
 def now_bps(req, now_ms: float, step_ms: int) -> dict:
     """The capacity of each traced link of ``req`` (a record's request) in the step of
-    ``now_ms``, as a class rate (a link whose packets span windows has its span's rate
-    instead), by (direction, host as text or None, port): what ``--stats`` shows as the
+    ``now_ms``, as a class rate (the class itself may differ: a held rise, a payment, a
+    span), by (direction, host as text or None, port): what ``--stats`` shows as the
     trace's rate now beside the driver's state.  Reads the trace files (StateError if one
     changed)."""
     loaded = load_all(req)
