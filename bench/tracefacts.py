@@ -34,6 +34,8 @@ import threading
 import time
 from dataclasses import replace
 
+from pyroute2 import IPRoute
+
 from ratelimit import service
 from ratelimit.kernel.executor import Executor
 from ratelimit.kernel.kick import Kicker
@@ -172,7 +174,6 @@ class _netlink_sampler:
     sample on a loaded machine, coarser than what the outage test times)."""
 
     def __init__(self):
-        from pyroute2 import IPRoute  # a benchmark's part: the rest of bench/ runs without it
         self.ipr = IPRoute(netns=NS["rtr"], flags=0)
         self.index = self.ipr.link_lookup(ifname="rltr-c")[0]
 
