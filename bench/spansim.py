@@ -69,13 +69,19 @@ class Link:
         self.sent.append(t)
 
 
+def traced_stepper(links: int, step_ms: int, **source) -> Stepper:
+    """The driver's steps for ``links`` traced links (a port each, random phases) of a plan
+    started at 0; ``source``: ``make_request``'s trace or schedule options (and others)."""
+    req = tracespec.stamped(make_request("veth0", hosts="198.18.1.2", ports=f"10000-{10000 + links - 1}",
+                                         direction="dest", phase="random", **source), None, 0)
+    return Stepper(traced_links(compile_plan(req), load_all(req)), step_ms)
+
+
 def simulate(links: int, seconds: float, step_ms: int, frame: int, scale: float = 0.002,
              schedule: str | None = None) -> dict:
     source = dict(schedule=schedule) if schedule else dict(trace_down="lte-drive.down", trace_scale=scale)
-    req = tracespec.stamped(make_request("veth0", hosts="198.18.1.2", ports=f"10000-{10000 + links - 1}",
-                                         direction="dest", phase="random", **source), None, 0)
-    traced = traced_links(compile_plan(req), load_all(req))
-    stepper = Stepper(traced, step_ms)
+    stepper = traced_stepper(links, step_ms, **source)
+    traced = stepper.links
     for t in traced:
         t.packet_bytes = float(min(frame, t.gate.burst_bytes))  # as the driver learns them
     sims = [Link(frame) for _ in traced]

@@ -9,20 +9,13 @@ time of 100 steps after the first (``time.process_time``), per step and per chan
 import sys
 import time
 
-from ratelimit.driver.steps import Stepper, traced_links
-from ratelimit.plan.compile import compile_plan
-from ratelimit.profiles.traced import load_all
-from ratelimit.service import make_request
-from ratelimit.traces import tracespec
+from .spansim import traced_stepper
 
 STEPS = 100
 
 
 def cost(links: int, scale: float = 0.002) -> dict:
-    req = make_request("veth0", hosts="198.18.1.2", ports=f"10000-{10000 + links - 1}", direction="dest",
-                       trace_down="lte-drive.down", trace_scale=scale, phase="random", bandwidth="10gbit")
-    req = tracespec.stamped(req, None, 0)
-    stepper = Stepper(traced_links(compile_plan(req), load_all(req)), 100)
+    stepper = traced_stepper(links, 100, trace_down="lte-drive.down", trace_scale=scale, bandwidth="10gbit")
     stepper.changes(0, resend=True)
     began, changes = time.process_time(), 0
     for k in range(1, STEPS + 1):

@@ -168,7 +168,7 @@ def class_stats() -> dict:
     return out
 
 
-class _netlink_sampler:
+class _NetlinkSampler:
     """Class 1:10's bytes and packets, and its leaf's drops and backlog, read over one
     rtnetlink socket in the router's namespace (``tc`` processes, two a sample, took 0.6 s a
     sample on a loaded machine, coarser than what the outage test times)."""
@@ -254,7 +254,7 @@ def _watch(method, hold, resume, server, client, times) -> dict:
     stop = threading.Event()
 
     def sampler():
-        read = _netlink_sampler()
+        read = _NetlinkSampler()
         try:
             while not stop.is_set():
                 got = read()  # in this process, about 0.3 ms: a busy machine does not stretch the samples

@@ -293,13 +293,11 @@ def test_a_bad_queue_count_is_one_line_and_leaves_the_router_as_it_was(routed):
 
 def _direct(router, dev) -> int:
     """Packets the trees of ``dev`` let through unclassified (HTB's direct queue)."""
-    out = subprocess.run(["tc", "-n", router, "-s", "qdisc", "show", "dev", dev], check=True, capture_output=True,
-                         text=True).stdout
-    return sum(int(n) for major, n in re.findall(r"qdisc htb ([0-9a-f]+): parent 52:\S+ .*direct_packets_stat (\d+)",
-                                                  out))
+    return sum(_direct_by_tree(router, dev).values())
 
 
 def _direct_by_tree(router, dev) -> dict:
+    """``_direct`` by tree: {the tree's major: packets}."""
     out = subprocess.run(["tc", "-n", router, "-s", "qdisc", "show", "dev", dev], check=True, capture_output=True,
                          text=True).stdout
     return {int(major, 16): int(n) for major, n in
