@@ -72,17 +72,18 @@ def read_status(netns: str | None, interface: str) -> dict | None:
     return data if isinstance(data, dict) and data.get("version") == VERSION else None
 
 
-def command(netns: str | None, interface: str, step_ms: int | None = None) -> list[str]:
-    """The command line of the interface's driver (``ratelimit follow``)."""
+def command(netns: str | None, interface: str, step_ms: int | None = None, reference: bool = False) -> list[str]:
+    """The command line of the interface's driver (``ratelimit follow``; ``reference``: the
+    per-link reference steps, ``--reference``)."""
     argv = ["ratelimit", "follow", "--interface", interface]
     if netns:
         argv += ["--netns", netns]
     if step_ms is not None and step_ms != DEFAULT_STEP_MS:
         argv += ["--step", f"{step_ms}ms"]
-    return argv
+    return argv + ["--reference"] * reference
 
 
-def start(netns: str | None, interface: str, step_ms: int | None = None) -> int | None:
+def start(netns: str | None, interface: str, step_ms: int | None = None, reference: bool = False) -> int | None:
     """Start the interface's driver unless one runs (that one reads the new record itself);
     returns the new driver's pid, or None.  Waits until it holds its lock; RatelimitError
     with its last words if it ends first."""
@@ -93,7 +94,7 @@ def start(netns: str | None, interface: str, step_ms: int | None = None) -> int 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(SOURCE_ROOT), os.environ.get("PYTHONPATH"))
                                                        if p))
     with open(log, "a") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "ratelimit", *command(netns, interface, step_ms)[1:]],
+        proc = subprocess.Popen([sys.executable, "-m", "ratelimit", *command(netns, interface, step_ms, reference)[1:]],
                                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True,
                                 close_fds=True)
     deadline = time.monotonic() + START_WAIT_S

@@ -34,6 +34,7 @@ from ..plan.compile import compiled
 from ..profiles.traced import load as load_source
 from ..state import records
 from ..state.signals import guard
+from ..traces.capacity import TraceCapacity
 from .follow import DEFAULT_STEP_MS, MAX_STEP_MS, MIN_STEP_MS, VERSION, lock_path, read_status, status_path, traced
 from .steps import Stepper, traced_links
 
@@ -41,6 +42,7 @@ FAILURES = 3  # steps refused in a row before the driver gives up
 LEAD_WEIGHT = 0.1  # of the newest round's lateness in the running lead
 LEAD_MOST_MS = 2.0  # the most one round moves the lead
 LEARN_EVERY_S = 1.0  # how often the links' counters are read to learn their packets
+ARRAYS_FROM = 1000  # links from which a plan of schedules alone is stepped in arrays too
 LEARN_SHARE = 0.02  # the most of its time the driver gives to that (a longer reading, a longer interval)
 
 
@@ -60,9 +62,10 @@ class _Writer:
         os.replace(tmp, self.path)
 
 
-def run(netns: str | None, interface: str, step_ms: int = DEFAULT_STEP_MS, say=print) -> int:
+def run(netns: str | None, interface: str, step_ms: int = DEFAULT_STEP_MS, say=print, reference: bool = False) -> int:
     """Follow the traces of the interface's record until it is removed or no longer traced,
-    or a signal (SIGTERM, SIGINT) stops it; returns the exit status."""
+    or a signal (SIGTERM, SIGINT) stops it; returns the exit status.  ``reference``: step
+    each link with ``steps.Stepper`` and send operations (the same changes, more CPU)."""
     if not MIN_STEP_MS <= step_ms <= MAX_STEP_MS:
         raise ValueError(f"step {step_ms} ms is outside {MIN_STEP_MS}-{MAX_STEP_MS}")
     lock = lock_path(netns, interface)
@@ -75,11 +78,12 @@ def run(netns: str | None, interface: str, step_ms: int = DEFAULT_STEP_MS, say=p
                                 f"(pid {(read_status(netns, interface) or {}).get('pid')})") from None
         write = _Writer(netns, interface, step_ms)
         write.base["realtime"] = _realtime()
+        write.base["stepper"] = "reference" if reference else "arrays"
         write(state="starting", started_ms=None, step=None, links=0, shut=0)
         with guard() as g:
             gc.disable()  # docs/design.md, "The driver process": memory
             try:
-                why, code = _Loop(netns, interface, step_ms, write, g).run()
+                why, code = _Loop(netns, interface, step_ms, write, g, reference).run()
             except BaseException as err:  # a signal (signals.Stop) or a failure: say so, then go
                 why = getattr(err, "name", None) or f"{type(err).__name__}: {err}"
                 code = 0 if getattr(err, "name", None) else 1
@@ -112,8 +116,10 @@ def _timed(apply, ops, kick) -> float:
 
 
 class _Loop:
-    def __init__(self, netns, interface, step_ms, write, g):
+    def __init__(self, netns, interface, step_ms, write, g, reference=False):
         self.netns, self.interface, self.step_ms, self.write, self.guard = netns, interface, step_ms, write, g
+        self.reference = reference
+        self.templates = None  # each link's messages, packed for the plan (``rounds.Templates``; None: not yet)
         self.record_id = None
         self.stepper = self.started = None
         self.loaded: dict = {}  # (path, sha256) -> the trace or schedule
@@ -149,7 +155,7 @@ class _Loop:
                     self.guard.hold()  # a step goes out whole
                     landing = self.stepper.take_sent()
                     begun_ms, sent_at = time.time() * 1000, time.monotonic()
-                    round_ = sender.submit(_timed, ex.apply, ops, functools.partial(kick, kicks))
+                    round_ = sender.submit(_timed, functools.partial(self._send, ex), ops, functools.partial(kick, kicks))
                     # the next step is made while this one goes out: the kernel's work on the
                     # messages is done in the sending thread's system calls, on the other CPU
                     next_k = max(k + 1, self._now_step())  # a step missed is not sent late: the next is
@@ -189,6 +195,26 @@ class _Loop:
                 k, ops, counts, kicks = next_k, next_ops, next_counts, next_kicks
                 wake_ms = self.started + k * self.step_ms - (0.0 if self.stepper.reopens else self.lead_ms)
                 time.sleep(max(0.0, (wake_ms - time.time() * 1000) / 1000))
+
+    def _stepper(self, links):
+        """The reference ``Stepper`` when asked for, or for a few links that follow only
+        schedules (it spares numpy's import: seconds in the emulated VM); else the arrays'."""
+        if self.reference or (len(links) < ARRAYS_FROM and
+                              not any(type(link.capacity) is TraceCapacity for link in links)):
+            return Stepper(links, self.step_ms)
+        from .vector import VectorStepper  # numpy: only a driver of traces, or of many links, pays for its import
+        return VectorStepper(links, self.step_ms)
+
+    def _send(self, ex, ops) -> None:
+        """Carry out a step's changes: operations (the reference ``Stepper``'s), or a round in
+        the plan's templates (packed at the first round after a new plan)."""
+        if type(ops) is tuple:
+            return ex.apply(ops)
+        from ..kernel import rounds  # numpy, as VectorStepper
+        if self.templates is None:
+            self.templates = rounds.Templates(ex.encoder, [link.klass for link in self.stepper.links],
+                                              [link.gate for link in self.stepper.links])
+        rounds.apply_round(ex, ops, self.templates)
 
     def _counts(self) -> dict:
         return {"shut": self.stepper.shut_count(), "held": self.stepper.held_count()}
@@ -236,7 +262,9 @@ class _Loop:
         self.stepper = None
         gc.unfreeze()
         gc.collect()  # what the last plan left in cycles
-        self.stepper = Stepper(traced_links(plan, {path: v for (path, _), v in self.loaded.items()}), self.step_ms)
+        links = traced_links(plan, {path: v for (path, _), v in self.loaded.items()})
+        self.stepper = self._stepper(links)
+        self.templates = None
         self.table = FlowTable.of_classes((link.klass.dev, link.klass.classid) for link in self.stepper.links)
         self.learn_at = 0.0  # the first reading after a new plan is where the next one counts from
         gc.freeze()  # the plan and its links live as long as it: no collection walks them

@@ -295,7 +295,7 @@ class Stepper:
             before = _passing_bps(was_rate, was_gate) if last is not None else None
             if before is not None and before != (after := _passing_bps(link.rate_bps, link.gate_bps)):
                 sent.append((link, before, after, last, len(last) - 1))  # it passes ``after`` once ``last`` landed
-        stages = self._stages(k, resend)
+        stages = stage_changes(self._staged, k, self.step_ms, resend)
         ops = stages + closing + classes + opening
         at = {id(closing): len(stages), id(classes): len(stages) + len(closing),
               id(opening): len(stages) + len(closing) + len(classes)}
@@ -308,17 +308,6 @@ class Stepper:
         """Whether the last ``changes`` opens a shut gate (an outage ends): the driver sends
         it on time, and kicks the devices of ``reopened`` once it landed (``plan.gate``)."""
         return bool(self.reopened)
-
-    def _stages(self, k: int, resend: bool) -> list:
-        """The delay stages that change in step ``k`` (a schedule's delay and loss, in force
-        at the window's middle: a step's edge is met within half a window)."""
-        out = []
-        for link in self._staged:
-            stage = link.stage_at((k + 0.5) * self.step_ms)
-            if stage is not None and (resend or (stage.params.delay_us, stage.params.loss_pct) != link.stage_sent):
-                out.append(Change(stage))
-                link.stage_sent = (stage.params.delay_us, stage.params.loss_pct)
-        return out
 
     def learn(self, nbytes, npackets) -> None:
         """Each link's packets from its class's counters (``nbytes[i]``, ``npackets[i]``: of
@@ -364,6 +353,19 @@ class Stepper:
 
     def held_count(self) -> int:
         return sum(1 for link in self.links if _held(link.gate_bps))
+
+
+def stage_changes(staged: list, k: int, step_ms: int, resend: bool) -> list:
+    """The delay stages of ``staged`` links (``Traced.staged``) that change in step ``k``: a
+    schedule's delay and loss, in force at the window's middle (a step's edge is met within
+    half a window)."""
+    out = []
+    for link in staged:
+        stage = link.stage_at((k + 0.5) * step_ms)
+        if stage is not None and (resend or (stage.params.delay_us, stage.params.loss_pct) != link.stage_sent):
+            out.append(Change(stage))
+            link.stage_sent = (stage.params.delay_us, stage.params.loss_pct)
+    return out
 
 
 def now_bps(req, now_ms: float, step_ms: int) -> dict:

@@ -49,10 +49,10 @@ table); anything else is redirected to an IFB device carrying the same layout.
 import functools
 import math
 import zlib
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from ..spec.linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES, ETHERNET_HEADER_BYTES
-from ..spec.model import Cohort, LinkParams, Request
+from ..spec.model import Burst, Cohort, LinkParams, Request
 from . import gate
 from .filters import Key, Police, U32Filter
 from .layout import (GENERATIONS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, carried, ingress_policing, Layout,
@@ -250,7 +250,7 @@ def link_rates(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: i
     return link_rates_of(req, lay, c, params, traced)(rate)
 
 
-def link_rates_of(req: Request, lay: Layout, c: Cohort, params: LinkParams, traced: bool = False):
+def link_rates_of(req: Request, lay: Layout, c: Cohort, params: LinkParams, traced: bool = False) -> "LinkRates":
     """``link_rates`` for one cohort's side, as a function of the rate (a trace driver asks
     for thousands a step)."""
     # A link's own rate is a guarantee only while every link fits the bandwidth; beyond
@@ -260,8 +260,25 @@ def link_rates_of(req: Request, lay: Layout, c: Cohort, params: LinkParams, trac
     # with a netem stage, netem serializes the link exactly; a second shaper at the same
     # rate would only add its timer's lateness, so the class may go up to the bandwidth
     over = req.bandwidth_bps if params.needs_netem() and not traced else 0
-    burst, mtu = req.burst_of(params, c), req.mtu_bytes
-    return lambda rate: (min(rate, share), max(rate, over), burst.bytes_at(rate, mtu))
+    return LinkRates(share, over, req.burst_of(params, c), req.mtu_bytes)
+
+
+@dataclass(frozen=True)
+class LinkRates:
+    """A link class's (rate, ceil, burst) as a function of the link's rate: guaranteed up
+    to ``share_bps``, its ceiling at least ``over_bps``, its burst ``burst`` at the rate.
+
+    >>> LinkRates(1_000_000, 0, Burst(1000, "us"), 1514)(2_000_000)
+    (1000000, 2000000, 250)
+    """
+
+    share_bps: int
+    over_bps: int
+    burst: Burst
+    mtu_bytes: int
+
+    def __call__(self, rate: int) -> tuple[int, int, int]:
+        return min(rate, self.share_bps), max(rate, self.over_bps), self.burst.bytes_at(rate, self.mtu_bytes)
 
 
 def _leaf(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, dev: str, parent: int, handle: int):

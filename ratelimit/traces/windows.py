@@ -70,7 +70,59 @@ class _Group:
     def rates(self, k: int, count: int):
         """The class rates (int64, links x ``count``) of windows ``k`` .. ``k + count - 1``."""
         edges = np.arange(k, k + count + 1, dtype=np.int64) * self.step_ms
-        units = np.diff(self.units_before(edges[None, :] + self.base), axis=1)
+        return self.class_rates(np.diff(self.units_before(edges[None, :] + self.base), axis=1))
+
+    def class_rates(self, units):
+        """The class rates of windows of ``units`` opportunities (links x windows)."""
         bps = units * PACKET_BYTES * self.scale * 8000 / self.step_ms  # as Traced.window_bps, in its order
         klass = np.maximum(1, np.rint(bps * self.metered / self.carried))
         return np.where(bps <= 0, 0, klass).astype(np.int64)
+
+
+class Ring:
+    """Every link's class rates of the ``count`` windows from the newest step's, kept in a
+    ring (window ``j`` in row ``j % count``): a step that follows the last one works out
+    one window a link, a trace's links in one pass (``_Group``), a schedule's with
+    ``Traced.window_bps``.  The same integers as ``TraceWindows.rows`` and
+    ``Traced.upcoming`` (tests/test_vector.py).
+
+    >>> ring = Ring(links, 100, 20)  # doctest: +SKIP
+    >>> ring.at(7); ring.column(7)  # every link's rate in window 7  # doctest: +SKIP
+    """
+
+    def __init__(self, links, step_ms: int, count: int):
+        self.windows, self.step_ms, self.count = TraceWindows(links, step_ms), step_ms, count
+        self.rates = np.zeros((count, len(links)), dtype=np.int64)  # window j's in row j % count
+        self._scheduled = [(i, link) for i, link in enumerate(links) if i not in self.windows.indexes]
+        self._groups = [(np.array(g.indexes, dtype=np.intp), g) for g in self.windows._groups]
+        self._units = [None] * len(self._groups)  # each group's units before its newest window's end
+        self.first = None  # the first window held (None: none)
+
+    def at(self, k: int) -> None:
+        """Hold windows ``k`` .. ``k + count - 1``."""
+        count = self.count
+        if self.first is None or not self.first <= k < self.first + count:
+            self._fill(k, k + count, fresh=True)
+        elif k > self.first:
+            self._fill(self.first + count, k + count, fresh=False)
+        self.first = k
+
+    def _fill(self, j0: int, j1: int, fresh: bool) -> None:
+        cols = np.arange(j0, j1) % self.count
+        for n, (rows, g) in enumerate(self._groups):
+            edges = np.arange(j0 + (0 if fresh else 1), j1 + 1, dtype=np.int64) * self.step_ms
+            units = g.units_before(edges[None, :] + g.base)
+            if not fresh:
+                units = np.concatenate((self._units[n][:, None], units), axis=1)
+            self.rates[cols[:, None], rows[None, :]] = g.class_rates(np.diff(units, axis=1)).T
+            self._units[n] = units[:, -1]
+        for i, link in self._scheduled:
+            self.rates[cols, i] = [link.window_bps(j * self.step_ms, (j + 1) * self.step_ms) for j in range(j0, j1)]
+
+    def column(self, j: int):
+        """Every link's rate in window ``j`` (held: ``at``)."""
+        return self.rates[j % self.count]
+
+    def ahead(self, rows, k: int):
+        """The rates of ``rows`` in windows ``k`` .. ``k + count - 1``, in order (links x count)."""
+        return self.rates[(np.arange(k, k + self.count) % self.count)[:, None], rows[None, :]].T

@@ -15,6 +15,10 @@ HTB_GLOB = struct.Struct("=IIIII")  # version, rate2quantum, defcls, debug, dire
 _PARMS_FLAT = struct.Struct("=" + RATESPEC.format[1:] * 2 + HTB_OPT.format[7:])  # HTB_OPT, its rate specs unpacked
 
 KIND = attr_str(TCA_KIND, "htb")
+# Where ``class_packer``'s options (TCA_KIND, TCA_OPTIONS, TCA_HTB_PARMS, HTB_OPT) hold what
+# changes with a class's rates, from TCA_KIND on: the rate specs' rates, buffer, cbuffer.
+_PARMS_AT = len(KIND) + 2 * NLATTR.size
+RATE_AT, CEIL_AT, BUFFER_AT, CBUFFER_AT = (_PARMS_AT + at for at in (8, 20, 24, 28))
 
 
 def qdisc_options(default_minor: int) -> bytes:

@@ -10,7 +10,7 @@ it only when the rate spec's link layer is unknown, and ours names Ethernet.
 
 import struct
 
-from ..nl import TCA_KIND, TCA_OPTIONS, U32_MAX, U64, attr, attr_str, nest
+from ..nl import NLATTR, TCA_KIND, TCA_OPTIONS, U32_MAX, U64, attr, attr_str, nest
 from ..rates import Clock, rate_bytes, rate_table, ratespec
 
 TCA_TBF_PARMS, TCA_TBF_RTAB, TCA_TBF_RATE64, TCA_TBF_BURST = 1, 2, 4, 6
@@ -19,6 +19,10 @@ _U32 = struct.Struct("=I")
 _NO_PEAK = bytes(12)
 
 KIND = attr_str(TCA_KIND, "tbf")
+# Where ``options`` (TCA_KIND, TCA_OPTIONS, TCA_TBF_PARMS, TBF_QOPT) holds what changes with
+# the rate, from TCA_KIND on: the rate spec's rate, and the buffer.
+_PARMS_AT = len(KIND) + 2 * NLATTR.size
+RATE_AT, BUFFER_AT = _PARMS_AT + 8, _PARMS_AT + 28
 
 
 def options(rate_bps: int, burst_bytes: int, limit_bytes: int, clk: Clock, tables: bool = False) -> bytes:
