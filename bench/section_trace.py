@@ -39,7 +39,8 @@ def _trace_found(doc: dict) -> str | None:
                          f"p95 error {_pct(r['p95_error_1000ms'])}).")
         else:
             parts.append("No fully loaded row had 95% of its 1 s windows within tolerance.")
-    ok = {n: steps for n, steps in _on_time([r for r in rows if r.get("kind") == "driver"]).items() if steps}
+    ok = {n: steps for n, steps in _on_time([r for r in rows if r.get("kind") == "driver" and
+                                             r.get("stepper", "arrays") == "arrays"]).items() if steps}
     if ok:
         n = max(ok)
         parts.append(f"The driver alone sent every step on time with {n:,} links from a {min(ok[n])} ms step.")
@@ -77,6 +78,11 @@ def section_trace(doc: dict | None) -> list[str]:
             "window as in the row of K links: the tracking at the driver's full size, with a load this machine "
             "carries. *Driver CPU*: its user + system time (`/proc/PID/stat`: the kernel's work on its netlink "
             "messages is done in its own calls) over the run, as a share of one core.", ""]
+    unscored = [r for r in rows if r.get("kind") == "unscored"]
+    if unscored:
+        out += ["Not scored on this machine: " + "; ".join(
+            f"{_links(r)} links at {r['scale']:g} with {r['payload_bytes'] + 42}-byte frames ({r['why']})"
+            for r in unscored) + ".", ""]
     if track:
         body = [[_links(r), f"{r['step_ms']} ms", f"{r['scale']:g}", f"{r['payload_bytes'] + 42}",
                  f"{r.get('datagrams_per_window', r['datagrams_per_link_s']):g}",
@@ -106,14 +112,31 @@ def section_trace(doc: dict | None) -> list[str]:
                     "more than 10 ms after their time) and what the receiver missed of what the links' classes sent "
                     "(their packet counters, read once the queues had emptied, or after "
                     f"{traceload.DRAIN_S:g} s, before the receiver stopped): " + "; ".join(load) + ".", ""]
+    everyone = alone
+    alone = [r for r in alone if r.get("stepper", "arrays") == "arrays"]
     if alone:
         out += [f"The driver alone (the same links, no traffic), {cfg.get('alone_s', 0):g} s at each step after 2 s to "
-                "settle:", ""]
-        body = [[_links(r), f"{r['step_ms']} ms", f"{_pct(r['cpu'])} ({_pct(r.get('user'))} user)", f"{r['changes_per_s']:,}",
+                "settle: the array driver at each step, then the reference (`ratelimit follow --reference`: each link "
+                "stepped in Python, the same changes) at 100 ms, on the same plan one after the other. *A change*: "
+                "the driver's CPU over the changes it sent. Rows of *N on Q queues* use the multi-queue layout "
+                "(`--queues Q`, a tree per tx queue: the layout of section 10's 40,000 busy links).", ""]
+        body = [[_links(r) + (f" on {r['queues']} queues" if r.get("queues", 1) > 1 else ""),
+                 r.get("stepper", "arrays"), f"{r['step_ms']} ms",
+                 f"{_pct(r['cpu'])} ({_pct(r.get('user'))} user)", f"{r['changes_per_s']:,}",
+                 "-" if r.get("us_per_change") is None else f"{r['us_per_change']:.2f} us",
                  f"{r['rounds_per_s']:g}", f"{r['missed_per_s']:g}", f"{r.get('round_ms') or 0:.1f} ms"]
-                for r in alone]
-        out += table(["links", "step", "driver CPU (of it user)", "changes/s", "rounds/s", "steps missed/s", "last round"],
-                     body) + [""]
+                for r in everyone]
+        out += table(["links", "driver", "step", "driver CPU (of it user)", "changes/s", "a change", "rounds/s",
+                      "steps missed/s", "last round"], body) + [""]
+        ratios = []
+        for r in everyone:
+            if r.get("stepper") == "reference" and r.get("us_per_change"):
+                mine = next((a for a in alone if (a["links"], a.get("queues", 1), a["step_ms"]) ==
+                             (r["links"], r.get("queues", 1), r["step_ms"]) and a.get("us_per_change")), None)
+                if mine:
+                    ratios.append(f"{r['links']:,} links {r['us_per_change'] / mine['us_per_change']:.1f}")
+        if ratios:
+            out += ["CPU a change, reference / arrays, side by side in this run: " + ", ".join(ratios) + ".", ""]
         reading = []
         for n, ok in _on_time(alone).items():
             short = [r for r in alone if r["links"] == n and r["missed_per_s"] > 0]
@@ -134,9 +157,11 @@ def section_trace(doc: dict | None) -> list[str]:
                            f"at most (at a {r['step_ms']} ms step it sent {r['rounds_per_s']:g} rounds a second)")
         out += ["Reading: " + "; ".join(reading) + ". The driver is one process of two threads, one making each "
                 "step's changes while the other sends the last (so its CPU can pass a core): where it misses steps "
-                "it is the saturated one (its user time is its own Python: working out each link's rate, hold and "
-                "payment for the step, and encoding the messages; its system time is the kernel's work on them; "
-                "both are sampled at the scheduler's ticks, so the split is rough).", ""]
+                "it is the saturated one. Its user time is its own Python and numpy: each link's rate, hold and "
+                "payment for the step, and the messages. Its system time is the kernel's work on the messages, "
+                "which grows with the links: a link's class is found through the device's 16-bucket table of "
+                "qdiscs ([design.md, Steps in arrays](design.md#steps-in-arrays)). Both are sampled at the "
+                "scheduler's ticks, so the split is rough.", ""]
     if naive:
         out += ["A **naive driver**, not at the same time: a shell in the router's namespace runs one "
                 "`tc class change` process per link per step, each link's rate of that step, rounds back to back. "

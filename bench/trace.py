@@ -63,18 +63,23 @@ SAMPLED = ((4000, 0.01, 160, 500), (10000, 0.01, 160, 200))
 SECONDS, QUICK_SECONDS = 20.0, 8.0
 SETTLE_S = 3.0  # each run's first seconds, not scored
 ALONE_S = 8.0
+REFERENCE_STEP_MS = 100  # the step the reference driver (``--reference``) is read at, beside the array driver's
+# the driver alone at the router's scale: links, scale, tx queues (the layout that carries 40,000 busy
+# links: docs/benchmarks.md, section 10), steps
+SCALE_SIZES = ((20000, 0.002, 8, (100,)), (40000, 0.002, 8, (100, 200)))
 NAIVE_LINKS, QUICK_NAIVE_LINKS = (100, 1000), (100,)
 NAIVE_ROUNDS = 3
 TCP_LINKS = 20  # at 0.1 of the trace: about 0.8 Mbit/s each
 
 
-def _request(ns: dict, links: int, scale: float):
+def _request(ns: dict, links: int, scale: float, queues: int = 1):
     from ratelimit import service
 
     from . import traceload
     return service.make_request(traceload.DEV, netns=ns["rtr"], hosts=traceload.CLIENT,
                                 ports=f"{traceload.PORT0}-{traceload.PORT0 + links - 1}", direction="dest",
-                                trace_down=TRACE, trace_scale=str(scale), queue=QUEUE, bandwidth="1gbit")
+                                trace_down=TRACE, trace_scale=str(scale), queue=QUEUE, bandwidth="1gbit",
+                                queues=str(queues))
 
 
 def tracking(links: int, scale: float, payload: int, step_ms: int, seconds: float, loaded: int | None = None) -> dict:
@@ -97,23 +102,39 @@ def tracking(links: int, scale: float, payload: int, step_ms: int, seconds: floa
             "receiver_lost": r["receiver_lost"], "window_late_ms": r["window"]["late_ms"]}
 
 
-def driver_alone(links: int, scale: float, steps: tuple, seconds: float) -> list[dict]:
+def _scored(links: int, scale: float, payload: int, step_ms: int, seconds: float, loaded: int | None = None) -> dict:
+    """``tracking``, or a row that says why it was not scored: where this machine's senders
+    fall behind their plan in every attempt, the load is what failed, not the links."""
+    try:
+        return tracking(links, scale, payload, step_ms, seconds, loaded)
+    except BenchError as e:
+        say(NAME, f"not scored: {e}")
+        return {"kind": "unscored", "links": links, "loaded": loaded or links, "scale": scale,
+                "payload_bytes": payload, "step_ms": step_ms, "why": str(e)}
+
+
+def driver_alone(links: int, scale: float, steps: tuple, seconds: float, queues: int = 1) -> list[dict]:
+    """The driver with no traffic, at each of ``steps``: the array driver, then (at 100 ms)
+    the reference (``ratelimit follow --reference``), one after the other on the same plan."""
     from ratelimit.driver import follow
     from ratelimit import service
 
     from . import traceload
     tag = f"tb{os.getpid()}a"
     rows = []
-    ns = traceload.topology(tag)
+    ns = traceload.topology(tag, queues)
     try:
-        service.apply(_request(ns, links, scale), follow=False)
-        for step in steps:
-            pid = follow.start(ns["rtr"], traceload.DEV, step)
+        service.apply(_request(ns, links, scale, queues), follow=False)
+        runs = [(step, False) for step in steps] + [(REFERENCE_STEP_MS, True)] * (REFERENCE_STEP_MS in steps)
+        for step, reference in runs:
+            pid = follow.start(ns["rtr"], traceload.DEV, step, reference)
             # the window starts once the driver has made 2 s of rounds (its first, every link's
             # class and gate, and its lead's first adjustments), counted in its rounds, not the clock
             warm = round(2000 / step)
-            wait_until(lambda: (follow.read_status(ns["rtr"], traceload.DEV) or {}).get("rounds", 0) >= warm,
-                       120, f"the driver's first {warm} rounds at {step} ms", every_s=0.1,
+            # (its own status: the driver before it left its last one, rounds and all, in the same file)
+            wait_until(lambda: (st := follow.read_status(ns["rtr"], traceload.DEV) or {}).get("pid") == pid and
+                       st.get("rounds", 0) >= warm,
+                       240, f"the driver's first {warm} rounds at {step} ms", every_s=0.1,
                        detail=lambda: f"status {follow.read_status(ns['rtr'], traceload.DEV)}")
             s0, (u0, k0), t0 = follow.read_status(ns["rtr"], traceload.DEV), procfs.times_s(pid)[:2], \
                 time.monotonic()
@@ -122,9 +143,12 @@ def driver_alone(links: int, scale: float, steps: tuple, seconds: float) -> list
                 time.monotonic()
             follow.stop(ns["rtr"], traceload.DEV)
             span = t1 - t0
-            rows.append({"kind": "driver", "links": links, "scale": scale, "step_ms": step,
-                         "cpu": round((u1 + k1 - u0 - k0) / span, 4), "user": round((u1 - u0) / span, 4),
-                         "system": round((k1 - k0) / span, 4), "changes_per_s": round((s1["sent"] - s0["sent"]) / span),
+            cpu, changes = (u1 + k1 - u0 - k0) / span, (s1["sent"] - s0["sent"]) / span
+            rows.append({"kind": "driver", "links": links, "scale": scale, "step_ms": step, "queues": queues,
+                         "stepper": s1.get("stepper", "arrays"),
+                         "cpu": round(cpu, 4), "user": round((u1 - u0) / span, 4),
+                         "system": round((k1 - k0) / span, 4), "changes_per_s": round(changes),
+                         "us_per_change": round(cpu / changes * 1e6, 3) if changes else None,
                          "rounds_per_s": round((s1["rounds"] - s0["rounds"]) / span, 2),
                          "missed_per_s": round((s1["missed"] - s0["missed"]) / span, 2),
                          "round_ms": s1.get("round_ms")})
@@ -310,32 +334,38 @@ def measure(quick: bool) -> dict:
     steps = (100,) if quick else STEPS
     other = () if quick else OTHER_STEPS
     sampled = () if quick else SAMPLED
+    scale_sizes = () if quick else SCALE_SIZES
     doc = new_result(NAME, quick)
     alone_s = 4.0 if quick else ALONE_S
     doc["config"] = {"trace": TRACE, "queue": QUEUE, "seconds": seconds, "settle_s": SETTLE_S, "alone_s": alone_s,
+                     "scale_sizes": [[*x[:3], list(x[3])] for x in scale_sizes],
                      "steps_ms": list(steps), "other_steps": [list(x) for x in other],
                      "sampled": [list(x) for x in sampled], "naive_rounds": NAIVE_ROUNDS}
-    step = Steps(NAME, len(sizes) * 2 + len(other) + len(sampled) + len(naive_links) + 1)
+    step = Steps(NAME, len(sizes) * 2 + len(scale_sizes) + len(other) + len(sampled) + len(naive_links) + 1)
     saved = os.environ.get("RATELIMIT_STATE_DIR")
     state_dir = tempfile.TemporaryDirectory()
     os.environ["RATELIMIT_STATE_DIR"] = state_dir.name  # records and drivers' status of our own
     try:
         for links, scale, payload in sizes:
             step(f"{links} links tracking {TRACE} x {scale}, {payload}-byte datagrams, a 100 ms step")
-            doc["rows"].append(tracking(links, scale, payload, 100, seconds))
+            doc["rows"].append(_scored(links, scale, payload, 100, seconds))
             say(NAME, str(doc["rows"][-1]))
             step(f"{links} links: the driver alone at steps of {', '.join(map(str, steps))} ms")
             doc["rows"] += driver_alone(links, scale, steps, alone_s)
-            say(NAME, str(doc["rows"][-len(steps):]))
+            say(NAME, str(doc["rows"][-len(steps) - 1:]))
+        for links, scale, queues, at in scale_sizes:
+            step(f"{links} links on {queues} tx queues: the driver alone at steps of {', '.join(map(str, at))} ms")
+            doc["rows"] += driver_alone(links, scale, at, alone_s, queues)
+            say(NAME, str(doc["rows"][-len(at) - 1:]))
         for links, step_ms in other:
             scale, payload = next((s, p) for n, s, p in SIZES if n == links)
             step(f"{links} links tracking {TRACE} x {scale}, {payload}-byte datagrams, a {step_ms} ms step")
-            doc["rows"].append(tracking(links, scale, payload, step_ms, seconds))
+            doc["rows"].append(_scored(links, scale, payload, step_ms, seconds))
             say(NAME, str(doc["rows"][-1]))
         for links, scale, payload, loaded in sampled:
             step(f"{links} links tracking {TRACE} x {scale}, {loaded} of them loaded with {payload}-byte datagrams, "
                  f"a 100 ms step")
-            doc["rows"].append(tracking(links, scale, payload, 100, seconds, loaded))
+            doc["rows"].append(_scored(links, scale, payload, 100, seconds, loaded))
             say(NAME, str(doc["rows"][-1]))
         for links in naive_links:
             scale = next(s for n, s, _ in SIZES if n == links)

@@ -104,14 +104,16 @@ def cleanup(ns: dict = NS) -> None:
         sh("ip", "netns", "del", name, check=False)
 
 
-def topology(ns: dict = NS) -> None:
+def topology(ns: dict = NS, queues: int = 1) -> None:
     """Client -- router -- server (namespaces ``ns``: cli, rtr, srv), 198.18.70.0/24 on the
-    client side, .71 on the server's; the router's devices ``rltr-c`` and ``rltr-s``."""
+    client side, .71 on the server's; the router's devices ``rltr-c`` (``queues`` tx queues)
+    and ``rltr-s``."""
     cleanup(ns)
     for name in ns.values():
         sh("ip", "netns", "add", name)
         sh("ip", "-n", name, "link", "set", "lo", "up")
-    sh("ip", "-n", ns["rtr"], "link", "add", "rltr-c", "type", "veth", "peer", "name", "rltr-c0", "netns", ns["cli"])
+    sh("ip", "-n", ns["rtr"], "link", "add", "rltr-c", "numtxqueues", str(queues), "type", "veth", "peer", "name",
+       "rltr-c0", "netns", ns["cli"])
     sh("ip", "-n", ns["rtr"], "link", "add", "rltr-s", "type", "veth", "peer", "name", "rltr-s0", "netns", ns["srv"])
     for name, dev, addr, gw in ((ns["cli"], "rltr-c0", "198.18.70.2/24", "198.18.70.1"),
                                 (ns["srv"], "rltr-s0", "198.18.71.2/24", "198.18.71.1")):

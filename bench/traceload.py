@@ -66,10 +66,10 @@ def cleanup(tag: str) -> None:
     delete_namespaces(list(names(tag).values()))
 
 
-def topology(tag: str) -> dict:
+def topology(tag: str, queues: int = 1) -> dict:
     """Server -- router -- client (``tracefacts.topology``); returns the namespaces' names."""
     ns = names(tag)
-    tracefacts.topology(ns)
+    tracefacts.topology(ns, queues)
     # no port-unreachable replies from the client for the datagrams nobody reads: destination
     # unreachable (type 3, bit 3 of the mask) limited to one per 1,000 s per peer (a mask of 0
     # limits no type: every datagram had its reply, as many packets again back through the router)

@@ -171,6 +171,7 @@ def test_a_square_wave_on_1000_links_is_followed_within_its_tolerances(tag, tmp_
     assert r["p95_tolerances_1000ms"] <= 1.0, r  # per 1 s window, within 2% (p95 over links and windows)
     assert r["p95_tolerances_100ms"] <= 1.0, r  # per 100 ms window, within 10%
     assert r["driver"]["links"] == 1000 and r["driver"]["step_ms"] == 100
+    assert r["driver"]["stepper"] == "arrays"  # 1,000 links or more: in arrays, schedules too (loop.ARRAYS_FROM)
 
 
 # the paced senders and the driver's timing against the clock need the host to themselves; pinned
@@ -191,6 +192,7 @@ def test_a_cellular_trace_of_small_datagrams_is_followed_in_the_links_own_packet
     assert r["receiver_lost"] == 0 and r["window"]["late_ms"] < 100, (r["window"], r["sent"])
     assert r["datagrams_per_window"] >= 50, r
     assert r["driver"]["learnt"] == 500, r["driver"]  # every link's packets known
+    assert r["driver"]["stepper"] == "arrays"  # a trace: in arrays
     assert abs(r["mean_ratio"] - 1) <= 0.01, r
     assert r["p95_error_1000ms"] <= 0.05, r
 
@@ -273,6 +275,7 @@ def test_a_killed_driver_is_reported_at_its_step_and_a_new_one_resumes_within_a_
     ns = traceload.topology(tag)
     service.apply(request(ns, "tunnel.toml", links=100))
     shut = status_when(ns, lambda st: st.get("shut") == 100 and st.get("step", 0) >= 3)
+    assert shut["stepper"] == "reference"  # 100 links of a schedule: numpy is not imported (loop.ARRAYS_FROM)
     os.kill(shut["pid"], signal.SIGKILL)
     wait_until(lambda: not follow.alive(ns["rtr"], traceload.DEV), 30, "the killed driver to let its lock go")
     left = follow.read_status(ns["rtr"], traceload.DEV)

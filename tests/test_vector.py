@@ -124,7 +124,12 @@ def test_the_arrays_give_the_references_changes_on_the_test_schedules(schedule, 
     run_both(ref, vec, 200, seed=step_ms)
 
 
-stamps = st.lists(st.integers(0, 3000), min_size=1, max_size=200).map(sorted).map(lambda ts: ts + [ts[-1] + 1 + ts[-1] % 97])  # a period after the last
+def with_period(stamps):
+    """The stamps, and a period after the last of them (a trace lasts longer than 0 ms)."""
+    return stamps + [stamps[-1] + 1 + stamps[-1] % 97]
+
+
+stamps = st.lists(st.integers(0, 3000), min_size=1, max_size=200).map(sorted).map(with_period)
 
 
 @settings(max_examples=40, deadline=None)
@@ -171,7 +176,8 @@ def test_the_templates_messages_are_the_encoders_byte_for_byte():
     _, vec = both(trace_down="lte-drive.down", trace_scale="0.01")
     links, enc = vec.links, encoder()
     rng = random.Random(9)
-    templates = Templates(enc, [link.klass for link in links], [link.gate for link in links])
+    templates = Templates([link.klass for link in links], [link.gate for link in links])
+    templates.ready(enc)
     rows = np.array(sorted(rng.sample(range(len(links)), 40)))
     rates = [rng.choice([8, 9, 64, 1000, 40_000, 1_234_567, 10**9, 10**10, 34 * 10**9]) + rng.randrange(0, 7)
              for _ in rows]
@@ -180,14 +186,16 @@ def test_the_templates_messages_are_the_encoders_byte_for_byte():
     msgs = templates.messages([("gate", rows, (np.array(rates),)),
                                ("class", rows, (np.array(rates), np.array(ceils), np.array(bursts)))])
     want = [enc.change(Change.of(links[i].gate_at(r)), 0, 1) for i, r in zip(rows, rates)] + \
-        [enc.change(Change.of(links[i].klass.with_rates(r, c, b)), 0, 1) for i, r, c, b in zip(rows, rates, ceils, bursts)]
+        [enc.change(Change.of(links[i].klass.with_rates(r, c, b)), 0, 1)
+         for i, r, c, b in zip(rows, rates, ceils, bursts)]
     assert msgs.shape == (80, ROW)
     assert [bytes(m) for m in msgs] == want
 
 
 def test_a_rate_that_needs_64_bits_sends_the_round_op_by_op():
     _, vec = both(trace_down="lte-drive.down", trace_scale="0.01")
-    templates = Templates(encoder(), [link.klass for link in vec.links], [link.gate for link in vec.links])
+    templates = Templates([link.klass for link in vec.links], [link.gate for link in vec.links])
+    templates.ready(encoder())
     rows = np.array([0, 1])
     assert templates.messages([("class", rows, (np.array([8, 35 * 10**9]),) * 2 + (np.array([1, 1]),))]) is None
 
@@ -201,7 +209,19 @@ def test_a_rounds_messages_are_numbered_with_one_acknowledgement_a_batch():
 
 def test_a_moved_device_is_followed_in_its_rows():
     _, vec = both(trace_down="lte-drive.down", trace_scale="0.01")
-    templates = Templates(encoder(), [link.klass for link in vec.links], [link.gate for link in vec.links])
+    templates = Templates([link.klass for link in vec.links], [link.gate for link in vec.links])
+    templates.ready(encoder())
     templates.follow({"veth0": 31}.get)
     assert set(templates.classes.view(np.int32)[:, 5].tolist()) == {31}
     assert set(templates.gates.view(np.int32)[:, 5].tolist()) == {31}
+
+
+def test_the_reference_driver_is_one_flag_away():
+    """``ratelimit follow --reference`` runs the reference; ``follow.start`` passes it on."""
+    from ratelimit.cli.subcommands import _follow_parser
+    from ratelimit.driver import follow
+    assert follow.command("rl-ns", "eth1", 100, reference=True) == \
+        ["ratelimit", "follow", "--interface", "eth1", "--netns", "rl-ns", "--reference"]
+    assert "--reference" not in follow.command("rl-ns", "eth1", 100)
+    assert _follow_parser().parse_args(["--interface", "eth1", "--reference"]).reference
+    assert not _follow_parser().parse_args(["--interface", "eth1"]).reference

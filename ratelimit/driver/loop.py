@@ -155,7 +155,8 @@ class _Loop:
                     self.guard.hold()  # a step goes out whole
                     landing = self.stepper.take_sent()
                     begun_ms, sent_at = time.time() * 1000, time.monotonic()
-                    round_ = sender.submit(_timed, functools.partial(self._send, ex), ops, functools.partial(kick, kicks))
+                    round_ = sender.submit(_timed, functools.partial(self._send, ex), ops,
+                                           functools.partial(kick, kicks))
                     # the next step is made while this one goes out: the kernel's work on the
                     # messages is done in the sending thread's system calls, on the other CPU
                     next_k = max(k + 1, self._now_step())  # a step missed is not sent late: the next is
@@ -212,7 +213,7 @@ class _Loop:
             return ex.apply(ops)
         from ..kernel import rounds  # numpy, as VectorStepper
         if self.templates is None:
-            self.templates = rounds.Templates(ex.encoder, [link.klass for link in self.stepper.links],
+            self.templates = rounds.Templates([link.klass for link in self.stepper.links],
                                               [link.gate for link in self.stepper.links])
         rounds.apply_round(ex, ops, self.templates)
 

@@ -7,8 +7,8 @@ the same order (tests/test_vector.py holds ``Stepper`` as the reference).  Its s
 columns, one entry a link: what the kernel was last told, what each link owes, its
 packets.  A step is a few dozen numpy operations over them, and each window's rates are
 worked out once (``traces.windows.Ring``).  Its ``changes`` give a ``Round``: rows and
-their rates, which ``kernel.rounds`` packs from templates.  Why: docs/design.md, "The
-driver process".
+their rates, which ``kernel.rounds`` packs from templates.  Why: docs/design.md, "Steps in
+arrays".
 
 For example, ``VectorStepper(links, 100).changes(0, resend=True)`` is a round that sets
 every link's class and gate to window 0's.
@@ -117,7 +117,8 @@ class VectorStepper:
         h = held[flat]
         self._gain(rows[h], CHANGE_GAIN * p2[h] * (1 - w2[h] / r2[h]))
         c = (n2 != r2) & (self.counted[rows] != k)
-        self._gain(rows[c], np.where(n2[c] == 0, SHUT_GAIN * self.frame[rows[c]], CHANGE_GAIN * p2[c] * (1 - n2[c] / r2[c])))
+        self._gain(rows[c], np.where(n2[c] == 0, SHUT_GAIN * self.frame[rows[c]],
+                                     CHANGE_GAIN * p2[c] * (1 - n2[c] / r2[c])))
         self.counted[rows[c]] = k
         most = PAYBACK * r2
         ahead = self.ahead[rows]

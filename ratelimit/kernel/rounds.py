@@ -1,17 +1,18 @@
 """A trace driver's rounds as netlink messages: each traced link's class and gate packed
 once, the rates patched in for each round, all in array operations (numpy).
 
-``Templates(encoder, classes, gates)`` packs every link's class change and gate change
+``Templates(classes, gates)`` packs every link's class change and gate change
 (what ``Encoder.change`` sends) at placeholder rates, one row of ``ROW`` bytes each.  A
 round names rows and their new rates (``driver.vector.Round.parts``); ``messages`` copies
 those rows and writes the rate fields in place, as ``kinds.htb.class_packer`` and
 ``kinds.tbf.options`` compute them; ``apply_round`` sends them.  tests/test_vector.py checks the bytes against the
 encoder's, rate for rate.  A rate too large for a 32-bit rate spec (34 Gbit/s) needs a
 64-bit attribute, a longer message: ``messages`` then gives None and the round goes out
-op by op.  Why: docs/design.md, "The driver process".
+op by op.  Why: docs/design.md, "Steps in arrays".
 
-For example, ``Templates(ex.encoder, [klass], [gate]).messages([("gate", rows, (bps,))])``
-gives one 96-byte message that sets the gate of link 0 to ``bps[0]``.
+For example, once ``t = Templates([klass], [gate])`` is ``t.ready(ex.encoder)``,
+``t.messages([("gate", np.array([0]), (np.array([bps]),))])`` is one 96-byte message that
+sets link 0's gate to ``bps``.
 """
 
 import dataclasses
@@ -34,15 +35,24 @@ _GATE = {"rate": (_HEAD + tbf.RATE_AT) // 4, "buffer": (_HEAD + tbf.BUFFER_AT) /
 
 
 class Templates:
-    """One class message and one gate message a link, for the links of one plan."""
+    """One class message and one gate message a link, for the links of one plan (``classes``,
+    ``gates``: the plan's operations), packed by ``ready``."""
 
-    def __init__(self, encoder, classes, gates):
-        self.clock = encoder.clock
+    def __init__(self, classes, gates):
+        self.ops = (classes, gates)
+        self.classes = self.gates = None
         self.devices = [op.dev for op in classes]
-        self.classes = self._pack(encoder, [op.with_rates(8, 8, 1) for op in classes])
-        self.gates = self._pack(encoder, [dataclasses.replace(gate, rate_bps=64) for gate in gates])
         self.gate_burst = np.array([gate.burst_bytes for gate in gates], dtype=np.int64)
+
+    def ready(self, encoder) -> None:
+        """Pack every link's messages with ``encoder`` (its devices' indexes, its clock), once."""
+        if self.classes is not None:
+            return
+        classes, gates = self.ops
+        self.clock = encoder.clock
         self.ifindex = {dev: encoder.ifindex(dev) for dev in set(self.devices)}
+        self.gates = self._pack(encoder, [dataclasses.replace(gate, rate_bps=64) for gate in gates])
+        self.classes = self._pack(encoder, [op.with_rates(8, 8, 1) for op in classes])
 
     @staticmethod
     def _pack(encoder, ops):
@@ -104,6 +114,7 @@ def apply_round(ex, round_, templates) -> None:
     batched as ``apply`` batches; raise StepFailed on the first one the kernel refuses."""
     ex._fresh()
     try:
+        templates.ready(ex.encoder)
         templates.follow(ex._ifindex)
     except _NoDevice:
         return ex.apply(round_.ops())  # it names the device and the op
