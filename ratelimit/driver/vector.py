@@ -227,14 +227,13 @@ class _Bursts:
     """``spec.model.Burst.bytes_at`` of every class row's rate, by the links' bursts."""
 
     def __init__(self, rates):
-        self.kinds: dict = {}
+        kinds: dict = {}
         for i, r in enumerate(rates):
-            self.kinds.setdefault((r.burst, r.mtu_bytes), []).append(i)
-        self.of = np.zeros(len(rates), dtype=np.int64)
-        self.groups = []
-        for n, ((burst, mtu), rows) in enumerate(self.kinds.items()):
+            kinds.setdefault((r.burst, r.mtu_bytes), []).append(i)
+        self.groups = list(kinds)  # (burst, mtu) of each group
+        self.of = np.zeros(len(rates), dtype=np.int64)  # each link's group
+        for n, rows in enumerate(kinds.values()):
             self.of[rows] = n
-            self.groups.append((burst, mtu))
 
     def __call__(self, rows, rate):
         out = np.zeros(len(rows), dtype=np.int64)

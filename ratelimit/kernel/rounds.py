@@ -5,8 +5,8 @@ once, the rates patched in for each round, all in array operations (numpy).
 (what ``Encoder.change`` sends) at placeholder rates, one row of ``ROW`` bytes each.  A
 round names rows and their new rates (``driver.vector.Round.parts``); ``messages`` copies
 those rows and writes the rate fields in place, as ``kinds.htb.class_packer`` and
-``kinds.tbf.options`` compute them; ``apply_round`` sends them.  tests/test_vector.py checks the bytes against the
-encoder's, rate for rate.  A rate too large for a 32-bit rate spec (34 Gbit/s) needs a
+``kinds.tbf.options`` compute them; ``apply_round`` sends them.  tests/test_vector.py
+checks the bytes against the encoder's, rate for rate.  A rate too large for a 32-bit rate spec (34 Gbit/s) needs a
 64-bit attribute, a longer message: ``messages`` then gives None and the round goes out
 op by op.  Why: docs/design.md, "Steps in arrays".
 

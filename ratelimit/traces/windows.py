@@ -29,15 +29,15 @@ class TraceWindows:
             cap = link.capacity
             if type(cap) is TraceCapacity:
                 groups.setdefault((id(cap.trace), cap.loop), []).append((i, link))
-        self._groups = [_Group(members, step_ms) for members in groups.values()]
-        self.indexes = frozenset(i for g in self._groups for i in g.indexes)
+        self.groups = [_Group(members, step_ms) for members in groups.values()]  # by trace
+        self.indexes = frozenset(i for g in self.groups for i in g.indexes)
         self._size = len(links)
 
     def rows(self, k: int, count: int) -> list:
         """For each of the links, the class rates of its windows ``k`` .. ``k + count - 1``
         (a list), or None where it follows a schedule."""
         out = [None] * self._size
-        for g in self._groups:
+        for g in self.groups:
             for i, row in zip(g.indexes, g.rates(k, count).tolist()):
                 out[i] = row
         return out
@@ -94,7 +94,7 @@ class Ring:
         self.windows, self.step_ms, self.count = TraceWindows(links, step_ms), step_ms, count
         self.rates = np.zeros((count, len(links)), dtype=np.int64)  # window j's in row j % count
         self._scheduled = [(i, link) for i, link in enumerate(links) if i not in self.windows.indexes]
-        self._groups = [(np.array(g.indexes, dtype=np.intp), g) for g in self.windows._groups]
+        self._groups = [(np.array(g.indexes, dtype=np.intp), g) for g in self.windows.groups]
         self._units = [None] * len(self._groups)  # each group's units before its newest window's end
         self.first = None  # the first window held (None: none)
 
@@ -122,7 +122,3 @@ class Ring:
     def column(self, j: int):
         """Every link's rate in window ``j`` (held: ``at``)."""
         return self.rates[j % self.count]
-
-    def ahead(self, rows, k: int):
-        """The rates of ``rows`` in windows ``k`` .. ``k + count - 1``, in order (links x count)."""
-        return self.rates[(np.arange(k, k + self.count) % self.count)[:, None], rows[None, :]].T
