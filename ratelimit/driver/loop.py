@@ -78,7 +78,6 @@ def run(netns: str | None, interface: str, step_ms: int = DEFAULT_STEP_MS, say=p
                                 f"(pid {(read_status(netns, interface) or {}).get('pid')})") from None
         write = _Writer(netns, interface, step_ms)
         write.base["realtime"] = _realtime()
-        write.base["stepper"] = "reference" if reference else "arrays"
         write(state="starting", started_ms=None, step=None, links=0, shut=0)
         with guard() as g:
             gc.disable()  # docs/design.md, "The driver process": memory
@@ -265,6 +264,7 @@ class _Loop:
         gc.collect()  # what the last plan left in cycles
         links = traced_links(plan, {path: v for (path, _), v in self.loaded.items()})
         self.stepper = self._stepper(links)
+        self.write.base["stepper"] = "reference" if type(self.stepper) is Stepper else "arrays"
         self.templates = None
         self.table = FlowTable.of_classes((link.klass.dev, link.klass.classid) for link in self.stepper.links)
         self.learn_at = 0.0  # the first reading after a new plan is where the next one counts from
