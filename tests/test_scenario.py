@@ -129,9 +129,9 @@ def test_a_record_from_before_cohorts_reads_as_one_cohort():
            "profile": None, "link": None, "per": "port", "generation": 0}
     req = records.from_json(old)
     assert [c.name for c in req.cohorts] == ["main"] and req.only.ports == ((1024, 1031),) and req.only.mpu_bytes == 64
-    # its qdiscs numbered and its groups sized as that ratelimit did (``Request.group_bucket``, ``group_links``)
+    # its qdiscs numbered and its groups sized as that ratelimit did (``Request.numbering``, ``group_links``)
     assert req == dataclasses.replace(service.make_request("eth0", hosts="198.18.0.2", ports="1024-1031"),
-                                      group_bucket=False, group_links=256)
+                                      numbering=0, group_links=256)
 
 
 def test_one_cohort_compiles_as_the_command_line_always_did():

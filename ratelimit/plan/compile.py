@@ -24,7 +24,7 @@ ports) is one filter on its address in trees of their own (``u32tree``, prio 3 a
 
 The handles under the pool class are those of generation 0; a plan in generation 1
 (``Request.generation``: a re-apply built beside the installed plan, ``diff``) puts its
-groups at 52:8010.., 7fff: down and 8000: up (``GENERATIONS``), and its root trees in
+groups at 52:8010.. and fdec: down, its queues 8000: up (``layout.handles``), and its root trees in
 the other tables.  Those are slots: each becomes a qdisc major through ``layout.major``,
 which puts every group's qdisc in one bucket of the device's qdisc hash (fffe:'s) and the
 queues in the others.  A re-apply that changes some cohorts keeps the others' groups where

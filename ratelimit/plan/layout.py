@@ -6,7 +6,7 @@ cohort's span of links and groups, the flows the trees select, and the device's 
 import functools
 import zlib
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..spec.model import Cohort, LinkParams, Request
 from ..spec.units import format_rate
@@ -62,7 +62,22 @@ class Handles:
 
 
 GENERATIONS = (Handles(0x10, 0xFFFE, 0x100, 0xFFFE, FIRST, 0),
-               Handles(0x8010, 0x7FFF, 0x8000, 0xFFFE, SECOND, 0x80000000))
+               Handles(0x8010, 0xFDEC, 0x8000, 0xFDEC, SECOND, 0x80000000))
+
+# ``Request.numbering``: how a plan's slots are numbered as qdisc majors ("The qdisc hash" below)
+SLOT_ORDER = 0  # each slot its own major; generation 1's groups from 7fff: down (a record without the field)
+MID_BUCKET = 1  # the groups' bucket, generation 1's groups from 7fff: down (a record with ``group_bucket``)
+TOP_BUCKET = 2  # the groups' bucket, generation 1's groups just below generation 0's: how plans are numbered now
+NUMBERINGS = (SLOT_ORDER, MID_BUCKET, TOP_BUCKET)
+MID_SECOND_TOP = 0x7FFF  # generation 1's first group slot under SLOT_ORDER and MID_BUCKET
+
+
+def handles(generation: int, numbering: int = TOP_BUCKET) -> Handles:
+    """The handles of ``generation`` in ``numbering``."""
+    h = GENERATIONS[generation]
+    if generation == 1 and numbering != TOP_BUCKET:
+        return replace(h, group_top=MID_SECOND_TOP, leaf_top=0xFFFE)
+    return h
 
 
 def max_shape_links(h: Handles) -> int:
@@ -79,7 +94,7 @@ def max_shape_links(h: Handles) -> int:
 # qdisc message -- each change a trace driver sends looks up its link's group qdisc -- and
 # walks the handle's bucket from its newest entry.  A group is made before its links'
 # queues, so with majors in slot order its lookup walked past nearly every queue of its
-# bucket: about links / 32 entries for every change.  With ``Request.group_bucket`` the
+# bucket: about links / 32 entries for every change.  Numbered (``Request.numbering``), the
 # groups' qdiscs take the majors of one bucket, which the links' queues leave to them until a
 # plan of some 61,000 links needs them (docs/design.md, "The qdisc hash").
 QDISC_HASH_BITS = 4
@@ -92,29 +107,35 @@ def hash_bucket(major: int) -> int:
     return ((major << 16) * GOLDEN_RATIO_32 & 0xFFFFFFFF) >> (32 - QDISC_HASH_BITS)
 
 
-GROUP_BUCKET = hash_bucket(GENERATIONS[0].group_top)  # fffe:'s, and 7fff:'s: the first groups keep their majors
+GROUP_BUCKET = hash_bucket(GENERATIONS[0].group_top)  # fffe:'s (and fdec:'s, 7fff:'s): first groups keep their majors
 
 
 @functools.cache
-def _majors() -> tuple[int, ...]:
+def _majors(numbering: int) -> tuple[int, ...]:
     """slot -> major over the groups' and queues' slots (``MAJORS``; the identity outside).
     Each generation's group slots (``GROUP_SLOTS``, from its ``group_top`` down) take the
     bucket's majors from its ``group_top`` down (so each generation's first group keeps its
-    major), then the slots below generation 0's, which its queues fill last, take the rest;
-    every other slot takes the next major of the other buckets, in order."""
+    major), then the slots below the group slots at the top of the range (generation 0's;
+    under TOP_BUCKET generation 1's too), which generation 0's queues fill last, take the
+    rest; every other slot takes the next major of the other buckets, in order.
+
+    Under MID_BUCKET generation 1's group slots (7fff: down) are also generation 0's queue
+    slots from its 32,000th link on: a plan of more links put 512 queues in the groups'
+    bucket, newer than the groups, and each change walked past them."""
+    gens = [handles(g, numbering) for g in range(len(GENERATIONS))]
     lo, end = MAJORS
     ours = [hash_bucket(m) == GROUP_BUCKET for m in range(end)]
     free = [m for m in range(end - 1, lo - 1, -1) if ours[m]]
     table = list(range(1 << 16))
     taken = set()
-    for g in sorted(GENERATIONS, key=lambda g: g.group_top):
+    for g in sorted(gens, key=lambda g: g.group_top):
         picks = [m for m in free if m <= g.group_top][:GROUP_SLOTS]
         for slot, m in zip(range(g.group_top, g.group_top - GROUP_SLOTS, -1), picks):
             table[slot] = m
             taken.add(slot)
         picked = set(picks)
         free = [m for m in free if m not in picked]
-    below = GENERATIONS[0].group_top - GROUP_SLOTS
+    below = min(g.group_top for g in gens if g.group_top >= GENERATIONS[1].leaf_base) - GROUP_SLOTS
     for m in free:
         table[below] = m
         taken.add(below)
@@ -125,10 +146,10 @@ def _majors() -> tuple[int, ...]:
     return tuple(table)
 
 
-def major(slot: int, bucketed: bool = True) -> int:
-    """The qdisc major of a group's or a queue's ``slot`` (``Place``'s numbers): with
-    ``bucketed`` (``Request.group_bucket``) through the table above, else the slot itself."""
-    return _majors()[slot] if bucketed else slot
+def major(slot: int, numbering: int = TOP_BUCKET) -> int:
+    """The qdisc major of a group's or a queue's ``slot`` (``Place``'s numbers) in
+    ``numbering`` (``Request.numbering``): the slot itself in SLOT_ORDER."""
+    return slot if numbering == SLOT_ORDER else _majors(numbering)[slot]
 
 
 MAX_SHAPE_LINKS = max_shape_links(GENERATIONS[0])
@@ -207,14 +228,14 @@ class Layout:
     group_links: int = GROUP_LINKS
     queues: int = 1
     leaves: int = 0  # qdisc majors the links' queues take (``leaf_majors``)
-    bucketed: bool = True  # ``Request.group_bucket``: slots to majors through ``major``
+    numbering: int = TOP_BUCKET  # ``Request.numbering``: slots to majors through ``major``
 
     @classmethod
     def of(cls, req: Request) -> "Layout":
         group_links = group_links_of(req)
         spans, port_flows, port_link, whole_flows, whole_link, link_cohort = [], [], [], [], [], []
         link = group = leaf = 0
-        gen = GENERATIONS[req.generation]
+        gen = handles(req.generation, req.numbering)
         for k, c in enumerate(req.cohorts):
             n = c.link_count()
             groups = -(-n // group_links)
@@ -243,7 +264,7 @@ class Layout:
         plain = [c for c in req.cohorts if not c.link.cells] or list(req.cohorts)
         base = min(plain, key=lambda c: c.link.overhead_bytes)
         return cls(tuple(spans), tuple(port_flows), tuple(port_link), tuple(whole_flows), tuple(whole_link),
-                   tuple(link_cohort), base, link, group, group_links, req.queues, leaf, req.group_bucket)
+                   tuple(link_cohort), base, link, group, group_links, req.queues, leaf, req.numbering)
 
     def overhead(self, c: Cohort) -> tuple[int, bool]:
         """What ``c``'s classes add to the length the device's size table gives a packet, and
@@ -278,11 +299,11 @@ class Layout:
 
     def group_qdisc(self, span: Span, group: int) -> int:
         """The HTB qdisc of ``span``'s group ``group``."""
-        return major(span.place.group_top - group, self.bucketed) << 16
+        return major(span.place.group_top - group, self.numbering) << 16
 
     def queue_qdisc(self, slot: int) -> int:
         """The qdisc of a link's queue (or gate, or delay stage) in ``slot``."""
-        return major(slot, self.bucketed) << 16
+        return major(slot, self.numbering) << 16
 
     def clash(self) -> tuple | None:
         """Two spans whose handles overlap, or one outside the handle space, as (span,

@@ -88,11 +88,11 @@ def over(old, plan):
        fit (packed there, or failing that in free handles);
     4. else (None, None): the old is removed and ``plan`` built.
     1-3 number the qdiscs and size the groups as the installed plan does
-    (``Request.group_bucket``, ``Request.group_links``: a plan an earlier ratelimit installed
+    (``Request.numbering``, ``Request.group_links``: a plan an earlier ratelimit installed
     keeps its numbering and its groups until it is removed)."""
     sized = old.request.queues == plan.request.queues and \
         group_links_of(old.request) != group_links_of(plan.request)
-    req = replace(plan.request, group_bucket=old.request.group_bucket,
+    req = replace(plan.request, numbering=old.request.numbering,
                               **({"group_links": old.request.group_links} if sized else {}))
     gen = old.request.generation
 

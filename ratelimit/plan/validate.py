@@ -11,8 +11,8 @@ from ..errors import FieldError, UsageError
 from ..spec.model import DIRECTIONS, GRANULARITIES, MODES, Cohort, min_police_burst, Request
 from ..spec.names import check_target
 from ..traces.tracespec import check as check_trace
-from .layout import (GENERATIONS, MAX_FLOWS, MAX_GROUP_LINKS, MAX_POLICED_HOSTS, MAX_QUEUES, carried, group_links_of,
-                     Handles, Layout, max_shape_links, Place)
+from .layout import (GENERATIONS, MAX_FLOWS, MAX_GROUP_LINKS, MAX_POLICED_HOSTS, MAX_QUEUES, NUMBERINGS, carried,
+                     group_links_of, Handles, handles, Layout, max_shape_links, Place)
 
 
 def checked_layout(req: Request) -> Layout:
@@ -56,6 +56,8 @@ def _validate(req: Request) -> None:
         raise FieldError("--hosts/--ports", f"{n} flows", f"are too many (at most {MAX_FLOWS})")
     if req.generation not in range(len(GENERATIONS)):
         raise FieldError("generation", req.generation, f"is not a generation (0-{len(GENERATIONS) - 1})")
+    if req.numbering not in NUMBERINGS:
+        raise FieldError("numbering", req.numbering, f"is not a numbering ({', '.join(map(str, NUMBERINGS))})")
     if req.places is not None and (req.mode != "shape" or len(req.places) != len(req.cohorts) or not all(
             isinstance(p, Place) and all(type(v) is int for v in astuple(p)) for p in req.places)):
         raise FieldError("places", f"{len(req.places)} places", f"do not place the {len(req.cohorts)} cohorts "
@@ -210,7 +212,7 @@ def _shared_port(a, b):
 
 
 def _validate_layout(req: Request, lay: "Layout") -> None:
-    h = GENERATIONS[req.generation]
+    h = handles(req.generation, req.numbering)
     if req.places is not None:
         _validate_places(req, lay)
     elif req.mode == "shape" and not _fits(h, lay.leaves, lay.groups):

@@ -249,10 +249,11 @@ class Request:
     # shape mode: the device's tx queues used, each with its own HTB tree under an mq root
     # (``layout.queue_of`` places each group); 1: one tree at the root, as before queues
     queues: int = 1
-    # shape mode: the groups' qdiscs take the majors of one bucket of the device's qdisc
-    # hash that the links' queues leave alone (``layout.major``); False: majors in the
-    # order of their slots, as ratelimit made them before (a record without the field)
-    group_bucket: bool = True
+    # shape mode: how slots are numbered as qdisc majors (``layout.major``): 2, the groups'
+    # qdiscs in one bucket of the device's qdisc hash that the links' queues leave alone and
+    # generation 1's groups just below generation 0's; 1, the same with generation 1's groups
+    # from 7fff: down (a record with ``group_bucket``); 0, in slot order (a record with neither)
+    numbering: int = 2
     # shape mode: links per group qdisc; None: the layout's for the queues (256 with one tree,
     # 512 with several: ``layout.group_links_of``).  A record written before the size
     # depended on the queues reads 256 and keeps it over re-applies

@@ -89,7 +89,8 @@ def from_json(data: dict) -> Request:
     cohorts = data["cohorts"] if "cohorts" in data else [data]
     if not isinstance(cohorts, list):
         raise TypeError("cohorts is not a list")
-    values.setdefault("group_bucket", False)  # written before the groups had a bucket of their own
+    if "numbering" not in values:  # written before the numbering had a version: the bucket (1), or slot order (0)
+        values["numbering"] = 1 if data.get("group_bucket") else 0
     values.setdefault("group_links", 256)  # written when every group held 256 links
     if values.get("places") is not None:
         values["places"] = tuple(Place(*p) for p in values["places"])
