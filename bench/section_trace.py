@@ -47,6 +47,30 @@ def _trace_found(doc: dict) -> str | None:
     return " ".join(parts) or None
 
 
+def _beside(rows: list[dict]) -> list[str]:
+    """The driver beside the shaping's softirq (``bench/tracebusy.py``)."""
+    if not rows:
+        return []
+    out = ["**The driver beside the shaping** ([bench/tracebusy.py](../bench/tracebusy.py)): the links on a "
+           "multi-queue layout, each sent full-size datagrams at its trace's mean capacity (pace.c, one sender per "
+           "CPU), the driver at 100 ms. Over the window: the machine's CPU from `/proc/stat` (softirq: the router's "
+           "forwarding and shaping, and the sink's drops; system: the senders' sends and the driver's netlink "
+           "work), each CPU's busy share, and the driver's own CPU.", ""]
+    body = [[f"{r['links']:,} on {r['queues']} queues", f"{r['offered_pps']:,}", f"{r['delivered_pps']:,}",
+             _pct(r["cpu"]["machine"]["busy"]), _pct(r["cpu"]["machine"]["softirq"]),
+             ", ".join(_pct(c["busy"]) for c in r["cpu"]["per_cpu"]),
+             f"{_pct(r['driver_cpu'])} ({_pct(r['driver_user'])} user)", f"{r['missed_per_s']:g}"] for r in rows]
+    out += table(["links", "offered, packets/s", "delivered, packets/s", "machine busy", "machine softirq",
+                  "each CPU busy", "driver CPU (of it user)", "steps missed/s"], body) + [""]
+    reading = []
+    for r in rows:
+        m = r["cpu"]["machine"]
+        cores = len(r["cpu"]["per_cpu"])
+        reading.append(f"{r['links']:,} links: softirq {m['softirq'] * cores:.2f} of a core and the driver "
+                       f"{r['driver_cpu']:.2f}, of {cores} cores; the machine {_pct(m['busy'])} busy")
+    return out + ["Reading: " + "; ".join(reading) + ".", ""]
+
+
 def section_trace(doc: dict | None) -> list[str]:
     out = opening("11. Links that follow a trace", "How closely links that follow a trace deliver its capacity, and "
                   "what the driver costs at each step.", doc, _trace_found)
@@ -158,10 +182,11 @@ def section_trace(doc: dict | None) -> list[str]:
         out += ["Reading: " + "; ".join(reading) + ". The driver is one process of two threads, one making each "
                 "step's changes while the other sends the last (so its CPU can pass a core): where it misses steps "
                 "it is the saturated one. Its user time is its own Python and numpy: each link's rate, hold and "
-                "payment for the step, and the messages. Its system time is the kernel's work on the messages, "
-                "which grows with the links: a link's class is found through the device's 16-bucket table of "
-                "qdiscs ([design.md, Steps in arrays](design.md#steps-in-arrays)). Both are sampled at the "
+                "payment for the step, and the messages. Its system time is the kernel's work on the messages: "
+                "a link's class is found through its group's qdisc in the device's 16-bucket table of qdiscs "
+                "([design.md, The qdisc hash](design.md#the-layout-on-a-device)). Both are sampled at the "
                 "scheduler's ticks, so the split is rough.", ""]
+    out += _beside([r for r in rows if r.get("kind") == "beside"])
     if naive:
         out += ["A **naive driver**, not at the same time: a shell in the router's namespace runs one "
                 "`tc class change` process per link per step, each link's rate of that step, rounds back to back. "

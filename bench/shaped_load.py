@@ -151,7 +151,30 @@ def perf_top(seconds: float, n: int = 12) -> list | None:
     return out
 
 
-def _read(ex: Executor, table: FlowTable) -> tuple[float, dict]:
+def start_senders(path: Path3, sender_exe: str, k: int, pps: float, run_s: float) -> list:
+    """pace.c, one process per CPU, each for its share of the ``k`` ports from FIRST_PORT,
+    ``pps`` full-size datagrams a second in all, for ``run_s`` seconds."""
+    cpus, out = os.cpu_count() or 1, []
+    for i in range(cpus):
+        first, last = k * i // cpus, k * (i + 1) // cpus
+        if last > first:
+            out.append(subprocess.Popen(
+                ["ip", "netns", "exec", path.sender, sender_exe, SINK, str(FIRST_PORT + first), str(last - first),
+                 str(PAYLOAD_BYTES), f"{pps * (last - first) / k:.3f}", f"{run_s:g}"],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    return out
+
+
+def finish_senders(senders: list, run_s: float) -> list:
+    """Each sender's (stdout, stderr) once it has ended; BenchError if one failed."""
+    outs = [p.communicate(timeout=run_s + 60) for p in senders]
+    for p, (_, err) in zip(senders, outs):
+        if p.returncode != 0:
+            raise BenchError(f"pace exited {p.returncode}: {err.strip()[-300:]}")
+    return outs
+
+
+def read(ex: Executor, table: FlowTable) -> tuple[float, dict]:
     """Every link's counters and when they were read: the middle of the dump, which takes
     a few tenths of a second at 40,000 links (a window timed from the dumps' starts would be
     off by the difference of their lengths)."""
@@ -176,33 +199,22 @@ def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = N
             ex.apply(plan.ops)
         setup_s = time.perf_counter() - t0
         table = FlowTable.of(plan)  # one flow per link: its class
-        cpus = os.cpu_count() or 1
         pps = k * LOAD * cfg.rate_bps / 8 / FRAME_BYTES
         run_s = cfg.warm_s + cfg.window_s + cfg.perf_s + 2
-        senders = []
-        for i in range(cpus):
-            first, last = k * i // cpus, k * (i + 1) // cpus
-            if last > first:
-                senders.append(subprocess.Popen(
-                    ["ip", "netns", "exec", path.sender, sender_exe, SINK, str(FIRST_PORT + first), str(last - first),
-                     str(PAYLOAD_BYTES), f"{pps * (last - first) / k:.3f}", f"{run_s:g}"],
-                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        senders = start_senders(path, sender_exe, k, pps, run_s)
         try:
             with Executor(path.router) as ex:
                 # the senders on (every link has sent a packet: they are processes, started when the
                 # machine gets to them), then the warm-up: the links' buckets drain at their rate
-                wait_until(lambda: all(_read(ex, table)[1]["packets"][:k]), 120, f"{k:,} links' first packets",
+                wait_until(lambda: all(read(ex, table)[1]["packets"][:k]), 120, f"{k:,} links' first packets",
                            every_s=0.5)
                 time.sleep(cfg.warm_s)
-                c0, (t_0, b0) = procfs.ticks(), _read(ex, table)
+                c0, (t_0, b0) = procfs.ticks(), read(ex, table)
                 time.sleep(cfg.window_s)  # the window
-                c1, (t_1, b1) = procfs.ticks(), _read(ex, table)
+                c1, (t_1, b1) = procfs.ticks(), read(ex, table)
             top = perf_top(cfg.perf_s)
         finally:
-            outs = [p.communicate(timeout=run_s + 60) for p in senders]
-    for p, (out, err) in zip(senders, outs):
-        if p.returncode != 0:
-            raise BenchError(f"pace exited {p.returncode}: {err.strip()[-300:]}")
+            outs = finish_senders(senders, run_s)
     window = t_1 - t_0
     if table.rows != k:
         raise BenchError(f"the plan has {table.rows} flows for {k} links")

@@ -21,6 +21,8 @@ phase, the driver (``ratelimit follow``) at ``step_ms``.
 * **driver alone**: the same links, no traffic, the driver at each of ``STEPS``: its CPU
   (``/proc/PID/stat``), the changes it sent a second and the steps it missed (their time
   had passed before it could send them: the step it cannot sustain).
+* **beside**: 20,000 and 40,000 links on 8 tx queues, each sent its trace's mean, the
+  driver's CPU beside the machine's softirq (``tracebusy``): which one limits the router.
 * **naive**: no driver; a shell in the router's namespace runs one ``tc class change``
   process per link per step, as scripts do, with each link's rate of that step: how long
   a round of them takes (the shortest step it sustains) and its CPU.
@@ -34,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import procfs
+from . import procfs, tracebusy
 from .common import BenchError, delivered, say, Steps, wait_until
 from .results import new_result, save
 
@@ -67,6 +69,7 @@ REFERENCE_STEP_MS = 100  # the step the reference driver (``--reference``) is re
 # the driver alone at the router's scale: links, scale, tx queues (the layout that carries 40,000 busy
 # links: docs/benchmarks.md, section 10), steps
 SCALE_SIZES = ((20000, 0.002, 8, (100,)), (40000, 0.002, 8, (100, 200)))
+BESIDE = ((20000, 0.002, 8), (40000, 0.002, 8))  # the driver beside the shaping's softirq (``tracebusy``)
 NAIVE_LINKS, QUICK_NAIVE_LINKS = (100, 1000), (100,)
 NAIVE_ROUNDS = 3
 TCP_LINKS = 20  # at 0.1 of the trace: about 0.8 Mbit/s each
@@ -334,14 +337,15 @@ def measure(quick: bool) -> dict:
     steps = (100,) if quick else STEPS
     other = () if quick else OTHER_STEPS
     sampled = () if quick else SAMPLED
-    scale_sizes = () if quick else SCALE_SIZES
+    scale_sizes, beside = ((), ()) if quick else (SCALE_SIZES, BESIDE)
     doc = new_result(NAME, quick)
     alone_s = 4.0 if quick else ALONE_S
     doc["config"] = {"trace": TRACE, "queue": QUEUE, "seconds": seconds, "settle_s": SETTLE_S, "alone_s": alone_s,
-                     "scale_sizes": [[*x[:3], list(x[3])] for x in scale_sizes],
+                     "scale_sizes": [[*x[:3], list(x[3])] for x in scale_sizes], "beside": [list(x) for x in beside],
                      "steps_ms": list(steps), "other_steps": [list(x) for x in other],
                      "sampled": [list(x) for x in sampled], "naive_rounds": NAIVE_ROUNDS}
-    step = Steps(NAME, len(sizes) * 2 + len(scale_sizes) + len(other) + len(sampled) + len(naive_links) + 1)
+    step = Steps(NAME, 2 * len(sizes) + len(scale_sizes) + len(beside) + len(other) + len(sampled) + len(naive_links)
+                 + 1)
     saved = os.environ.get("RATELIMIT_STATE_DIR")
     state_dir = tempfile.TemporaryDirectory()
     os.environ["RATELIMIT_STATE_DIR"] = state_dir.name  # records and drivers' status of our own
@@ -357,6 +361,10 @@ def measure(quick: bool) -> dict:
             step(f"{links} links on {queues} tx queues: the driver alone at steps of {', '.join(map(str, at))} ms")
             doc["rows"] += driver_alone(links, scale, at, alone_s, queues)
             say(NAME, str(doc["rows"][-len(at) - 1:]))
+        for links, scale, queues in beside:
+            step(f"{links} links on {queues} tx queues, each sent its trace's mean: the driver beside the shaping")
+            doc["rows"].append(tracebusy.measure_row(links, queues, scale, TRACE, QUEUE))
+            say(NAME, str(doc["rows"][-1]))
         for links, step_ms in other:
             scale, payload = next((s, p) for n, s, p in SIZES if n == links)
             step(f"{links} links tracking {TRACE} x {scale}, {payload}-byte datagrams, a {step_ms} ms step")

@@ -49,6 +49,7 @@ PORT0 = 20000
 CLIENT, SERVER = "198.18.70.2", "198.18.71.2"  # bench.tracefacts' topology
 DEV, CLIENT_DEV, ETH_HEADER_BYTES = "rltr-c", "rltr-c0", 14
 SLICE_MS = 20  # the sender paces each link at its capacity averaged over slices this long
+PREFILL_MS = 1000  # each link's first datagrams (``prefill``) go out over the plan's first second
 SENDERS = min(2, len(os.sched_getaffinity(0)))  # sender processes: at most one per CPU this process may use
 DRAIN_S = 15.0  # the most the receiver waits, after the sender, for the links' queues to empty
 # a datagram sent this late or later: its sender was behind its plan, and what its link
@@ -113,20 +114,24 @@ def _paced(link, begin: float, end: float, first: float, per_frame: float, out: 
 
 def schedule(links: list, started_ms: int, seconds: float, *, frame_bytes: int, factor: float,
              prefill: int) -> tuple[array, array, float]:
-    """Each link's datagrams paced at ``factor`` times its capacity after a first ``prefill``
-    (``_paced``) for ``seconds``, from a time far enough ahead to work them all out (twice
-    what the first few links took, and 2 s): the send times (wall clock, ms) in order, their
-    ports, the end."""
+    """Each link's first ``prefill`` datagrams spread over the plan's first ``PREFILL_MS``, and
+    its datagrams paced at ``factor`` times its capacity (``_paced``) for ``seconds``, from a
+    time far enough ahead to work them all out (twice what the first few links took, and
+    2 s): the send times (wall clock, ms) in order, their ports, the end.  The prefill keeps
+    a link backlogged from its first datagram: paced alone it would have one datagram
+    queued only once a tenth of its capacity (at 1.1) had added up to one, some 14 s of a
+    link at 0.001 of the LTE drive, which would idle between its frames until then."""
     per_frame, sample = factor / frame_bytes, links[:20]
     t0 = time.perf_counter()
     for link in sample:
-        _paced(link, 0, seconds * 1000, prefill, per_frame, [])
+        _paced(link, 0, seconds * 1000, 0, per_frame, [])
     lead_ms = 2000 + 2 * (time.perf_counter() - t0) * 1000 * len(links) / max(1, len(sample))
     begin = time.time() * 1000 - started_ms + lead_ms  # ms of the plan's time
     end = begin + seconds * 1000
     plan: list = []
     for i, link in enumerate(links):
-        _paced(link, begin, end, prefill + i / len(links), per_frame, plan)
+        plan += [(begin + PREFILL_MS * (k + i / len(links)) / prefill, link.port) for k in range(prefill)]
+        _paced(link, begin, end, i / len(links), per_frame, plan)
     plan.sort()
     return array("d", (t + started_ms for t, _ in plan)), array("i", (p for _, p in plan)), end + started_ms
 
