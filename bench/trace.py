@@ -54,9 +54,9 @@ QUEUE = "30280b"  # 20 full frames
 SIZES = ((100, 0.1, 1472), (1000, 0.01, 160), (4000, 0.005, 1000), (10000, 0.002, 1472))
 QUICK_SIZES = ((100, 0.1, 1472),)
 STEPS = (50, 100, 200)
-# tracking at other steps than 100 ms: the error each step size gives at 1,000 links, and 10,000
-# links at the shortest step the driver sustains there (measured alone: 200 ms)
-OTHER_STEPS = ((1000, 50), (1000, 200), (10000, 200))
+# links, scale, UDP payload bytes, step ms: tracking at other steps than 100 ms (the error each step
+# gives at 1,000 links, and 10,000 links at 200 ms), and 1,000 links at 0.002 (as slow as the 10,000's)
+OTHER_STEPS = ((1000, 0.01, 160, 50), (1000, 0.01, 160, 200), (10000, 0.002, 1472, 200), (1000, 0.002, 1472, 100))
 # the tracking at 4,000 and 10,000 links with datagrams as small as the 1,000-link row's, 52 a link's 1 s
 # window: the driver follows every link, the senders pace 500 (every 8th) and 200 (every 50th) of them,
 # about 28,000 and 11,000 datagrams a second beside a driver taking 40% and 90% of a core (1,000 of the
@@ -365,8 +365,7 @@ def measure(quick: bool) -> dict:
             step(f"{links} links on {queues} tx queues, each sent its trace's mean: the driver beside the shaping")
             doc["rows"].append(tracebusy.measure_row(links, queues, scale, TRACE, QUEUE))
             say(NAME, str(doc["rows"][-1]))
-        for links, step_ms in other:
-            scale, payload = next((s, p) for n, s, p in SIZES if n == links)
+        for links, scale, payload, step_ms in other:
             step(f"{links} links tracking {TRACE} x {scale}, {payload}-byte datagrams, a {step_ms} ms step")
             doc["rows"].append(_scored(links, scale, payload, step_ms, seconds))
             say(NAME, str(doc["rows"][-1]))
