@@ -3,7 +3,7 @@
 The kernel finds a qdisc by its handle for every class, filter and qdisc message, walking
 the handle's bucket of the device's 16-bucket hash (docs/design.md, "The qdisc hash").
 Two copies of one K-link shape plan (a link per port, a bfifo queue each), side by side:
-*bucketed*, as ratelimit numbers qdiscs now (``Request.group_bucket``: the groups' qdiscs
+*bucketed*, as ratelimit numbers qdiscs now (``Request.numbering``: the groups' qdiscs
 in a bucket the links' queues leave alone), and *slot order*, as it numbered them before.
 For each K:
 
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ratelimit import service
 from ratelimit.kernel.executor import Executor
 from ratelimit.plan.compile import compile_plan
-from ratelimit.plan.layout import LINK_MINOR_BASE
+from ratelimit.plan.layout import LINK_MINOR_BASE, SLOT_ORDER, TOP_BUCKET
 from ratelimit.plan.ops import Change
 from ratelimit.plan.shaping import HtbClass
 
@@ -38,7 +38,7 @@ NAME = "qdisc-hash"
 VM_WORK = False
 FIRST_PORT = 10000
 RATE_BPS = 1_000_000
-SIDES = (("bucketed", True), ("slot order", False))
+SIDES = (("bucketed", TOP_BUCKET), ("slot order", SLOT_ORDER))
 
 
 @dataclass(frozen=True)
@@ -53,19 +53,19 @@ def config(quick: bool, links=None) -> Config:
     return dataclasses.replace(cfg, links=tuple(links)) if links else cfg
 
 
-def plan(k: int, netns: str, bucketed: bool):
-    """K per-port links of one host, numbered ``bucketed`` or in slot order."""
+def plan(k: int, netns: str, numbering: int):
+    """K per-port links of one host, in ``numbering`` (``layout.TOP_BUCKET`` or ``SLOT_ORDER``)."""
     req = service.make_request(DEV, netns=netns, hosts="198.18.1.2", ports=f"{FIRST_PORT}-{FIRST_PORT + k - 1}",
                                mode="shape", direction="dest", rate=f"{RATE_BPS}bit")
-    return compile_plan(dataclasses.replace(req, group_bucket=bucketed))
+    return compile_plan(dataclasses.replace(req, numbering=numbering))
 
 
 def installs(k: int, n: int) -> dict:
     times: dict[str, list] = {name: [] for name, _ in SIDES}
     for i in range(n):
-        for name, bucketed in SIDES if i % 2 == 0 else SIDES[::-1]:
+        for name, numbering in SIDES if i % 2 == 0 else SIDES[::-1]:
             with Netns("qh") as box:
-                ops = plan(k, box.name, bucketed).ops
+                ops = plan(k, box.name, numbering).ops
                 t0 = time.perf_counter()
                 with Executor(box.name) as ex:
                     ex.apply(ops)
@@ -78,8 +78,8 @@ def rounds(k: int, n: int) -> dict:
     with Netns("qha") as a, Netns("qhb") as b:
         boxes = {"bucketed": a.name, "slot order": b.name}
         links = {}
-        for name, bucketed in SIDES:
-            p = plan(k, boxes[name], bucketed)
+        for name, numbering in SIDES:
+            p = plan(k, boxes[name], numbering)
             with Executor(boxes[name]) as ex:
                 ex.apply(p.ops)
             links[name] = [op for op in p.ops if type(op) is HtbClass and op.classid & 0xFFFF >= LINK_MINOR_BASE]

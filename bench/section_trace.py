@@ -36,7 +36,8 @@ def _trace_found(doc: dict) -> str | None:
             r = max(within, key=lambda r: (r["links"], -r["p95_tolerances_1000ms"]))
             parts.append(f"The largest row within tolerance in 95% of its 1 s windows: {_links(r)} links at a "
                          f"{r['step_ms']} ms step (mean {(r['mean_ratio'] - 1) * 100:+.2f}% against the capacity, "
-                         f"p95 error {_pct(r['p95_error_1000ms'])}).")
+                         f"1 s windows' p95 error {r['p95_tolerances_1000ms']:.2f} tolerances, "
+                         f"{_bytes(r.get('p95_error_bytes_1000ms'))} bytes).")
         else:
             parts.append("No fully loaded row had 95% of its 1 s windows within tolerance.")
     ok = {n: steps for n, steps in _on_time([r for r in rows if r.get("kind") == "driver" and

@@ -761,7 +761,7 @@ def test_quick_cohorts_benchmark_compares_like_with_like(tmp_path):
 @pytest.mark.netns
 def test_quick_qdisc_hash_benchmark_measures_both_numberings(tmp_path):
     from bench import qdisc_hash
-    a, b = (qdisc_hash.plan(300, "x", bucketed).ops for bucketed in (True, False))
+    a, b = (qdisc_hash.plan(300, "x", numbering).ops for _, numbering in qdisc_hash.SIDES)
     assert len(a) == len(b) and a != b  # the same plan, numbered two ways
     rc = bench_main(["qdisc-hash", "--quick", "--out", str(tmp_path)])
     assert rc == 0
