@@ -213,6 +213,21 @@ def test_a_failed_forced_apply_puts_back_what_force_replaced(rlhd, monkeypatch):
     assert records.load(ns, "rlh0") is None
 
 
+def test_a_forced_apply_over_a_redirect_to_a_device_that_is_gone_replaces_it(rlhd):
+    """A redirect whose target device was deleted dumps device index 0, which the kernel
+    refuses to look up: capturing it must not ask."""
+    ns = rlhd()
+    sh("ip", "-n", ns, "link", "add", "rlh9", "type", "veth", "peer", "name", "rlh8")
+    sh("tc", "-n", ns, "qdisc", "add", "dev", "rlh0", "handle", "ffff:", "ingress")
+    sh("tc", "-n", ns, "filter", "add", "dev", "rlh0", "parent", "ffff:", "prio", "3", "protocol", "ip", "u32",
+       "match", "ip", "src", "198.18.9.9/32", "action", "mirred", "egress", "redirect", "dev", "rlh9")
+    sh("ip", "-n", ns, "link", "del", "rlh9")
+    assert "to device rlh9" not in sh("tc", "-n", ns, "filter", "show", "dev", "rlh0", "ingress").stdout
+    plan = service.apply(request(ns), force=True)
+    assert records.load(ns, "rlh0").request == plan.request
+    assert "c6120909" not in tc_dump(ns, "rlh0")[3]  # 198.18.9.9's filter is gone: the ingress is ratelimit's
+
+
 def test_a_forced_apply_that_cannot_put_back_says_so(rlhd, monkeypatch):
     ns = rlhd()
     sh("ip", "-n", ns, "link", "add", "rl-rlh0", "type", "veth", "peer", "name", "rlh2")  # not an IFB device

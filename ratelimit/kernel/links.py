@@ -94,6 +94,10 @@ class Links:
         return None if got is None else IFINFOMSG.unpack_from(got[0], got[1])[2]
 
     def name(self, index: int) -> str | None:
+        """The name of device ``index``, or None: no such device, or index 0 (a redirect
+        whose target device is gone reads so, and the kernel refuses to look it up)."""
+        if index <= 0:
+            return None
         found = self._names.get(index)
         if found is None:
             got = self._get(index)

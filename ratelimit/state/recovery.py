@@ -105,12 +105,30 @@ def _put_back(ex, netns, interface, *, old, new, captured) -> list[str]:
                      teardown_of(captured_parts(captured))))
     if old is not None:
         ex.apply(old.ops)
-    problems = ex.restore(captured) if captured else []
+    problems = _restore(ex, captured) if captured else []
     if old is not None:
         records.save(old.request, fingerprint.of_kernel(fingerprint.of_plan(old), ex.picture(old.devices())))
     else:
         records.forget(netns, interface)
     return problems
+
+
+# Waits before sending the captured configuration back again when it does not read back as
+# it was: a deleted filter's actions leave the kernel's table only after a grace period (a
+# work queue), and a captured action sent back with its index meanwhile is bound to the one
+# still there -- a redirect to the removed IFB device, say -- instead of being made anew.
+RESTORE_WAITS_S = (0.02, 0.1, 0.4, 1.0)
+
+
+def _restore(ex, captured: dict) -> list[str]:
+    """``ex.restore(captured)``, removed and sent again after each of ``RESTORE_WAITS_S``
+    while the only problem is that it does not read back as it was."""
+    for wait in (*RESTORE_WAITS_S, None):
+        problems = ex.restore(captured)
+        if wait is None or not problems or not all(p.endswith(" does not read back as it was") for p in problems):
+            return problems
+        ex.remove(teardown_of(captured_parts(captured)))
+        time.sleep(wait)
 
 
 def _not_restored(interface: str, problems: list[str]) -> str:
