@@ -39,6 +39,7 @@ PROGRESS_EVERY_S = 0.2
 TABLE_FREE_WAIT_S = 5.0  # longest wait for u32 to free a table's last link (``remove``)
 
 _NOT_THERE = frozenset({errnos.ENOENT, errnos.EINVAL, errnos.ENODEV})
+NOT_AS_IT_WAS = " does not read back as it was"  # how ``restore`` ends a device's problem of that kind
 
 
 class StepFailed(ApplyError):
@@ -253,7 +254,7 @@ class Executor(Reader):
         for dev, entry in captured.items():
             if entry.get("exists") and after[dev].get("items") != entry["items"] and not any(
                     p.startswith((f"{dev}:", f"device {dev}")) for p in problems):
-                problems.append(f"{dev} does not read back as it was")
+                problems.append(f"{dev}{NOT_AS_IT_WAS}")
         return problems
 
 

@@ -123,12 +123,15 @@ RESTORE_WAITS_S = (0.02, 0.1, 0.4, 1.0)
 def _restore(ex, captured: dict) -> list[str]:
     """``ex.restore(captured)``, removed and sent again after each of ``RESTORE_WAITS_S``
     while the only problem is that it does not read back as it was."""
-    for wait in (*RESTORE_WAITS_S, None):
-        problems = ex.restore(captured)
-        if wait is None or not problems or not all(p.endswith(" does not read back as it was") for p in problems):
-            return problems
+    from ..kernel.executor import NOT_AS_IT_WAS  # loaded with ``ex``; not at start-up (``installed.executor``)
+    problems = ex.restore(captured)
+    for wait in RESTORE_WAITS_S:
+        if not problems or not all(p.endswith(NOT_AS_IT_WAS) for p in problems):
+            break
         ex.remove(teardown_of(captured_parts(captured)))
         time.sleep(wait)
+        problems = ex.restore(captured)
+    return problems
 
 
 def _not_restored(interface: str, problems: list[str]) -> str:
