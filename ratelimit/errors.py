@@ -47,6 +47,14 @@ class FieldError(UsageError):
                          else f"{field}: {shown(value)} {allowed}")
 
 
+def one_line(err: BaseException) -> str:
+    """``err`` as a part of a message: its own text for ours, else its type and its text on
+    one line (``one_line(OSError(5, "EIO"))`` is ``"OSError: [Errno 5] EIO"``)."""
+    if isinstance(err, RatelimitError):
+        return str(err)
+    return f"{type(err).__name__}: {' '.join(str(err).split())}"
+
+
 SHOWN_CHARS = 48  # the most of a value a message repeats
 
 

@@ -26,10 +26,11 @@ def strangers(data: dict, con) -> None:
 
 
 def render_table(data: dict, counters: bool) -> str:
-    applied = data["applied"]
+    applied, staged = data["applied"], data.get("staged")
+    waiting = f"staged (no traffic until --commit): {describe(staged)}" if staged else ""
     if not applied:
-        return f"{data['interface']}: nothing installed by ratelimit"
-    head = f"{applied['interface']}: {describe(applied)}"
+        return "\n".join([f"{data['interface']}: nothing installed by ratelimit"] + [waiting] * bool(staged))
+    head = f"{applied['interface']}: {describe(applied)}" + f"\n{waiting}" * bool(staged)
     driver = data.get("driver")
     if driver:
         head += "\n" + (f"trace driver: following (pid {driver['pid']}, a step every {driver['step_ms']} ms, at step "

@@ -21,7 +21,6 @@ import traceback
 
 from .. import __version__
 from ..errors import RatelimitError, UsageError
-from ..plan.layout import oversubscribed
 from ..profiles import scenario as scenarios
 from ..spec.model import GRANULARITIES
 from ..spec.summary import describe, summary
@@ -64,6 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--verbose", "-v", action=argparse.BooleanOptionalAction, default=False,
                    help="print every traffic-control operation as it is made")
     g.add_argument("--noverbose", dest="verbose", action="store_false", help=argparse.SUPPRESS)
+    g = p.add_argument_group("staged applies (a fleet's two-phase commit: docs/fleet.md)")
+    g.add_argument("--stage", action="store_true", help="build the plan beside the installed one and check it; "
+                   "traffic stays on the installed plan until --commit")
+    g.add_argument("--commit", action="store_true", help="switch to the staged plan, then remove the old one")
+    g.add_argument("--abort", action="store_true", help="remove the staged plan")
     g = p.add_argument_group("link selection and shape (v0.3)")
     g.add_argument("--interface", "--if", default=_Default("eth0"), help="interface to rate-limit (default eth0)")
     g.add_argument("--bandwidth", "--bw", default="100mbit", help="bandwidth of the device (default 100mbit)")
@@ -194,9 +198,12 @@ def _dispatch(argv, con) -> int:
             raise UsageError(f"'{args.action}' is not an action (clean, list, stats, statistics) "
                              f"or subcommand ({', '.join(subcommands.NAMES)})")
         action = ACTIONS[args.action]
-    for flag in ("clean", "list", "stats"):
+    for flag in ("clean", "list", "stats", "commit", "abort"):
         if getattr(args, flag):
             action = action or flag
+    if args.stage and (action is not None or args.force):
+        raise UsageError("--stage: it stages an apply; leave out --force and the actions "
+                         f"({'--force' if args.force else '--' + action})")
     if args.container is not None:
         return _container(args, action, con)
     named = ()
@@ -227,7 +234,8 @@ def _run(args, action, con, target=None, named=()) -> int:
     from ..containers.targets import recorded_server
     if action == "clean":
         if args.dry_run:
-            return _dry_clean(args, con)
+            from .dryrun import dry_clean  # start-up time: for --dry-run only
+            return dry_clean(args, con)
         server = recorded_server(args.interface, args.netns)
         removed = service.clean(args.interface, args.netns, force=args.force, echo=echo, notice=notice)
         con.out(f"{args.interface}: removed what ratelimit installed" if removed
@@ -235,6 +243,8 @@ def _run(args, action, con, target=None, named=()) -> int:
         if server is not None:
             _whole_packets(server, target, con)
         return 0
+    if action in ("commit", "abort"):
+        return _commit_or_abort(args, action, con, echo)
     if action in ("list", "stats"):
         # start-up time: the read-outs load netlink (not for --help or --dry-run)
         from ..service.readout import statistics
@@ -259,24 +269,18 @@ def _run(args, action, con, target=None, named=()) -> int:
                                     named if target is None else target.named,
                                     server_side=target is not None and target.server_side)
     if args.dry_run:
-        # start-up time: the script, for --dry-run only
-        from ..plan.script import script
-        ops, how = service.preview(req)
-        text = script(ops, req.netns)  # refuses a name tc -batch cannot carry before anything is printed
-        con.out(f"# ratelimit {__version__} plan for {req.interface}: {describe(summary(req))}")
-        con.out(f"# {how}")
-        warning = oversubscribed(req)
-        if warning:
-            con.out(f"# warning: {warning}")
-        for line in traced_lines(req):
-            con.out(f"# {line}")
-        if req.server_side:  # set only for a container target (for_container)
-            from ..spec.names import shell_word
-            con.out(f"# then the container's own device sends single segments: nsenter "
-                    f"--net=/proc/{target.pid}/ns/net ip link set dev {shell_word(target.wired.inside)} gso_max_segs 1")
-        con.out(text.rstrip("\n"))
-        return 0
+        from .dryrun import print_plan  # start-up time: the script, for --dry-run only
+        return print_plan(req, con, stage=args.stage, target=target)
     started = time.monotonic()
+    if args.stage:
+        from ..service.staging import stage  # a part not every run has
+        plan = stage(req, progress=con.progress(), echo=echo, notice=notice,
+                     on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"))
+        sent = "already staged (nothing sent)" if plan.how == "already staged" else \
+            f"staged ({len(plan.changed)} operations in {time.monotonic() - started:.2f} s)"
+        con.out(f"{req.interface}: {describe(summary(req))}; {sent}; traffic stays on the installed plan until: "
+                f"ratelimit --commit --interface {req.interface}{_ns(req.netns)}")
+        return 0
     server = recorded_server(req.interface, req.netns)  # a container server's links, which this apply replaces
     plan = service.apply(req, force=args.force, progress=con.progress(), echo=echo, notice=notice,
                          on_wait=lambda: con.err(f"ratelimit: waiting for another run on {req.interface}"),
@@ -292,6 +296,26 @@ def _run(args, action, con, target=None, named=()) -> int:
     return 0
 
 
+def _commit_or_abort(args, action, con, echo) -> int:
+    """--commit or --abort of the plan staged on ``args.interface``."""
+    from ..service import staging  # start-up time: with the kernel's netlink (pyroute2)
+    if action == "abort":
+        req = staging.abort(args.interface, args.netns, notice=con.notice)
+        con.out(f"{args.interface}: nothing was staged" if req is None else
+                f"{args.interface}: removed the staged plan ({describe(summary(req))}); the installed plan is unchanged")
+        return 0
+    started = time.monotonic()
+    plan = staging.commit(args.interface, args.netns, progress=con.progress(), echo=echo, notice=con.notice,
+                          follow=not args.no_follow)
+    con.out(f"{args.interface}: {describe(summary(plan.request))}; committed ({len(plan.changed)} operations) "
+            f"in {time.monotonic() - started:.2f} s")
+    return 0
+
+
+def _ns(netns) -> str:
+    return f" --netns {netns}" if netns else ""
+
+
 def _whole_packets(server, target, con) -> None:
     """The container whose server links were on the interface (``server``, its recorded
     request) has them no more: its device hands its qdisc whole packets again, as before
@@ -305,20 +329,6 @@ def _whole_packets(server, target, con) -> None:
         # a part not every run has: a container's device
         from ..containers.life import recorded_single_segments
         recorded_single_segments(server, on=False, notice=con.notice)
-
-
-def traced_lines(req) -> list[str]:
-    """What a traced plan's links follow, for --dry-run: per traced cohort its traces and
-    phases, and that a driver sets the classes and gates the script builds."""
-    lines = []
-    for c in req.cohorts:
-        if c.trace is not None:
-            stages = any(s is not None and s.netem for s in (c.trace.down, c.trace.up))
-            lines.append(f"cohort {c.name}: {c.trace.text()}; a driver ('ratelimit follow') changes its classes' "
-                         "rates and shuts and opens their tbf gates every step"
-                         f"{', and sets the delay and loss of the netem stages under the gates' if stages else ''}"
-                         ", from the apply on")
-    return lines
 
 
 def _container(args, action, con) -> int:
@@ -365,21 +375,6 @@ def _container(args, action, con) -> int:
 
 
 _HOW = {"in place": "changed in place", "make-before-break": "built beside the old plan, then the old removed"}
-
-
-def _dry_clean(args, con) -> int:
-    # start-up time: what a dry clean reads, for --dry-run --clean only
-    from ..state import records
-    from ..plan.compile import compile_plan
-    from ..spec.names import check_target
-    from ..plan.script import script
-    check_target(args.interface, args.netns)
-    record = records.load(args.netns, args.interface)
-    if record is None or record.request is None:
-        con.out(f"# {args.interface}: nothing recorded as installed by ratelimit")
-        return 0
-    con.out(script(compile_plan(record.request).teardown(), args.netns).rstrip("\n"))
-    return 0
 
 
 def run() -> None:

@@ -79,21 +79,51 @@ def in_place(old, new) -> tuple | None:
 @dataclass(frozen=True)
 class Switch:
     """A re-apply with other selectors (or layout) that builds the new plan beside the
-    installed one and then removes the old: ``adds`` (the shared parts' new numbers, the
-    new generation, the old groups held still, then the new root filters), ``removal`` (the
-    old generation: its root filters first -- the switch -- then its tables and groups).
-    ``undo_pins``, ``undo_removal`` and ``undo_changes`` take back ``adds``: with several
-    queues, the old queue maps and programs first (a device whose program the switch had
-    replaced gets the old one back before the new groups go)."""
+    installed one and then removes the old: ``adds`` (``changes``: the shared and kept parts'
+    new numbers; ``build``: the new generation; ``held``: the old groups held still;
+    ``roots``: the new root filters), then ``removal`` (the old generation: its root filters
+    first -- the switch -- then its tables and groups).  ``undo_pins``, ``undo_removal`` and
+    ``undo_changes`` take back ``adds``: with several queues, the old queue maps and programs
+    first (a device whose program the switch had replaced gets the old one back before the
+    new groups go).
 
-    adds: tuple
+    A staged apply (``service.staging``) sends ``build`` alone, which no packet reaches, and
+    later ``commit``: the rest of ``adds``, then ``removal``."""
+
+    changes: tuple
+    build: tuple
+    held: tuple
+    roots: tuple
     removal: tuple
     undo_removal: tuple
     undo_changes: tuple
     undo_pins: tuple = ()
 
+    @property
+    def adds(self) -> tuple:
+        return self.changes + self.build + self.held + self.roots
+
+    @property
+    def commit(self) -> "Switch":
+        """This switch with its ``build`` already in the kernel (staged)."""
+        return replace(self, build=())
+
     def ops(self) -> tuple:
         return self.adds + self.removal
+
+
+def from_nothing(plan: Plan) -> Switch:
+    """``plan`` over no plan of ratelimit's, as a switch: everything but its root filters
+    (and queue programs) is built first -- the root qdiscs' default sends every packet
+    past their classes meanwhile (``htb default 0``) -- and the root filters then send the
+    selected flows into their links.  Its removal is the plan's teardown."""
+    return Switch((), tuple(op for op in plan.ops if not _root_filter(op)), (),
+                  tuple(op for op in plan.ops if _root_filter(op)), (), plan.teardown(), ())
+
+
+def in_place_switch(changes: tuple, undo: tuple) -> Switch:
+    """Changes in place (``in_place``) as a switch with nothing to build beside."""
+    return Switch(changes, (), (), (), (), (), undo)
 
 
 def _tree(handle: int) -> bool:
@@ -267,8 +297,22 @@ def make_before_break(old: Plan, new: Plan) -> Switch | None:
     # a new tree whose root filters come first in node order takes over as they are added,
     # one whose filters come after as the old ones go
     held = [ops[0] for ops in gone]
-    adds = tuple(changes) + tuple(op for op in new_gen if not _root_filter(op)) + tuple(_held(held)) + \
-        tuple(op for op in new_gen if _root_filter(op))
     undo = tuple(backs) + tuple(Change(op) for op in held)  # the old groups' own rates back
-    return Switch(adds, _removal(old, new, held), _removal(new, old, [ops[0] for ops in built]), undo,
-                  tuple(op for op in old.ops if type(op) in _PINS))
+    return Switch(tuple(changes), tuple(op for op in new_gen if not _root_filter(op)), tuple(_held(held)),
+                  tuple(op for op in new_gen if _root_filter(op)), _removal(old, new, held),
+                  _removal(new, old, [ops[0] for ops in built]), undo, tuple(op for op in old.ops if type(op) in _PINS))
+
+
+def staging(old: Plan | None, new: Plan) -> Switch | None:
+    """The switch a staged apply makes from ``old`` (the installed plan, or None) to ``new``
+    (placed by ``placement.staged``): its ``build`` goes in at the stage, and its ``commit``
+    later.  The same two plans give the same switch, so a commit, an abort or the repair of
+    a killed stage works it out again from the record.  None when ``new`` cannot be built
+    beside ``old``."""
+    if old is None:
+        return from_nothing(new)
+    switch = make_before_break(old, new)
+    if switch is not None:
+        return switch
+    changes = in_place(old, new)
+    return None if changes is None else in_place_switch(changes, in_place(new, old))

@@ -75,7 +75,7 @@ def packed(req: Request) -> tuple:
     return places_of(replace(req, places=None))
 
 
-def over(old, plan):
+def over(old, plan, *, beside: bool = False):
     """How ``plan`` goes over the installed plan ``old``: (the plan to install, changes in
     place or None, a make-before-break switch or None).
 
@@ -89,7 +89,8 @@ def over(old, plan):
     4. else (None, None): the old is removed and ``plan`` built.
     1-3 number the qdiscs and size the groups as the installed plan does
     (``Request.numbering``, ``Request.group_links``: a plan an earlier ratelimit installed
-    keeps its numbering and its groups until it is removed)."""
+    keeps its numbering and its groups until it is removed).  ``beside`` (a staged apply:
+    nothing of the old plan changes before the switch) tries 3 first, then 1 and 2."""
     sized = old.request.queues == plan.request.queues and \
         group_links_of(old.request) != group_links_of(plan.request)
     req = replace(plan.request, numbering=old.request.numbering,
@@ -103,21 +104,24 @@ def over(old, plan):
         return plan if moved == plan.request else compile_plan(moved)
 
     by_cohort = req.mode == old.request.mode == "shape"
+    every = {c.name for c in req.cohorts}
     places = replaced(req, old.request) if by_cohort else None
     try:
         same = as_(gen, places)
     except FieldError:  # too many links for the installed plan's generation
         same = None
     changes = None if same is None else diff.in_place(old, same)
-    if changes is not None:
-        return same, changes, None
     tries = []  # places for the other generation, best first (None: packed there)
+    if beside:
+        tries += [None, replaced(req, old.request, every)] if by_cohort else [None]
+    elif changes is not None:
+        return same, changes, None
     if places is not None and same is not None and set(places) & set(places_of(old.request)):
         move = _cohorts_of(same, diff.rebuilt_groups(old, same))  # kept where they stand, but not the same parts
         tries.append(replaced(req, old.request, move) if move else places)
     tries.append(None)
     if by_cohort:
-        tries.append(replaced(req, old.request, {c.name for c in req.cohorts}))
+        tries.append(replaced(req, old.request, every))
     for places in dict.fromkeys(tries):  # each once (a failed replacement is None: packed)
         try:
             other = as_(1 - gen, places)
@@ -126,7 +130,20 @@ def over(old, plan):
         switch = diff.make_before_break(old, other)
         if switch is not None:
             return other, None, switch
+    if changes is not None:
+        return same, changes, None
     return plan, None, None
+
+
+def staged(old, plan):
+    """``plan`` placed for a staged apply over ``old`` (the installed plan, or None): the
+    plan ``diff.staging`` builds beside ``old``; None when it cannot stand beside it (other
+    devices, direction, tx queues or link layer, or together more links than the handles
+    hold)."""
+    if old is None:
+        return plan
+    plan, changes, switch = over(old, plan, beside=True)
+    return plan if switch is not None or changes is not None else None
 
 
 def _cohorts_of(plan, groups: set) -> set:

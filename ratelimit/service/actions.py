@@ -18,13 +18,14 @@ from ..plan.compile import compile_plan, compiled, ifb_name
 from ..spec.model import Request
 from ..spec.names import check_target
 from ..state import recovery, records
+from ..state.recovery import describe_request
 from ..state.installed import Installed, check_interface, executor, find_installed
 from ..traces import tracespec
 from ..driver import follow as driver  # "follow" is apply's argument
 from ..kernel.offload import advice
 
 
-def _check_queues(ex, req: Request) -> None:
+def check_queues(ex, req: Request) -> None:
     """The interface sends on a tx queue for each tree (its active queues, which its
     channels may set below the ones it was made with; the IFB device ratelimit makes gets
     them): a link pinned to a queue it does not send on would wrap to another queue's tree."""
@@ -37,19 +38,19 @@ def _check_queues(ex, req: Request) -> None:
                          f"made with ip link add ... numtxqueues {req.queues})")
 
 
-def _require_root() -> None:
+def require_root() -> None:
     if os.geteuid() != 0:
         raise PermissionDenied(f"changing traffic control needs root (run it with {as_root()})")
 
 
-def _check_kernel(plan) -> None:
+def check_kernel(plan) -> None:
     from ..kernel.probe import missing_message, plan_lacks  # start-up time: the probe loads pyroute2
     lacking = plan_lacks(plan.features())
     if lacking:
         raise KernelMissing(missing_message(lacking[0]), lacking[0])
 
 
-def _refuse_foreign(plan, foreign: dict, installed: Installed) -> None:
+def refuse_foreign(plan, foreign: dict, installed: Installed) -> None:
     """ConflictError for a part the new plan would replace that ratelimit did not install."""
     dev = plan.request.interface
     mine = foreign.get(dev, set())
@@ -66,6 +67,16 @@ def _refuse_foreign(plan, foreign: dict, installed: Installed) -> None:
                             "use --force to replace it")
 
 
+def refuse_staged(installed: Installed, interface: str, netns) -> None:
+    """ConflictError when a plan is staged on the interface: a commit or an abort says what
+    becomes of it, never an apply over it."""
+    if installed.staged is None:
+        return
+    ns = f" --netns {netns}" if netns else ""
+    raise ConflictError(f"--interface: {interface} has a staged plan ({describe_request(installed.staged)}); "
+                        f"commit it (ratelimit --commit --interface {interface}{ns}) or abort it (--abort) first")
+
+
 def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wait=None, lock_timeout=None,
           notice=None, follow: bool = True):
     """Install ``req``; returns the plan installed (``how``: "built", "in place" or
@@ -80,20 +91,21 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     they start (``tracespec.stamped``) and, with ``follow``, has its driver started unless
     one runs (``follow.start``)."""
     plan = compile_plan(req)
-    _require_root()
+    require_root()
     warning = layout.oversubscribed(req)
     if warning:
         (notice or recovery.notice_to_stderr)(warning)
     with executor(req.netns) as ex, records.lock(req.netns, req.interface, on_wait, lock_timeout):
         check_interface(ex, req, req.netns)
-        _check_queues(ex, req)
+        check_queues(ex, req)
         recovery.repair(ex, req.netns, req.interface, notice)
         installed = find_installed(ex, req.netns, req.interface, force=force)
+        refuse_staged(installed, req.interface, req.netns)
         plan = dataclasses.replace(plan, request=tracespec.stamped(req, installed.request, int(time.time() * 1000)))
         foreign = installed.foreign(req.interface)
         if not force:
-            _refuse_foreign(plan, foreign, installed)
-        _check_kernel(plan)
+            refuse_foreign(plan, foreign, installed)
+        check_kernel(plan)
         if installed.stale:
             records.forget(req.netns, req.interface)
         captured = None
@@ -121,18 +133,21 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     return plan
 
 
-def preview(req: Request) -> tuple[tuple, str]:
+def preview(req: Request, *, stage: bool = False) -> tuple[tuple, str]:
     """What ``apply`` would send for ``req`` (for --dry-run), without the lock or root:
     (operations, how) -- the changes in place over the plan ratelimit recorded on the
     interface when its selectors are the same, else the plan's operations after the
-    installed plan's teardown.  The record is taken as written (apply checks it against
-    the kernel first)."""
+    installed plan's teardown.  ``stage``: what ``staging.stage`` would build.  The record
+    is taken as written (apply checks it against the kernel first)."""
     plan = compile_plan(req)
     try:
         record = records.load(req.netns, req.interface)
     except StateError:
         record = None
-    if record is None or record.request is None or record.problem:
+    known = record is not None and record.request is not None and not record.problem
+    if stage:
+        return _stage_preview(compiled(record.request) if known else None, plan)
+    if not known:
         return plan.ops, "a new plan"
     old = compiled(record.request)
     plan, changes, switch = placement.over(old, plan)
@@ -144,18 +159,36 @@ def preview(req: Request) -> tuple[tuple, str]:
     return old.teardown() + plan.ops, "the installed plan removed, then the new plan (other link layer or layout)"
 
 
+def not_beside(req: Request, old) -> ConflictError:
+    """The refusal of a stage whose plan cannot stand beside the installed plan ``old``."""
+    return ConflictError(f"--stage: {describe_request(req)} cannot be built beside the plan installed on "
+                         f"{req.interface} ({describe_request(old.request)}): other devices, direction, tx queues or "
+                         "link layer, or together more links than the handles hold; apply it without --stage (the "
+                         "old plan is removed first), or clean first")
+
+
+def _stage_preview(old, plan) -> tuple[tuple, str]:
+    placed = placement.staged(old, plan)
+    if placed is None:
+        raise not_beside(plan.request, old)
+    switch = diff.staging(old, placed)
+    return switch.build, (f"staged: built beside {'the installed plan' if old else 'no plan'}, where no packet reaches "
+                          f"it ({len(switch.build)} operations); --commit then sends {len(switch.commit.ops())}")
+
+
 def clean(interface: str, netns: str | None = None, *, force: bool = False, echo=None, lock_timeout=None,
           notice=None) -> bool:
     """Remove what ratelimit installed on ``interface``; True if there was something.
     ``force``: remove the root and ingress qdiscs and the IFB device whoever made them."""
     interface, netns = check_target(interface, netns)
-    _require_root()
+    require_root()
     with executor(netns) as ex, records.lock(netns, interface, timeout=lock_timeout):
         check_interface(ex, interface, netns)
         recovery.repair(ex, netns, interface, notice)
         installed = find_installed(ex, netns, interface, force=force)
         foreign = installed.foreign(interface)
-        if installed.plan is None and not force:
+        plans = [p for p in (installed.plan, installed.staged_plan) if p is not None]
+        if not plans and not force:
             if installed.stale:
                 records.forget(netns, interface)
             root = (installed.picture.get(interface) or {}).get("root")
@@ -163,7 +196,7 @@ def clean(interface: str, netns: str | None = None, *, force: bool = False, echo
                 raise ConflictError(f"--interface: {interface} has a root qdisc ratelimit did not install "
                                     f"({root[0]} {root[1] >> 16:x}:); left alone (use --force to remove it)")
             return False
-        teardown = installed.plan.teardown() if installed.plan else ()
+        teardown = recovery.union(*(p.teardown() for p in plans))  # a staged plan's too
         if force:
             teardown = teardown + recovery.teardown_of(foreign)
         if not teardown:

@@ -27,7 +27,7 @@ from ..state.installed import check_interface, executor, find_installed
 
 
 def _readable(ex, netns, interface, notice, repair: bool):
-    """Our request on ``interface``.  A killed run's marker is repaired first with ``repair``
+    """What is on ``interface`` (``Installed``: our request, and a plan staged beside it).  A killed run's marker is repaired first with ``repair``
     (which needs root and the lock: a run in progress makes this busy), else refused; a
     half-configured interface or an unreadable record is reported, never read as "nothing
     installed"."""
@@ -40,7 +40,7 @@ def _readable(ex, netns, interface, notice, repair: bool):
                              "root to put it back")
         with records.lock(netns, interface, timeout=0):
             recovery.repair(ex, netns, interface, notice)
-    return find_installed(ex, netns, interface, force=False, classes=False).request
+    return find_installed(ex, netns, interface, force=False, classes=False)
 
 
 def applied(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> Request | None:
@@ -49,7 +49,7 @@ def applied(interface: str, netns: str | None = None, notice=None, *, repair: bo
     interface, netns = check_target(interface, netns)
     with executor(netns) as ex:
         check_interface(ex, interface, netns)
-        return _readable(ex, netns, interface, notice, repair)
+        return _readable(ex, netns, interface, notice, repair).request
 
 
 def status(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> dict | None:
@@ -124,13 +124,16 @@ class Counters:
     traces: tuple = ()
     driver: dict | None = None
     trace_rates: object = None
+    staged: dict | None = None  # the ``summary`` of a plan staged beside it, waiting for a commit
 
 
 def _read_counters(ex, interface: str, netns: str | None, notice, repair: bool) -> Counters:
     check_interface(ex, interface, netns)
-    req = _readable(ex, netns, interface, notice, repair)
+    installed = _readable(ex, netns, interface, notice, repair)
+    req = installed.request
+    staged = None if installed.staged is None else summary(installed.staged)
     if req is None:
-        return Counters(interface, netns, time.time())
+        return Counters(interface, netns, time.time(), staged=staged)
     table = link_table(req)
     cols = ex.counters(table.flows)
     driver, rates = follow.report(req, netns, interface), None
@@ -140,7 +143,7 @@ def _read_counters(ex, interface: str, netns: str | None, notice, repair: bool) 
         except StateError as err:
             driver["trace_now_error"] = str(err)
     return Counters(interface, netns, time.time(), copy.deepcopy(table.summary), table.keys, table.rate_bps,
-                    table.cohorts, cols, table.traces, driver, rates)
+                    table.cohorts, cols, table.traces, driver, rates, staged)
 
 
 @functools.lru_cache(maxsize=4)
@@ -196,7 +199,7 @@ def statistics(interface: str, netns: str | None = None, notice=None, *, repair:
     """Counters per (host, port, direction), as one dict per link (``--stats``, ``--json``,
     the lab); see ``counters``."""
     c = counters(interface, netns, notice, repair=repair)
-    data = {"interface": c.interface, "netns": c.netns, "time": c.time, "applied": c.applied}
+    data = {"interface": c.interface, "netns": c.netns, "time": c.time, "applied": c.applied, "staged": c.staged}
     if c.applied is not None:
         data["driver"] = c.driver
     names = tuple(c.counters)

@@ -35,9 +35,15 @@ def class_digest(classes) -> list:
 
 def of_plan(plan) -> dict:
     """The parts ``plan`` owns, as they should read in the kernel once it is applied."""
+    return of_ops(plan.ops)
+
+
+def of_ops(ops) -> dict:
+    """The parts plan operations ``ops`` own once they are carried out: ``of_plan`` of a
+    plan and a staged plan's build together is ``of_ops(plan.ops + switch.build)``."""
     out: dict = {}
     classes: dict = {}
-    for op in plan.ops:
+    for op in ops:
         if type(op) is HtbQdisc and op.parent == TC_H_ROOT:  # (a group's qdisc hangs under a class)
             out.setdefault(op.dev, {})["root"] = _root_text("htb", op.handle)
         elif type(op) is MqQdisc:  # several tx queues: a tree each under it

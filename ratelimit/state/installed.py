@@ -34,11 +34,16 @@ class Installed:
     owned: dict  # its fingerprint ({} without a plan)
     picture: dict  # the kernel's picture of the interface and its IFB device
     stale: bool = False  # a record whose parts are all gone from the kernel (nothing to delete)
+    staged: object = None  # a request built beside ``request``, waiting for a commit (``service.staging``)
 
     @property
     def plan(self):
         """The request's plan, compiled when first asked for (reading statistics needs none)."""
         return None if self.request is None else compiled(self.request)
+
+    @property
+    def staged_plan(self):
+        return None if self.staged is None else compiled(self.staged)
 
     def foreign(self, interface: str) -> dict:
         """The parts on the interface and its IFB device that are not ratelimit's."""
@@ -80,7 +85,7 @@ def find_installed(ex, netns, interface, *, force: bool, classes: bool = True) -
     picture = ex.picture(list(dict.fromkeys(devs + list(owned))), classes)
     differences = fingerprint.differences(owned, picture)
     if not differences:
-        return Installed(record.request, owned, picture)
+        return Installed(record.request, owned, picture, staged=record.staged)
     if fingerprint.absent(owned, picture):
         return Installed(None, {}, picture, stale=True)
     if force:

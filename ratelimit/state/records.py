@@ -6,7 +6,9 @@ the kernel (``fingerprint``), checked before anything is deleted.  It is version
 and written atomically (a temporary file, fsync, rename, fsync of the directory); a
 file that does not read as a record is an error (``StateError``), never "nothing
 installed".  A record may instead say the interface is half-configured (``problem``:
-a rollback that failed), which ``--list`` and ``--stats`` then report.
+a rollback that failed), which ``--list`` and ``--stats`` then report.  A record may also
+hold a *staged* request: a plan built beside the installed one that no packet reaches
+until it is committed (``service.staging``); the fingerprint then covers both.
 
 A *marker* (``IF.marker``) is written before the first kernel change of an apply or
 clean and removed once the record says what the kernel holds: finding one means a run
@@ -157,6 +159,7 @@ class Record:
     fingerprint: dict | None  # what the plan owns in the kernel (None: a version-1 file)
     problem: str | None = None  # set: the interface is half-configured, and how to recover
     version: int = VERSION
+    staged: Request | None = None  # built beside ``request``, waiting for a commit
 
 
 def recovery_command(netns: str | None, interface: str) -> str:
@@ -186,18 +189,23 @@ def _record(path: Path, data) -> Record | None:
         return Record(request_from_json(data, f"state file {path}"), None, version=1)
     if version != VERSION:
         raise StateError(f"state file {path}: version {version!r} is not one this ratelimit reads (1, {VERSION})")
-    req = None if data.get("request") is None else request_from_json(data["request"], f"state file {path}")
+    req, staged = (None if data.get(key) is None else request_from_json(data[key], f"state file {path}")
+                   for key in ("request", "staged"))
     fp, problem = data.get("fingerprint"), data.get("problem")
     if (fp is not None and not isinstance(fp, dict)) or (problem is not None and not isinstance(problem, str)) \
-            or (req is None and problem is None):
+            or (req is None and problem is None and staged is None):
         raise StateError(f"state file {path}: is damaged (no request, or a malformed fingerprint or problem)")
-    return Record(req, fp, problem)
+    return Record(req, fp, problem, staged=staged)
 
 
-def save(req: Request, fingerprint: dict) -> None:
-    """Record that ``req`` is applied and owns ``fingerprint`` in the kernel."""
-    write_atomic(interface_path(req.netns, req.interface, "json"),
-                 json.dumps({"version": VERSION, "request": to_json(req), "fingerprint": fingerprint}))
+def save(req: Request | None, fingerprint: dict, staged: Request | None = None) -> None:
+    """Record that ``req`` is applied (None: nothing of ratelimit's carries traffic), that
+    ``staged`` is built beside it, and that together they own ``fingerprint`` in the kernel."""
+    where = req or staged
+    data = {"version": VERSION, "request": None if req is None else to_json(req), "fingerprint": fingerprint}
+    if staged is not None:
+        data["staged"] = to_json(staged)
+    write_atomic(interface_path(where.netns, where.interface, "json"), json.dumps(data))
 
 
 def save_problem(netns: str | None, interface: str, req: Request | None, problem: str) -> None:
@@ -230,13 +238,16 @@ def marker_path(netns: str | None, interface: str) -> Path:
     return interface_path(netns, interface, "marker")
 
 
+ACTIONS = ("apply", "clean", "stage", "abort")  # what a marker says was under way
+
+
 def read_marker(netns: str | None, interface: str) -> dict | None:
     """The marker a run left before its first kernel change, or None; StateError if damaged."""
     path = marker_path(netns, interface)
     data = read_json(path, "marker")
     if data is None:
         return None
-    if not isinstance(data, dict) or data.get("version") != VERSION or data.get("action") not in ("apply", "clean"):
+    if not isinstance(data, dict) or data.get("version") != VERSION or data.get("action") not in ACTIONS:
         raise StateError(f"marker {path}: is damaged or of another version; check the interface (tc qdisc show "
                          f"dev {interface}), then remove the file and run: {recovery_command(netns, interface)}")
     return data

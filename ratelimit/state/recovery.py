@@ -14,18 +14,18 @@ interface holds now and the command that recovers it.
 ``repair`` runs first in every apply, clean, list and stats: a marker left behind means
 a run was killed (SIGKILL, power loss of the process) mid-change.  An apply is rolled
 back to the plan before it (or to nothing, or to what ``--force`` replaced); a clean is
-finished.  Either way the interface ends up as one whole plan or none, and the user is
+finished; a stage or abort is finished by ``staged.repair``.  Either way the interface ends up as one whole plan or none, and the user is
 told.
 """
 
 import sys
 import time
 
-from ..errors import ApplyError, Interrupted, RatelimitError, StateError
+from ..errors import ApplyError, Interrupted, StateError, one_line
 from ..plan.compile import compile_plan, ifb_name
 from ..plan.ops import TC_H_INGRESS, TC_H_ROOT, DelLink, DelQdisc
 from ..spec.summary import describe, summary
-from . import fingerprint, records, signals
+from . import fingerprint, records, signals, staged
 from .installed import executor
 
 
@@ -51,7 +51,7 @@ def everything(interface: str) -> dict:
     return {interface: {"root", "ingress"}, ifb_name(interface): {"device"}}
 
 
-def _union(*teardowns) -> tuple:
+def union(*teardowns) -> tuple:
     """Teardown operations, each once, qdiscs before the devices they hang on go."""
     seen, ops = set(), []
     for op in (op for ops in teardowns for op in ops):
@@ -84,24 +84,18 @@ def _now(netns, interface) -> str:
 
 def _half_configured(netns, interface, req, what: str, err: BaseException) -> StateError:
     """Record and return the error for an interface left in neither plan."""
-    problem = (f"{what}; putting {interface} back failed too ({_text(err)}); {interface} is half-configured: "
+    problem = (f"{what}; putting {interface} back failed too ({one_line(err)}); {interface} is half-configured: "
                f"{_now(netns, interface)}; to recover: {records.recovery_command(netns, interface)}, then apply again")
     records.save_problem(netns, interface, req, problem)
     records.clear_marker(netns, interface)
     return StateError(problem)
 
 
-def _text(err: BaseException) -> str:
-    if isinstance(err, RatelimitError):
-        return str(err)
-    return f"{type(err).__name__}: {' '.join(str(err).split())}"
-
-
 def _put_back(ex, netns, interface, *, old, new, captured) -> list[str]:
     """Remove what ``new`` (and ``old``, and what ``--force`` replaced) may have put there,
     re-apply ``old`` and send back ``captured``; record the result.  Returns what of the
     captured configuration is not back (empty: all of it); raises if a kernel step fails."""
-    ex.remove(_union(new.teardown() if new else (), old.teardown() if old else (),
+    ex.remove(union(new.teardown() if new else (), old.teardown() if old else (),
                      teardown_of(captured_parts(captured))))
     if old is not None:
         ex.apply(old.ops)
@@ -206,7 +200,7 @@ class Transaction:
         if isinstance(err, signals.Stop):
             what = f"interrupted by {err.name} during the apply"
         else:
-            what = _text(err)
+            what = one_line(err)
         try:
             with executor(self.netns) as ex:  # a fresh socket: the old one may hold half an exchange
                 problems = None
@@ -247,7 +241,7 @@ def remove(ex, netns, interface, teardown: tuple, *, old=None, forced: bool = Fa
         try:
             ex.remove(teardown)
         except BaseException as err:
-            what = f"clean failed ({_text(err)})"
+            what = f"clean failed ({one_line(err)})"
             if old is None or forced:
                 raise _half_configured(netns, interface, None, what, err) from err
             try:
@@ -268,6 +262,14 @@ def repair(ex, netns, interface, notice=None) -> None:
     if marker is None:
         return
     notice = notice or notice_to_stderr
+    try:
+        if staged.repair(ex, netns, interface, marker, notice):
+            return
+    except StateError:
+        raise
+    except Exception as err:
+        raise _half_configured(netns, interface, None, f"a ratelimit run was killed mid-{marker['action']}",
+                               err) from None
     where = f"marker {records.marker_path(netns, interface)}"
     try:
         old = records.request_from_json(marker["old"], where) if marker.get("old") else None
@@ -284,7 +286,7 @@ def repair(ex, netns, interface, notice=None) -> None:
         if marker["action"] == "clean":
             teardown = old_plan.teardown() if old_plan else ()
             if marker.get("forced"):
-                teardown = _union(teardown, teardown_of(everything(interface)))
+                teardown = union(teardown, teardown_of(everything(interface)))
             ex.remove(teardown)
             records.forget(netns, interface)
             records.clear_marker(netns, interface)
