@@ -43,13 +43,19 @@ def _readable(ex, netns, interface, notice, repair: bool):
     return find_installed(ex, netns, interface, force=False, classes=False)
 
 
-def applied(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> Request | None:
-    """The request ratelimit has applied on ``interface``, checked against the kernel; None
-    when there is none; ``repair``: see the module's docstring."""
+def installed(interface: str, netns: str | None = None, notice=None, *, repair: bool = False):
+    """What ratelimit has on ``interface`` (``state.installed.Installed``: the request
+    applied and a request staged beside it, or None), checked against the kernel;
+    ``repair``: see the module's docstring."""
     interface, netns = check_target(interface, netns)
     with executor(netns) as ex:
         check_interface(ex, interface, netns)
-        return _readable(ex, netns, interface, notice, repair).request
+        return _readable(ex, netns, interface, notice, repair)
+
+
+def applied(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> Request | None:
+    """The request ratelimit has applied on ``interface`` (``installed``'s)."""
+    return installed(interface, netns, notice, repair=repair).request
 
 
 def status(interface: str, netns: str | None = None, notice=None, *, repair: bool = False) -> dict | None:
@@ -210,6 +216,21 @@ def statistics(interface: str, netns: str | None = None, notice=None, *, repair:
     if data.get("driver"):
         _trace_now(data, interface, netns)
     return data
+
+
+def listing(req: Request | None, staged: Request | None = None) -> dict:
+    """What ``--list --json`` says of ``req`` applied (and ``staged`` beside it), without the
+    clock, the driver and the counters, worked out from the requests alone (pure): the
+    fleet's before and after.  ``listing(None)`` is an interface with nothing installed."""
+    rows = []
+    if req is not None:
+        table = link_table(req)
+        for (d, h, p, dev), r, (cohort, profile), trace in zip(table.keys, table.rate_bps, table.cohorts,
+                                                              table.traces or (None,) * len(table)):
+            rows.append({"direction": d, "host": h, "port": p, "dev": dev, "rate_bps": r, "cohort": cohort,
+                         "profile": profile, **({"trace": trace} if trace else {})})
+    return {"applied": None if req is None else summary(req), "staged": None if staged is None else summary(staged),
+            "links": rows}
 
 
 def _trace_now(data: dict, interface: str, netns) -> None:

@@ -35,7 +35,9 @@ from .actions import check_kernel, check_queues, not_beside, refuse_foreign, req
 def stage(req: Request, *, progress=None, echo=None, on_wait=None, lock_timeout=None, notice=None):
     """Build ``req``'s plan beside the installed one (see the module doc); returns the plan
     staged, with ``how`` "staged" (``changed``: the operations sent) or "already staged"
-    (the same plan was: nothing sent).  A different staged plan is removed first."""
+    (the same plan was: nothing sent), or the installed plan with ``how`` "unchanged" (it is
+    ``req``'s: nothing to stage, and a stage there was is removed).  A different staged plan
+    is removed first."""
     plan = compile_plan(req)
     require_root()
     warning = layout.oversubscribed(req)
@@ -51,6 +53,12 @@ def stage(req: Request, *, progress=None, echo=None, on_wait=None, lock_timeout=
         if installed.stale:
             records.forget(req.netns, req.interface)
         old = installed.plan
+        if old is not None:
+            same, changes, _ = placement.over(old, plan)
+            if changes == ():  # the installed plan is this one: nothing to stage, and no other stage
+                if installed.staged is not None:
+                    staged.take_away(ex, req.netns, req.interface, old, installed.staged_plan)
+                return dataclasses.replace(same, changed=(), how="unchanged")
         placed = placement.staged(old, plan)
         if placed is None:
             raise not_beside(req, old)
