@@ -23,6 +23,7 @@ setup(
         "test": ["pytest>=8", "pytest-xdist>=3.6", "hypothesis>=6", "playwright>=1.40", "wheel>=0.40"],
         "vm": ["virtme-ng==1.42"],
         "bench": ["matplotlib>=3.6", "prometheus_client>=0.20"],  # prometheus_client: bench metrics
+        "fleet": ["ansible-core>=2.17", "ansible-lint>=24"],  # the collection in ansible/ (docs/fleet.md)
     },
     entry_points={
         "console_scripts": ["ratelimit=ratelimit.cli.main:run"],

@@ -130,7 +130,7 @@ class Fleet:
             variables["ratelimit_options"] = options
         env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_HOST_KEY_CHECKING="False",
                    ANSIBLE_LOCAL_TEMP=str(self.work / "ansible-local"), ANSIBLE_REMOTE_TMP="/tmp/.rl-ansible",
-                   ANSIBLE_NOCOLOR="1",
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_SSH_ARGS="-o ControlMaster=no",  # a stopped sshd is unreachable
                    ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_FORKS="5")
         env.pop("RATELIMIT_STATE_DIR", None)  # the controller's partition reads no state
         return sh("ip", "netns", "exec", self.ns("ctl"), "ansible-playbook", "-i", str(self.inventory),

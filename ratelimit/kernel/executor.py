@@ -45,9 +45,11 @@ NOT_AS_IT_WAS = " does not read back as it was"  # how ``restore`` ends a device
 class StepFailed(ApplyError):
     """The kernel refused one operation of a plan."""
 
-    def __init__(self, index: int, op, errno: int, kernel_message: str = "", total: int | None = None):
+    def __init__(self, index: int, op, errno: int, kernel_message: str = "", total: int | None = None,
+                 refused: tuple = ()):
         self.index, self.op, self.errno, self.kernel_message = index, op, errno, kernel_message
         self.total = total
+        self.refused = refused or (index,)  # every operation of its batch the kernel refused (the rest went in)
         detail = f" ({kernel_message})" if kernel_message else ""
         of = f" of {total}" if total is not None else ""
         super().__init__(f"step {index + 1}{of} ({shorten(op_text(op))}) failed: {strerror(errno)}{detail}")
@@ -130,7 +132,7 @@ class Executor(Reader):
             if failures:
                 seq, err, msg = min(failures)
                 i = where[seq - first]
-                raise StepFailed(i, ops[i], err, msg, total)
+                raise StepFailed(i, ops[i], err, msg, total, tuple(sorted(where[f[0] - first] for f in failures)))
             batch, where, starts = bytearray(), [], []
 
         entries: list[int] = []  # a run of map entries, added in one call

@@ -316,3 +316,24 @@ def staging(old: Plan | None, new: Plan) -> Switch | None:
         return switch
     changes = in_place(old, new)
     return None if changes is None else in_place_switch(changes, in_place(new, old))
+
+
+def unbuilt(old: Plan | None, switch: Switch, refused=frozenset()) -> tuple:
+    """What removes a staged ``switch.build`` that stopped part way, every part by its own
+    handle -- the parts it made and nothing else: ``refused`` (indexes in ``build``) are the
+    parts the kernel would not make, whose handles someone else's object may hold.  Its
+    groups, its tables, and the filter lists ``old`` does not use and no refused part is in
+    (a list the build made goes whole: u32 keeps an empty one); over nothing (``old``
+    None), the plan's teardown."""
+    if old is None:
+        return switch.undo_removal
+    build = switch.build
+    lists = [(op.dev, op.parent, op.prio, op.protocol) for op in build if type(op) in (U32Table, U32Filter)
+             and _on_shared(op)]
+    theirs = {(build[i].dev, build[i].parent, build[i].prio, build[i].protocol) for i in refused
+              if type(build[i]) in (U32Table, U32Filter)} | set(_filter_lists(old))
+    tables = [DelFilter(op.dev, op.parent, op.prio, op.protocol, u32_handle(op.ht)) for i, op in enumerate(build)
+              if type(op) is U32Table and _on_shared(op) and i not in refused]
+    groups = [DelClass(op.dev, op.classid) for i, op in enumerate(build)
+              if type(op) is HtbClass and _pool(op.parent) and i not in refused]
+    return tuple(tables + [DelFilter(*head) for head in dict.fromkeys(lists) if head not in theirs] + groups)

@@ -44,8 +44,9 @@ def _remove(ex, netns, interface, old, switch) -> None:
 
 def build(ex, netns, interface, old, new, switch, *, progress=None, echo=None) -> None:
     """Build ``switch.build`` (``diff.staging(old, new)``) and record ``new`` as staged.
-    On a refusal, an exception, SIGINT or SIGTERM what was built is removed again and the
-    record is as before: the installed plan carried every packet throughout."""
+    On a refusal, an exception, SIGINT or SIGTERM what was built is removed again
+    (``diff.unbuilt``: the parts the kernel refused are someone else's) and the record is as
+    before: the installed plan carried every packet throughout."""
     records.write_marker(netns, interface, "stage", old=old.request if old else None, new=new.request)
     with signals.guard(armed=False) as guard:
         try:
@@ -56,9 +57,11 @@ def build(ex, netns, interface, old, new, switch, *, progress=None, echo=None) -
         except BaseException as err:
             guard.hold()
             what = f"interrupted by {err.name} during the stage" if isinstance(err, signals.Stop) else one_line(err)
+            refused = frozenset(getattr(err, "refused", ()))  # a kernel refusal: not its parts to remove
             try:
                 with executor(netns) as fresh:  # the old socket may hold half an exchange
-                    _remove(fresh, netns, interface, old, switch)
+                    fresh.remove(diff.unbuilt(old, switch, refused))
+                    record_alone(fresh, netns, interface, old)
             except BaseException as again:
                 raise StateError(f"{what}; removing what was staged failed too ({one_line(again)}); the installed "
                                  f"plan still carries traffic; to remove the rest: ratelimit --abort "

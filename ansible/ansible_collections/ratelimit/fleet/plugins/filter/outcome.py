@@ -9,7 +9,7 @@ short_description: What one router did in a fleet apply
 description:
   - From a router's hostvars (its C(ratelimit_stage), C(ratelimit_commit), C(ratelimit_abort) and
     C(ratelimit_putback) results), a dict of those steps, each with C(how), C(operations), C(seconds),
-    C(ok) and C(msg) (null where the step did not run).
+    C(ok), C(msg) and C(links) (what is on the interface after it; null where the step did not run).
 version_added: "0.4.0"
 positional: _input
 options:
@@ -40,7 +40,8 @@ def _step(result):
     ok = not (result.get("failed") or result.get("unreachable"))
     return {"ok": ok, "unreachable": bool(result.get("unreachable")), "how": result.get("how"),
             "operations": result.get("operations", 0), "seconds": result.get("seconds", 0.0),
-            "changed": bool(result.get("changed")), "msg": None if ok else " ".join(str(result.get("msg", "")).split())}
+            "changed": bool(result.get("changed")), "msg": None if ok else " ".join(str(result.get("msg", "")).split()),
+            "links": result.get("links")}
 
 
 def outcome(hostvars):

@@ -34,7 +34,9 @@ options:
     choices: [replaced, deleted, gathered, rendered, committed, aborted]
     default: replaced
   request:
-    description: The router's request (M(ratelimit.fleet.partition)'s C(requests) entry).
+    description:
+      - The router's request (M(ratelimit.fleet.partition)'s C(requests) entry).
+      - With I(state=committed) in check mode, where nothing was staged, what the commit predicts.
     type: dict
   staged:
     description: With I(state=replaced), stage the plan instead of applying it.
@@ -167,6 +169,8 @@ def _change(module, p, req, was, interface, netns, readout, staging, apply, clea
         return readout.listing(None), "removed" if removed else "nothing", 0, time.monotonic() - started
     if state in ("committed", "aborted"):
         if was.staged is None:
+            if check and req is not None and state == "committed":  # what the stage before it would have staged
+                return readout.listing(req), "committed", 0, 0.0
             return readout.listing(was.request), "nothing", 0, 0.0
         target = was.staged if state == "committed" else was.request
         if check:

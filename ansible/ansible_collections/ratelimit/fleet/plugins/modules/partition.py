@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: partition
 short_description: Split one ratelimit scenario into a request per router
 description:
-  - Runs on the controller (C(delegate_to: localhost), C(run_once: true)), where ratelimit is importable.
+  - "Runs on the controller (C(delegate_to: localhost), C(run_once: true)), where ratelimit is importable."
   - Reads the scenario (or a C(--mix) of hosts) as C(ratelimit) would, works out a mix over the whole
     fleet, and gives each router the hosts behind it (its I(routers) entry's C(clients)).
   - Refuses in one line a shared link behind several routers, a host behind no router or two, and a
