@@ -185,6 +185,15 @@ def _share_histogram(snaps):
     return fam
 
 
+def _cohorts(snaps, cohort_metrics):
+    for name, field, kind, text in cohort_metrics:
+        fam = _family(kind, name, text, TARGET_LABELS + ("cohort", "profile", "direction"))
+        for s in snaps:
+            for (cohort, profile, direction), sums in s.cohort_totals.items():
+                fam.add_metric(_target(s) + [cohort, profile or "", direction], sums[field])
+        yield fam
+
+
 def _per_link(detailed, link_metrics, port_text):
     labels = {id(s): [(s.interface, s.netns or "", host, port_text(port), direction, *s.layout.cohort(i))
                       for i, (direction, host, port, _dev) in enumerate(s.layout.keys)] for s in detailed}
@@ -223,6 +232,7 @@ class SnapshotCollector:
         yield _states(snaps, STATES)
         yield from _quantiles(snaps)
         yield _share_histogram(snaps)
+        yield from _cohorts(snaps, metrics.COHORT_METRICS)
         detailed = [s for s in snaps if self.links == "true"
                     or self.links == "auto" and len(s.layout) <= metrics.AUTO_LINK_LIMIT]
         if detailed:

@@ -556,6 +556,19 @@ def test_metrics_leave_per_link_series_out_above_the_auto_limit(control):
     assert 'ratelimit_bytes_total{interface="eth0",netns="",direction="dest"}' in text
     forced = c.get("/metrics?links=true").get_data(as_text=True)
     assert forced.count("ratelimit_link_bytes_total{") == AUTO_LINK_LIMIT + 2
+    # the cohort's series stay, whatever the link count: one cohort, so its sums are the direction's
+    for direction in ("dest", "source"):
+        total = re.search(rf'^ratelimit_bytes_total{{interface="eth0",netns="",direction="{direction}"}} (\d+)$', text,
+                          re.M)
+        cohort = re.search(rf'^ratelimit_cohort_bytes_total{{interface="eth0",netns="",cohort="main",'
+                           rf'profile="modem-28k8",direction="{direction}"}} (\d+)$', text, re.M)
+        links = re.search(rf'^ratelimit_cohort_links{{interface="eth0",netns="",cohort="main",'
+                          rf'profile="modem-28k8",direction="{direction}"}} (\d+)$', text, re.M)
+        assert total and cohort and cohort.group(1) == total.group(1), direction
+        assert links and int(links.group(1)) > 0
+    assert sum(int(m) for m in re.findall(r'^ratelimit_cohort_links\{.*\} (\d+)$', text, re.M)) == AUTO_LINK_LIMIT + 2
+    assert sum(int(m) for m in re.findall(r'^ratelimit_cohort_bytes_total\{.*\} (\d+)$', text, re.M)) == \
+        sum(int(m) for m in re.findall(r'^ratelimit_bytes_total\{.*\} (\d+)$', text, re.M)) > 0
 
 
 def test_per_host_links_show_port_all(reader, control):

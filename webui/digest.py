@@ -227,6 +227,33 @@ def by_cohort(cols: dict, rates: LinkRates, names: tuple) -> dict:
     return out
 
 
+COHORT_SUMS = ("bytes", "packets", "drops")  # summed per cohort and direction for /metrics
+
+
+def cohort_totals(cols: dict, rates: LinkRates, names: tuple) -> dict:
+    """Per (cohort, profile, direction), whatever the number of cohorts: its links, active
+    links and the sums of ``COHORT_SUMS`` (``names``: each link's (cohort, profile); the
+    fleet's ``sum by (cohort)`` across routers).
+
+    >>> from array import array
+    >>> cols = {"bytes": array("q", [5, 7, 1]), "packets": array("q", [1, 2, 3]),
+    ...         "drops": array("q", [0, 1, 0]), "active": array("b", [1, 0, 1])}
+    >>> rates = LinkRates((("dest", "h1", None, "eth0"),) * 3, None)
+    >>> cohort_totals(cols, rates, (("a", "dsl"), ("a", "dsl"), ("b", None)))[("a", "dsl", "dest")]
+    {'links': 2, 'active_links': 1, 'bytes': 12, 'packets': 3, 'drops': 1}
+    """
+    out = {}
+    for name, profile in dict.fromkeys(names):
+        only = bytes(n == name for n, _ in names)
+        for d in rates.directions:
+            mask = bytes(map(mul, only, rates.mask(d)))
+            links = sum(mask)
+            if links:
+                out[name, profile, d] = {"links": links, "active_links": sum(compress(cols["active"], mask)),
+                                         **{c: sum(compress(cols[c], mask)) for c in COHORT_SUMS}}
+    return out
+
+
 def _distribution(cols: dict, mask: bytes) -> dict:
     state = cols["state"]
     mine = array("b", compress(state, mask))

@@ -8,6 +8,10 @@ it took, what is applied (profile, mode, granularity, link layer) and each
 direction's link numbers (frame rate, burst, queue).  ``netns=""`` is the
 host's own namespace.
 
+Per cohort and direction (labels interface, netns, cohort, profile, direction), always:
+its bytes, packets and drops as ``*_total`` counters and its links and active links, so
+that ``sum by (cohort)`` over a fleet's routers gives the audience (docs/fleet.md).
+
 Per link (labels interface, netns, host, port, direction, cohort, profile; ``port="all"``
 for a per-host link): the cumulative counters as ``*_total`` counters, the backlog
 as gauges and the configured rate -- 7 series a link, a cardinality problem
@@ -167,6 +171,7 @@ def render(snaps, links: str = "auto") -> str:
                 labels = _labels(interface=s.interface, netns=s.netns, direction=direction, le=le)
                 out.append(f"ratelimit_links_rate_share_bucket{labels} {running}\n")
 
+    _cohorts(out, snaps)
     detailed = [s for s in snaps if links == "true" or links == "auto" and len(s.layout) <= AUTO_LINK_LIMIT]
     _traced(out, snaps, detailed)
     if detailed:
@@ -187,6 +192,29 @@ def render(snaps, links: str = "auto") -> str:
                                f'direction="{direction}",cohort="{_escape(cohort)}",profile="{_escape(profile)}"}} '
                                f'{value}\n')
     return "".join(out)
+
+
+COHORT_METRICS = (
+    # (name, field, type, help)
+    ("ratelimit_cohort_bytes_total", "bytes", "counter", "Bytes through the links of one cohort and direction."),
+    ("ratelimit_cohort_packets_total", "packets", "counter", "Packets through the links of one cohort and direction."),
+    ("ratelimit_cohort_drops_total", "drops", "counter", "Packets dropped on the links of one cohort and direction."),
+    ("ratelimit_cohort_links", "links", "gauge", "Links of one cohort and direction."),
+    ("ratelimit_cohort_active_links", "active_links", "gauge",
+     "Links of one cohort and direction that moved packets in the last seconds."),
+)
+
+
+def _cohorts(out: list, snaps) -> None:
+    """Per (cohort, profile, direction) sums, whatever the number of links: across a fleet's
+    routers, ``sum by (cohort)`` is the audience's (docs/fleet.md)."""
+    for name, field, kind, text in COHORT_METRICS:
+        _header(out, name, kind, text)
+        for s in snaps:
+            for (cohort, profile, direction), sums in s.cohort_totals.items():
+                labels = _labels(interface=s.interface, netns=s.netns, cohort=cohort, profile=profile,
+                                 direction=direction)
+                out.append(f"{name}{labels} {sums[field]}\n")
 
 
 DRIVER_METRICS = (

@@ -96,6 +96,7 @@ class Snapshot:
     cohorts: dict = field(default_factory=dict)  # per cohort: its glance and distribution (digest.cohorts)
     driver: dict | None = None  # a traced plan's driver (follow.report), else None
     tracking: dict = field(default_factory=dict)  # per direction: how traced links track (digest.tracking)
+    cohort_totals: dict = field(default_factory=dict)  # per (cohort, profile, direction): sums (digest.cohort_totals)
 
     @classmethod
     def empty(cls, netns, interface) -> "Snapshot":
