@@ -15,6 +15,7 @@
     python -m bench trace [--quick]      100-10,000 links following a cellular trace; the driver vs tc per link
     python -m bench qdisc-hash [--quick] installs and class changes: the groups in a hash bucket of their own vs slot order
     python -m bench soak [--minutes N]   the dashboard's memory over an hour under load (not in all)
+    python -m bench fleet                10,008 links over three routers by Ansible vs one router alone (not in all)
     python -m bench report               docs/benchmarks.md from bench/results/
 
 Parts that need netem or act_police (police mode, latency classes) run that
@@ -34,13 +35,13 @@ from . import common, results, sandbox
 
 PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "audience", "faults", "switch", "cohorts",
          "shaped-load", "trace", "qdisc-hash")
-SOLO = ("soak",)  # run on their own only: not part of ``all`` (an hour)
+SOLO = ("soak", "fleet")  # run on their own only, not part of ``all``: an hour; ansible-core and sshd
 
 
 _MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "metrics": "metrics_cost",
             "fidelity": "fidelity", "dialup": "dialup", "audience": "audience", "faults": "faults", "switch": "switch",
             "cohorts": "cohorts", "shaped-load": "shaped_load", "trace": "trace", "qdisc-hash": "qdisc_hash",
-            "soak": "soak"}
+            "soak": "soak", "fleet": "fleet"}
 
 
 def _module(part: str):

@@ -259,14 +259,18 @@ class SyntheticReader:
     """``n`` links, both directions; each call moves the clock 1 s and every link by its own
     amount (a fifth idle, every 7th with a backlog, every 13th dropping)."""
 
-    def __init__(self, n: int, interface: str = "eth0"):
+    def __init__(self, n: int, interface: str = "eth0", cohorts: int = 0):
         self.n, self.time, self.calls = n, 1_000_000.0, 0
+        # as a plan's rows come: every link's dest, then every link's source; link j of each
+        # half in cohort j * cohorts // half (0 cohorts: none named)
+        half = n // 2
+        self.cohorts = tuple((f"c{(i % half) * cohorts // half}", "modem-28k8") for i in range(n)) if cohorts else ()
         self.applied = {"interface": interface, "netns": None, "profile": "modem-28k8", "mode": "shape",
                         "direction": "both", "flows": n, "per": "port", "link": {"layer": "ppp-vj"},
                         "down": {"rate_bps": 28800, "frame_rate_bps": 26864, "burst_bytes": 4, "queue_bytes": 16384},
                         "up": {"rate_bps": 28800, "frame_rate_bps": 26864, "burst_bytes": 4, "queue_bytes": 3250}}
-        self.keys = tuple(("dest" if i % 2 == 0 else "source", f"198.18.{i // 65536}.{2 + (i // 2) % 2}",
-                           1024 + (i // 4) % 16384, interface) for i in range(n))
+        self.keys = tuple(("dest" if i < half else "source", f"198.18.{(i % half) // 32768}.{2 + i % 2}",
+                           1024 + (i % half // 2) % 16384, interface) for i in range(n))
         self.bytes_per_s = [(i % 5) * 900 for i in range(n)]  # 0-3,600 B/s of a 3,600 B/s link
 
     def __call__(self, interface, netns=None) -> dict:
@@ -278,12 +282,13 @@ class SyntheticReader:
                     "overlimits": array("q", [b // 1000 for b in moved]),
                     "backlog_bytes": array("q", [1500 if i % 7 == 1 else 0 for i in range(self.n)]),
                     "backlog_pkts": array("q", [1 if i % 7 == 1 else 0 for i in range(self.n)])}
-        return Counters(interface, netns, self.time, self.applied, self.keys, (28800,) * self.n, counters=counters)
+        return Counters(interface, netns, self.time, self.applied, self.keys, (28800,) * self.n, cohorts=self.cohorts,
+                        counters=counters)
 
 
-def polled_source(n: int):
+def polled_source(n: int, cohorts: int = 0):
     from ratelimit.webui.stats import StatsSource
-    src = StatsSource([(None, "eth0")], reader=SyntheticReader(n))
+    src = StatsSource([(None, "eth0")], reader=SyntheticReader(n, cohorts=cohorts))
     src.poll_once()
     src.poll_once()
     return src
@@ -365,6 +370,31 @@ def rows_of_config(n: int, links: str, got: dict) -> list:
             for name, (walls, cpus, body) in got.items()]
 
 
+COHORT_COUNTS = (1, 16)  # cohorts of the per-cohort series' measurement
+
+
+def cohort_series(cfg: Config, n: int, cohorts: int) -> dict:
+    """What the per-cohort series cost at ``n`` links in ``cohorts`` cohorts, medians: a
+    ``?links=false`` scrape with them against one without them (the scrape before they
+    were added: the same snapshots, their ``cohort_totals`` emptied), and their sums, done
+    once a poll (``digest.cohort_totals``)."""
+    import dataclasses
+    from ratelimit.webui.digest import cohort_totals
+    from ratelimit.webui.metrics import render
+    src = polled_source(n, cohorts)
+    snaps = [src.snapshot(netns, interface) for netns, interface in src.targets()]
+    bare = [dataclasses.replace(s, cohort_totals={}) for s in snaps]
+    got = measure_config(cfg, {"with": lambda: render(snaps, "false").encode(),
+                               "without": lambda: render(bare, "false").encode()})
+    s = snaps[0]
+    sums = measure_config(cfg, {"sums": lambda: repr(cohort_totals(s.columns, s.layout.cohort_runs)).encode()})
+    return {"links": n, "cohorts": cohorts,
+            "scrape_with_s": median(got["with"][0]), "scrape_without_s": median(got["without"][0]),
+            "samples_with": sample_lines(got["with"][2]), "samples_without": sample_lines(got["without"][2]),
+            "with_over_without": ratio(median(got["with"][0]), median(got["without"][0])),
+            "sums_per_poll_s": median(sums["sums"][0]), "repeats": len(got["with"][0])}
+
+
 def measure(quick: bool, *, links=None, outdir=None) -> dict:
     from ratelimit.webui.metrics import AUTO_LINK_LIMIT
     cfg = config(quick, links)
@@ -382,6 +412,14 @@ def measure(quick: bool, *, links=None, outdir=None) -> dict:
                 + f"; median of {len(rows[0]['samples'])}")
         if outdir:
             save(doc, outdir)
+    doc["cohort_series"] = []
+    for n in cfg.links:
+        for k in COHORT_COUNTS:
+            row = cohort_series(cfg, n, k)
+            doc["cohort_series"].append(row)
+            say(NAME, f"{n:,} links in {k} cohort(s), ?links=false: {fmt_time(row['scrape_with_s'])} with the "
+                      f"per-cohort series ({row['samples_with']} samples), {fmt_time(row['scrape_without_s'])} "
+                      f"without ({row['samples_without']}); their sums {fmt_time(row['sums_per_poll_s'])} a poll")
     doc["notes"].append("a synthetic reader, no kernel; CPU is time.process_time() of the scrape; "
                         "prometheus_client: bench/metrics_cost.py's SnapshotCollector")
     return doc

@@ -104,3 +104,70 @@ def test_ipv6_hosts_go_to_the_router_of_their_prefix():
     split = partition(fleet(text), routers_of({k: INVENTORY[k] for k in ("r1", "r2")}))
     assert split["r1"].cohorts[0].hosts == (ip_address("2001:db8:1::2"),)
     assert split["r2"].cohorts[0].hosts == (ip_address("198.18.2.2"),)
+
+
+# ---------------------------------------------------------------- Kubernetes (pure)
+
+from ratelimit.fleet import k8s  # noqa: E402
+
+PODS = [{"name": f"web-{i}", "namespace": "shop", "labels": {"app": "web", "tier": "front"},
+         "node": f"n{i % 3}", "ips": [f"198.18.{i % 3}.{10 + i}"]} for i in range(9)] + \
+    [{"name": "db-0", "namespace": "shop", "labels": {"app": "db"}, "node": "n0", "ips": ["198.18.0.99"]},
+     {"name": "web-pending", "namespace": "shop", "labels": {"app": "web"}, "node": None, "ips": []},
+     {"name": "web-other", "namespace": "other", "labels": {"app": "web"}, "node": "n1", "ips": ["198.18.1.77"]}]
+SPEC = {"cohorts": [{"name": "phones", "selector": {"matchLabels": {"app": "web"}}, "namespaces": ["shop"],
+                     "profile": "3g", "per": "host"},
+                    {"name": "office", "selector": {"matchExpressions": [{"key": "app", "operator": "In",
+                                                                          "values": ["db"]}]},
+                     "per": "shared", "rate": "2mbit"}]}
+
+
+def test_pods_become_one_assignment_per_node():
+    out = k8s.assign(SPEC, PODS)
+    assert list(out) == ["n0", "n1", "n2"]
+    assert [c["name"] for c in out["n0"]["cohorts"]] == ["phones", "office"]
+    assert out["n0"]["cohorts"][0]["hosts"] == ["198.18.0.10", "198.18.0.13", "198.18.0.16"]
+    assert out["n0"]["cohorts"][0]["profile"] == "3g" and "selector" not in out["n0"]["cohorts"][0]
+    assert out["n1"]["pods"] == 3  # web-other is in another namespace, web-pending on no node yet
+    assert sum(len(c["hosts"]) for a in out.values() for c in a["cohorts"]) == 10
+
+
+def test_a_pod_in_two_cohorts_and_a_shared_link_on_two_nodes_are_refused():
+    twice = {"cohorts": SPEC["cohorts"] + [{"name": "front", "selector": {"matchLabels": {"tier": "front"}},
+                                            "rate": "1mbit"}]}
+    with pytest.raises(UsageError, match=r"^pod shop/web-0: selected by cohorts phones and front; a pod is in one"):
+        k8s.assign(twice, PODS)
+    spread = {"cohorts": [{"name": "office", "selector": {"matchLabels": {"app": "web"}}, "per": "shared",
+                           "rate": "2mbit"}]}
+    with pytest.raises(UsageError, match=r"^cohort office: one shared link for pods on nodes n0, n1, n2"):
+        k8s.assign(spread, PODS)
+    with pytest.raises(FieldError, match=r"^selector: operator: Near is not a selector operator"):
+        k8s.assign({"cohorts": [{"name": "x", "selector": {"matchExpressions": [{"key": "a", "operator": "Near"}]}}]},
+                   PODS)
+
+
+@pytest.mark.parametrize("labels,selector,selected", [
+    ({"app": "web"}, {}, True),
+    ({"app": "web"}, {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}, False),
+    ({"app": "web"}, {"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}, True),
+    ({"app": "web"}, {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}, False),
+    ({"app": "web", "tier": "a"}, {"matchLabels": {"app": "web"},
+                                   "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}, True),
+])
+def test_label_selectors_read_as_kubernetes_reads_them(labels, selector, selected):
+    assert k8s.selects(selector, labels) is selected
+
+
+def test_the_nodes_reports_become_one_status():
+    nodes = k8s.assign(SPEC, PODS)
+    staged = [{"node": n, "generation": 2, "phase": "Staged", "links": 6} for n in nodes]
+    assert k8s.status(nodes, staged)["phase"] == "Staged"
+    assert k8s.status(nodes, staged[:2])["phase"] == "Pending"
+    old = [{"node": "n2", "generation": 1, "phase": "Committed", "links": 4}]
+    assert k8s.status(nodes, staged[:2] + old)["nodes"]["Pending"] == 1  # an older generation's word is not this one's
+    done = [dict(r, phase="Committed") for r in staged]
+    assert k8s.status(nodes, done) == {"phase": "Committed", "generation": 2, "links": 18, "failures": {},
+                                       "nodes": {"Pending": 0, "Staged": 0, "Committed": 3, "Failed": 0}}
+    failed = done[:2] + [{"node": "n2", "generation": 2, "phase": "Failed", "error": "no device eth0"}]
+    assert k8s.status(nodes, failed)["failures"] == {"n2": "no device eth0"}
+    assert k8s.status(nodes, failed)["phase"] == "Failed"

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from fleetkit import COLLECTIONS, Fleet, ROUTERS, report, sh
+from bench.fleetlab import COLLECTIONS, Fleet, ROUTERS, report, sh
 from ratelimit.plan import placement
 from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.filters import U32Table

@@ -230,27 +230,25 @@ def by_cohort(cols: dict, rates: LinkRates, names: tuple) -> dict:
 COHORT_SUMS = ("bytes", "packets", "drops")  # summed per cohort and direction for /metrics
 
 
-def cohort_totals(cols: dict, rates: LinkRates, names: tuple) -> dict:
+def cohort_totals(cols: dict, runs: tuple) -> dict:
     """Per (cohort, profile, direction), whatever the number of cohorts: its links, active
-    links and the sums of ``COHORT_SUMS`` (``names``: each link's (cohort, profile); the
-    fleet's ``sum by (cohort)`` across routers).
+    links and the sums of ``COHORT_SUMS`` (``runs``: ``LinkRows.cohort_runs``, the rows as
+    runs of one cohort and direction; the fleet's ``sum by (cohort)`` across routers).
 
     >>> from array import array
     >>> cols = {"bytes": array("q", [5, 7, 1]), "packets": array("q", [1, 2, 3]),
     ...         "drops": array("q", [0, 1, 0]), "active": array("b", [1, 0, 1])}
-    >>> rates = LinkRates((("dest", "h1", None, "eth0"),) * 3, None)
-    >>> cohort_totals(cols, rates, (("a", "dsl"), ("a", "dsl"), ("b", None)))[("a", "dsl", "dest")]
+    >>> runs = (("a", "dsl", "dest", 0, 2), ("b", "", "dest", 2, 3))
+    >>> cohort_totals(cols, runs)[("a", "dsl", "dest")]
     {'links': 2, 'active_links': 1, 'bytes': 12, 'packets': 3, 'drops': 1}
     """
-    out = {}
-    for name, profile in dict.fromkeys(names):
-        only = bytes(n == name for n, _ in names)
-        for d in rates.directions:
-            mask = bytes(map(mul, only, rates.mask(d)))
-            links = sum(mask)
-            if links:
-                out[name, profile, d] = {"links": links, "active_links": sum(compress(cols["active"], mask)),
-                                         **{c: sum(compress(cols[c], mask)) for c in COHORT_SUMS}}
+    out: dict = {}
+    for cohort, profile, direction, lo, hi in runs:
+        sums = out.setdefault((cohort, profile, direction), dict.fromkeys(("links", "active_links") + COHORT_SUMS, 0))
+        sums["links"] += hi - lo
+        sums["active_links"] += sum(cols["active"][lo:hi])
+        for c in COHORT_SUMS:
+            sums[c] += sum(cols[c][lo:hi])
     return out
 
 

@@ -10,6 +10,8 @@ them in, so a reader never locks.  A ``LinkRows`` lasts while the configuration 
 ((('dest', 'others', 0, 'eth0'),), {('dest', 'others', 0): 0})
 """
 
+import functools
+import itertools
 from dataclasses import dataclass, field
 
 from ratelimit.spec.names import target_name
@@ -68,6 +70,20 @@ class LinkRows:
     def every_cohort(self) -> tuple:
         """Each link's (cohort, profile), in row order (``cohort(i)`` for every ``i``)."""
         return self.cohorts or (NO_COHORT,) * len(self.keys)
+
+    @functools.cached_property
+    def cohort_runs(self) -> tuple:
+        """The rows as runs of one (cohort, profile, direction): ((cohort, profile, direction,
+        first row, row after the last), ...), worked out once a configuration
+        (``digest.cohort_totals`` sums each run's slice every poll).  A plan's links come
+        cohort by cohort within each direction, so there are a few runs."""
+        runs, first = [], 0
+        whats = ((cohort, profile, key[0]) for (cohort, profile), key in zip(self.every_cohort(), self.keys))
+        for what, run in itertools.groupby(whats):
+            last = first + sum(1 for _ in run)
+            runs.append((*what, first, last))
+            first = last
+        return tuple(runs)
 
     def __len__(self):
         return len(self.keys)

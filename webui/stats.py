@@ -203,6 +203,6 @@ class StatsSource:
         snap = Snapshot(netns, interface, seq, now, applied, None, rows, cols, agg, dist, sums, refresh,
                         cohorts=by_cohort(cols, rows.rates, rows.cohorts), driver=stats.driver,
                         tracking=tracking(cols, rows.rates),
-                        cohort_totals=cohort_totals(cols, rows.rates, rows.every_cohort()))
+                        cohort_totals=cohort_totals(cols, rows.cohort_runs))
         self._hist.record(target, snap, have_rates)
         return snap

@@ -41,7 +41,8 @@ def _step(result):
     return {"ok": ok, "unreachable": bool(result.get("unreachable")), "how": result.get("how"),
             "operations": result.get("operations", 0), "seconds": result.get("seconds", 0.0),
             "changed": bool(result.get("changed")), "msg": None if ok else " ".join(str(result.get("msg", "")).split()),
-            "links": result.get("links")}
+            "links": result.get("links"), "started_at": result.get("started_at"),
+            "finished_at": result.get("finished_at")}
 
 
 def outcome(hostvars):

@@ -84,6 +84,14 @@ previous:
   description: The request that was applied before (for putting it back), or null.
   type: dict
   returned: always
+started_at:
+  description: When the change began, in seconds since the epoch (the fleet's commit skew is their spread).
+  type: float
+  returned: when the state changes something (not gathered or rendered)
+finished_at:
+  description: When the change ended, in seconds since the epoch.
+  type: float
+  returned: when the state changes something (not gathered or rendered)
 rendered:
   description: With I(state=rendered), the script.
   type: str
@@ -149,9 +157,11 @@ def _run(module, p) -> dict:
     if p["state"] == "gathered":
         return {"changed": False, "how": "nothing", "operations": 0, "seconds": 0.0, "links": before,
                 "previous": previous}
+    started_at = time.time()
     after, how, ops, took = _change(module, p, req, was, interface, netns, readout, staging, apply, clean)
     changed = after != before
-    out = {"changed": changed, "how": how, "operations": ops, "seconds": took, "links": after, "previous": previous}
+    out = {"changed": changed, "how": how, "operations": ops, "seconds": took, "links": after, "previous": previous,
+           "started_at": started_at, "finished_at": time.time()}
     if module._diff:
         out["diff"] = {"before": before, "after": after}
     return out

@@ -1,4 +1,5 @@
-"""A fleet of three routers in throwaway namespaces, configured through Ansible over real SSH.
+"""A fleet of three routers in throwaway namespaces, configured through Ansible over real SSH
+(for tests/test_fleet_ansible.py and ``python -m bench fleet``).
 
 Each router ``rN`` (namespace ``<prefix>rN``) sits between its clients (``<prefix>cN``,
 hosts 198.18.N.2-198.18.N.5 on one veth) and one shared server namespace (``<prefix>srv``,
@@ -119,8 +120,11 @@ class Fleet:
 
     # ------------------------------------------------------------------ using
 
-    def playbook(self, *extra: str, scenario: Path | None = None, options: dict | None = None):
-        """ansible-playbook apply.yml from the controller namespace; the CompletedProcess."""
+    def playbook(self, *extra: str, scenario: Path | None = None, options: dict | None = None,
+                 persist: bool = False):
+        """ansible-playbook apply.yml from the controller namespace; the CompletedProcess.
+        Each task opens its own SSH connection (so a stopped sshd is unreachable), unless
+        ``persist``: Ansible's default, one connection a router kept open between tasks."""
         self.report = self.work / "report.json"
         self.report.unlink(missing_ok=True)
         variables = {"ratelimit_report": str(self.report)}
@@ -130,16 +134,18 @@ class Fleet:
             variables["ratelimit_options"] = options
         env = dict(os.environ, ANSIBLE_COLLECTIONS_PATH=str(COLLECTIONS), ANSIBLE_HOST_KEY_CHECKING="False",
                    ANSIBLE_LOCAL_TEMP=str(self.work / "ansible-local"), ANSIBLE_REMOTE_TMP="/tmp/.rl-ansible",
-                   ANSIBLE_NOCOLOR="1", ANSIBLE_SSH_ARGS="-o ControlMaster=no",  # a stopped sshd is unreachable
+                   ANSIBLE_NOCOLOR="1", ANSIBLE_SSH_CONTROL_PATH_DIR=str(self.work / "cp"),
                    ANSIBLE_PYTHON_INTERPRETER=sys.executable, ANSIBLE_FORKS="5")
         env.pop("RATELIMIT_STATE_DIR", None)  # the controller's partition reads no state
+        if not persist:
+            env["ANSIBLE_SSH_ARGS"] = "-o ControlMaster=no"
         return sh("ip", "netns", "exec", self.ns("ctl"), "ansible-playbook", "-i", str(self.inventory),
                   str(PLAYBOOK), "-e", json.dumps(variables), *extra, check=False, env=env, cwd=str(self.work),
                   timeout=300)
 
     def tc_dumps(self) -> dict:
-        from tcdump import tc_dump
-        return {r: tc_dump(self.ns(r), "r0", "rl-r0") for r in ROUTERS}
+        from .faults import dump
+        return {r: dump(self.ns(r), ("r0", "rl-r0")) for r in ROUTERS}
 
     def records(self) -> dict:
         out = {}
