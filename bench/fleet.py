@@ -12,6 +12,8 @@ side by side in one run, ``REPEATS`` times each, medians reported:
   of the links module; one clock, the routers share a machine), and the same for the ends;
 - a second run with nothing to change, wall time;
 - a change (every link's rate): the fleet again, staged beside and committed;
+- Ansible's own skew, to check the commit's: the same spread for a task that only reads
+  the clock on each router (``CLOCK_PLAY``), and that play's wall time (Ansible's floor);
 - where a fleet run's time goes: until the first stage starts (ansible-playbook's start and
   the partition), from there to the last commit's end, and after it (the report).
 
@@ -24,6 +26,7 @@ Not in ``all``: it needs ansible-core and openssh-server (``.ci/install``).
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -50,6 +53,23 @@ per = "port"
 rate = "{rate}"
 """
 OPTIONS = {"mode": "shape", "direction": "dest", "bandwidth": "3gbit"}
+CLOCK_PLAY = """
+- name: Read each router's clock in one task
+  hosts: routers
+  gather_facts: false
+  tasks:
+    - name: Read the clock
+      ansible.builtin.command: "{{ ansible_python_interpreter }} -c 'import time; print(time.time())'"
+      register: clock
+      changed_when: false
+    - name: Write the readings
+      ansible.builtin.copy:
+        content: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, ['clock', 'stdout']))) | to_json }}"
+        dest: "{{ ratelimit_report }}"
+        mode: "0644"
+      delegate_to: localhost
+      run_once: true
+"""
 
 
 def _scenario(work: Path, rate: str) -> Path:
@@ -85,6 +105,16 @@ def _fleet_run(fleet: Fleet, path: Path, persist: bool) -> dict:
             "how": {r: (out[r]["stage"]["how"], out[r]["commit"]["how"]) for r in ROUTERS}}
 
 
+def _clock_skew(fleet: Fleet, play: Path, persist: bool) -> dict:
+    t0 = time.monotonic()
+    run = fleet.playbook(persist=persist, playbook=play)
+    wall = time.monotonic() - t0
+    if run.returncode != 0:
+        raise RuntimeError(f"the clock playbook failed: {run.stdout[-2000:]}")
+    read = {r: float(t) for r, t in json.loads(fleet.report.read_text()).items()}
+    return {"wall_s": round(wall, 3), "readings": read, "skew_s": round(max(read.values()) - min(read.values()), 3)}
+
+
 def _one_router(fleet: Fleet, rate: str) -> dict:
     argv = ["ip", "netns", "exec", fleet.ns("r1"), sys.executable, "-m", "ratelimit", "--if", "r0", "-h",
             "198.18.1.2-198.18.1.5", "-p", f"{PORTS[0]}-{PORTS[1]}", "-r", rate, "--mode", "shape", "-d", "dest",
@@ -106,9 +136,11 @@ def measure(outdir=RESULTS_DIR) -> dict:
             fleet.build()
             work = Path(tmp)
             slow, other = _scenario(work, "100kbit"), _scenario(work, "120kbit")
+            play = work / "clock.yml"
+            play.write_text(CLOCK_PLAY)
             rows = {"one router": []}
             for persist in (False, True):
-                for what in ("fleet", "nothing to change", "a change"):
+                for what in ("fleet", "nothing to change", "a change", "a clock task"):
                     rows[f"{what}, {CONNECTIONS[persist]}"] = []
             for k in range(REPEATS):
                 _clean(fleet)
@@ -119,6 +151,7 @@ def measure(outdir=RESULTS_DIR) -> dict:
                     rows[f"fleet, {how}"].append(_fleet_run(fleet, slow, persist))
                     rows[f"nothing to change, {how}"].append(_fleet_run(fleet, slow, persist))
                     rows[f"a change, {how}"].append(_fleet_run(fleet, other, persist))
+                    rows[f"a clock task, {how}"].append(_clock_skew(fleet, play, persist))
                 say(NAME, f"round {k + 1}: " + ", ".join(f"{what} {runs[-1]['wall_s']} s" for what, runs in rows.items()))
         finally:
             fleet.destroy()
@@ -132,6 +165,7 @@ def measure(outdir=RESULTS_DIR) -> dict:
             "fleet_over_one_router": round(med[f"fleet, {how}"] / med["one router"], 2),
             "commit_start_skew_s": statistics.median(r["commit_start_skew_s"] for r in switched),
             "commit_end_skew_s": statistics.median(r["commit_end_skew_s"] for r in switched),
+            "clock_task_skew_s": statistics.median(r["skew_s"] for r in rows[f"a clock task, {how}"]),
             "until_the_stage_s": statistics.median(r["until_the_stage_s"] for r in rows[f"fleet, {how}"]),
             "stage_to_commit_end_s": statistics.median(r["stage_to_commit_end_s"] for r in rows[f"fleet, {how}"]),
             "after_the_commit_s": statistics.median(r["after_the_commit_s"] for r in rows[f"fleet, {how}"])}

@@ -121,8 +121,8 @@ class Fleet:
     # ------------------------------------------------------------------ using
 
     def playbook(self, *extra: str, scenario: Path | None = None, options: dict | None = None,
-                 persist: bool = False):
-        """ansible-playbook apply.yml from the controller namespace; the CompletedProcess.
+                 persist: bool = False, playbook: Path = PLAYBOOK):
+        """ansible-playbook ``playbook`` (apply.yml) from the controller namespace; the CompletedProcess.
         Each task opens its own SSH connection (so a stopped sshd is unreachable), unless
         ``persist``: Ansible's default, one connection a router kept open between tasks."""
         self.report = self.work / "report.json"
@@ -140,7 +140,7 @@ class Fleet:
         if not persist:
             env["ANSIBLE_SSH_ARGS"] = "-o ControlMaster=no"
         return sh("ip", "netns", "exec", self.ns("ctl"), "ansible-playbook", "-i", str(self.inventory),
-                  str(PLAYBOOK), "-e", json.dumps(variables), *extra, check=False, env=env, cwd=str(self.work),
+                  str(playbook), "-e", json.dumps(variables), *extra, check=False, env=env, cwd=str(self.work),
                   timeout=300)
 
     def tc_dumps(self) -> dict:
