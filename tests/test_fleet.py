@@ -6,7 +6,7 @@ from ipaddress import ip_address
 import pytest
 
 from ratelimit.errors import FieldError, UsageError
-from ratelimit.fleet.partition import partition, routers_of
+from ratelimit.spec.fleet import partition, routers_of
 from ratelimit.profiles import scenario
 from ratelimit.service import make_request
 
@@ -108,7 +108,7 @@ def test_ipv6_hosts_go_to_the_router_of_their_prefix():
 
 # ---------------------------------------------------------------- Kubernetes (pure)
 
-from ratelimit.fleet import k8s  # noqa: E402
+from ratelimit.spec import k8s  # noqa: E402
 
 PODS = [{"name": f"web-{i}", "namespace": "shop", "labels": {"app": "web", "tier": "front"},
          "node": f"n{i % 3}", "ips": [f"198.18.{i % 3}.{10 + i}"]} for i in range(9)] + \

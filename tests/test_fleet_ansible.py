@@ -132,7 +132,7 @@ def test_a_kernel_refusal_mid_stage_on_one_router_aborts_the_fleet(fleet, tmp_pa
     other = scenario(tmp_path, slow="2mbit", name="b")
     from ratelimit.profiles import scenario as scenarios
     from ratelimit.service import make_request
-    from ratelimit.fleet.partition import partition, routers_of
+    from ratelimit.spec.fleet import partition, routers_of
     whole = make_request("r0", scenario=scenarios.load(str(other)))
     new = partition(whole, routers_of({r: {"interface": "r0", "clients": [f"198.18.{r[1]}.0/24"]}
                                        for r in ROUTERS}))["r3"]

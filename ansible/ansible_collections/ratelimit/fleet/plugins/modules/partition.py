@@ -75,7 +75,7 @@ def main():
 
 
 def _split(p) -> dict:
-    from ratelimit.fleet.partition import partition, routers_of
+    from ratelimit.spec.fleet import partition, routers_of
     from ratelimit.profiles import scenario as scenarios
     from ratelimit.service import make_request
     from ratelimit.state.records import to_json

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 from ipaddress import ip_address, ip_network
 
 from ..errors import FieldError, UsageError
-from ..spec.model import Request
-from ..spec.names import check_target
+from .model import Request
+from .names import check_target
 
 
 @dataclass(frozen=True)
