@@ -55,6 +55,7 @@ MIXES = {"dialup": "modem-28k8:60%,modem-56k:30%,isdn-64k:10%",
 PORTS = "10000-11499"  # per client: 500 sessions (x = 5,000) twice within TIME_WAIT, and room
 QUICK_PORTS = "10000-10199"
 CALLS = httpload.CALLS
+QUICK_WINDOW_S = 24.0
 MIN_RATIO = 0.98  # the target: every cohort at least this share of its model's ceiling (window)
 
 
@@ -67,8 +68,8 @@ class Config:
 
 
 def config(quick: bool, clients=None) -> Config:
-    if quick:
-        return Config(tuple(("dialup", x) for x in clients or (40,)), 8.0, 12.0, QUICK_PORTS)
+    if quick:  # a 24 s window: a stop of the whole machine for 0.4 s reads as links 1.7% slow (3.3% in 12 s)
+        return Config(tuple(("dialup", x) for x in clients or (40,)), 8.0, QUICK_WINDOW_S, QUICK_PORTS)
     if clients:  # x of the dial-up mix only
         return Config(tuple(("dialup", x) for x in clients), 12.0, 40.0, PORTS)
     return Config((("dialup", 1000), ("dialup", 5000), ("broadband", 200)), 12.0, 40.0, PORTS)
@@ -144,7 +145,8 @@ def run_point(lab, mix: str, x: int, cfg: Config, log: Path, header: int) -> dic
     rows = []
     for c in groups:
         mine = {lab.client(i).address for i in c.clients}
-        rate, counted = httpload.rate_in_window([d for d in w.completions if d.client in mine], w.start, w.end)
+        rates = httpload.connection_rates([d for d in w.completions if d.client in mine], w.start, w.end)
+        rate, counted = sum(rates), len(rates)
         if counted < c.x * 0.95:
             raise BenchError(f"{c.name} x={x}: only {counted} of {c.x} connections finished two calls in the window")
         rep = httperf.combine([httperf.parse(outputs[i]) for i, n in zip(c.clients, c.users) if n])
@@ -152,6 +154,7 @@ def run_point(lab, mix: str, x: int, cfg: Config, log: Path, header: int) -> dic
         rows.append({"cohort": c.name, "profile": c.profile, "clients": list(c.clients), "x": c.x,
                      "calls_per_session": calls[c.name], "model_call_s": c.call_s, "model_ceiling": ceiling,
                      "completed_per_s": rate, "ratio_to_model": ratio(rate, ceiling), "connections_counted": counted,
+                     "slowest_connection_ratio": min(rates) * c.call_s,
                      "errors": rep.get("errors", {}).get("total", 0), "generator_report": rep})
     row = {"mix_name": next(k for k, v in MIXES.items() if v == mix), "mix": mix, "x": x,
            "users_per_client": dialup.shares(x, len(lab.clients)), "window_s": w.end - w.start,

@@ -7,7 +7,8 @@ the audience (``bench/audience.py``): persistent connections fetching one 10,000
   server's access log records in the window are counted per connection (``rate_in_window``);
   curl probes in the first client time calls in two parts (``probe_calls``,
   ``probe_times``); the load generators' and the server's CPU, and the machine's
-  (``bench.cpu``), and the server's TCP are read at the window's ends.
+  (``bench.cpu``), and the server's TCP are read at the window's ends, and how late a
+  sleeping thread wakes over it (``procfs.WakeMeter``).
 * **Whole sessions** (``run_sessions``): httperf's sessions run to their end, read from its
   own totals, as the 2000 figures were; the model's figure for that reading is
   ``totals_ceiling`` (``session_seconds`` for a policed link whose bucket starts full).
@@ -67,22 +68,23 @@ def nginx_completions(text: str) -> list[Completion]:
     return out
 
 
-def rate_in_window(done: list[Completion], start: float, end: float) -> tuple[float, int]:
-    """(replies per second, connections counted) in [start, end]: the sum over connections
-    of each one's rate, (replies - 1) / (last - first) of its replies in the window.  A
-    count of replies in the window would depend on where the window cuts the calls: wrk
-    starts its connections together, so their replies come in waves a call apart, and a
-    40 s window holds 13 or 14 of them (7% apart)."""
+def connection_rates(done: list[Completion], start: float, end: float) -> list[float]:
+    """Each connection's replies per second in [start, end]: (replies - 1) / (last - first) of
+    its replies in the window, for a connection with two replies at least.  A count of replies
+    in the window would depend on where the window cuts the calls: wrk starts its connections
+    together, so their replies come in waves a call apart, and a 40 s window holds 13 or 14 of
+    them (7% apart)."""
     by_conn: dict = {}
     for c in done:
         if start <= c.at <= end and c.port is not None:
             by_conn.setdefault((c.client, c.port), []).append(c.at)
-    rate, counted = 0.0, 0
-    for times in by_conn.values():
-        if len(times) >= 2 and times[-1] > times[0]:
-            rate += (len(times) - 1) / (times[-1] - times[0])
-            counted += 1
-    return rate, counted
+    return [(len(t) - 1) / (t[-1] - t[0]) for t in by_conn.values() if len(t) >= 2 and t[-1] > t[0]]
+
+
+def rate_in_window(done: list[Completion], start: float, end: float) -> tuple[float, int]:
+    """(replies per second, connections counted) in [start, end]: the sum of ``connection_rates``."""
+    rates = connection_rates(done, start, end)
+    return sum(rates), len(rates)
 
 
 _PROBE_FORMAT = "%{time_starttransfer} %{time_total} %{local_port}\\n"
@@ -190,7 +192,8 @@ def run_window(lab, generator: str, loads: list[tuple[int, list[str]]], cfg, log
     tcp0 = tcp_counters(lab.server.netns)
     start, c0 = time.time(), _cpu_sample(procs, server_pids)
     probing = [probe_calls(lab, lab.url(URI), probe_n) for _ in range(probes)]
-    time.sleep(cfg.window_s)  # the window
+    with procfs.WakeMeter() as wake:
+        time.sleep(cfg.window_s)  # the window
     end, c1 = time.time(), _cpu_sample(procs, server_pids)
     tcp1 = tcp_counters(lab.server.netns)
     probe = probe_times([p.communicate(timeout=probe_timeout_s)[0] for p in probing])
@@ -199,7 +202,7 @@ def run_window(lab, generator: str, loads: list[tuple[int, list[str]]], cfg, log
         f.seek(offset)
         times = [c for c in nginx_completions(f.read().decode("utf-8", "replace"))
                  if not (c.client == lab.client(1).address and c.port in probe[2])]
-    return Window(start, end, times, outputs, _cpu_share(c0, c1),
+    return Window(start, end, times, outputs, _cpu_share(c0, c1) | {"wake": wake.summary()},
                   {"machine_busy": procfs.shares(cpu0, c1[0])["machine"]["busy"],
                    "connect_s": round(connected - t_start, 2)},
                   tcp_change(tcp0, tcp1), probe)
@@ -246,14 +249,16 @@ def _cpu_sample(procs, server_pids) -> tuple:
 
 def _cpu_share(c0: tuple, c1: tuple) -> dict:
     """A row's CPU between two ``_cpu_sample`` s: the machine's busy share, the load
-    generators' and the server's processes and softirq (in cores), each CPU's busy share, and
-    how long a load generator waited for a CPU before each of its turns on one (mean, ms)."""
+    generators' and the server's processes and softirq (in cores), the hypervisor's steal,
+    each CPU's busy share, and how long a load generator waited for a CPU before each of its
+    turns on one (mean, ms)."""
     s = procfs.shares(c0[0], c1[0])
     wall = s["window_s"] or 1.0
     return {"machine_busy": s["machine"]["busy"],
             "load_generators": (c1[1] - c0[1]) / wall,
             "server": (c1[2] - c0[2]) / wall,
             "softirq": s["machine"]["softirq"],
+            "steal": s["machine"]["steal"],
             "per_cpu_busy": [c["busy"] for c in s["per_cpu"]],
             "per_cpu_softirq": [c["softirq"] for c in s["per_cpu"]],
             "load_each": _each_share(c0[4], c1[4], wall),
