@@ -6,7 +6,8 @@ hosts 198.18.N.2-198.18.N.5 on one veth) and one shared server namespace (``<pre
 nginx on 198.19.N.2), as in the lab's wiring.  A controller namespace (``<prefix>ctl``)
 reaches each router's own sshd (Debian's openssh-server, its own host key, address
 198.18.10N.2 and state directory) over a management veth, and runs ansible-playbook there.
-``Fleet.destroy`` kills every process in the namespaces and deletes them.
+``Fleet.serve`` starts nginx in the server namespace (the lab's ``server.sh``), for traffic
+through the routers.  ``Fleet.destroy`` kills every process in the namespaces and deletes them.
 """
 
 import json
@@ -33,7 +34,6 @@ class Fleet:
         self.prefix, self.work = prefix, work
         self.namespaces: list[str] = []
         self.sshd: dict[str, subprocess.Popen] = {}
-        self.nginx = None
 
     def ns(self, name: str) -> str:
         return f"{self.prefix}{name}"
@@ -142,6 +142,19 @@ class Fleet:
         return sh("ip", "netns", "exec", self.ns("ctl"), "ansible-playbook", "-i", str(self.inventory),
                   str(playbook), "-e", json.dumps(variables), *extra, check=False, env=env, cwd=str(self.work),
                   timeout=300)
+
+    def serve(self) -> None:
+        """nginx in the server namespace on every 198.19.N.2, with the lab's files (``server.sh``);
+        the URL of a file behind router ``rN`` is ``url(N, path)``."""
+        from .common import listening, wait_until
+        sh("ip", "netns", "exec", self.ns("srv"), "env", "RL_INSTALL=0", f"RL_LAB_DIR={self.work / 'srv'}",
+           "RL_SERVER=nginx", "RL_NGINX_USER=root", "RL_WORKERS=2", f"RL_SRC={ROOT}",
+           f"RL_PYTHON={sys.executable}", "sh", str(ROOT / "vagrant/provision/server.sh"))
+        wait_until(lambda: listening(self.ns("srv"), 80), 10, "nginx in the fleet's server namespace")
+
+    @staticmethod
+    def url(n: int | str, path: str) -> str:
+        return f"http://198.19.{n}.2{path}"
 
     def tc_dumps(self) -> dict:
         from .faults import dump

@@ -1,5 +1,5 @@
 """A fleet of three routers configured through the ratelimit.fleet collection: ansible-core
-from PyPI as the controller, over real SSH to each router's own sshd (``fleetkit``), in
+from PyPI as the controller, over real SSH to each router's own sshd (``bench.fleetlab``), in
 throwaway namespaces (rlfl-*).  One scenario is split between the routers, staged on all,
 and committed only when all staged; a fault on one router leaves every router's tc dump
 byte-identical to before, and the report names the router and the cause."""
@@ -7,14 +7,18 @@ byte-identical to before, and the report names the router and the cause."""
 import itertools
 import os
 import shutil
+import subprocess
 
 import pytest
 
 from bench.fleetlab import COLLECTIONS, Fleet, ROUTERS, report, sh
+from ratelimit.kernel.probe import probe
 from ratelimit.plan import placement
 from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.filters import U32Table
 from ratelimit.plan.layout import ROOT
+from ratelimit.spec.linkmodel import LinkModel
+from ratelimit.spec.summary import summary
 from ratelimit.state import records
 
 pytestmark = [pytest.mark.netns, pytest.mark.skipif(shutil.which("ansible-playbook") is None or not
@@ -77,6 +81,36 @@ def test_a_fleet_apply_commits_on_every_router_and_a_second_run_changes_nothing(
         assert (second[r]["stage"]["how"], second[r]["commit"]["how"]) == ("unchanged", "nothing")
     assert "changed=0" in again.stdout.split("PLAY RECAP")[1].split("r1")[1].splitlines()[0]
     assert fleet.tc_dumps() == dumps
+
+
+# each cohort's file, sized for 2 s at least of its rate: (the host's last octet, path)
+FETCHES = {"modems": (2, "/100000.bin"), "dsl": (4, "/1000000.bin")}
+
+
+@pytest.mark.alone_on_host  # downloads timed from userspace against the link model, within 3%
+def test_clients_behind_each_router_fetch_at_their_own_cohorts_model(fleet, tmp_path):
+    """After a fleet apply, a modem host and a DSL host behind each of the three routers fetch
+    all at once, twice: the second time each within 3% of its cohort's model on that router,
+    the audience test's tolerance (a host given the other cohort's link would be 10 times off)."""
+    run = fleet.playbook(scenario=scenario(tmp_path, slow="400kbit"))
+    assert run.returncode == 0, run.stdout[-3000:]
+    fleet.serve()
+    delay_stage = probe(["netem"])["netem"]
+    models = {(r, c.name): LinkModel.from_summary(summary(req), cohort=c.name, delay_stage=delay_stage)
+              for r, req in requests(fleet).items() for c in req.cohorts}
+
+    def fetch_all() -> dict:
+        procs = {(r, name): subprocess.Popen(
+            ["ip", "netns", "exec", fleet.ns(f"c{r[1]}"), "curl", "-sS", "-o", "/dev/null", "--interface",
+             f"198.18.{r[1]}.{host}", "-w", "%{size_download} %{size_header} %{size_request} %{time_total}",
+             fleet.url(r[1], path)], stdout=subprocess.PIPE, text=True)
+            for r in ROUTERS for name, (host, path) in FETCHES.items()}
+        return {key: p.communicate(timeout=120)[0].split() for key, p in procs.items()}
+    fetch_all()  # once before: a link's first fetch after an apply takes longer
+    for key, (size, header, request, seconds) in fetch_all().items():
+        expected = models[key].fetch_seconds(int(size), header=int(header), request=int(request))
+        print(f"{key}: {int(size):,} bytes in {float(seconds):.2f} s, its model {expected:.2f} s")
+        assert expected >= 2.0 and 0.97 < float(seconds) / expected < 1.03, (key, seconds, expected)
 
 
 def test_check_mode_changes_nothing_and_predicts_what_the_run_does(fleet, tmp_path):

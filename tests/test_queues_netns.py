@@ -1,23 +1,19 @@
-"""Several tx queues on the host kernel: a server, a router whose client-facing veth sends on
-two tx queues (of four it was made with), and a client with several addresses (namespaces
-``rlq-<pid>-<n>-...``, removed even when a test fails).  Traffic goes through the router (forwarded, as on a real one):
-each selected flow's packets land in its own link class, in the tree of its queue, both
-ways, IPv4 and IPv6, per port, per host and the default cohort's; what the plan does not
-select passes untouched; a rate changes in place; a download takes the link model's time;
-``--clean`` removes the mq root, the clsact qdiscs, the IFB device and the program.
+"""Several tx queues on the host kernel, in the queues lab (``queuelab``: a router whose
+client-facing veth sends on two tx queues, in namespaces ``rlq-<pid>-<n>-...``).  Traffic
+goes through the router (forwarded, as on a real one): each selected flow's packets land in
+its own link class, in the tree of its queue, both ways, IPv4 and IPv6, per port, per host
+and the default cohort's; what the plan does not select passes untouched; a rate changes in
+place; a download takes the link model's time; ``--clean`` removes the mq root, the clsact
+qdiscs, the IFB device and the program.
 """
 
-import contextlib
 import io
-import itertools
 import json
 import os
-import re
 import socket
 import subprocess
 import threading
 import time
-from ipaddress import ip_address
 
 import pytest
 
@@ -30,148 +26,32 @@ from ratelimit.kernel.kick import Kicker
 from ratelimit.plan.layout import QUEUE_GROUP_LINKS, TREE_BASE, Layout
 from ratelimit.service import readout
 from ratelimit.spec.linkmodel import LinkModel
-from ratelimit.spec.model import Cohort, LinkParams, Request
 from ratelimit.spec.summary import summary
 from downloads import download, serve
+from queuelab import (CLIENT4, CLIENT6, HOSTS, OTHERS, PORTS, PROBES, SERVER4, open_ends, probe, queue_request,
+                      send, settled, sh, tree_classes, unclassified, unclassified_by_tree)
+from queuelab import routed as queues_lab
 
 pytestmark = pytest.mark.netns
-
-SERVER4, SERVER6 = "198.19.1.2", "2001:db8:19::2"
-CLIENT4, CLIENT6 = ("198.18.1.2", "198.18.1.3", "198.18.1.4"), ("2001:db8:1::2", "2001:db8:1::3")
-SERVER_PORT = 443
-PROBES = 5  # datagrams per flow and direction
-_counter = itertools.count(1)
-
-
-def _sh(*argv):
-    subprocess.run(argv, check=True, capture_output=True, text=True)
 
 
 @pytest.fixture
 def routed(tmp_path, monkeypatch):
-    """(server, router, client) namespaces: server s0 -- wan (router) r0 -- c0 client, the
-    router's r0 made with four tx queues and sending on two (``ethtool -L``); forwarding on;
-    removed at the end."""
-    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
-    base = f"rlq-{os.getpid()}-{next(_counter)}"
-    names = [f"{base}-s", f"{base}-r", f"{base}-c"]
-    server, router, client = names
-    try:
-        for ns in names:
-            _sh("ip", "netns", "add", ns)
-            _sh("ip", "-n", ns, "link", "set", "lo", "up")
-            netns.set_sysctl(ns, "net.ipv6.conf.default.accept_dad", 0)  # link-local addresses usable at once
-            # no router solicitations: a host repeats them for ever (4 s, 8 s, 16 s ... after its link
-            # came up), and one through the trees is a packet no link selects (HTB's direct queue)
-            netns.set_sysctl(ns, "net.ipv6.conf.default.router_solicitations", 0)
-        _sh("ip", "-n", server, "link", "add", "s0", "type", "veth", "peer", "name", "wan", "netns", router)
-        _sh("ip", "-n", router, "link", "add", "r0", "numtxqueues", "4", "numrxqueues", "4", "type", "veth",
-            "peer", "name", "c0", "netns", client, "numtxqueues", "2", "numrxqueues", "2")
-        # made with 4 tx queues, sending on 2 (as a NIC's channels set below its queues)
-        _sh("ip", "netns", "exec", router, "ethtool", "-L", "r0", "tx", "2", "rx", "2")
-        for ns, dev, addrs in ((server, "s0", (f"{SERVER4}/24", f"{SERVER6}/64")),
-                               (router, "wan", ("198.19.1.1/24", "2001:db8:19::1/64")),
-                               (router, "r0", ("198.18.1.1/24", "2001:db8:1::1/64")),
-                               (client, "c0", tuple(f"{a}/24" for a in CLIENT4) + tuple(f"{a}/64" for a in CLIENT6))):
-            for a in addrs:
-                _sh("ip", "-n", ns, "addr", "add", a, "dev", dev, *(("nodad",) if ":" in a else ()))
-            _sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1", "up")  # a wire's packets
-        for ns, via4, via6 in ((server, "198.19.1.1", "2001:db8:19::1"), (client, "198.18.1.1", "2001:db8:1::1")):
-            _sh("ip", "-n", ns, "route", "add", "default", "via", via4)
-            _sh("ip", "-n", ns, "-6", "route", "add", "default", "via", via6)
-        for key in ("net.ipv4.ip_forward", "net.ipv6.conf.all.forwarding"):
-            netns.set_sysctl(router, key, 1)
-        for host in CLIENT4 + CLIENT6:  # every neighbour resolved: no probe waits in a neighbour queue
-            far = SERVER6 if ":" in host else SERVER4
-            _sh("ip", "netns", "exec", client, "ping", "-c", "1", "-W", "2", "-I", host, far)
-        yield server, router, client
-    finally:
-        netns.delete_namespaces(names)
-
-
-def _request(router, *cohorts, queues=2):
-    link = LinkParams(1_000_000)
-    return Request("r0", tuple(Cohort(name, tuple(ip_address(h) for h in hosts), ports, link, link, per=per,
-                                      others=others) for name, hosts, ports, per, others in cohorts),
-                   mode="shape", direction="both", netns=router, queues=queues)
-
-
-PORTS = ("ports", (CLIENT4[0], CLIENT6[0]), ((10000, 10599),), "port", False)  # 1,200 links: 3 groups of up to 512
-HOSTS = ("hosts", (CLIENT4[1],), None, "host", False)
-OTHERS = ("rest", (), None, "shared", True)
-
-
-@contextlib.contextmanager
-def _ends(server, client, host, port, server_port=SERVER_PORT):
-    """A UDP socket on the server (port ``server_port``) and one on client address ``host``,
-    port ``port``, open for the block (no ICMP port-unreachable comes back meanwhile)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    ends = []
-    try:
-        for ns, addr in ((server, (SERVER6 if family == socket.AF_INET6 else SERVER4, server_port)), (client, (host, port))):
-            s = netns.netns_socket(ns, family, socket.SOCK_DGRAM)
-            ends.append(s)
-            s.bind(addr)
-        yield ends
-    finally:
-        for s in ends:
-            s.close()
-
-
-def _send(ends, received: bool = True) -> None:
-    """``PROBES`` datagrams each way between the two ends; ``received``: each end has read
-    the other's before they close (a closed end would answer with port-unreachables, packets
-    on the links too), else 50 ms between rounds (a flow's pace)."""
-    for a, b in ((ends[0], ends[1]), (ends[1], ends[0])):
-        for _ in range(PROBES):
-            a.sendto(b"q" * 100, b.getsockname()[:2])
-    if not received:
-        time.sleep(0.05)
-        return
-    for end in ends:
-        end.settimeout(30)  # generous: it says the datagrams will not come
-        for k in range(PROBES):
-            try:
-                end.recv(2048)
-            except TimeoutError:
-                raise AssertionError(f"{end.getsockname()[:2]} received {k} of {PROBES} datagrams in 30 s") from None
-
-
-def _probe(server, client, host, port, server_port=SERVER_PORT):
-    """``PROBES`` datagrams each way between the server and client address ``host``, port ``port``."""
-    with _ends(server, client, host, port, server_port) as ends:
-        _send(ends)
-
-
-def _settled(router):
-    """Counters once every link's queue is empty."""
-    def links():
-        rows = readout.statistics("r0", router)["links"]
-        return None if any(r["backlog_pkts"] for r in rows) else rows
-    return wait_until(links, 60, "the links' queues to drain")
-
-
-def _tree_classes(router, dev, tree: int) -> dict:
-    """{classid: packets} of one tree's HTB qdisc, as ``tc -s class show`` prints them (its
-    HTB classes have no JSON output)."""
-    out = subprocess.run(["tc", "-n", router, "-s", "class", "show", "dev", dev, "parent", f"{tree:x}:"],
-                         check=True, capture_output=True, text=True).stdout
-    found = re.findall(r"class htb ([0-9a-f]+):([0-9a-f]+) .*\n Sent \d+ bytes (\d+) pkt", out)
-    return {int(major, 16) << 16 | int(minor, 16): int(pkts) for major, minor, pkts in found
-            if int(major, 16) == tree}
-
+    """(server, router, client) namespaces of the queues lab (``queuelab.routed``)."""
+    with queues_lab(tmp_path, monkeypatch) as made:
+        yield made
 
 def test_each_flows_packets_land_in_its_link_in_its_queues_tree_both_ways(routed):
     server, router, client = routed
-    plan = service.apply(_request(router, PORTS, HOSTS))
+    plan = service.apply(queue_request(router, PORTS, HOSTS))
     lay = Layout.of(plan.request)
     flows = {(f.direction, str(f.host), f.port): f for f in plan.flows}
     selected = [(CLIENT4[0], 10000), (CLIENT4[0], 10300), (CLIENT4[0], 10599), (CLIENT6[0], 10000),
                 (CLIENT6[0], 10450), (CLIENT4[1], 7)]
     unselected = [(CLIENT4[0], 20000), (CLIENT4[2], 10000), (CLIENT6[1], 10000)]
     for host, port in selected + unselected:
-        _probe(server, client, host, port)
-    links = {(r["direction"], r["host"], r["port"]): r for r in _settled(router)}
+        probe(server, client, host, port)
+    links = {(r["direction"], r["host"], r["port"]): r for r in settled(router)}
     groups: dict = {}
     for direction in ("dest", "source"):
         for host, port in selected:
@@ -185,7 +65,7 @@ def test_each_flows_packets_land_in_its_link_in_its_queues_tree_both_ways(routed
     assert {g >> 16 for _, g in groups} == {TREE_BASE, TREE_BASE + 1}  # both queues' trees carry links
     for dev, direction in (("r0", "dest"), ("rl-r0", "source")):
         for tree in (TREE_BASE, TREE_BASE + 1):
-            seen = _tree_classes(router, dev, tree)
+            seen = tree_classes(router, dev, tree)
             want = {g: n for (d, g), n in groups.items() if d == direction and g >> 16 == tree}
             assert {g: seen[g] for g in want} == want, (dev, tree)
             assert sum(n for c, n in seen.items() if c & 0xFFFF != 1) == sum(want.values())
@@ -193,14 +73,14 @@ def test_each_flows_packets_land_in_its_link_in_its_queues_tree_both_ways(routed
 
 def test_the_default_cohort_takes_every_other_packet_and_clean_removes_it_all(routed):
     server, router, client = routed
-    plan = service.apply(_request(router, PORTS, OTHERS))
+    plan = service.apply(queue_request(router, PORTS, OTHERS))
     with Executor(router) as ex:
         programs = [ex.queue_program(dev) for dev in ("r0", "rl-r0")]
     assert all(programs)
-    _probe(server, client, CLIENT4[2], 5000)
-    _probe(server, client, CLIENT6[1], 5000)
-    _probe(server, client, CLIENT4[0], 10001)
-    links = {(r["direction"], r["host"], r["port"]): r for r in _settled(router)}
+    probe(server, client, CLIENT4[2], 5000)
+    probe(server, client, CLIENT6[1], 5000)
+    probe(server, client, CLIENT4[0], 10001)
+    links = {(r["direction"], r["host"], r["port"]): r for r in settled(router)}
     for direction in ("dest", "source"):
         assert links[direction, None, None]["packets"] >= 2 * PROBES  # and neighbour discovery, ICMPv6
         assert links[direction, CLIENT4[0], 10001]["packets"] == PROBES
@@ -291,29 +171,16 @@ def test_a_bad_queue_count_is_one_line_and_leaves_the_router_as_it_was(routed):
     assert readout.applied("r0", router).queues == 2
 
 
-def _direct(router, dev) -> int:
-    """Packets the trees of ``dev`` let through unclassified (HTB's direct queue)."""
-    return sum(_direct_by_tree(router, dev).values())
-
-
-def _direct_by_tree(router, dev) -> dict:
-    """``_direct`` by tree: {the tree's major: packets}."""
-    out = subprocess.run(["tc", "-n", router, "-s", "qdisc", "show", "dev", dev], check=True, capture_output=True,
-                         text=True).stdout
-    return {int(major, 16): int(n) for major, n in
-            re.findall(r"qdisc htb ([0-9a-f]+): parent 52:\S+ .*direct_packets_stat (\d+)", out)}
-
-
 def test_a_gates_kick_goes_out_unclassified_in_each_queues_tree(routed):
     server, router, client = routed
-    service.apply(_request(router, PORTS))
+    service.apply(queue_request(router, PORTS))
     for dev in ("r0", "rl-r0"):
-        before = _direct_by_tree(router, dev)
+        before = unclassified_by_tree(router, dev)
         assert sorted(before) == [TREE_BASE, TREE_BASE + 1]
         with Kicker(router) as kicker:
             assert kicker.kick(dev, 2) == 2
         # one frame in each tree's direct queue: the program pinned it to the queue its first byte names
-        assert _direct_by_tree(router, dev) == {tree: n + 1 for tree, n in before.items()}, dev
+        assert unclassified_by_tree(router, dev) == {tree: n + 1 for tree, n in before.items()}, dev
 
 
 @pytest.mark.alone  # beside the loaded suite one packet each way went unclassified across the switch (cause not found)
@@ -327,23 +194,23 @@ def test_a_grown_cohort_switches_make_before_break_and_no_packet_passes_unclassi
         mac = json.loads(subprocess.run(["ip", "-n", peer_ns, "-j", "link", "show", peer_dev], check=True,
                                         capture_output=True, text=True).stdout)[0]["address"]
         for a in addrs:  # no ARP through the trees during the test
-            _sh("ip", "-n", ns, "neigh", "replace", a, "lladdr", mac, "dev", dev, "nud", "permanent")
+            sh("ip", "-n", ns, "neigh", "replace", a, "lladdr", mac, "dev", dev, "nud", "permanent")
     a = ("a", (CLIENT4[0],), ((10000, 10299),), "port", False)
     b = ("b", (CLIENT4[0],), ((20000, 20255),), "port", False)
-    service.apply(_request(router, a, b))
+    service.apply(queue_request(router, a, b))
     with Executor(router) as ex:
         programs = [ex.queue_program(dev) for dev in ("r0", "rl-r0")]
-    before = {(r["direction"], r["port"]): r["packets"] for r in _settled(router)}
-    direct = _direct(router, "r0"), _direct(router, "rl-r0")
+    before = {(r["direction"], r["port"]): r["packets"] for r in settled(router)}
+    direct = unclassified(router, "r0"), unclassified(router, "rl-r0")
     stop = threading.Event()
     failed = []
     going = {port: threading.Event() for port in (10005, 20005)}
 
     def flow(port):  # one pair of sockets throughout: rebinding a port just closed can fail under load
         try:
-            with _ends(server, client, CLIENT4[0], port, server_port=port) as ends:
+            with open_ends(server, client, CLIENT4[0], port, server_port=port) as ends:
                 while not stop.is_set():
-                    _send(ends, received=False)
+                    send(ends, received=False)
                     going[port].set()
         except Exception as err:  # the test's, not a warning's
             failed.append((port, err))
@@ -357,7 +224,7 @@ def test_a_grown_cohort_switches_make_before_break_and_no_packet_passes_unclassi
             assert started.wait(30), f"the flow to port {port} did not start"
         time.sleep(0.3)  # and for a while: the flows' rounds while the old plan holds
         grown = ("a", (CLIENT4[0],), ((10000, 10599),), "port", False)
-        plan = service.apply(_request(router, grown, b))
+        plan = service.apply(queue_request(router, grown, b))
         time.sleep(0.3)  # the flows' rounds after the switch
     finally:
         stop.set()
@@ -366,13 +233,13 @@ def test_a_grown_cohort_switches_make_before_break_and_no_packet_passes_unclassi
     assert failed == [] and plan.how == "make-before-break"
     with Executor(router) as ex:
         assert all(ex.queue_program(dev) not in (None, old) for dev, old in zip(("r0", "rl-r0"), programs))
-    _probe(server, client, CLIENT4[0], 10500)  # a new link of a's
-    after = {(r["direction"], r["port"]): r["packets"] for r in _settled(router)}
+    probe(server, client, CLIENT4[0], 10500)  # a new link of a's
+    after = {(r["direction"], r["port"]): r["packets"] for r in settled(router)}
     for direction in ("dest", "source"):
         assert after[direction, 20005] > before[direction, 20005]  # b's link: the same class, counting on
         assert after[direction, 10500] == PROBES
     # no packet went through a tree unclassified while the flows ran across the switch
-    assert (_direct(router, "r0"), _direct(router, "rl-r0")) == direct
+    assert (unclassified(router, "r0"), unclassified(router, "rl-r0")) == direct
 
 
 def test_a_switch_refused_half_way_puts_the_old_program_back(routed, monkeypatch):
@@ -386,8 +253,8 @@ def test_a_switch_refused_half_way_puts_the_old_program_back(routed, monkeypatch
     server, router, client = routed
     a = ("a", (CLIENT4[0],), ((10000, 10299),), "port", False)
     b = ("b", (CLIENT4[0],), ((20000, 20255),), "port", False)
-    old = service.apply(_request(router, a, b))
-    classes = _tree_classes(router, "r0", TREE_BASE) | _tree_classes(router, "r0", TREE_BASE + 1)
+    old = service.apply(queue_request(router, a, b))
+    classes = tree_classes(router, "r0", TREE_BASE) | tree_classes(router, "r0", TREE_BASE + 1)
     real, refused = executor._ALONE[QueueProgram], []
 
     def flaky(ex, op):
@@ -398,12 +265,12 @@ def test_a_switch_refused_half_way_puts_the_old_program_back(routed, monkeypatch
     monkeypatch.setitem(executor._ALONE, QueueProgram, flaky)
     grown = ("a", (CLIENT4[0],), ((10000, 10599),), "port", False)
     with pytest.raises(ApplyError, match="back as it was"):
-        service.apply(_request(router, grown, b))
+        service.apply(queue_request(router, grown, b))
     assert refused
     assert readout.applied("r0", router) == old.request
-    assert (_tree_classes(router, "r0", TREE_BASE) | _tree_classes(router, "r0", TREE_BASE + 1)).keys() == \
+    assert (tree_classes(router, "r0", TREE_BASE) | tree_classes(router, "r0", TREE_BASE + 1)).keys() == \
         classes.keys()
     for port in (10005, 20005):
-        _probe(server, client, CLIENT4[0], port)
-    after = {(r["direction"], r["port"]): r["packets"] for r in _settled(router)}
+        probe(server, client, CLIENT4[0], port)
+    after = {(r["direction"], r["port"]): r["packets"] for r in settled(router)}
     assert all(after[d, p] == PROBES for d in ("dest", "source") for p in (10005, 20005))
