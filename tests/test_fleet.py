@@ -6,7 +6,7 @@ from ipaddress import ip_address
 import pytest
 
 from ratelimit.errors import FieldError, UsageError
-from ratelimit.spec.fleet import partition, routers_of
+from ratelimit.spec.fleet import partition, routers_of, scrape_targets
 from ratelimit.profiles import scenario
 from ratelimit.service import make_request
 
@@ -85,18 +85,34 @@ def test_a_router_with_nothing_behind_it_is_refused():
 
 @pytest.mark.parametrize("inventory,message", [
     ({}, "inventory: names no router"),
-    ({"r1": "eth1"}, "inventory r1: eth1 is not a table of interface, clients and netns"),
+    ({"r1": "eth1"}, "inventory r1: eth1 is not a table of interface, clients, netns and metrics"),
     ({"r1": {"interface": "eth1"}}, "inventory r1: ['interface'] lacks interface or clients"),
     ({"r1": {"interface": "eth1", "clients": ["198.18.1.300/24"]}},
      "inventory r1: clients: 198.18.1.300/24 is not an address or prefix"),
     ({"r1": {"interface": "eth1", "clients": ["198.18.1.0/24"], "port": 22}},
-     "inventory r1: port: 22 is not a router setting (clients, interface, netns)"),
+     "inventory r1: port: 22 is not a router setting (clients, interface, metrics, netns)"),
     ({"r1": {"interface": "eth 1", "clients": ["198.18.1.0/24"]}}, "--interface: 'eth 1'"),
+    *(({"r1": {"interface": "eth1", "clients": ["198.18.1.0/24"], "metrics": bad}},
+       f"inventory r1: metrics: {bad} is not HOST:PORT")
+      for bad in ("198.19.0.11", "198.19.0.11:0", "198.19.0.11:65536", "999.19.0.11:80", "[198.19.0.11]:80",
+                  "2001:db8::11:80", "a b:80", "x;reboot:80", "-x:80")),
 ])
 def test_a_bad_inventory_is_one_line_naming_the_router_and_field(inventory, message):
     with pytest.raises((FieldError, UsageError)) as err:
         routers_of(inventory)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_the_fleets_prometheus_targets_are_the_routers_metrics_each_labelled_with_its_name():
+    good = {name: dict(entry, metrics=metrics) for (name, entry), metrics in
+            zip(INVENTORY.items(), ("198.19.0.11:8080", "[2001:db8::12]:8080", "router3.lab:9100"))}
+    assert scrape_targets(routers_of(good)) == [
+        {"targets": ["198.19.0.11:8080"], "labels": {"router": "r1"}},
+        {"targets": ["[2001:db8::12]:8080"], "labels": {"router": "r2"}},
+        {"targets": ["router3.lab:9100"], "labels": {"router": "r3"}}][:len(good)]
+    without = dict(good, r1=INVENTORY["r1"])  # a router the fleet's sums would leave out
+    with pytest.raises(UsageError, match=r"^inventory r1: no metrics \(give the HOST:PORT"):
+        scrape_targets(routers_of(without))
 
 
 def test_ipv6_hosts_go_to_the_router_of_their_prefix():

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ratelimit.spec import fleet
 from ratelimit.spec.summary import summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,8 +191,17 @@ def test_vagrant_wiring(tmp_path, routers, clients):
         assert sorted(prov["offload"]["env"]["RL_ADDRS"].split(",")) == sorted(nets(f"router{r}").values())
     prom = _provisioners(machines["server"])["prometheus"]["env"]
     assert prom["RL_LISTEN"] == f"{server_ip}:9090"
-    assert prom["RL_TARGETS"].split(",") == [f"router{r}={nets(f'router{r}')['rl-servers']}:8080"
-                                              for r in range(1, routers + 1)]
+    # the targets come from the lab's inventory of routers: each one's client network, behind eth1
+    # (its first lab network), and its web's /metrics
+    hosts = json.loads(prom["RL_INVENTORY"])["routers"]["hosts"]
+    lab = fleet.routers_of({name: h["ratelimit"] for name, h in hosts.items()})
+    assert [(r.name, r.interface, [str(c) for c in r.clients]) for r in lab] == [
+        (f"router{r}", "eth1", [nets(f"router{r}")[f"rl-clients-{r}"].rsplit(".", 1)[0] + ".0/24"])
+        for r in range(1, routers + 1)]
+    assert all(machines[f"router{r}"]["networks"][0]["libvirt__network_name"] == f"rl-clients-{r}"
+               for r in range(1, routers + 1))  # eth0 is the management network, eth1 the first of these
+    assert fleet.scrape_targets(lab) == [{"targets": [f"{nets(f'router{r}')['rl-servers']}:8080"],
+                                          "labels": {"router": f"router{r}"}} for r in range(1, routers + 1)]
 
 
 # ---------------------------------------------------------------- the scripts, for real
@@ -346,6 +356,15 @@ def test_provision_scripts_reject_bad_values(tmp_path):
         ("web.sh", {"RL_LISTEN": "198.19.0.11:8080", "RL_CLIENT_ADDR": "198.18.1.2",
                     "RL_ALLOW_HOSTS": "a b;c"}, "RL_ALLOW_HOSTS: 'a b;c' is not a comma-separated list"),
         ("prometheus.sh", {"RL_TARGETS": "router1=198.19.0.11"}, "RL_TARGETS: 'router1=198.19.0.11' is not NAME=IPV4:PORT"),
+        ("prometheus.sh", {"RL_INVENTORY": '{"routers": {"hosts": {"r1": {"ratelimit": {"interface": "eth1", '
+                                           '"clients": ["198.18.1.0/24"]}}}}}', "RL_SRC": str(ROOT)},
+         "RL_INVENTORY: inventory r1: no metrics (give the HOST:PORT"),
+        ("prometheus.sh", {"RL_INVENTORY": '{"routers": {"hosts": {"r1": {"ratelimit": {"interface": "eth1", '
+                                           '"clients": ["198.18.1.0/24"], "metrics": "x;reboot:80"}}}}}',
+                           "RL_SRC": str(ROOT)},
+         "RL_INVENTORY: inventory r1: metrics: x;reboot:80 is not HOST:PORT"),
+        ("prometheus.sh", {"RL_INVENTORY": '[1]', "RL_SRC": str(ROOT)},
+         "RL_INVENTORY: is not an inventory with a group routers"),
         ("prometheus.sh", {"RL_TARGETS": "Router 1=x"}, "RL_TARGETS: 'Router' is not NAME=IPV4:PORT"),
         ("prometheus.sh", {"RL_TARGETS": "r1=198.19.0.11:8080", "RL_SCRAPE_INTERVAL": "0"},
          "RL_SCRAPE_INTERVAL: '0' is not a whole number of seconds (1-60)"),

@@ -4,6 +4,7 @@
     python3 vagrant/demo.py [fetch] [--client N] [--runs K]    # the 10,000-byte download, measured vs model
     python3 vagrant/demo.py dialup [--sessions X] [--seconds S] # x dial-up clients across every router
     python3 vagrant/demo.py targets                              # Prometheus' view of the routers
+    python3 vagrant/demo.py inventory > lab.json                 # the routers, an Ansible inventory
 
 Pass the lab's RL_* variables, as to every vagrant command of that lab (they
 define the machines).  Add ``--json`` for the numbers as one JSON object.
@@ -20,6 +21,10 @@ lookup of the server's name), which is what the model describes.
 connection per fetch, so many links come and go), spread over the clients and so over
 their routers, and while they run asks the lab's Prometheus for each router's
 rate and drops (the PromQL of docs/lab.md).
+
+``inventory`` prints the lab's routers as an Ansible inventory (JSON) for a fleet apply
+(docs/fleet.md): the inventory Prometheus' targets come from (the server keeps it in
+``INVENTORY``), with each router's connection from ``vagrant ssh-config`` and root by sudo.
 
 Machines are reached with ``vagrant ssh-config`` once and plain ssh after
 that (one ``vagrant ssh`` costs 2-4 s of Ruby start-up).  Exit status: 0, or 1
@@ -48,6 +53,7 @@ FILE = "10000.bin"
 FILE_BYTES = 10_000
 VM_PYTHON = "/opt/ratelimit/bin/python"
 LINKMODEL = "/vagrant/vagrant/linkmodel.py"
+INVENTORY = "/etc/ratelimit-lab/inventory.json"  # on the server (provision/prometheus.sh)
 TOLERANCE = 0.05  # what "matches the model" means in the printout (and in tests/test_vagrant_lab.py)
 
 # PromQL for the routers (docs/lab.md explains them); Prometheus scrapes every 10 s,
@@ -80,6 +86,8 @@ class Lab:
         self.config = workdir / "ssh-config"
         self.config.write_text(r.stdout)
         self.machines = re.findall(r"^Host (\S+)$", r.stdout, re.MULTILINE)
+        self.ssh_options = {m: dict(re.findall(r"^  (\w+) (.+)$", block, re.MULTILINE))
+                            for m, block in zip(self.machines, re.split(r"^Host \S+$", r.stdout, flags=re.M)[1:])}
 
     def names(self, kind: str) -> list[str]:
         return sorted((m for m in self.machines if re.fullmatch(rf"{kind}[0-9]+", m)),
@@ -291,11 +299,28 @@ def print_targets(d: dict) -> None:
               f"{'  ' + t['last_error'] if t['last_error'] else ''}")
 
 
+# ---------------------------------------------------------------- inventory
+
+def inventory(lab: Lab) -> dict:
+    """The lab's routers as an Ansible inventory: the server's copy of the lab's (each router's
+    ``ratelimit``), and how to reach each router (``vagrant ssh-config``; root by sudo)."""
+    hosts = json.loads(lab.ssh("server", f"cat {INVENTORY}").stdout)["routers"]["hosts"]
+    for name, host in hosts.items():
+        if name not in lab.machines:
+            raise DemoError(f"{name}: in the lab's inventory but not running (vagrant up {name})")
+        o = lab.ssh_options[name]
+        host.update(ansible_host=o["HostName"], ansible_port=int(o.get("Port", 22)), ansible_user=o["User"],
+                    ansible_ssh_private_key_file=o["IdentityFile"].strip('"'))
+    return {"routers": {"hosts": hosts, "vars": {
+        "ansible_become": True, "ansible_python_interpreter": VM_PYTHON,
+        "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null"}}}
+
+
 # ---------------------------------------------------------------- main
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="demo.py", description="The Vagrant lab's demos (see the module docstring).")
-    p.add_argument("what", nargs="?", default="fetch", choices=["fetch", "dialup", "targets"])
+    p.add_argument("what", nargs="?", default="fetch", choices=["fetch", "dialup", "targets", "inventory"])
     p.add_argument("--client", type=int, default=1, help="fetch: the client that downloads (default 1)")
     p.add_argument("--runs", type=int, default=1, help="fetch: downloads, one after another (default 1, 1-20)")
     p.add_argument("--sessions", type=int, default=100, help="dialup: x, httperf sessions in all (default 100)")
@@ -317,8 +342,10 @@ def main(argv=None) -> int:
                 data, show = fetch(lab, args.client, args.runs), print_fetch
             elif args.what == "dialup":
                 data, show = dialup(lab, args.sessions, args.seconds), print_dialup
-            else:
+            elif args.what == "targets":
                 data, show = targets(lab), print_targets
+            else:  # JSON either way: what ansible-playbook -i reads
+                data, show = inventory(lab), lambda d: print(json.dumps(d, indent=1))
     except DemoError as e:
         print(f"demo.py: {e}", file=sys.stderr)
         return 1

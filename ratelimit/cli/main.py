@@ -116,6 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "their (host, port) links) between profiles by share, e.g. modem-28k8:60%%,modem-56k:30%%,isdn-64k:10%%")
     g.add_argument("--link", help="link layer over the profile's: ethernet, ppp-vj (modem), ppp-sync-vj (ISDN) "
                                    "or atm (DSL)")
+    g.add_argument("--cell", metavar="DOWN[/UP]", help="the links also share this capacity, each still capped by its "
+                   "own rate: a cell tower of phones, a DSLAM's backhaul (shape mode; docs/cells.md)")
     add_options(g)
     g.add_argument("--no-follow", action="store_true", help="with traces: do not start the trace driver (a "
                    "supervisor runs 'ratelimit follow')")

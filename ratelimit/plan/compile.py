@@ -204,12 +204,16 @@ def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
     staged = traced is not None and traced_stage(c, direction)
     mtu, mpu = req.line_mtu_bytes(c), c.mpu_bytes
     over, atm = lay.overhead(c)
+    cell_bps = None if c.cell is None else c.cell.side_bps(direction)
     for g, first in enumerate(range(0, n, lay.group_links)):
         members = range(first, min(first + lay.group_links, n))
         group, qdisc = lay.group_class_of(span, g), lay.group_qdisc(span, g)
         pool = group & 0xFFFF0000 | 1  # its tree's pool class (52:1 with one queue)
-        ops.append(HtbClass(dev, pool, group, min(bw, guaranteed * len(members)), bw, pool_burst, mtu, mpu,
-                            over, atm))
+        if cell_bps:  # the cell: its links' one group, held to its capacity (docs/design.md, "Cells")
+            ops.append(HtbClass(dev, pool, group, cell_bps, cell_bps, max(mtu, cell_bps // 800), mtu, mpu, over, atm))
+        else:
+            ops.append(HtbClass(dev, pool, group, min(bw, guaranteed * len(members)), bw, pool_burst, mtu, mpu,
+                                over, atm))
         ops.append(HtbQdisc(dev, qdisc, parent=group))
         # the group qdisc's root class lets its links borrow up to their ceilings (the pool
         # above holds the total to --bandwidth)

@@ -8,6 +8,7 @@ import re
 from dataclasses import astuple
 
 from ..errors import FieldError, UsageError
+from ..spec.cells import check_cells
 from ..spec.model import DIRECTIONS, GRANULARITIES, MODES, Cohort, min_police_burst, Request
 from ..spec.names import check_target
 from ..traces.tracespec import check as check_trace
@@ -24,6 +25,7 @@ def checked_layout(req: Request) -> Layout:
     if type(size) is not int or not 1 <= size <= MAX_GROUP_LINKS:
         raise FieldError("group links", size, f"is not a number of links from 1 to {MAX_GROUP_LINKS} "
                                               "(the class minors of a group's qdisc)")
+    check_cells(req.cohorts, size, req.mode)
     lay = Layout.of(req)
     _validate_layout(req, lay)
     return lay

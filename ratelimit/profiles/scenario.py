@@ -18,6 +18,11 @@ Two ways, both ending in a list of ``Ask`` (one cohort each, its fields as typed
       per = "host"                        # "port": a link per (host, port); "shared": one for all
       profile = "modem-28k8"              # and/or link options: rate, delay, queue, burst, ...
 
+      cell = "tower-1"                    # optional: the links share a cell's capacity too
+
+      [cell.tower-1]                      # optional: a capacity a cohort's links share
+      description = "one LTE cell"
+      down = "20mbit"                     # and/or up
       [default]                           # optional: one link for every flow no cohort selects
       description = "everyone else"
       profile = "cable"
@@ -41,14 +46,15 @@ from pathlib import Path
 
 from .. import SHIPPED as SHIPPED_PROFILES
 from ..errors import FieldError, UsageError
+from ..spec.cells import cell_table
 from ..spec.model import GRANULARITIES
 from ..spec.units import decimal
 from ..traces import tracespec
 from .catalog import SIDE_FIELDS, check_name
 
 COHORT_KEYS = {"description", "source", "hosts", "ports", "servers", "server_ports", "per", "profile", "link",
-               "mpu"} | set(SIDE_FIELDS) | set(tracespec.KEYS)
-TOP_KEYS = {"description", "source", "cohort", "default"}
+               "mpu", "cell"} | set(SIDE_FIELDS) | set(tracespec.KEYS)
+TOP_KEYS = {"description", "source", "cohort", "default", "cell"}
 NOT_DEFAULT_KEYS = {"hosts", "ports", "servers", "server_ports", "per"}  # the default cohort takes what no cohort selects, as one link
 MAX_BYTES = 1 << 20  # a scenario file or API text larger than this is refused unread
 SHIPPED = SHIPPED_PROFILES / "scenarios"  # the example audiences (``--scenario NAME``)
@@ -72,6 +78,7 @@ class Ask:
     server_ports: object = None  # text: the far side's port ranges (None: any)
     trace: object = None  # a tracespec.TraceAsk: traces or a schedule over the profile's
     named: tuple = ()  # ((container name, (address, ...)), ...): hosts given as container:NAME, for the record
+    cell: object = None  # a spec.model.Cell: a capacity the cohort's links share
 
 
 def find(value: str) -> Path:
@@ -127,7 +134,11 @@ def parse(text, where: str = "scenario", base: str = "") -> list[Ask]:
     tables = data.get("cohort")
     if not isinstance(tables, dict) or not tables:
         raise UsageError(f"{where}: no cohorts (each is a table [cohort.NAME] with hosts and a profile)")
-    asks = [_ask(name, body, f"{where}: [cohort.{name}]", base=base) for name, body in tables.items()]
+    cells = data.get("cell", {})
+    if not isinstance(cells, dict):
+        raise FieldError(f"{where}: cell", cells, "is not a table of cells ([cell.NAME] with down and/or up)")
+    cells = {name: cell_table(name, body, f"{where}: [cell.{name}]") for name, body in cells.items()}
+    asks = [_ask(name, body, f"{where}: [cohort.{name}]", base=base, cells=cells) for name, body in tables.items()]
     if "default" in data:
         asks.append(_ask(DEFAULT_COHORT, data["default"], f"{where}: [default]", default=True, base=base))
     return asks
@@ -136,10 +147,10 @@ def parse(text, where: str = "scenario", base: str = "") -> list[Ask]:
 DEFAULT_COHORT = "default"
 
 
-def _ask(name: str, body, where: str, default: bool = False, base: str = "") -> Ask:
+def _ask(name: str, body, where: str, default: bool = False, base: str = "", cells=None) -> Ask:
     if not isinstance(body, dict):
         raise FieldError(where, type(body).__name__, "is not a table (hosts = ..., profile = ...)")
-    allowed = COHORT_KEYS - NOT_DEFAULT_KEYS if default else COHORT_KEYS
+    allowed = COHORT_KEYS - NOT_DEFAULT_KEYS - {"cell"} if default else COHORT_KEYS
     for key in body:
         if key not in allowed:
             why = " (the default cohort is one link for every flow no cohort selects)" if default else ""
@@ -175,9 +186,13 @@ def _ask(name: str, body, where: str, default: bool = False, base: str = "") -> 
     server_ports = body.get("server_ports")
     if server_ports is not None and (not isinstance(server_ports, (str, int)) or isinstance(server_ports, bool)):
         raise FieldError(f"{where} server_ports", server_ports, "is not text (ranges like 80,443 or 8000-8099)")
+    cell = body.get("cell")
+    if cell is not None and cell not in (cells or {}):
+        raise FieldError(f"{where} cell", cell,
+                         f"is not a cell of the scenario ({', '.join(cells or ()) or 'none: add [cell.NAME]'})")
     return Ask(name, where, () if default else hosts, _ports(ports), per, profile, body.get("link"),
                body.get("mpu"), options, servers, default, None if server_ports is None else str(server_ports),
-               tracespec.ask(body, tracespec.KEYS, base, f"{where} "))
+               tracespec.ask(body, tracespec.KEYS, base, f"{where} "), cell=None if cell is None else cells[cell])
 
 
 def _ports(value):

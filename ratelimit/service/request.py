@@ -14,6 +14,7 @@ from ..plan import layout
 from ..plan.validate import checked_layout
 from ..profiles import catalog, scenario as scenarios, traced
 from ..spec import linklayer
+from ..spec.cells import parse_cell
 from ..spec.model import GRANULARITIES, MAIN_COHORT, Cohort, LinkParams, Request
 from ..spec.names import check_target
 from ..spec.selectors import parse_hosts, parse_ports, parse_servers
@@ -49,14 +50,15 @@ _DOC = """Every option of a request, as a person typed it (strings with units, h
     apply to every cohort, over its own.  The trace options (``tracespec.KEYS``) make every
     cohort's links follow a trace or a schedule, over a profile's or a cohort's own.  The
     impairments (``IMPAIRMENTS``: delay, jitter, loss, ... and their correlations) are
-    netem's, over every cohort's."""
+    netem's, over every cohort's.  ``cell``: ``DOWN[/UP]``, a capacity the one cohort's links
+    share beside their own caps (``cells.parse_cell``; a scenario names its cells)."""
 
 # (option, default) in the order the API's errors list them; the impairments and the trace
 # options are named where they are parsed (``catalog.SIDE_FIELDS``, ``tracespec.KEYS``)
 _OWN = (("interface", "eth0"), ("netns", None), ("profile", None), ("hosts", None), ("ports", None),
         ("mode", None), ("direction", "both"), ("rate", None), ("burst", None), ("bandwidth", "100mbit"),
         ("mtu", 1514), ("avpkt", 1200), ("mpu", None), ("queue", None), ("per", None), ("link", None),
-        ("mix", None), ("scenario", None), ("servers", None), ("server_ports", None))
+        ("mix", None), ("scenario", None), ("servers", None), ("server_ports", None), ("cell", None))
 _DEFAULTS = (*_OWN, *((name, None) for name in IMPAIRMENTS), ("queues", 1), *((key, None) for key in tracespec.KEYS),
              ("device_queues", None))
 
@@ -102,6 +104,9 @@ def request_of(o: Options) -> Request:
     per = o.per or ("host" if o.mix is not None else "port")
     traces = tracespec.ask(o.traces(), tracespec.KEYS)
     if o.scenario is not None or o.mix is not None:
+        if o.cell is not None:
+            raise UsageError("--cell: a scenario names its cells ([cell.NAME], and cell = NAME in a cohort); "
+                             "--cell is the command line's one cohort's")
         if o.profile is not None:
             raise UsageError("--profile: a scenario or a mix names each cohort's profile")
         if o.scenario is not None and (o.hosts is not None or o.ports is not None or o.servers is not None
@@ -117,7 +122,8 @@ def request_of(o: Options) -> Request:
         if per == "port" and o.ports is not None and _all_ports(o.ports):
             raise UsageError("--ports: all (every packet of a host) needs --per host or shared")
         ask = scenarios.Ask(MAIN_COHORT, "", o.hosts, None if _all_ports(o.ports) and per != "port" else o.ports,
-                            per, o.profile, servers=o.servers, server_ports=o.server_ports)
+                            per, o.profile, servers=o.servers, server_ports=o.server_ports,
+                            cell=None if o.cell is None else parse_cell(o.cell, "--cell"))
         mode = o.mode or ("shape" if o.profile or traces else "police")
         req = Request(interface, (_cohort(ask, mode, overrides, burst, o.link, o.mpu, traces),), mode=mode, **device)
     req = dataclasses.replace(req, queues=_queues(o.queues, req, o.device_queues))
@@ -198,6 +204,6 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None) -> C
     trace = traced.resolve((prof.trace if prof else None, ask.trace, traces))
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
                   ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
-                  server_ports=server_ports, named=ask.named, trace=trace)
+                  server_ports=server_ports, named=ask.named, trace=trace, cell=ask.cell)
 
 

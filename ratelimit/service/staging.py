@@ -1,5 +1,5 @@
 """stage / commit / abort: an apply in two steps, so that a fleet of routers can switch
-together or not at all (``docs/fleet.md``).
+together or not at all (``docs/fleet.md``; the design: ``docs/design.md``, "Staging").
 
 1. ``stage`` builds the new plan beside the installed one and checks it with the kernel.
    No packet reaches it: its root filters (or queue programs) are not there yet.  It is

@@ -9,11 +9,15 @@ shares hold fleet-wide.  Refused in one line, naming the cohort and the routers:
   line cannot be two;
 - a host behind no router, or behind two.
 
+A router may name where its ``ratelimit web`` serves ``/metrics`` (``metrics``,
+HOST:PORT); ``scrape_targets`` makes the fleet's Prometheus targets of them.
+
     >>> r = routers_of({"r1": {"interface": "eth1", "clients": ["198.18.1.0/24"]}})
     >>> r[0].name, r[0].interface, [str(c) for c in r[0].clients]
     ('r1', 'eth1', ['198.18.1.0/24'])
 """
 
+import re
 from dataclasses import dataclass, replace
 from ipaddress import ip_address, ip_network
 
@@ -24,21 +28,23 @@ from .names import check_target
 
 @dataclass(frozen=True)
 class Router:
-    """One router of the fleet: where its links go (``interface`` in ``netns``) and the
-    client prefixes whose packets cross it."""
+    """One router of the fleet: where its links go (``interface`` in ``netns``), the
+    client prefixes whose packets cross it, and where its ``/metrics`` is served."""
 
     name: str
     interface: str
     clients: tuple
     netns: str | None = None
+    metrics: str | None = None  # HOST:PORT of its ratelimit web
 
 
-ROUTER_KEYS = {"interface", "netns", "clients"}
+ROUTER_KEYS = {"interface", "netns", "clients", "metrics"}
+_HOST_NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
 
 
 def routers_of(inventory: dict) -> tuple[Router, ...]:
     """The routers of ``inventory`` ({name: {"interface": ..., "clients": [prefix, ...],
-    "netns": optional}}), in its order; a bad entry is a FieldError naming the router and
+    "netns": optional, "metrics": optional HOST:PORT}}), in its order; a bad entry is a FieldError naming the router and
     the field."""
     if not isinstance(inventory, dict) or not inventory:
         raise UsageError("inventory: names no router (give each its interface and clients)")
@@ -46,7 +52,7 @@ def routers_of(inventory: dict) -> tuple[Router, ...]:
     for name, entry in inventory.items():
         where = f"inventory {name}"
         if not isinstance(entry, dict):
-            raise FieldError(where, entry, "is not a table of interface, clients and netns")
+            raise FieldError(where, entry, "is not a table of interface, clients, netns and metrics")
         unknown = set(entry) - ROUTER_KEYS
         if unknown:
             raise FieldError(f"{where}: {sorted(unknown)[0]}", entry[sorted(unknown)[0]],
@@ -66,8 +72,47 @@ def routers_of(inventory: dict) -> tuple[Router, ...]:
                 raise FieldError(f"{where}: clients", text, "is not an address or prefix "
                                  "(198.18.1.0/24, 2001:db8:1::/64)") from None
         interface, netns = check_target(str(entry["interface"]), entry.get("netns"))
-        out.append(Router(str(name), interface, tuple(prefixes), netns or None))
+        metrics = entry.get("metrics")
+        out.append(Router(str(name), interface, tuple(prefixes), netns or None,
+                          None if metrics is None else _host_port(f"{where}: metrics", metrics)))
     return tuple(out)
+
+
+def _host_port(field: str, text) -> str:
+    """``text`` if it is HOST:PORT (an IPv4 address, [IPv6] or a host name; a port 1-65535)."""
+    host, _, port = str(text).rpartition(":")
+    ok = port.isdigit() and 1 <= int(port) <= 65535
+    if host.startswith("[") and host.endswith("]"):
+        ok = ok and _is_address(host[1:-1], 6)
+    else:
+        name = _HOST_NAME.fullmatch(host) is not None and not host.replace(".", "").isdigit()
+        ok = ok and (_is_address(host, 4) or name)
+    if not ok:
+        raise FieldError(field, text, "is not HOST:PORT (198.19.0.11:8080, [2001:db8::11]:8080, router1:8080)")
+    return str(text)
+
+
+def _is_address(text: str, version: int) -> bool:
+    try:
+        return ip_address(text).version == version
+    except ValueError:
+        return False
+
+
+def scrape_targets(routers: tuple[Router, ...]) -> list[dict]:
+    """Prometheus' targets for the fleet's ``/metrics``, one per router labelled with its
+    name (the JSON of a ``file_sd_configs`` file); a router without ``metrics`` is refused,
+    for the fleet's sums would leave it out.
+
+    >>> scrape_targets(routers_of({"r1": {"interface": "eth1", "clients": "198.18.1.0/24",
+    ...                                   "metrics": "198.19.0.11:8080"}}))
+    [{'targets': ['198.19.0.11:8080'], 'labels': {'router': 'r1'}}]
+    """
+    missing = [r.name for r in routers if r.metrics is None]
+    if missing:
+        raise UsageError(f"inventory {missing[0]}: no metrics (give the HOST:PORT where its ratelimit web "
+                         "serves /metrics)")
+    return [{"targets": [r.metrics], "labels": {"router": r.name}} for r in routers]
 
 
 def _behind(host, routers) -> list[str]:

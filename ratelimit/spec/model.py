@@ -147,6 +147,25 @@ def min_police_burst(rate_bps: int, mtu_bytes: int) -> int:
 
 
 @dataclass(frozen=True)
+class Cell:
+    """A capacity the links of a cohort share, per direction, on top of each link's own cap:
+    a cell tower, a DSLAM's backhaul, a DOCSIS channel (docs/cells.md).  ``None`` leaves
+    that direction unshared.
+
+    >>> Cell("tower-1", 20_000_000, 5_000_000).side_bps("dest")
+    20000000
+    """
+
+    name: str
+    down_bps: int | None = None
+    up_bps: int | None = None
+
+    def side_bps(self, direction: str) -> int | None:
+        """The capacity of ``direction`` (dest: down, source: up)."""
+        return self.down_bps if direction == "dest" else self.up_bps
+
+
+@dataclass(frozen=True)
 class Cohort:
     """A set of flows that share a link kind: who (client hosts, and their ports or every
     packet of theirs), how (one direction's parameters each way, the link layer, the burst)
@@ -172,6 +191,7 @@ class Cohort:
     # ((name, (address, ...)), ...), kept for the record; the addresses are among ``hosts``
     named: tuple = ()
     trace: object = None  # a tracespec.TraceSpec: the links' rates follow traces or a schedule
+    cell: Cell | None = None  # the capacity its links share, beside each one's own
 
     def side(self, direction: str) -> LinkParams:
         """One side's link parameters: ``down`` for a plan's ``dest``, ``up`` for ``source``."""

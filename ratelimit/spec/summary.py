@@ -50,7 +50,9 @@ def _cohort(req: Request, c: Cohort, directions: int) -> dict:
             "server_ports": None if c.server_ports is None else format_ports(c.server_ports),
             "flows": c.flow_count() * directions, "links": c.link_count() * directions,
             "down": side(c.down), "up": side(c.up), **({"named": {n: list(a) for n, a in c.named}} if c.named else {}),
-            **({"trace": _trace(c.trace)} if c.trace is not None else {})}
+            **({"trace": _trace(c.trace)} if c.trace is not None else {}),
+            **({"cell": {"name": c.cell.name, "down_bps": c.cell.down_bps, "up_bps": c.cell.up_bps}}
+               if c.cell is not None else {})}
 
 
 def _trace(spec) -> dict:
@@ -69,7 +71,7 @@ def describe(applied: dict) -> str:
     several cohorts, each one's name, profile and links."""
     if len(applied.get("cohorts", ())) > 1:
         parts = [f"{c['name']} ({c['profile'] or 'custom link'}, {_grain(c['per'])}, {c['link']['layer']}): "
-                 f"{c['links']} links" for c in applied["cohorts"]]
+                 f"{c['links']} links{_cell(c)}" for c in applied["cohorts"]]
         return f"{len(parts)} cohorts ({applied['mode']}; {'; '.join(parts)}): {applied['links']} links" + \
             _container(applied)
     return _single(applied) + _container(applied)
@@ -107,7 +109,16 @@ def _single(applied: dict) -> str:
         sides.append(text)
     return (f"{applied['profile'] or 'custom link'} ({applied['mode']}, {_grain(applied['per'])}, "
             f"{applied['link']['layer']} framing; {', '.join(sides)}) for hosts {','.join(applied['hosts'])} "
-            f"ports {applied['ports']}{_servers(applied)}: {applied['links']} links")
+            f"ports {applied['ports']}{_servers(applied)}: {applied['links']} links{_cell(applied)}")
+
+
+def _cell(cohort: dict) -> str:
+    """Where a cohort's links share a cell: its name and capacities."""
+    cell = cohort.get("cell")
+    if not cell:
+        return ""
+    sides = [f"{name} {format_rate(cell[key])}" for name, key in (("down", "down_bps"), ("up", "up_bps")) if cell[key]]
+    return f", in cell {cell['name']} ({', '.join(sides)})"
 
 
 def _grain(per: str) -> str:

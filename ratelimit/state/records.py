@@ -30,7 +30,7 @@ from ..errors import ConflictError, StateError
 from ..plan.layout import Place
 from ..plan.validate import checked_layout
 from ..spec import linklayer
-from ..spec.model import MAIN_COHORT, Burst, Cohort, LinkParams, Request
+from ..spec.model import MAIN_COHORT, Burst, Cell, Cohort, LinkParams, Request
 from ..traces import tracespec
 
 VERSION = 2  # 1: the bare request (ratelimit 0.4 before the record had a version)
@@ -80,7 +80,8 @@ def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:
         others=bool(data.get("others", False)),
         server_ports=None if data.get("server_ports") is None else tuple(tuple(p) for p in data["server_ports"]),
         named=tuple((str(n), tuple(str(a) for a in addrs)) for n, addrs in data.get("named") or ()),
-        trace=tracespec.from_json(data.get("trace")))
+        trace=tracespec.from_json(data.get("trace")),
+        cell=Cell(**data["cell"]) if data.get("cell") else None)
 
 
 def from_json(data: dict) -> Request:

@@ -4,12 +4,21 @@
 # Writes /etc/prometheus/prometheus.yml with one target per router (its
 # `ratelimit web --read-only`, see web.sh), labelled router="routerN", checks it
 # with promtool, and (re)starts the prometheus service listening on RL_LISTEN.
+# The targets come from the lab's inventory of routers (RL_INVENTORY, kept in
+# /etc/ratelimit-lab/inventory.json for `demo.py inventory`), or are given.
 # Run again (every `vagrant up`), it rewrites the targets and restarts.
 #
+#   RL_LISTEN=198.19.0.2:9090 RL_INVENTORY='{"routers": {"hosts": {"router1": {"ratelimit":
+#     {"interface": "eth1", "clients": ["198.18.1.0/24"], "metrics": "198.19.0.11:8080"}}}}}' sh prometheus.sh
 #   RL_LISTEN=198.19.0.2:9090 RL_TARGETS=router1=198.19.0.11:8080,router2=198.19.0.12:8080 sh prometheus.sh
 #
 # Environment:
-#   RL_TARGETS          comma-separated NAME=IPV4:PORT, one per router (required)
+#   RL_INVENTORY        the routers as an Ansible inventory's group, JSON ({"routers": {"hosts":
+#                       {NAME: {"ratelimit": {..., "metrics": "IPV4:PORT"}}}}}): a target per
+#                       router (ratelimit.spec.fleet.scrape_targets, from RL_SRC)
+#   RL_TARGETS          without RL_INVENTORY: comma-separated NAME=IPV4:PORT, one per router
+#   RL_SRC              the ratelimit checkout (default: two directories above this script)
+#   RL_PYTHON           Python 3.11+ interpreter (default python3)
 #   RL_LISTEN           IPV4:PORT Prometheus serves on (default 0.0.0.0:9090)
 #   RL_SCRAPE_INTERVAL  seconds between scrapes, also their timeout, 1-60 (default 10: a
 #                       router's /metrics with thousands of links takes seconds under
@@ -18,6 +27,9 @@
 set -eu
 
 RL_TARGETS=${RL_TARGETS:-}
+RL_INVENTORY=${RL_INVENTORY:-}
+RL_SRC=${RL_SRC:-$(cd "$(dirname "$0")/../.." && pwd)}
+RL_PYTHON=${RL_PYTHON:-python3}
 RL_LISTEN=${RL_LISTEN:-0.0.0.0:9090}
 RL_SCRAPE_INTERVAL=${RL_SCRAPE_INTERVAL:-10}
 RL_RETENTION=${RL_RETENTION:-2d}
@@ -48,7 +60,25 @@ case "$RL_SCRAPE_INTERVAL" in '' | *[!0-9]*) fail "RL_SCRAPE_INTERVAL: '$RL_SCRA
 case "$RL_RETENTION" in
     '' | [!0-9]* | *[!0-9smhdwy]* | *[0-9]) fail "RL_RETENTION: '$RL_RETENTION' is not a duration (e.g. 2d, 12h)" ;;
 esac
-[ -n "$RL_TARGETS" ] || fail "RL_TARGETS: none given (NAME=IPV4:PORT,... one per router)"
+if [ -n "$RL_INVENTORY" ]; then
+    # shellcheck disable=SC2016
+    RL_TARGETS=$(printf '%s' "$RL_INVENTORY" | PYTHONPATH="$RL_SRC" "$RL_PYTHON" -c '
+import json, sys
+from ratelimit.errors import RatelimitError
+from ratelimit.spec.fleet import routers_of, scrape_targets
+try:
+    hosts = json.load(sys.stdin)["routers"]["hosts"]
+    targets = scrape_targets(routers_of({name: h.get("ratelimit") for name, h in hosts.items()}))
+except (ValueError, KeyError, TypeError, AttributeError) as e:
+    sys.exit(f"is not an inventory with a group routers ({type(e).__name__}: {e})")
+except RatelimitError as e:
+    sys.exit(str(e))
+print(",".join(t["labels"]["router"] + "=" + t["targets"][0] for t in targets))
+' 2>&1) || fail "RL_INVENTORY: $RL_TARGETS"
+    mkdir -p /etc/ratelimit-lab
+    printf '%s\n' "$RL_INVENTORY" > /etc/ratelimit-lab/inventory.json
+fi
+[ -n "$RL_TARGETS" ] || fail "RL_TARGETS: none given (NAME=IPV4:PORT,... one per router; or RL_INVENTORY)"
 
 # the scrape configuration: one static target per router, labelled with its name
 targets=""

@@ -1,0 +1,90 @@
+"""Cells, pure: how a scenario and the command line say them, what the compiler makes of
+them (the cohort's one group held to the cell's capacity), a capacity changed in place, and
+the one-line refusals."""
+
+import pytest
+
+from ratelimit import service
+from ratelimit.errors import UsageError
+from ratelimit.plan import diff
+from ratelimit.plan.compile import compile_plan
+from ratelimit.plan.layout import POOL_CLASS
+from ratelimit.profiles import scenario
+from ratelimit.spec.cells import parse_cell
+from ratelimit.spec.model import Cell
+from ratelimit.state import records
+
+PHONES = """
+description = "a tower of phones"
+[cell.tower-1]
+description = "one LTE cell's downlink and uplink"
+down = "20mbit"
+up = "5mbit"
+[cohort.phones]
+description = "phones, each its own 4G link"
+hosts = "198.18.1.2-198.18.1.41"
+profile = "4g"
+cell = "tower-1"
+"""
+
+
+def phones(text=PHONES, **kw):
+    return service.make_request("r0", scenario=scenario.parse(text, "scenario phones.toml"), **kw)
+
+
+def group_classes(plan, dev="r0"):
+    """The classes right under the pool (the groups'), by classid: (rate, ceil)."""
+    return {op.classid: (op.rate_bps, op.ceil_bps) for op in plan.ops
+            if type(op).__name__ == "HtbClass" and op.dev == dev and op.parent == POOL_CLASS}
+
+
+def test_a_scenario_cell_is_the_cohorts_group_held_to_its_capacity():
+    req = phones()
+    assert req.cohorts[0].cell == Cell("tower-1", 20_000_000, 5_000_000)
+    plan = compile_plan(req)
+    assert list(group_classes(plan).values()) == [(20_000_000, 20_000_000)]  # down, on the interface
+    assert list(group_classes(plan, "rl-r0").values()) == [(5_000_000, 5_000_000)]  # up, on its IFB device
+    links = [op for op in plan.ops if type(op).__name__ == "HtbClass" and op.dev == "r0"
+             and op.classid & 0xFFFF >= 0x100]
+    assert len(links) == 40  # each user its own link (its cap: the class's ceil, or its netem stage's rate)
+    assert records.from_json(records.to_json(req)) == req  # the record keeps the cell
+
+
+def test_the_command_line_cell_and_a_cell_of_one_direction():
+    assert parse_cell("20mbit/5mbit", "--cell") == Cell("main", 20_000_000, 5_000_000)
+    req = service.make_request("r0", hosts="198.18.1.2-198.18.1.11", per="host", rate="4mbit", mode="shape",
+                               cell="20mbit")
+    plan = compile_plan(req)
+    assert list(group_classes(plan).values()) == [(20_000_000, 20_000_000)]
+    assert list(group_classes(plan, "rl-r0").values()) == [(40_000_000, 100_000_000)]  # up: not shared
+
+
+def test_a_cells_capacity_changes_in_place():
+    old, new = compile_plan(phones()), compile_plan(phones(PHONES.replace('"20mbit"', '"10mbit"')))
+    changes = diff.in_place(old, new)
+    assert changes is not None and len(changes) == 1
+    assert (changes[0].op.rate_bps, changes[0].op.ceil_bps) == (10_000_000, 10_000_000)
+
+
+@pytest.mark.parametrize("text,message", [
+    (PHONES.replace('cell = "tower-1"', 'cell = "tower-9"'),
+     "scenario phones.toml: [cohort.phones] cell: tower-9 is not a cell of the scenario (tower-1)"),
+    (PHONES.replace('down = "20mbit"\nup = "5mbit"\n', ''),
+     "scenario phones.toml: [cell.tower-1]: no capacity (give down, up or both"),
+    (PHONES.replace('down = "20mbit"', 'down = "fast"'), "scenario phones.toml: [cell.tower-1] down: 'fast'"),
+    (PHONES.replace('up = "5mbit"', 'up = "5mbit"\nshare = "fair"'),
+     "scenario phones.toml: [cell.tower-1]: 'share' is not a field (allowed: description, down, source, up)"),
+    (PHONES.replace('description = "one LTE cell\'s downlink and uplink"\n', ''),
+     "scenario phones.toml: [cell.tower-1]: needs a description or its source"),
+    (PHONES + '[cohort.laptops]\ndescription = "x"\nhosts = "198.18.1.50"\nprofile = "dsl"\ncell = "tower-1"\n',
+     "cell tower-1: joined by cohorts phones and laptops; a cell takes one cohort's links for now"),
+])
+def test_a_bad_cell_is_one_line_naming_the_file_the_cell_and_the_field(text, message):
+    with pytest.raises(UsageError) as err:
+        phones(text)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_cell_with_a_scenario_or_a_mix_is_refused_on_the_command_line():
+    with pytest.raises(UsageError, match=r"^--cell: a scenario names its cells"):
+        phones(cell="20mbit")
