@@ -77,7 +77,9 @@ def test_a_cells_capacity_changes_in_place():
     (PHONES.replace('description = "one LTE cell\'s downlink and uplink"\n', ''),
      "scenario phones.toml: [cell.tower-1]: needs a description or its source"),
     (PHONES + '[cohort.laptops]\ndescription = "x"\nhosts = "198.18.1.50"\nprofile = "dsl"\ncell = "tower-1"\n',
-     "cell tower-1: joined by cohorts phones and laptops; a cell takes one cohort's links for now"),
+     "cell tower-1: cohorts phones (ethernet) and laptops (atm) are of different link layers"),
+    (PHONES.replace('"198.18.1.2-198.18.1.41"', '"198.18.0.0/19"'),
+     "cell tower-1: 8,192 links, more than a cell holds (4,096 each way"),
 ])
 def test_a_bad_cell_is_one_line_naming_the_file_the_cell_and_the_field(text, message):
     with pytest.raises(UsageError) as err:
@@ -85,6 +87,49 @@ def test_a_bad_cell_is_one_line_naming_the_file_the_cell_and_the_field(text, mes
     assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
 
 
-def test_a_cell_with_a_scenario_or_a_mix_is_refused_on_the_command_line():
+def test_a_cell_with_a_scenario_is_refused_on_the_command_line():
     with pytest.raises(UsageError, match=r"^--cell: a scenario names its cells"):
         phones(cell="20mbit")
+
+
+LAPTOPS = """
+[cohort.office]
+description = "an office on its own line, in no cell"
+hosts = "198.18.2.2"
+rate = "10mbit"
+[cohort.laptops]
+description = "laptops under the same tower, each its own link"
+hosts = "198.18.1.100-198.18.1.109"
+rate = "20mbit"
+cell = "tower-1"
+"""
+
+
+def test_cohorts_of_one_cell_share_its_one_group_each_link_its_own_class():
+    req = phones(PHONES.replace('profile = "4g"', 'rate = "4mbit"') + LAPTOPS)
+    assert [c.name for c in req.cohorts] == ["phones", "laptops", "office"]  # a cell's cohorts follow one another
+    plan = compile_plan(req)
+    groups = group_classes(plan)
+    assert len(groups) == 2 and (20_000_000, 20_000_000) in groups.values()  # the cell's group, the office's
+    cell_qdisc = next(op.handle for op in plan.ops if type(op).__name__ == "HtbQdisc" and op.dev == "r0"
+                      and group_classes(plan).get(op.parent) == (20_000_000, 20_000_000))
+    in_cell = [op for op in plan.ops if type(op).__name__ == "HtbClass" and op.dev == "r0"
+               and op.parent == cell_qdisc | 1]
+    assert [op.ceil_bps for op in in_cell] == [4_000_000] * 40 + [20_000_000] * 10
+    by_host = {str(f.host): f.classid for f in plan.flows if f.direction == "dest"}
+    assert by_host["198.18.1.100"] >> 16 == by_host["198.18.1.2"] >> 16 == cell_qdisc >> 16
+    assert by_host["198.18.2.2"] >> 16 != cell_qdisc >> 16
+
+
+def test_a_cell_may_hold_more_links_than_a_group():
+    req = phones(PHONES.replace('"198.18.1.2-198.18.1.41"', '"198.18.1.0/23"').replace('profile = "4g"',
+                                                                                    'rate = "1mbit"'))
+    plan = compile_plan(req)
+    assert list(group_classes(plan).values()) == [(20_000_000, 20_000_000)]
+    assert len({f.classid for f in plan.flows if f.direction == "dest"}) == 512
+
+
+def test_a_mix_in_a_cell_puts_every_cohort_of_the_mix_in_it():
+    req = service.make_request("r0", hosts="198.18.1.2-198.18.1.21", mix="modem-28k8:50%,modem-56k:50%",
+                               cell="1mbit", mode="shape")
+    assert {c.cell for c in req.cohorts} == {Cell("main", 1_000_000, None)}

@@ -11,6 +11,7 @@ import pytest
 from bench import blast
 from bench.shaped_load import PACE
 from ratelimit import service
+from ratelimit.profiles import scenario
 from ratelimit.service import readout
 
 pytestmark = pytest.mark.netns
@@ -25,9 +26,11 @@ def jain(xs) -> float:
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
 
 
-def backlog(router: str, client: str, busy: list[str], offered_bps: float, cell: str, rate: str = "4mbit") -> dict:
-    """Apply ten per-host links of ``rate`` in ``cell`` on r0, keep ``busy`` backlogged at
-    ``offered_bps`` each, and read each link's delivered rate (bit/s, its frames) over a window."""
+def backlog(router: str, client: str, busy: list[str], offered_bps: float, cell: str, rate: str = "4mbit",
+            scenario_text: str | None = None) -> dict:
+    """Apply ten per-host links of ``rate`` in ``cell`` on r0 (or the scenario
+    ``scenario_text``), keep ``busy`` backlogged at ``offered_bps`` each, and read each
+    link's delivered rate (bit/s, its frames) over a window."""
     sender = blast.compiled(PACE)
     assert sender, "pace.c needs a C compiler (apt-get install gcc)"
     for a in USERS[1:]:
@@ -35,8 +38,12 @@ def backlog(router: str, client: str, busy: list[str], offered_bps: float, cell:
     for a in USERS:  # every neighbour resolved before the window: no ARP through the links meanwhile
         subprocess.run(["ip", "netns", "exec", router, "ping", "-c", "1", "-W", "2", a], check=True,
                        capture_output=True)
-    service.apply(service.make_request("r0", netns=router, hosts=",".join(USERS), per="host", rate=rate,
-                                       mode="shape", direction="dest", cell=cell))
+    if scenario_text is None:
+        service.apply(service.make_request("r0", netns=router, hosts=",".join(USERS), per="host", rate=rate,
+                                           mode="shape", direction="dest", cell=cell))
+    else:
+        service.apply(service.make_request("r0", netns=router, scenario=scenario.parse(scenario_text),
+                                           direction="dest"))
     pps = offered_bps / (FRAME_BYTES * 8)
     senders = [subprocess.Popen(["ip", "netns", "exec", router, sender, a, "9", "1", str(PAYLOAD_BYTES),
                                  f"{pps:.1f}", f"{WARM_S + WINDOW_S + 1:g}"], stdout=subprocess.PIPE,
@@ -81,6 +88,35 @@ def test_two_busy_users_in_a_cell_with_room_each_get_their_own_cap(router_pair):
     assert all(rates[h] < 20_000 for h in USERS[2:]), rates  # at most a stray frame or two
 
 
+MIXED = """
+[cell.tower]
+description = "a 10 Mbit/s cell"
+down = "10mbit"
+[cohort.capped]
+description = "three users capped at 1 Mbit/s"
+hosts = "198.18.1.2-198.18.1.4"
+rate = "1mbit"
+cell = "tower"
+[cohort.free]
+description = "five users with no cap of their own below the cell's"
+hosts = "198.18.1.5-198.18.1.9"
+rate = "100mbit"
+cell = "tower"
+"""
+
+
+@pytest.mark.alone_on_host  # paced senders on the machine's CPUs; rates read from the kernel's counters
+def test_capped_and_uncapped_users_share_a_cell_max_min_fairly(router_pair):
+    """Two cohorts in one 10 Mbit/s cell, all eight users busy: the three capped at 1 Mbit/s
+    get their 1 Mbit/s, the five uncapped share the other 7 (1.4 Mbit/s each), within 3%."""
+    router, client = router_pair
+    rates = backlog(router, client, USERS[:8], 6e6, "", scenario_text=MIXED)
+    print({h: round(r / 1e6, 3) for h, r in rates.items()})
+    assert all(abs(rates[h] / 1e6 - 1) <= 0.03 for h in USERS[:3]), rates
+    assert all(abs(rates[h] / 1.4e6 - 1) <= 0.03 for h in USERS[3:8]), rates
+    assert 0.98 <= sum(rates[h] for h in USERS[:8]) / 10e6 <= 1.02
+
+
 def test_a_cell_is_refused_in_one_line_and_the_router_left_as_it_was(router_pair):
     router, _ = router_pair
     before = subprocess.run(["tc", "-n", router, "qdisc", "show"], capture_output=True, text=True).stdout
@@ -93,7 +129,95 @@ def test_a_cell_is_refused_in_one_line_and_the_router_left_as_it_was(router_pair
     with pytest.raises(Exception, match=r"^cell main: needs --mode shape"):
         service.apply(service.make_request("r0", netns=router, hosts=USERS[0], per="host", rate="4mbit",
                                            mode="police", cell="20mbit"))
-    with pytest.raises(Exception, match=r"^cell main: cohort main has 300 links, more than one group holds \(256\)"):
-        service.apply(service.make_request("r0", netns=router, hosts="198.18.1.2", ports="10000-10299",
+    with pytest.raises(Exception, match=r"^cell main: 5,000 links, more than a cell holds \(4,096 each way"):
+        service.apply(service.make_request("r0", netns=router, hosts="198.18.1.2", ports="10000-14999",
                                            rate="4mbit", mode="shape", cell="20mbit"))
     assert subprocess.run(["tc", "-n", router, "qdisc", "show"], capture_output=True, text=True).stdout == before
+
+
+TWO = """
+[cell.tower]
+description = "a 20 Mbit/s cell"
+down = "20mbit"
+[cohort.phones]
+description = "phones"
+hosts = "198.18.1.2-198.18.1.{last}"
+rate = "4mbit"
+cell = "tower"
+[cohort.office]
+description = "an office on its own line, in no cell"
+hosts = "198.18.1.50"
+rate = "10mbit"
+[cohort.laptops]
+description = "laptops under the same tower"
+hosts = "198.18.1.20-198.18.1.29"
+rate = "8mbit"
+cell = "tower"
+"""
+
+
+def test_a_cells_capacity_changes_in_place_and_a_grown_cell_switches_to_what_a_fresh_apply_builds(router_pair):
+    """The cell's capacity changes in place (its users' classes and queues untouched); a
+    cohort of the cell that grows moves the cell's whole group beside the old one, and the
+    kernel then holds what a fresh apply of the grown scenario builds."""
+    from tcdump import tc_dump
+    router, _ = router_pair
+
+    def req(last=11, down="20mbit"):
+        text = TWO.format(last=last).replace('down = "20mbit"', f'down = "{down}"')
+        return service.make_request("r0", netns=router, scenario=scenario.parse(text), direction="dest")
+    service.apply(req())
+    before = tc_dump(router, "r0")
+    changed = service.apply(req(down="10mbit"))
+    assert changed.how == "in place" and len(changed.changed) == 1
+    after = tc_dump(router, "r0")
+    assert [a for a in after if "rate 10Mbit" in a] and len(after) == len(before)
+    grown = service.apply(req(last=15, down="10mbit"))
+    assert grown.how == "make-before-break"
+    switched = tc_dump(router, "r0")
+    service.clean("r0", router)
+    service.apply(grown.request)
+    assert tc_dump(router, "r0") == switched
+
+
+@pytest.mark.alone_on_host  # paced senders on the machine's CPUs; rates read from the kernel's counters
+def test_when_a_busy_user_arrives_the_others_shares_fall_to_the_new_fair_share_within_a_second(router_pair):
+    """Nine backlogged users of 4 Mbit/s share a 20 Mbit/s cell (2.22 Mbit/s each); a tenth
+    starts: read in windows of 100 ms, the nine are at the new share, 2 Mbit/s (within 5%
+    over each window from then on), less than 1 s after it started."""
+    router, client = router_pair
+    sender = blast.compiled(PACE)
+    for a in USERS[1:]:
+        subprocess.run(["ip", "-n", client, "addr", "add", f"{a}/24", "dev", "c0"], check=True, capture_output=True)
+    for a in USERS:
+        subprocess.run(["ip", "netns", "exec", router, "ping", "-c", "1", "-W", "2", a], check=True,
+                       capture_output=True)
+    service.apply(service.make_request("r0", netns=router, hosts=",".join(USERS), per="host", rate="4mbit",
+                                       mode="shape", direction="dest", cell="20mbit"))
+    pps = 6e6 / (FRAME_BYTES * 8)
+
+    def pace(a, seconds):
+        return subprocess.Popen(["ip", "netns", "exec", router, sender, a, "9", "1", str(PAYLOAD_BYTES),
+                                 f"{pps:.1f}", f"{seconds:g}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    senders = [pace(a, 6) for a in USERS[:9]]
+    samples = []
+    try:
+        time.sleep(1.5)
+        arrived = None
+        while len(samples) < 35:
+            samples.append((time.monotonic(), _bytes(router)))
+            if len(samples) == 10:
+                arrived = time.monotonic()
+                senders.append(pace(USERS[9], 4))
+            time.sleep(0.1)
+    finally:
+        for p in senders:
+            p.communicate(timeout=30)
+    windows = [(t1, {h: (b1[h] - b0[h]) * 8 / (t1 - t0) for h in USERS})
+               for (t0, b0), (t1, b1) in zip(samples, samples[1:])]
+    before = [sum(w[h] for h in USERS[:9]) / 9 for t, w in windows if t < arrived]
+    after = [(t - arrived, sum(w[h] for h in USERS[:9]) / 9) for t, w in windows if t > arrived]
+    print(f"before: {[round(x / 1e6, 3) for x in before]}; after: {[(round(t, 2), round(x / 1e6, 3)) for t, x in after]}")
+    assert all(abs(x / (20e6 / 9) - 1) <= 0.05 for x in before[1:])
+    settled = next(t for k, (t, _) in enumerate(after) if all(abs(x / 2e6 - 1) <= 0.05 for _, x in after[k:]))
+    assert settled < 1.0, after

@@ -38,7 +38,8 @@ import itertools
 from dataclasses import dataclass
 
 from ..plan import gate
-from ..plan.compile import compiled, link_flows, link_rates_of
+from ..plan.compile import compiled, link_flows
+from ..plan.groups import link_rates_of
 from ..plan.ops import Change
 from ..plan.shaping import HtbClass, NetemQdisc, TbfQdisc
 from ..plan.validate import checked_layout
@@ -70,7 +71,7 @@ class Traced:
     capacity: object  # capacity.TraceCapacity or ScheduleCapacity
     source: object  # tracespec.Source
     phase_ms: int
-    rates: object  # rate -> (guaranteed, ceil, burst) of its class (``compile.link_rates_of``)
+    rates: object  # rate -> (guaranteed, ceil, burst) of its class (``groups.link_rates_of``)
     layer: object
     offset_ms: int = 0  # its cohort's start after the plan's first
     rate_bps: int | None = None  # the class rate last set (None: not known)

@@ -47,21 +47,20 @@ table); anything else is redirected to an IFB device carrying the same layout.
 """
 
 import functools
-import math
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from ..spec.linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES, ETHERNET_HEADER_BYTES
-from ..spec.model import Burst, Cohort, LinkParams, Request
-from . import gate
+from ..spec.linklayer import ETHERNET_HEADER_BYTES
+from ..spec.model import Cohort, LinkParams, Request
 from .filters import Key, Police, U32Filter
-from .layout import (GENERATIONS, LINK_MINOR_BASE, POOL_CLASS, POOL_NETEM, ROOT, carried, ingress_policing, Layout,
-                     traced_stage, tree_handle)
+from .layout import (GENERATIONS, POOL_CLASS, POOL_NETEM, ROOT, carried, ingress_policing, Layout,
+                     tree_handle)
 from .ops import (INGRESS_HANDLE, SHARED_POLICE_INDEX_BASE, TC_H_CLSACT_INGRESS, AddIfb, Flow, HtbQdisc,
                   IngressQdisc, MqQdisc, Plan, Stab)
+from .groups import cell_group, cohort_groups
 from .queuepin import pins
-from .shaping import FifoQdisc, HtbClass, NetemQdisc
-from .u32tree import FIRST, OTHERS_FAMILY, build, catch_all, table_ids, Terminal
+from .shaping import HtbClass, NetemQdisc
+from .u32tree import build, catch_all, table_ids, Terminal
 from .validate import checked_layout
 
 def ifb_name(interface: str) -> str:
@@ -176,8 +175,11 @@ def _egress(req, lay, dev, direction, ops, links):
         return
     h = GENERATIONS[req.generation]
     ids = table_ids(h.tree)
-    for span in lay.spans:
-        _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst)
+    for k, span in enumerate(lay.spans):
+        if span.group_span == k:  # a cell's one group, with every link of its cohorts
+            cell_group(req, lay, k, dev, direction, ops, links, pool_burst)
+        elif span.group_span < 0:
+            cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst)
     if req.queues > 1:
         ops += pins(lay, dev, direction)
         return
@@ -190,144 +192,6 @@ def _egress(req, lay, dev, direction, ops, links):
     for span in lay.spans:
         if span.cohort.others:  # what no tree took: the default cohort's group
             ops += catch_all(dev, ROOT, lay.group_class(span.first_link), h.tree.root_node)
-
-
-def _cohort_groups(req, lay, span, dev, direction, ops, links, pool_burst):
-    """A cohort's groups: each its class under the pool, its HTB qdisc with a root class,
-    a class and queue per link, and the tree that finds a flow's link class."""
-    c, bw, at = span.cohort, req.bandwidth_bps, span.place
-    params = c.side(direction)
-    traced = gate.traced(c, direction)
-    rate = carried(req, c, params) if traced is None else gate.first_rate_bps(c, traced)
-    n = c.link_count()
-    guaranteed, ceil, burst = link_rates(req, lay, c, params, rate, traced=traced is not None)
-    staged = traced is not None and traced_stage(c, direction)
-    mtu, mpu = req.line_mtu_bytes(c), c.mpu_bytes
-    over, atm = lay.overhead(c)
-    cell_bps = None if c.cell is None else c.cell.side_bps(direction)
-    for g, first in enumerate(range(0, n, lay.group_links)):
-        members = range(first, min(first + lay.group_links, n))
-        group, qdisc = lay.group_class_of(span, g), lay.group_qdisc(span, g)
-        pool = group & 0xFFFF0000 | 1  # its tree's pool class (52:1 with one queue)
-        if cell_bps:  # the cell: its links' one group, held to its capacity (docs/design.md, "Cells")
-            ops.append(HtbClass(dev, pool, group, cell_bps, cell_bps, max(mtu, cell_bps // 800), mtu, mpu, over, atm))
-        else:
-            ops.append(HtbClass(dev, pool, group, min(bw, guaranteed * len(members)), bw, pool_burst, mtu, mpu,
-                                over, atm))
-        ops.append(HtbQdisc(dev, qdisc, parent=group))
-        # the group qdisc's root class lets its links borrow up to their ceilings (the pool
-        # above holds the total to --bandwidth)
-        ops.append(HtbClass(dev, qdisc, qdisc | 1, bw, bw, pool_burst, mtu, mpu, over, atm))
-        for link in members:
-            classid = qdisc | (LINK_MINOR_BASE + link - first)
-            ops.append(HtbClass(dev, qdisc | 1, classid, guaranteed, ceil, burst, mtu, mpu, over, atm))
-            leaf = _leaf if traced is None else _gate
-            ops.append(leaf(req, lay, c, params, rate, dev, classid, lay.queue_qdisc(at.leaf_base + link)))
-            if staged:
-                ops.append(_stage(req, lay, c, params, rate, dev, lay.queue_qdisc(at.leaf_base + link),
-                                  lay.queue_qdisc(at.leaf_base + n + link), traced))
-        # the group's own trees: a flow's link class, which reports for it
-        ports, wholes = lay.group_flows(span.first_link + first, span.first_link + members.stop)
-        ids = table_ids(FIRST)  # a group's trees have its qdisc to themselves
-        reported: set[int] = set()
-        for pairs, owner, whole, indices in ((lay.port_flows, lay.port_link, False, ports),
-                                             (lay.whole_flows, lay.whole_link, True, wholes)):
-            def terminal(i, owner=owner):
-                link = owner[i]
-                first_seen = link not in reported
-                reported.add(link)
-                return Terminal(qdisc | (LINK_MINOR_BASE + link - span.first_link - first), reports=first_seen,
-                                per_host=c.per != "port", cohort=c.name)
-            if len(indices):
-                build(pairs, dev, qdisc, direction, terminal, ops, links, link_classid=True, indices=indices,
-                      ids=ids, whole_hosts=whole)
-        if c.others:  # its one link takes whatever reaches its group
-            link_class = qdisc | LINK_MINOR_BASE
-            ops += catch_all(dev, qdisc, link_class, 1)
-            links.append(Flow(direction, None, None, dev, OTHERS_FAMILY[4][0], 0, link_class, c.name))
-
-
-def link_rates(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int,
-               traced: bool = False) -> tuple[int, int, int]:
-    """A link class's (rate, ceil, burst) for a link at ``rate`` (a traced link's driver
-    sets them step by step, ``gate``; its class shapes, whatever stage it has)."""
-    return link_rates_of(req, lay, c, params, traced)(rate)
-
-
-def link_rates_of(req: Request, lay: Layout, c: Cohort, params: LinkParams, traced: bool = False) -> "LinkRates":
-    """``link_rates`` for one cohort's side, as a function of the rate (a trace driver asks
-    for thousands a step)."""
-    # A link's own rate is a guarantee only while every link fits the bandwidth; beyond
-    # that each is guaranteed its share and borrows up to its rate, so the pool class
-    # holds them all to --bandwidth.
-    share = max(8, req.bandwidth_bps // lay.links)
-    # with a netem stage, netem serializes the link exactly; a second shaper at the same
-    # rate would only add its timer's lateness, so the class may go up to the bandwidth
-    over = req.bandwidth_bps if params.needs_netem() and not traced else 0
-    return LinkRates(share, over, req.burst_of(params, c), req.mtu_bytes)
-
-
-@dataclass(frozen=True)
-class LinkRates:
-    """A link class's (rate, ceil, burst) as a function of the link's rate: guaranteed up
-    to ``share_bps``, its ceiling at least ``over_bps``, its burst ``burst`` at the rate.
-
-    >>> LinkRates(1_000_000, 0, Burst(1000, "us"), 1514)(2_000_000)
-    (1000000, 2000000, 250)
-    """
-
-    share_bps: int
-    over_bps: int
-    burst: Burst
-    mtu_bytes: int
-
-    def __call__(self, rate: int) -> tuple[int, int, int]:
-        return min(rate, self.share_bps), max(rate, self.over_bps), self.burst.bytes_at(rate, self.mtu_bytes)
-
-
-def _leaf(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, dev: str, parent: int, handle: int):
-    """A link's queue: a netem stage that also serializes (in order) at the link's rate,
-    or a fifo when there is nothing for netem to do.  Both see a packet's length as the
-    device's size table gives it: netem's rate adds the cohort's own overhead (signed,
-    with ATM cells), a byte fifo's limit is scaled from the cohort's frames to the
-    device's (exact for full-size packets)."""
-    if params.needs_netem():
-        in_flight = rate * (params.delay_us + params.jitter_us) / 8e6 / req.line_mtu_bytes(c)
-        over, atm = lay.overhead(c)
-        cells = (ATM_CELL_PAYLOAD_BYTES, ATM_CELL_BYTES - ATM_CELL_PAYLOAD_BYTES) if atm else (0, 0)
-        return NetemQdisc(dev, parent, handle, params, req.queue_packets(params, rate, c) + int(in_flight) + 1, rate,
-                          over, *cells)
-    if params.queue is not None and params.queue.unit == "pkts":
-        return FifoQdisc(dev, parent, handle, "pfifo", params.queue.amount)
-    return FifoQdisc(dev, parent, handle, "bfifo", queue_limit_bytes(req, lay, c, params, rate))
-
-
-def _gate(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, dev: str, parent: int, handle: int):
-    """A traced link's queue: a token bucket, wide open, as its gate (``gate``), holding the
-    queue a byte fifo would."""
-    return gate.opened(dev, parent, handle, gate.burst_bytes(req, lay), queue_limit_bytes(req, lay, c, params, rate))
-
-
-def _stage(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, dev: str, gate_handle: int,
-           handle: int, src) -> NetemQdisc:
-    """A traced link's delay stage: netem as its gate's child (``gate_handle:1``), delaying
-    and losing as the link's own numbers say (a schedule's steps change them in place), at
-    no rate of the link's own: the class above shapes, the gate holds, and netem serializes
-    at the device's bandwidth only so that jitter keeps the link's packets in order.  Its
-    limit is the link's queue plus what is in flight at the trace's mean over the longest
-    delay (the link's own, or a schedule step's)."""
-    delay_us = max(params.delay_us, src.most_delay_us)
-    in_flight = rate * (delay_us + params.jitter_us) / 8e6 / req.line_mtu_bytes(c)
-    return NetemQdisc(dev, gate_handle | 1, handle, params, req.queue_packets(params, rate, c) + int(in_flight) + 1,
-                      req.bandwidth_bps)
-
-
-def queue_limit_bytes(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int) -> int:
-    """A link's queue in bytes as the device's size table gives them (a byte fifo's limit)."""
-    limit = req.queue_bytes(params, rate, c)
-    if lay.overhead(c) != (0, False):
-        limit = math.ceil(limit * req.line_mtu_bytes(lay.base) / req.line_mtu_bytes(c))
-    return limit
 
 
 def _pool_limit(req: Request, lay: Layout, direction: str) -> int:

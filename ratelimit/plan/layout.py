@@ -198,12 +198,15 @@ MAJORS = (0x100, 0xFFFF)  # qdisc majors for groups and queues (52: and 53: are 
 class Span:
     """Where a cohort's links are: the first of them in the device's link numbering, its
     number of groups (each cohort has whole groups), and the handles its groups and queues
-    take (``place``)."""
+    take (``place``).  The cohorts of one cell share one group, the first one's
+    (``group_span``: the index of the span whose group holds this one's links; the later
+    ones have no group of their own)."""
 
     cohort: Cohort
     first_link: int
     groups: int
     place: Place
+    group_span: int = -1  # -1: its own groups
 
     def ranges(self) -> tuple:
         return self.place.ranges(self.cohort.link_count() * leaf_majors(self.cohort), self.groups)
@@ -236,12 +239,14 @@ class Layout:
         spans, port_flows, port_link, whole_flows, whole_link, link_cohort = [], [], [], [], [], []
         link = group = leaf = 0
         gen = handles(req.generation, req.numbering)
+        cells: dict = {}  # cell name -> the span holding its group
         for k, c in enumerate(req.cohorts):
             n = c.link_count()
-            groups = -(-n // group_links)
+            group_span = -1 if c.cell is None else cells.setdefault(c.cell.name, k)
+            groups = -(-n // group_links) if c.cell is None else int(group_span == k)  # a cell: one group
             place = req.places[k] if req.places else Place(gen.group_minor + group, gen.group_top - group,
                                                            gen.leaf_base + leaf)
-            spans.append(Span(c, link, groups, place))
+            spans.append(Span(c, link, groups, place, group_span))
             ports = [None] if c.ports is None else [p for lo, hi in c.ports for p in range(lo, hi + 1)]
             flows, owner = (whole_flows, whole_link) if c.ports is None else (port_flows, port_link)
             if c.servers is None and c.server_ports is None:  # the common case, kept quick: a flow per (host, port)
@@ -273,8 +278,22 @@ class Layout:
 
     def group_class(self, link: int) -> int:
         """Link ``link``'s group's class under its tree's pool."""
+        span, i = self.grouped(link)
+        return self.group_class_of(span, i // self.group_links if span.group_span < 0 else 0)
+
+    def grouped(self, link: int) -> tuple[Span, int]:
+        """(the span whose group holds link ``link``, the link's number in that span's links):
+        its own cohort's, or its cell's first cohort's, whose one group holds the whole cell."""
         span = self.spans[self.link_cohort[link]]
-        return self.group_class_of(span, (link - span.first_link) // self.group_links)
+        if span.group_span >= 0:
+            span = self.spans[span.group_span]
+        return span, link - span.first_link
+
+    def cell_links(self, k: int) -> range:
+        """The links of the group of span ``k``, a cell's first: its cell's cohorts', which
+        follow one another (``cells.check_cells``)."""
+        ends = [s.first_link + s.cohort.link_count() for s in self.spans if s.group_span == k]
+        return range(self.spans[k].first_link, max(ends))
 
     def group_class_of(self, span: Span, group: int) -> int:
         """The class of ``span``'s group ``group``: ``52:m`` with one queue, else ``(54 + q):m``
@@ -287,14 +306,18 @@ class Layout:
         out = [0] * self.queues
         for span in self.spans:
             n = span.cohort.link_count()
+            if span.group_span >= 0:  # a cell's one group, its first cohort's
+                out[queue_of(self.spans[span.group_span].cohort.name, 0, self.queues)] += n
+                continue
             for g in range(span.groups):
                 out[queue_of(span.cohort.name, g, self.queues)] += min(self.group_links, n - g * self.group_links)
         return out
 
     def link_class(self, link: int) -> int:
         """Link ``link``'s HTB class: in its group's qdisc, from LINK_MINOR_BASE."""
-        span = self.spans[self.link_cohort[link]]
-        i = link - span.first_link
+        span, i = self.grouped(link)
+        if span.group_span >= 0:
+            return self.group_qdisc(span, 0) | (LINK_MINOR_BASE + i)
         return self.group_qdisc(span, i // self.group_links) | (LINK_MINOR_BASE + i % self.group_links)
 
     def group_qdisc(self, span: Span, group: int) -> int:

@@ -22,18 +22,20 @@ def replaced(req: Request, old: Request, move=frozenset()) -> tuple | None:
     fit: the caller rebuilds in the other generation or from scratch."""
     before = {s.cohort.name: s for s in Layout.of(old).spans}
     size = group_links_of(req)
+    cells_before, cells_now = _cells(old), _cells(req)
     places: list = []
     for c in req.cohorts:
         s = before.get(c.name)
         kept = s and c.name not in move and s.cohort.link_count() == c.link_count() and \
-            leaf_majors(s.cohort) == leaf_majors(c)  # as many queue majors too
+            leaf_majors(s.cohort) == leaf_majors(c) and \
+            cells_before.get(c.name) == cells_now.get(c.name)  # as many queue majors, and the same cell's group
         places.append(s.place if kept else None)
     taken = [r for s in before.values() for r in s.ranges()]
     for k, c in enumerate(req.cohorts):
         if places[k] is not None:
             continue
         n = c.link_count()
-        groups = -(-n // size)
+        groups = -(-n // size) if c.cell is None else int(cells_now[c.name][0][0] == c.name)  # a cell: one group
         minor = _first_fit(taken, "minor", groups, MINORS, top=False)
         groups_at = _first_fit(taken, "major", groups, MAJORS, top=True)
         if minor is None or groups_at is None:
@@ -46,6 +48,17 @@ def replaced(req: Request, old: Request, move=frozenset()) -> tuple | None:
         taken.append(("major", leaf, leaf + leaves))
         places[k] = Place(minor, groups_at + groups - 1, leaf)
     return tuple(places)
+
+
+def _cells(req: Request) -> dict:
+    """Each cell cohort's cell as its group holds it: (its cohorts' names and link counts,
+    in order) by cohort name.  A cohort kept where it stands keeps its cell's group only if
+    that is the same."""
+    members: dict = {}
+    for c in req.cohorts:
+        if c.cell is not None:
+            members.setdefault(c.cell.name, []).append((c.name, c.link_count()))
+    return {c.name: tuple(members[c.cell.name]) for c in req.cohorts if c.cell is not None}
 
 
 def _first_fit(taken: list, space: str, size: int, bounds: tuple[int, int], *, top: bool) -> int | None:

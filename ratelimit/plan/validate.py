@@ -25,7 +25,7 @@ def checked_layout(req: Request) -> Layout:
     if type(size) is not int or not 1 <= size <= MAX_GROUP_LINKS:
         raise FieldError("group links", size, f"is not a number of links from 1 to {MAX_GROUP_LINKS} "
                                               "(the class minors of a group's qdisc)")
-    check_cells(req.cohorts, size, req.mode)
+    check_cells(req.cohorts, req.mode)
     lay = Layout.of(req)
     _validate_layout(req, lay)
     return lay

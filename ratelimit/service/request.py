@@ -14,7 +14,7 @@ from ..plan import layout
 from ..plan.validate import checked_layout
 from ..profiles import catalog, scenario as scenarios, traced
 from ..spec import linklayer
-from ..spec.cells import parse_cell
+from ..spec.cells import cell_order, parse_cell
 from ..spec.model import GRANULARITIES, MAIN_COHORT, Cohort, LinkParams, Request
 from ..spec.names import check_target
 from ..spec.selectors import parse_hosts, parse_ports, parse_servers
@@ -50,8 +50,9 @@ _DOC = """Every option of a request, as a person typed it (strings with units, h
     apply to every cohort, over its own.  The trace options (``tracespec.KEYS``) make every
     cohort's links follow a trace or a schedule, over a profile's or a cohort's own.  The
     impairments (``IMPAIRMENTS``: delay, jitter, loss, ... and their correlations) are
-    netem's, over every cohort's.  ``cell``: ``DOWN[/UP]``, a capacity the one cohort's links
-    share beside their own caps (``cells.parse_cell``; a scenario names its cells)."""
+    netem's, over every cohort's.  ``cell``: ``DOWN[/UP]``, a capacity the links share beside
+    their own caps, every cohort of a mix's together (``cells.parse_cell``; a scenario names
+    its cells)."""
 
 # (option, default) in the order the API's errors list them; the impairments and the trace
 # options are named where they are parsed (``catalog.SIDE_FIELDS``, ``tracespec.KEYS``)
@@ -104,19 +105,19 @@ def request_of(o: Options) -> Request:
     per = o.per or ("host" if o.mix is not None else "port")
     traces = tracespec.ask(o.traces(), tracespec.KEYS)
     if o.scenario is not None or o.mix is not None:
-        if o.cell is not None:
-            raise UsageError("--cell: a scenario names its cells ([cell.NAME], and cell = NAME in a cohort); "
-                             "--cell is the command line's one cohort's")
+        if o.cell is not None and o.scenario is not None:
+            raise UsageError("--cell: a scenario names its cells ([cell.NAME], and cell = NAME in a cohort)")
         if o.profile is not None:
             raise UsageError("--profile: a scenario or a mix names each cohort's profile")
         if o.scenario is not None and (o.hosts is not None or o.ports is not None or o.servers is not None
                                        or o.server_ports is not None):
             raise UsageError("--hosts/--ports/--servers: a scenario names each cohort's hosts, ports and servers")
+        cell = None if o.cell is None else parse_cell(o.cell, "--cell")  # with a mix: every cohort in it
         asks = o.scenario if o.scenario is not None else \
-            [dataclasses.replace(a, servers=o.servers, server_ports=o.server_ports) for a in
+            [dataclasses.replace(a, servers=o.servers, server_ports=o.server_ports, cell=cell) for a in
              scenarios.mix(o.mix, parse_hosts(o.hosts), None if _all_ports(o.ports) else parse_ports(o.ports), per)]
         mode = o.mode or "shape"
-        cohorts = tuple(_cohort(a, mode, overrides, burst, o.link, o.mpu, traces) for a in asks)
+        cohorts = cell_order(tuple(_cohort(a, mode, overrides, burst, o.link, o.mpu, traces) for a in asks))
         req = Request(interface, cohorts, mode=mode, **device)
     else:
         if per == "port" and o.ports is not None and _all_ports(o.ports):

@@ -44,24 +44,60 @@ def cell_table(name: str, body, where: str) -> Cell:
                         for side in ("down", "up")))
 
 
-def check_cells(cohorts, group_links: int, mode: str) -> None:
-    """Each cell joined by one cohort, in shape mode, whose links fit one group per
-    direction (a cell's users are the classes of one HTB qdisc, so that they share its
-    capacity by turns: see docs/design.md, "Cells"); refused in one line naming the cell."""
-    joined: dict = {}
+MAX_CELL_LINKS = 4096  # per direction: a cell's links are the classes of one HTB qdisc (docs/design.md, "Cells")
+
+
+def check_cells(cohorts, mode: str) -> None:
+    """The cohorts of each cell follow one another, in shape mode, on one link layer, and
+    hold at most ``MAX_CELL_LINKS`` links per direction (a cell's users are the classes of
+    one HTB qdisc, which shares its capacity by turns: docs/design.md, "Cells"); refused in
+    one line naming the cell."""
+    members: dict = {}
+    last = None
     for c in cohorts:
         if c.cell is None:
+            last = None
             continue
+        name = c.cell.name
         if mode != "shape":
-            raise UsageError(f"cell {c.cell.name}: needs --mode shape (a cell is a class its links share; "
+            raise UsageError(f"cell {name}: needs --mode shape (a cell is a class its links share; "
                              "police mode has no classes)")
-        if c.cell.name in joined:
-            raise UsageError(f"cell {c.cell.name}: joined by cohorts {joined[c.cell.name]} and {c.name}; "
-                             "a cell takes one cohort's links for now (give each cohort its own cell)")
-        joined[c.cell.name] = c.name
         if c.others:
-            raise UsageError(f"cell {c.cell.name}: the default cohort cannot join a cell (it is one link already)")
-        if c.link_count() > group_links:
-            raise UsageError(f"cell {c.cell.name}: cohort {c.name} has {c.link_count():,} links, more than one "
-                             f"group holds ({group_links}); a cell's links share one group (split the cohort "
-                             "and its cell)")
+            raise UsageError(f"cell {name}: the default cohort cannot join a cell (it is one link already)")
+        if name in members and last != name:
+            raise UsageError(f"cell {name}: its cohorts {members[name][0].name} and {c.name} are apart; "
+                             "a cell's cohorts follow one another (ratelimit orders a scenario's so)")
+        first = members.setdefault(name, [c])[0]
+        if c is not first:
+            members[name].append(c)
+            if c.cell != first.cell:
+                raise UsageError(f"cell {name}: cohorts {first.name} and {c.name} give it different capacities")
+            if c.link != first.link:
+                raise UsageError(f"cell {name}: cohorts {first.name} ({first.link.name}) and {c.name} "
+                                 f"({c.link.name}) are of different link layers; a cell's links share one")
+        last = name
+    for name, cs in members.items():
+        links = sum(c.link_count() for c in cs)
+        if links > MAX_CELL_LINKS:
+            raise UsageError(f"cell {name}: {links:,} links, more than a cell holds ({MAX_CELL_LINKS:,} each way: "
+                             "they are the classes of one HTB qdisc); split it into several cells")
+
+
+def cell_order(cohorts: tuple) -> tuple:
+    """``cohorts`` with each cell's cohorts moved up behind its first, the rest in order.
+
+    >>> from .model import Cohort, LinkParams
+    >>> def cohort(name, cell=None):
+    ...     return Cohort(name, (), None, LinkParams(), LinkParams(), per="shared",
+    ...                   cell=None if cell is None else Cell(cell, 1000))
+    >>> [c.name for c in cell_order((cohort("a", "x"), cohort("b"), cohort("c", "x")))]
+    ['a', 'c', 'b']
+    """
+    out, seen = [], set()
+    for c in cohorts:
+        if c.cell is None:
+            out.append(c)
+        elif c.cell.name not in seen:
+            seen.add(c.cell.name)
+            out += [d for d in cohorts if d.cell is not None and d.cell.name == c.cell.name]
+    return tuple(out)
