@@ -221,3 +221,54 @@ def test_when_a_busy_user_arrives_the_others_shares_fall_to_the_new_fair_share_w
     assert all(abs(x / (20e6 / 9) - 1) <= 0.05 for x in before[1:])
     settled = next(t for k, (t, _) in enumerate(after) if all(abs(x / 2e6 - 1) <= 0.05 for _, x in after[k:]))
     assert settled < 1.0, after
+
+
+@pytest.mark.alone_on_host  # paced senders on the machine's CPUs; rates read from the kernel's counters
+def test_a_full_cell_read_out_by_the_api_the_dashboard_source_metrics_and_stats(router_pair, monkeypatch):
+    """The cell applied through the web API; while its ten users are backlogged the
+    dashboard's source says the cell is full (delivered within 2% of 20 Mbit/s, ten busy
+    users, Jain's index at least 0.99), /metrics has its capacity and what it delivers, and
+    --stats --json sums its users' counters."""
+    import json as json_
+    from ratelimit.webui import create_app
+    from ratelimit.webui.stats import StatsSource
+    router, client = router_pair
+    token = "cells-token-0123456789abcdef"
+    src = StatsSource([(router, "r0")])
+    app = create_app({"STATS_SOURCE": src, "TOKEN": token})
+    api = app.test_client()
+    for a in USERS[1:]:
+        subprocess.run(["ip", "-n", client, "addr", "add", f"{a}/24", "dev", "c0"], check=True, capture_output=True)
+    body = {"interface": "r0", "netns": router, "hosts": ",".join(USERS), "per": "host", "rate": "4mbit",
+            "mode": "shape", "direction": "dest", "cell": "20mbit"}
+    resp = api.post("/api/apply", data=json_.dumps(body), headers={"X-Ratelimit-Token": token},
+                    content_type="application/json")
+    assert resp.status_code == 200, resp.get_json()
+    for a in USERS:
+        subprocess.run(["ip", "netns", "exec", router, "ping", "-c", "1", "-W", "2", a], check=True,
+                       capture_output=True)
+    sender, pps = blast.compiled(PACE), 6e6 / (FRAME_BYTES * 8)
+    senders = [subprocess.Popen(["ip", "netns", "exec", router, sender, a, "9", "1", str(PAYLOAD_BYTES),
+                                 f"{pps:.1f}", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE) for a in USERS]
+    try:
+        time.sleep(1.5)
+        src.poll_once()
+        time.sleep(2.0)
+        src.poll_once()
+        cell = api.get(f"/api/status?interface=r0&netns={router}").get_json()["cells"]["main"]["dest"]
+        metrics = api.get("/metrics").get_data(as_text=True)
+    finally:
+        for p in senders:
+            p.communicate(timeout=30)
+    print(cell)
+    assert cell["capacity_bps"] == 20_000_000 and cell["users"] == cell["busy_users"] == 10
+    assert abs(cell["utilisation"] - 1) <= 0.02 and cell["jain"] >= 0.99
+    assert abs(cell["busy_bps"]["min"] / 2e6 - 1) <= 0.05 and abs(cell["busy_bps"]["max"] / 2e6 - 1) <= 0.05
+    assert f'ratelimit_cell_capacity_bps{{interface="r0",netns="{router}",cell="main",direction="dest"}} 2e+07' \
+        in metrics
+    delivered = next(float(line.split()[-1]) for line in metrics.splitlines()
+                     if line.startswith("ratelimit_cell_delivered_bps{"))
+    assert abs(delivered / 20e6 - 1) <= 0.02
+    stats = readout.statistics("r0", router)
+    sums = stats["cells"]["main"]["dest"]
+    assert sums["users"] == 10 and sums["bytes"] == sum(r["bytes"] for r in stats["links"] if r["direction"] == "dest")

@@ -242,6 +242,43 @@ def test_dashboard_glances_at_each_cohort(browser):
         src.stop()
 
 
+class CellReader(CohortReader):
+    """CohortReader's modems in one cell of 5 Mbit/s down (docs/cells.md)."""
+
+    def __init__(self, n):
+        super().__init__(n)
+        modems, office = self.applied["cohorts"]
+        self.applied = {**self.applied, "cohorts": [
+            {**modems, "cell": {"name": "tower", "down_bps": 5_000_000, "up_bps": None}}, office]}
+
+
+def test_dashboard_shows_each_cell_with_its_users_rates(browser):
+    """A row for the modems' cell, down only: its capacity, its 512 users, the busy ones, and
+    their least, median and most rates."""
+    from ratelimit.webui import create_app
+    from ratelimit.webui.stats import StatsSource
+    n = 4096
+    src = StatsSource([(None, "eth0")], reader=CellReader(n), interval=1.0)
+    app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": RefusingControl()})
+    stop_server, url = serve_in_thread(app)
+    try:
+        page, errors = open_page(browser, url + "#token=" + TOKEN)
+        busy = f"{sum(1 for i in range(0, n // 4, 2) if i % 3 or i % 11 == 1):,}"  # delivering, or queueing
+        page.wait_for_function("(busy) => { const r = document.querySelector('#cells tbody tr'); "
+                               "return r && r.cells[4].textContent === busy && r.cells[8].textContent !== '–'; }",
+                               arg=busy, timeout=20000)
+        rows = page.evaluate("() => [...document.querySelectorAll('#cells tbody tr')].map("
+                             "r => [...r.cells].map(c => c.textContent))")
+        assert len(rows) == 1 and rows[0][:5] == ["tower", "down", "5 Mbit/s", "512", busy], rows
+        # the least a starved user's (a backlog and nothing delivered: i = 12), the others 8-57 kbit/s
+        assert rows[0][7] == "0 bit/s" and rows[0][8].endswith("kbit/s") and rows[0][9].endswith("kbit/s"), rows
+        assert not errors, errors
+        page.close()
+    finally:
+        stop_server()
+        src.stop()
+
+
 class RecordingControl(RefusingControl):
     """Validates for real and records the request it would apply, touching nothing."""
 

@@ -34,7 +34,7 @@ def target_info(snap) -> dict:
         "name": snap.name, "interface": snap.interface, "netns": snap.netns,
         "time": snap.time, "seq": snap.seq, "layout": snap.layout.id, "applied": snap.applied,
         "error": snap.error, "aggregate": snap.aggregate, "distribution": snap.distribution,
-        "cohorts": snap.cohorts, "refresh_s": round(snap.refresh_s, 6),
+        "cohorts": snap.cohorts, "cells": snap.cells, "refresh_s": round(snap.refresh_s, 6),
         "driver": snap.driver, "tracking": snap.tracking,
     }
 

@@ -172,6 +172,7 @@ def render(snaps, links: str = "auto") -> str:
                 out.append(f"ratelimit_links_rate_share_bucket{labels} {running}\n")
 
     _cohorts(out, snaps)
+    _cells(out, snaps)
     detailed = [s for s in snaps if links == "true" or links == "auto" and len(s.layout) <= AUTO_LINK_LIMIT]
     _traced(out, snaps, detailed)
     if detailed:
@@ -215,6 +216,29 @@ def _cohorts(out: list, snaps) -> None:
                 labels = _labels(interface=s.interface, netns=s.netns, cohort=cohort, profile=profile,
                                  direction=direction)
                 out.append(f"{name}{labels} {sums[field]}\n")
+
+
+CELL_METRICS = (
+    # (name, field, help)
+    ("ratelimit_cell_capacity_bps", "capacity_bps", "A cell's capacity in one direction (bit/s, its links' frames)."),
+    ("ratelimit_cell_delivered_bps", "delivered_bps", "What a cell's links delivered in one direction (bit/s, last poll)."),
+    ("ratelimit_cell_users", "users", "Links in a cell, one direction."),
+    ("ratelimit_cell_busy_users", "busy_users", "Links in a cell that moved packets in the last seconds."),
+)
+
+
+def _cells(out: list, snaps) -> None:
+    """Per cell and direction (docs/cells.md): its capacity, what it delivered, its users and
+    busy users; nothing for a router without cells."""
+    if not any(s.cells for s in snaps):
+        return
+    for name, field, text in CELL_METRICS:
+        _header(out, name, "gauge", text)
+        for s in snaps:
+            for cell, sides in s.cells.items():
+                for direction, c in sides.items():
+                    labels = _labels(interface=s.interface, netns=s.netns, cell=cell, direction=direction)
+                    out.append(f"{name}{labels} {c[field]:g}\n")
 
 
 DRIVER_METRICS = (

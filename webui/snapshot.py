@@ -113,6 +113,7 @@ class Snapshot:
     driver: dict | None = None  # a traced plan's driver (follow.report), else None
     tracking: dict = field(default_factory=dict)  # per direction: how traced links track (digest.tracking)
     cohort_totals: dict = field(default_factory=dict)  # per (cohort, profile, direction): sums (digest.cohort_totals)
+    cells: dict = field(default_factory=dict)  # per cell and direction: capacity, users, shares (digest.cells)
 
     @classmethod
     def empty(cls, netns, interface) -> "Snapshot":

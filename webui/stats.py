@@ -29,7 +29,7 @@ from ratelimit.errors import RatelimitError
 from ratelimit.service import readout
 from ratelimit.spec.names import target_name
 
-from .digest import COUNTERS, GAUGES, by_cohort, cohort_totals, digest, distribution, totals, tracking
+from .digest import COUNTERS, GAUGES, by_cohort, cells, cohort_totals, digest, distribution, totals, tracking
 from .history import History
 from .snapshot import aggregate, LinkRows, Snapshot, target_key
 
@@ -203,6 +203,7 @@ class StatsSource:
         snap = Snapshot(netns, interface, seq, now, applied, None, rows, cols, agg, dist, sums, refresh,
                         cohorts=by_cohort(cols, rows.rates, rows.cohorts), driver=stats.driver,
                         tracking=tracking(cols, rows.rates),
-                        cohort_totals=cohort_totals(cols, rows.cohort_runs))
+                        cohort_totals=cohort_totals(cols, rows.cohort_runs),
+                        cells=cells(cols, rows.cohort_runs, applied))
         self._hist.record(target, snap, have_rates)
         return snap

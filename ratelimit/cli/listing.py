@@ -53,4 +53,8 @@ def render_table(data: dict, counters: bool) -> str:
     widths = [max(len(c), *(len(r[i]) for r in rows)) if rows else len(c) for i, c in enumerate(cols)]
     lines = [head, "  ".join(c.ljust(w) for c, w in zip(cols, widths))]
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
+    for name, sides in (data.get("cells") or {}).items() if counters else ():
+        for direction, c in sides.items():
+            lines.append(f"cell {name} {direction}: {format_rate(c['capacity_bps'])} shared by {c['users']} links; "
+                         f"{c['bytes']} bytes, {c['packets']} packets, {c['drops']} drops so far")
     return "\n".join(lines)

@@ -215,7 +215,35 @@ def statistics(interface: str, netns: str | None = None, notice=None, *, repair:
                      in zip(c.keys, c.rate_bps, c.cohorts, c.traces or (None,) * len(c.keys), *c.counters.values())]
     if data.get("driver"):
         _trace_now(data, interface, netns)
+    cells = cell_totals(data["links"], c.applied)
+    if cells:
+        data["cells"] = cells
     return data
+
+
+def cell_totals(links: list, applied: dict | None) -> dict:
+    """Per cell and direction it shares (docs/cells.md): its capacity, its users (links) and
+    the sums of their counters so far; {} for a plan without cells.
+
+    >>> applied = {"cohorts": [{"name": "a", "cell": {"name": "t", "down_bps": 8000, "up_bps": None}}]}
+    >>> links = [{"cohort": "a", "direction": "dest", "bytes": 5, "packets": 1, "drops": 0},
+    ...          {"cohort": "a", "direction": "source", "bytes": 9, "packets": 2, "drops": 0}]
+    >>> cell_totals(links, applied)
+    {'t': {'dest': {'capacity_bps': 8000, 'users': 1, 'bytes': 5, 'packets': 1, 'drops': 0}}}
+    """
+    joined = {c["name"]: c["cell"] for c in (applied or {}).get("cohorts", ()) if c.get("cell")}
+    out: dict = {}
+    for row in links:
+        cell = joined.get(row["cohort"])
+        capacity = cell and cell["down_bps" if row["direction"] == "dest" else "up_bps"]
+        if not capacity:
+            continue
+        sums = out.setdefault(cell["name"], {}).setdefault(row["direction"], {
+            "capacity_bps": capacity, "users": 0, "bytes": 0, "packets": 0, "drops": 0})
+        sums["users"] += 1
+        for key in ("bytes", "packets", "drops"):
+            sums[key] += row[key]
+    return out
 
 
 def listing(req: Request | None, staged: Request | None = None) -> dict:

@@ -339,6 +339,21 @@
       return el("tr", {"data-cohort": name}, ...cells.map((text) => el("td", {text: String(text)})));
     }));
   }
+  // one row per cell and direction it shares (``cells`` of the reading, docs/cells.md): its
+  // capacity, users, what it delivers and its busy users' rates (least, median, most, Jain's index)
+  function renderCells(t) {
+    const rows = Object.entries(t.cells || {}).flatMap(([name, sides]) =>
+      Object.entries(sides).map(([direction, c]) => [name, direction, c]));
+    $("cells").hidden = !rows.length;
+    $("cells").tBodies[0].replaceChildren(...rows.map(([name, direction, c]) => {
+      const b = c.busy_bps || {};
+      const cells = [name, direction === "dest" ? "down" : "up", bits(c.capacity_bps), count(c.users),
+                     count(c.busy_users), bits(c.delivered_bps), pct(c.utilisation), c.busy_bps ? bits(b.min) : "–",
+                     c.busy_bps ? bits(b.median) : "–", c.busy_bps ? bits(b.max) : "–",
+                     c.jain === null ? "–" : c.jain.toFixed(3)];
+      return el("tr", {"data-cell": name, "data-direction": direction}, ...cells.map((text) => el("td", {text: String(text)})));
+    }));
+  }
   // A traced plan's driver: a quiet line while it follows, the CLI's own notice (follow.report) when
   // it does not, marked the worst case when it left links shut (an outage in place).
   function renderDriver(t) {
@@ -371,6 +386,7 @@
   }
   function renderGlance(t) {
     renderCohorts(t);
+    renderCells(t);
     renderTracking(t);
     const dirs = Object.keys(t.distribution);
     const sel = $("glance-direction");
