@@ -11,6 +11,7 @@
     python -m bench faults [--quick]     refusals at every step, SIGKILL mid-apply
     python -m bench switch [--quick]     a download across a profile switch: in place vs rebuild
     python -m bench cohorts [--quick]    16 cohorts vs one (setup, per packet); whole hosts vs per port
+    python -m bench cells [--quick]      users in cells vs the same links without (setup, sharing, CPU)
     python -m bench shaped-load [--quick] [--queues Q ...]  K backlogged links through the router: 1 tx queue vs 2
     python -m bench trace [--quick]      100-10,000 links following a cellular trace; the driver vs tc per link
     python -m bench qdisc-hash [--quick] installs and class changes: the groups in a hash bucket of their own vs slot order
@@ -34,14 +35,14 @@ import traceback
 from . import common, results, sandbox
 
 PARTS = ("setup", "packet", "stats", "metrics", "fidelity", "dialup", "audience", "faults", "switch", "cohorts",
-         "shaped-load", "trace", "qdisc-hash")
+         "shaped-load", "trace", "qdisc-hash", "cells")
 SOLO = ("soak", "fleet")  # run on their own only, not part of ``all``: an hour; ansible-core and sshd
 
 
 _MODULES = {"setup": "setup_time", "packet": "packet", "stats": "stats_cost", "metrics": "metrics_cost",
             "fidelity": "fidelity", "dialup": "dialup", "audience": "audience", "faults": "faults", "switch": "switch",
             "cohorts": "cohorts", "shaped-load": "shaped_load", "trace": "trace", "qdisc-hash": "qdisc_hash",
-            "soak": "soak", "fleet": "fleet"}
+            "soak": "soak", "fleet": "fleet", "cells": "cells"}
 
 
 def _module(part: str):

@@ -22,6 +22,7 @@ from .common import REPO, fmt_time, ratio
 from .plots import plot_dialup, plot_fidelity, plot_packet, plot_setup, plot_stats
 from .results import RESULTS_DIR, load_results
 from .section_audience import section_audience
+from .section_cells import section_cells
 from .section_dialup import dialup_headline, section_dialup
 from .section_hash import section_qdisc_hash
 from .section_setup import packet_headline, section_packet, section_setup, setup_headline
@@ -145,7 +146,7 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
                   "python -m bench all          # every part (long; the VM parts boot one VM)",
                   "python -m bench all --quick  # small sizes, what CI runs",
                   "python -m bench setup|packet|stats|fidelity|dialup|audience|faults|switch|cohorts|shaped-load"
-                  "|trace|qdisc-hash [--quick] [--no-vm]", "```", "",
+                  "|trace|qdisc-hash|cells [--quick] [--no-vm]", "```", "",
                   "Commands of this report's runs: " + "; ".join(sorted({f"`{d.get('command')}`"
                                                                           for d in results.values()})) + ".", ""]
     if quick:
@@ -171,6 +172,7 @@ def render(results: dict, plot_dir: Path | None = None, link_prefix: str = "") -
     lines += section_shaped(results.get(("shaped-load", "host")))
     lines += section_trace(results.get(("trace", "host")))
     lines += section_qdisc_hash(results.get(("qdisc-hash", "host")))
+    lines += section_cells(results.get(("cells", "host")))
     if failed:
         lines += ["Plots not drawn (pip install matplotlib): " + "; ".join(failed), ""]
     return "\n".join(lines).rstrip() + "\n"

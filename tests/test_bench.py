@@ -695,6 +695,27 @@ def test_quick_audience_benchmark_holds_each_cohorts_model(tmp_path):
 
 
 @pytest.mark.netns
+@pytest.mark.alone  # 1,000 links held to their cells' shares by paced senders: the machine's CPUs are read
+@pytest.mark.whole_machine("1,000 links held to their cells' shares by a paced sender per CPU; it reads the CPUs' time")
+def test_quick_cells_benchmark_fills_each_cell_fairly_beside_the_same_links_without_cells(tmp_path):
+    rc = bench_main(["cells", "--quick", "--out", str(tmp_path)])
+    assert rc == 0
+    doc = json.loads((tmp_path / "cells-host-quick.json").read_text())
+    setup, load = doc["rows"]
+    assert (setup["what"], setup["links"], load["what"], load["users"], load["cells"]) == (
+        "setup", 16 * 256, "load", 1000, 10)
+    c, n = load["with_cells"], load["without"]
+    # each cell at its capacity and shared evenly; each user at the fair share within a frame
+    # or two of the window's (the step: 1,514 bytes over 8 s at 20 kbit/s, 7.6%)
+    assert c["utilisation"]["min"] >= 0.98 and c["utilisation"]["max"] <= 1.02, c["utilisation"]
+    assert c["jain"]["min"] >= 0.99 and c["share"]["p5"] >= 0.9, c
+    assert 0.9 <= n["share"]["p5"] and n["share"]["mean"] <= 1.02, n  # without cells: each link at its own cap
+    assert c["user_overlimits_per_packet"] < 0.1 <= n["user_overlimits_per_packet"]  # the cell throttles, not the users
+    text = report.render({("cells", "host"): doc})
+    assert "## 13. Cells" in text and "1,000 users, 10 cells" in text
+
+
+@pytest.mark.netns
 @pytest.mark.alone  # 2,000 links held to their rates by paced senders: the machine's CPUs are read
 @pytest.mark.whole_machine("2,000 links held to their rates by a paced sender per CPU; it reads the CPUs' time")
 def test_quick_shaped_load_benchmark_holds_every_backlogged_link_to_its_rate(tmp_path):
