@@ -482,7 +482,7 @@ def test_report_from_small_results(tmp_path):
 
 def test_report_renders_without_results():
     text = report.render({})
-    assert text.count("Not run.") == 12  # every section, the qdisc hash the 12th
+    assert text.count("Not run.") == 13  # every section, cells the 13th
 
 
 def _sections(text: str) -> dict[int, list[str]]:
@@ -510,7 +510,7 @@ def test_every_report_section_opens_with_what_it_measures_and_what_it_found(tmp_
     computed from the results with the numbers as the section's own tables show them."""
     _small_results(tmp_path)
     sections = _sections(report.render(results.load_results(tmp_path)))
-    assert sorted(sections) == list(range(1, 13))
+    assert sorted(sections) == list(range(1, 14))
     for number, lines in sections.items():
         assert lines[0].startswith("**What it measures:** "), (number, lines[0])
         assert lines[1].startswith("**What it found:** "), (number, lines[1])

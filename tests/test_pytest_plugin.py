@@ -222,3 +222,33 @@ def test_a_traced_link_in_the_fixture_times_a_download_against_its_schedule(tmp_
     r = run_pytest(tmp_path, "test_traced.py", "-s")
     assert "PASSED test_traced.py::test_traced" in r.stdout, r.stdout + r.stderr
     assert fixture_labs() == before
+
+
+@pytest.mark.netns
+@pytest.mark.alone_on_host  # the user's test times a download against the link model, within 5%
+def test_a_scenario_with_a_cell_in_the_marker(tmp_path):
+    """The marker's ``scenario=`` takes a scenario with a cell (docs/cells.md): the applied
+    summary names it, and a client alone in it downloads at its own link's model."""
+    (tmp_path / "tower.toml").write_text(textwrap.dedent("""
+        [cell.tower]
+        description = "a cell of 2 Mbit/s down for the two clients"
+        down = "2mbit"
+        [cohort.phones]
+        description = "two clients, each its own link of 1 Mbit/s"
+        hosts = "198.18.0.2-198.18.0.3"
+        rate = "1mbit"
+        cell = "tower"
+    """))
+    (tmp_path / "test_user.py").write_text(textwrap.dedent(f"""
+        import pytest
+
+        @pytest.mark.emulated_link(scenario={str(tmp_path / "tower.toml")!r}, clients=2, server="builtin")
+        def test_a_cell(emulated_link):
+            (cohort,) = emulated_link.applied["cohorts"]
+            assert cohort["cell"] == {{"name": "tower", "down_bps": 2_000_000, "up_bps": None}}
+            d = emulated_link.measure_download("/100000.bin")
+            assert 0.95 < d.seconds / d.model_seconds(emulated_link.model_of(1)) < 1.05, d
+    """))
+    r = run_pytest(tmp_path, "test_user.py")
+    assert "1 passed" in r.stdout, r.stdout + r.stderr
+
