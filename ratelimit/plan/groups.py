@@ -144,9 +144,11 @@ def link_rates_of(req: Request, lay: Layout, c: Cohort, params: LinkParams, trac
     # with a netem stage, netem serializes the link exactly; a second shaper at the same
     # rate would only add its timer's lateness, so the class may go up to the bandwidth
     over = req.bandwidth_bps if params.needs_netem() and not traced else 0
-    # in a cell, one frame more: a user that turns eligible just after its turn in the
-    # cell's round waits at most one round, and keeps what it was owed (docs/design.md, "Cells")
-    extra = req.mtu_bytes if c.cell is not None else 0
+    # in a cell (a direction it shares), one frame more: a user that turns eligible just after
+    # its turn in the cell's round waits at most one round, and keeps what it was owed
+    # (docs/design.md, "Cells")
+    shared = c.cell is not None and c.cell.side_bps("dest" if params is c.down else "source")
+    extra = req.mtu_bytes if shared else 0
     return LinkRates(share, over, req.burst_of(params, c), req.mtu_bytes, extra)
 
 

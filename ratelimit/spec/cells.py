@@ -1,7 +1,7 @@
 """Cells, pure: a capacity that the links of a cohort share beside each link's own cap
 (docs/cells.md).  Parsing a cell as a scenario or the command line gives it, and checking
 how cohorts join cells; the layout puts a cell's links in one group, whose class the cell
-is (``plan.compile``).
+is (``plan.groups``).
 
     >>> parse_cell("20mbit/5mbit", "--cell")
     Cell(name='main', down_bps=20000000, up_bps=5000000)
