@@ -32,10 +32,11 @@ from ratelimit.plan.compile import compile_plan
 from ratelimit.spec.model import Cell, Cohort, LinkParams, Request
 
 from . import blast, procfs
-from .common import DEV, BenchError, client_hosts, median, percentile, ratio, say, Steps, wait_until
+from .common import DEV, BenchError, client_hosts, median, percentile, ratio, say, Steps
 from .results import new_result, save
 from .sandbox import Netns
-from .shaped_load import FIRST_PORT, FRAME_BYTES, PACE, POOL_BPS, SINK, Path3, finish_senders, read, start_senders
+from .shaped_load import (FIRST_PORT, FRAME_BYTES, PACE, POOL_BPS, SINK, Path3, backlogged_window, finish_senders,
+                          start_senders)
 
 NAME = "cells"
 VM_WORK = False
@@ -130,13 +131,7 @@ def load_side(req_of, users: int, cfg: Config) -> dict:
         run_s = cfg.warm_s + cfg.window_s + 2
         senders = start_senders(path, sender, users, pps, run_s)
         try:
-            with Executor(path.router) as ex:
-                wait_until(lambda: all(read(ex, table)[1]["packets"][:users]), 120, f"{users:,} links' first packets",
-                           every_s=0.5)
-                time.sleep(cfg.warm_s)
-                c0, (t0, b0) = procfs.ticks(), read(ex, table)
-                time.sleep(cfg.window_s)
-                c1, (t1, b1) = procfs.ticks(), read(ex, table)
+            (c0, t0, b0), (c1, t1, b1) = backlogged_window(path, table, users, cfg.warm_s, cfg.window_s)
         finally:
             finish_senders(senders, run_s)
     window = t1 - t0

@@ -174,6 +174,20 @@ def finish_senders(senders: list, run_s: float) -> list:
     return outs
 
 
+def backlogged_window(path: Path3, table: FlowTable, k: int, warm_s: float, window_s: float) -> tuple:
+    """Once the senders are on (each of the ``k`` links has sent a packet: they are
+    processes, started when the machine gets to them) and after the warm-up (the links'
+    buckets drain at their rate), the machine's ticks and the links' counters at each end
+    of a window of ``window_s``: ((ticks, time, counters), (ticks, time, counters))."""
+    with Executor(path.router) as ex:
+        wait_until(lambda: all(read(ex, table)[1]["packets"][:k]), 120, f"{k:,} links' first packets", every_s=0.5)
+        time.sleep(warm_s)
+        c0, (t0, b0) = procfs.ticks(), read(ex, table)
+        time.sleep(window_s)  # the window
+        c1, (t1, b1) = procfs.ticks(), read(ex, table)
+    return (c0, t0, b0), (c1, t1, b1)
+
+
 def read(ex: Executor, table: FlowTable) -> tuple[float, dict]:
     """Every link's counters and when they were read: the middle of the dump, which takes
     a few tenths of a second at 40,000 links (a window timed from the dumps' starts would be
@@ -203,15 +217,7 @@ def measure_row(k: int, queues: int, cfg: Config, *, group_links: int | None = N
         run_s = cfg.warm_s + cfg.window_s + cfg.perf_s + 2
         senders = start_senders(path, sender_exe, k, pps, run_s)
         try:
-            with Executor(path.router) as ex:
-                # the senders on (every link has sent a packet: they are processes, started when the
-                # machine gets to them), then the warm-up: the links' buckets drain at their rate
-                wait_until(lambda: all(read(ex, table)[1]["packets"][:k]), 120, f"{k:,} links' first packets",
-                           every_s=0.5)
-                time.sleep(cfg.warm_s)
-                c0, (t_0, b0) = procfs.ticks(), read(ex, table)
-                time.sleep(cfg.window_s)  # the window
-                c1, (t_1, b1) = procfs.ticks(), read(ex, table)
+            (c0, t_0, b0), (c1, t_1, b1) = backlogged_window(path, table, k, cfg.warm_s, cfg.window_s)
             top = perf_top(cfg.perf_s)
         finally:
             outs = finish_senders(senders, run_s)

@@ -26,28 +26,38 @@ def jain(xs) -> float:
     return sum(xs) ** 2 / (len(xs) * sum(x * x for x in xs))
 
 
+def users_up(router: str, client: str) -> None:
+    """The client holds every address of ``USERS``, and the router has resolved each one: no
+    ARP through the links once the traffic starts."""
+    for a in USERS[1:]:
+        subprocess.run(["ip", "-n", client, "addr", "add", f"{a}/24", "dev", "c0"], check=True, capture_output=True)
+    for a in USERS:
+        subprocess.run(["ip", "netns", "exec", router, "ping", "-c", "1", "-W", "2", a], check=True,
+                       capture_output=True)
+
+
+def pace(router: str, address: str, offered_bps: float, seconds: float) -> subprocess.Popen:
+    """A paced sender in the router: ``offered_bps`` of datagrams to ``address`` for ``seconds``."""
+    sender = blast.compiled(PACE)
+    assert sender, "pace.c needs a C compiler (apt-get install gcc)"
+    return subprocess.Popen(["ip", "netns", "exec", router, sender, address, "9", "1", str(PAYLOAD_BYTES),
+                             f"{offered_bps / (FRAME_BYTES * 8):.1f}", f"{seconds:g}"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+
+
 def backlog(router: str, client: str, busy: list[str], offered_bps: float, cell: str, rate: str = "4mbit",
             scenario_text: str | None = None) -> dict:
     """Apply ten per-host links of ``rate`` in ``cell`` on r0 (or the scenario
     ``scenario_text``), keep ``busy`` backlogged at ``offered_bps`` each, and read each
     link's delivered rate (bit/s, its frames) over a window."""
-    sender = blast.compiled(PACE)
-    assert sender, "pace.c needs a C compiler (apt-get install gcc)"
-    for a in USERS[1:]:
-        subprocess.run(["ip", "-n", client, "addr", "add", f"{a}/24", "dev", "c0"], check=True, capture_output=True)
-    for a in USERS:  # every neighbour resolved before the window: no ARP through the links meanwhile
-        subprocess.run(["ip", "netns", "exec", router, "ping", "-c", "1", "-W", "2", a], check=True,
-                       capture_output=True)
+    users_up(router, client)
     if scenario_text is None:
         service.apply(service.make_request("r0", netns=router, hosts=",".join(USERS), per="host", rate=rate,
                                            mode="shape", direction="dest", cell=cell))
     else:
         service.apply(service.make_request("r0", netns=router, scenario=scenario.parse(scenario_text),
                                            direction="dest"))
-    pps = offered_bps / (FRAME_BYTES * 8)
-    senders = [subprocess.Popen(["ip", "netns", "exec", router, sender, a, "9", "1", str(PAYLOAD_BYTES),
-                                 f"{pps:.1f}", f"{WARM_S + WINDOW_S + 1:g}"], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True) for a in busy]
+    senders = [pace(router, a, offered_bps, WARM_S + WINDOW_S + 1) for a in busy]
     try:
         time.sleep(WARM_S)
         t0, before = time.monotonic(), _bytes(router)
@@ -186,20 +196,10 @@ def test_when_a_busy_user_arrives_the_others_shares_fall_to_the_new_fair_share_w
     starts: read in windows of 100 ms, the nine are at the new share, 2 Mbit/s (within 5%
     over each window from then on), less than 1 s after it started."""
     router, client = router_pair
-    sender = blast.compiled(PACE)
-    for a in USERS[1:]:
-        subprocess.run(["ip", "-n", client, "addr", "add", f"{a}/24", "dev", "c0"], check=True, capture_output=True)
-    for a in USERS:
-        subprocess.run(["ip", "netns", "exec", router, "ping", "-c", "1", "-W", "2", a], check=True,
-                       capture_output=True)
+    users_up(router, client)
     service.apply(service.make_request("r0", netns=router, hosts=",".join(USERS), per="host", rate="4mbit",
                                        mode="shape", direction="dest", cell="20mbit"))
-    pps = 6e6 / (FRAME_BYTES * 8)
-
-    def pace(a, seconds):
-        return subprocess.Popen(["ip", "netns", "exec", router, sender, a, "9", "1", str(PAYLOAD_BYTES),
-                                 f"{pps:.1f}", f"{seconds:g}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    senders = [pace(a, 6) for a in USERS[:9]]
+    senders = [pace(router, a, 6e6, 6) for a in USERS[:9]]
     samples = []
     try:
         time.sleep(1.5)
@@ -208,7 +208,7 @@ def test_when_a_busy_user_arrives_the_others_shares_fall_to_the_new_fair_share_w
             samples.append((time.monotonic(), _bytes(router)))
             if len(samples) == 10:
                 arrived = time.monotonic()
-                senders.append(pace(USERS[9], 4))
+                senders.append(pace(router, USERS[9], 6e6, 4))
             time.sleep(0.1)
     finally:
         for p in senders:
@@ -224,7 +224,7 @@ def test_when_a_busy_user_arrives_the_others_shares_fall_to_the_new_fair_share_w
 
 
 @pytest.mark.alone_on_host  # paced senders on the machine's CPUs; rates read from the kernel's counters
-def test_a_full_cell_read_out_by_the_api_the_dashboard_source_metrics_and_stats(router_pair, monkeypatch):
+def test_a_full_cell_read_out_by_the_api_the_dashboard_source_metrics_and_stats(router_pair):
     """The cell applied through the web API; while its ten users are backlogged the
     dashboard's source says the cell is full (delivered within 2% of 20 Mbit/s, ten busy
     users, Jain's index at least 0.99), /metrics has its capacity and what it delivers, and
@@ -237,19 +237,13 @@ def test_a_full_cell_read_out_by_the_api_the_dashboard_source_metrics_and_stats(
     src = StatsSource([(router, "r0")])
     app = create_app({"STATS_SOURCE": src, "TOKEN": token})
     api = app.test_client()
-    for a in USERS[1:]:
-        subprocess.run(["ip", "-n", client, "addr", "add", f"{a}/24", "dev", "c0"], check=True, capture_output=True)
+    users_up(router, client)
     body = {"interface": "r0", "netns": router, "hosts": ",".join(USERS), "per": "host", "rate": "4mbit",
             "mode": "shape", "direction": "dest", "cell": "20mbit"}
     resp = api.post("/api/apply", data=json_.dumps(body), headers={"X-Ratelimit-Token": token},
                     content_type="application/json")
     assert resp.status_code == 200, resp.get_json()
-    for a in USERS:
-        subprocess.run(["ip", "netns", "exec", router, "ping", "-c", "1", "-W", "2", a], check=True,
-                       capture_output=True)
-    sender, pps = blast.compiled(PACE), 6e6 / (FRAME_BYTES * 8)
-    senders = [subprocess.Popen(["ip", "netns", "exec", router, sender, a, "9", "1", str(PAYLOAD_BYTES),
-                                 f"{pps:.1f}", "5"], stdout=subprocess.PIPE, stderr=subprocess.PIPE) for a in USERS]
+    senders = [pace(router, a, 6e6, 5) for a in USERS]
     try:
         time.sleep(1.5)
         src.poll_once()

@@ -38,6 +38,8 @@ from bisect import bisect_left
 from itertools import compress, repeat
 from operator import add, and_, ge, lt, mul, or_, sub
 
+from ratelimit.spec.summary import shared_cells
+
 COUNTERS = ("bytes", "packets", "drops", "overlimits")
 GAUGES = ("backlog_bytes", "backlog_pkts")
 RATES = ("throughput_bps", "drops_per_s", "rate_share", "queue_delay_ms")
@@ -265,13 +267,12 @@ def cells(cols: dict, runs: tuple, applied: dict | None) -> dict:
     >>> cells(cols, (("a", "", "dest", 0, 3),), applied)["t"]["dest"]["utilisation"]
     0.5
     """
-    joined = {c["name"]: c["cell"] for c in (applied or {}).get("cohorts", ()) if c.get("cell")}
+    shared = shared_cells(applied)
     rows: dict = {}
     for cohort, _, direction, lo, hi in runs:
-        cell = joined.get(cohort)
-        capacity = cell and cell["down_bps" if direction == "dest" else "up_bps"]
-        if capacity:
-            rows.setdefault((cell["name"], direction, capacity), []).append((lo, hi))
+        cell = shared.get((cohort, direction))
+        if cell is not None:
+            rows.setdefault((cell[0], direction, cell[1]), []).append((lo, hi))
     out: dict = {}
     for (name, direction, capacity), spans in rows.items():
         rates = [r for lo, hi in spans for r in cols["throughput_bps"][lo:hi]]

@@ -223,7 +223,7 @@ CELL_METRICS = (
     ("ratelimit_cell_capacity_bps", "capacity_bps", "A cell's capacity in one direction (bit/s, its links' frames)."),
     ("ratelimit_cell_delivered_bps", "delivered_bps", "What a cell's links delivered in one direction (bit/s, last poll)."),
     ("ratelimit_cell_users", "users", "Links in a cell, one direction."),
-    ("ratelimit_cell_busy_users", "busy_users", "Links in a cell that moved packets in the last seconds."),
+    ("ratelimit_cell_busy_users", "busy_users", "Links in a cell that delivered over the last poll or hold a backlog."),
 )
 
 

@@ -21,7 +21,7 @@ from ..kernel.counters import FlowTable
 from ..plan.compile import compiled, link_flows
 from ..spec.model import Request
 from ..spec.names import check_target
-from ..spec.summary import summary
+from ..spec.summary import shared_cells, summary
 from ..state import records, recovery
 from ..state.installed import check_interface, executor, find_installed
 
@@ -231,14 +231,14 @@ def cell_totals(links: list, applied: dict | None) -> dict:
     >>> cell_totals(links, applied)
     {'t': {'dest': {'capacity_bps': 8000, 'users': 1, 'bytes': 5, 'packets': 1, 'drops': 0}}}
     """
-    joined = {c["name"]: c["cell"] for c in (applied or {}).get("cohorts", ()) if c.get("cell")}
+    shared = shared_cells(applied)
     out: dict = {}
-    for row in links:
-        cell = joined.get(row["cohort"])
-        capacity = cell and cell["down_bps" if row["direction"] == "dest" else "up_bps"]
-        if not capacity:
+    for row in links if shared else ():  # a plan without cells: no pass over its links
+        cell = shared.get((row["cohort"], row["direction"]))
+        if cell is None:
             continue
-        sums = out.setdefault(cell["name"], {}).setdefault(row["direction"], {
+        name, capacity = cell
+        sums = out.setdefault(name, {}).setdefault(row["direction"], {
             "capacity_bps": capacity, "users": 0, "bytes": 0, "packets": 0, "drops": 0})
         sums["users"] += 1
         for key in ("bytes", "packets", "drops"):

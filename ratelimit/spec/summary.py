@@ -112,6 +112,22 @@ def _single(applied: dict) -> str:
             f"ports {applied['ports']}{_servers(applied)}: {applied['links']} links{_cell(applied)}")
 
 
+def shared_cells(applied: dict | None) -> dict:
+    """From a ``summary``: (cell name, capacity) by (cohort, direction), for each direction
+    a cohort's cell shares (the read-outs sum a cell's links by it).
+
+    >>> shared_cells({"cohorts": [{"name": "a", "cell": {"name": "t", "down_bps": 8000, "up_bps": None}}]})
+    {('a', 'dest'): ('t', 8000)}
+    """
+    out = {}
+    for c in (applied or {}).get("cohorts", ()):
+        cell = c.get("cell")
+        for direction, key in (("dest", "down_bps"), ("source", "up_bps")):
+            if cell and cell[key]:
+                out[c["name"], direction] = (cell["name"], cell[key])
+    return out
+
+
 def _cell(cohort: dict) -> str:
     """Where a cohort's links share a cell: its name and capacities."""
     cell = cohort.get("cell")
