@@ -266,3 +266,93 @@ def test_a_full_cell_read_out_by_the_api_the_dashboard_source_metrics_and_stats(
     stats = readout.statistics("r0", router)
     sums = stats["cells"]["main"]["dest"]
     assert sums["users"] == 10 and sums["bytes"] == sum(r["bytes"] for r in stats["links"] if r["direction"] == "dest")
+
+
+WAVE = """
+[cell.tower]
+description = "a tower whose capacity follows a square wave, and goes dark"
+schedule = "{schedule}"
+[cohort.phones]
+description = "phones of 4 Mbit/s"
+hosts = "198.18.1.2-198.18.1.11"
+rate = "4mbit"
+cell = "tower"
+"""
+WAVE_S = (12e6, 6e6, 12e6, 0.0)  # cell-wave.toml's seconds
+
+
+def wave_bits(t0: float, t1: float) -> float:
+    """What cell-wave.toml's capacity carries between the plan's times ``t0`` and ``t1`` (s)."""
+    bits, t = 0.0, t0
+    while t < t1:
+        edge = min(t1, int(t) + 1.0)
+        bits += WAVE_S[int(t) % len(WAVE_S)] * (edge - t)
+        t = edge
+    return bits
+
+
+@pytest.mark.alone_on_host  # paced senders on the machine's CPUs; rates read from the kernel's counters
+def test_a_traced_cell_delivers_its_schedule_each_second_and_its_users_share_each_window(router_pair, tmp_path,
+                                                                                       monkeypatch):
+    """Ten backlogged users of 4 Mbit/s under a cell whose capacity follows a square wave
+    (12 and 6 Mbit/s) and goes dark for a second in four: read each second of the schedule
+    from the kernel's counters, the cell delivers the schedule's bits within 2% (or one frame),
+    in all within 1%, nothing while dark, and its users share each second fairly (Jain's
+    index at least 0.99)."""
+    from pathlib import Path
+    from ratelimit.driver import follow
+    from ratelimit.kernel.counters import FlowTable
+    from ratelimit.kernel.readback import Reader
+    from ratelimit.plan.compile import link_flows
+    from ratelimit.state import records
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    router, client = router_pair
+    users_up(router, client)
+    schedule = Path(__file__).resolve().parent / "cases" / "traces" / "cell-wave.toml"
+    try:
+        plan = service.apply(service.make_request("r0", netns=router, direction="dest",
+                                                  scenario=scenario.parse(WAVE.format(schedule=schedule))))
+        start_s = records.load(router, "r0").request.traced_start_ms / 1000
+        first, seconds = int(time.time() - start_s) + 2, 12  # whole seconds of the schedule, after a warm-up
+        senders = [pace(router, a, 6e6, first + seconds + 2 - (time.time() - start_s)) for a in USERS]
+        readings = []
+        # the users' classes read in one netlink dump (well under a millisecond), timed to its middle
+        table = FlowTable.of_classes((f.dev, f.classid) for f in link_flows(plan.request))
+        hosts = [str(f.host) for f in link_flows(plan.request)]
+        try:
+            with Reader(router) as reader:
+                for n in range(first, first + seconds + 1):
+                    time.sleep(max(0.0, start_s + n - time.time()))
+                    t0 = time.time()
+                    counts = reader.counters(table)["bytes"]
+                    readings.append(((t0 + time.time()) / 2 - start_s, dict(zip(hosts, counts))))
+        finally:
+            for p in senders:
+                p.communicate(timeout=30)
+        status = follow.read_status(router, "r0")
+    finally:
+        follow.stop(router, "r0")
+    stats = readout.statistics("r0", router)  # --stats: the cell's capacity in the step of the clock now
+    sums = stats["cells"]["tower"]["dest"]
+    assert sums["capacity_bps"] == 7_500_000 and sums["users"] == 10  # its mean, and its users
+    assert sums["trace_bps"] == WAVE_S[int(stats["time"] - start_s) % len(WAVE_S)], sums
+    from ratelimit.cli.listing import render_table
+    assert "cell tower dest: 7500kbit (its trace's mean; now " in render_table(stats, counters=True)
+    assert status["state"] == "following" and status["cells"] == 1, status
+    rows, got_all, want_all = [], 0.0, 0.0
+    for (t0, b0), (t1, b1) in zip(readings, readings[1:]):
+        got = {h: (b1[h] - b0[h]) * 8 for h in USERS}
+        want = wave_bits(t0, t1)
+        total = sum(got.values())
+        got_all, want_all = got_all + total, want_all + want
+        rows.append((round(t0, 3), round(want / 1e6, 3), round(total / 1e6, 3),
+                     round(jain(list(got.values())), 4) if total else None))
+    print("(plan time s, model Mbit, delivered Mbit, Jain):", rows)
+    frame = FRAME_BYTES * 8 / 1e6
+    for t0, want, total, fair in rows:
+        if WAVE_S[round(t0) % len(WAVE_S)]:
+            assert abs(total - want) <= max(0.02 * want, frame), rows
+            assert fair >= 0.99, rows
+        else:  # dark: what its edges' milliseconds carry, the frame its gate lets out as it shuts, and one more
+            assert abs(total - want) <= 2 * frame, rows  # (a frame read on the window's other side)
+    assert abs(got_all / want_all - 1) <= 0.01, rows

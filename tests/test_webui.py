@@ -687,6 +687,9 @@ def test_read_only_refuses_changes(reader, control):
     ({"scenario": '[cohort.a]\ndescription = "phones"\nhosts = "198.18.0.2"\nprofile = "3g"\ntrace_down = "/etc/passwd"\n',
       "hosts": None,
       "ports": None}, 400, "scenario: [cohort.a] trace_down: '/etc/passwd' is not a shipped trace"),
+    ({"scenario": '[cell.t]\ndescription = "a tower"\ntrace_down = "/etc/passwd"\n[cohort.a]\ndescription = "phones"'
+                  '\nhosts = "198.18.0.2"\nprofile = "3g"\ncell = "t"\n', "hosts": None, "ports": None},
+     400, "scenario: [cell.t] trace_down: '/etc/passwd' is not a shipped trace"),
     ({"trace_scale": "0.5"}, 400, "--trace-scale: there is no trace or schedule for it to apply to"),
 ])
 def test_apply_bad_input(client, control, change, status, fragment):
@@ -704,6 +707,15 @@ def test_apply(client, control, src, reader):
     assert data["applied"]["down"]["rate_bps"] == 1_000_000
     ((what, req, force),) = control.calls
     assert what == "apply" and force is True and req.mode == "shape" and req.only.ports == ((5000, 5003),)
+
+
+def test_apply_takes_a_scenario_whose_cell_follows_a_shipped_trace(client, control):
+    text = ('[cell.t]\ndescription = "a tower"\ntrace_down = "lte-drive.down"\n[cohort.a]\ndescription = "phones"\n'
+            'hosts = "198.18.0.2-198.18.0.5"\nprofile = "3g"\ncell = "t"\n')
+    resp = post(client, "/api/apply", dict(APPLY, scenario=text, hosts=None, ports=None))
+    assert resp.status_code == 200, resp.get_json()
+    ((_, req, _),) = control.calls
+    assert req.cohorts[0].cell.trace.down.name == "lte-drive.down" and req.cohorts[0].cell.trace.up is None
 
 
 def test_apply_takes_every_option_the_command_line_does(client, control):

@@ -187,12 +187,15 @@ def _change(fields) -> tuple:
 
 
 def _shipped_traces(ask):
-    """A scenario's cohort whose traces and schedule are shipped ones, named (``traced.shipped``)."""
-    if ask.trace is None:
-        return ask
-    values = tuple((k, traced.shipped(k, v, ask.trace.field(k)) if k in traced.SHIPPED_DIRS else v)
-                   for k, v in ask.trace.values)
-    return dataclasses.replace(ask, trace=dataclasses.replace(ask.trace, values=values))
+    """A scenario's cohort whose traces and schedule, and its cell's, are shipped ones, named
+    (``traced.shipped``)."""
+    def shipped(trace):
+        if trace is None:
+            return None
+        values = tuple((k, traced.shipped(k, v, trace.field(k)) if k in traced.SHIPPED_DIRS else v)
+                       for k, v in trace.values)
+        return dataclasses.replace(trace, values=values)
+    return dataclasses.replace(ask, trace=shipped(ask.trace), cell_trace=shipped(ask.cell_trace))
 
 
 @bp.post("/apply")

@@ -254,12 +254,13 @@ def cohort_totals(cols: dict, runs: tuple) -> dict:
     return out
 
 
-def cells(cols: dict, runs: tuple, applied: dict | None) -> dict:
-    """Per cell of the applied plan (docs/cells.md) and direction it shares: its capacity,
-    its users (links) and busy users (links that delivered over the last poll or hold a
-    backlog), what it delivered (bit/s over the last poll) as a share of its capacity, and
-    its busy users' rates: least (0: a user starved), median and most, and Jain's index of
-    them (1: all equal).
+def cells(cols: dict, runs: tuple, applied: dict | None, traced: dict | None = None) -> dict:
+    """Per cell of the applied plan (docs/cells.md) and direction it shares: its capacity
+    (a traced cell's over the last poll, ``traced`` by (cell, direction):
+    ``TraceRates.cells_bps``), its users (links) and busy users (links that delivered over
+    the last poll or hold a backlog), what it delivered (bit/s over the last poll) as a
+    share of its capacity, and its busy users' rates: least (0: a user starved), median
+    and most, and Jain's index of them (1: all equal).
 
     >>> from array import array
     >>> cols = {"throughput_bps": array("d", [2e6, 2e6, 0.0]), "backlog_bytes": array("q", [0, 0, 0])}
@@ -275,13 +276,14 @@ def cells(cols: dict, runs: tuple, applied: dict | None) -> dict:
             rows.setdefault((cell[0], direction, cell[1]), []).append((lo, hi))
     out: dict = {}
     for (name, direction, capacity), spans in rows.items():
+        capacity = (traced or {}).get((name, direction), capacity)
         rates = [r for lo, hi in spans for r in cols["throughput_bps"][lo:hi]]
         queued = [q for lo, hi in spans for q in cols["backlog_bytes"][lo:hi]]
         busy = sorted(r for r, q in zip(rates, queued) if r > 0 or q > 0)
         delivered = sum(rates)
         out.setdefault(name, {})[direction] = {
             "capacity_bps": capacity, "users": len(rates), "busy_users": len(busy),
-            "delivered_bps": round(delivered, 3), "utilisation": round(delivered / capacity, 4),
+            "delivered_bps": round(delivered, 3), "utilisation": round(delivered / capacity, 4) if capacity else None,
             "busy_bps": {"min": busy[0], "median": busy[len(busy) // 2], "max": busy[-1]} if busy else None,
             "jain": round(sum(busy) ** 2 / (len(busy) * sum(b * b for b in busy)), 4) if busy and busy[-1] else None}
     return out

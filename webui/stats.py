@@ -204,6 +204,7 @@ class StatsSource:
                         cohorts=by_cohort(cols, rows.rates, rows.cohorts), driver=stats.driver,
                         tracking=tracking(cols, rows.rates),
                         cohort_totals=cohort_totals(cols, rows.cohort_runs),
-                        cells=cells(cols, rows.cohort_runs, applied))
+                        cells=cells(cols, rows.cohort_runs, applied,
+                                    rates.cells_bps(now - dt, now) if rates is not None and have_rates else None))
         self._hist.record(target, snap, have_rates)
         return snap

@@ -33,9 +33,14 @@ def print_plan(req, con, *, stage: bool = False, target=None) -> int:
 
 
 def traced_lines(req) -> list[str]:
-    """What a traced plan's links follow, for --dry-run: per traced cohort its traces and
-    phases, and that a driver sets the classes and gates the script builds."""
+    """What a traced plan's links and cells follow, for --dry-run: per traced cohort its
+    traces and phases, per traced cell its traces, and that a driver sets the classes and
+    gates the script builds."""
     lines = []
+    cells = {c.cell.name: c.cell for c in req.cohorts if c.cell is not None and c.cell.trace is not None}
+    for name, cell in cells.items():
+        lines.append(f"cell {name}: {cell.trace.text()}; a driver ('ratelimit follow') changes the cell's class "
+                     "every step, and shuts and opens its tbf gate, from the apply on")
     for c in req.cohorts:
         if c.trace is not None:
             stages = any(s is not None and s.netem for s in (c.trace.down, c.trace.up))

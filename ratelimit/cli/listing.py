@@ -34,7 +34,9 @@ def render_table(data: dict, counters: bool) -> str:
     driver = data.get("driver")
     if driver:
         head += "\n" + (f"trace driver: following (pid {driver['pid']}, a step every {driver['step_ms']} ms, at step "
-                        f"{driver['step']}; {driver['shut']} of {driver['links']} traced links shut)"
+                        f"{driver['step']}; {driver['shut']} of {driver['links']} traced links shut"
+                        + (f", {driver['cells_shut']} of {driver['cells']} traced cells" if driver.get("cells") else "")
+                        + ")"
                         if driver["running"] else f"trace driver: NOT RUNNING: {driver['notice']}")
     cols = ["direction", "host", "port", "rate"]
     if counters:
@@ -55,6 +57,8 @@ def render_table(data: dict, counters: bool) -> str:
     lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths)) for r in rows]
     for name, sides in (data.get("cells") or {}).items() if counters else ():
         for direction, c in sides.items():
-            lines.append(f"cell {name} {direction}: {format_rate(c['capacity_bps'])} shared by {c['users']} links; "
+            bps = c.get("trace_bps")
+            now = "" if bps is None else f" (its trace's mean; now {format_rate(bps) if bps else 'shut'})"
+            lines.append(f"cell {name} {direction}: {format_rate(c['capacity_bps'])}{now} shared by {c['users']} links; "
                          f"{c['bytes']} bytes, {c['packets']} packets, {c['drops']} drops so far")
     return "\n".join(lines)

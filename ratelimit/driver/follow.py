@@ -42,7 +42,7 @@ def lock_path(netns, interface) -> Path:
 
 
 def traced(req) -> bool:
-    return req is not None and req.mode == "shape" and any(c.trace is not None for c in req.cohorts)
+    return req is not None and req.mode == "shape" and bool(req.trace_specs())
 
 
 def alive(netns: str | None, interface: str) -> bool:
@@ -152,10 +152,11 @@ def report(req, netns: str | None, interface: str, now_ms: int | None = None) ->
     started = req.traced_start_ms
     out = {"running": running, "pid": status.get("pid") if running else None, "step_ms": status.get("step_ms"),
            "step": status.get("step"), "step_at_ms": status.get("step_at_ms"), "shut": status.get("shut", 0),
-           "links": status.get("links"), "state": status.get("state") if running else "stopped",
+           "links": status.get("links"), "cells": status.get("cells", 0), "cells_shut": status.get("cells_shut", 0),
+           "state": status.get("state") if running else "stopped",
            "why": status.get("why"), "started_ms": started, "command": " ".join(command(netns, interface))}
     if status.get("started_ms") != started:  # its last word is of another plan's traces
-        out.update(step=None, step_at_ms=None, shut=0, links=None)
+        out.update(step=None, step_at_ms=None, shut=0, links=None, cells=0, cells_shut=0)
     if running:
         out["notice"] = None
         return out

@@ -22,6 +22,7 @@ import os
 import signal
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from ..errors import ConflictError, RatelimitError, StateError
 from ..kernel.counters import FlowTable
@@ -36,6 +37,7 @@ from ..state import records
 from ..state.signals import guard
 from ..traces.capacity import TraceCapacity
 from .follow import DEFAULT_STEP_MS, MAX_STEP_MS, MIN_STEP_MS, VERSION, lock_path, read_status, status_path, traced
+from .cells import CellSteps, traced_cells
 from .steps import Stepper, traced_links
 
 FAILURES = 3  # steps refused in a row before the driver gives up
@@ -114,6 +116,18 @@ def _timed(apply, ops, kick) -> float:
     return done
 
 
+@dataclass
+class _Step:
+    """One step's changes: the traced cells' operations, and the links' (``Stepper.changes``
+    or ``VectorStepper.changes``)."""
+
+    cells: tuple
+    links: object
+
+    def __len__(self) -> int:
+        return len(self.cells) + len(self.links)
+
+
 class _Loop:
     def __init__(self, netns, interface, step_ms, write, g, reference=False):
         self.netns, self.interface, self.step_ms, self.write, self.guard = netns, interface, step_ms, write, g
@@ -121,6 +135,7 @@ class _Loop:
         self.templates = None  # each link's messages, packed for the plan (``rounds.Templates``; None: not yet)
         self.record_id = None
         self.stepper = self.started = None
+        self.cells = None  # the traced cells' steps (``cells.CellSteps``)
         self.loaded: dict = {}  # (path, sha256) -> the trace or schedule
         self.lead_ms = 0.0
         self.queues = 1  # the plan's tx queues: a kick goes to each
@@ -149,8 +164,8 @@ class _Loop:
                     if self.record_id[1] or ops is None:  # a new plan, or a step to catch up on
                         resend = resend or self.record_id[1]
                         k = self._now_step()
-                        ops = self.stepper.changes(k, resend)
-                        counts, kicks = self._counts(), self.stepper.reopened
+                        ops = self._changes(k, resend)
+                        counts, kicks = self._counts(), self._reopened()
                     self.guard.hold()  # a step goes out whole
                     landing = self.stepper.take_sent()
                     begun_ms, sent_at = time.time() * 1000, time.monotonic()
@@ -159,14 +174,15 @@ class _Loop:
                     # the next step is made while this one goes out: the kernel's work on the
                     # messages is done in the sending thread's system calls, on the other CPU
                     next_k = max(k + 1, self._now_step())  # a step missed is not sent late: the next is
-                    next_ops = self.stepper.changes(next_k)
+                    next_ops = self._changes(next_k)
                     next_counts = self._counts()  # the links' state once it is sent; this round's is ``counts``
-                    next_kicks = self.stepper.reopened
+                    next_kicks = self._reopened()
                     try:
                         done_at = round_.result()
                     except StepFailed as e:
                         failures, ops = failures + 1, None
                         self.stepper.forget()
+                        self.cells.forget()
                         self.record_id = None  # read it again: the plan may have changed under us
                         if failures >= FAILURES:
                             raise StateError(f"{FAILURES} steps in a row failed, the last: {e}") from None
@@ -193,7 +209,7 @@ class _Loop:
                 self.guard.arm()
                 missed += next_k - k - 1
                 k, ops, counts, kicks = next_k, next_ops, next_counts, next_kicks
-                wake_ms = self.started + k * self.step_ms - (0.0 if self.stepper.reopens else self.lead_ms)
+                wake_ms = self.started + k * self.step_ms - (0.0 if kicks else self.lead_ms)
                 time.sleep(max(0.0, (wake_ms - time.time() * 1000) / 1000))
 
     def _stepper(self, links):
@@ -205,11 +221,22 @@ class _Loop:
         from .vector import VectorStepper  # numpy: only a driver of traces, or of many links, pays for its import
         return VectorStepper(links, self.step_ms)
 
-    def _send(self, ex, ops) -> None:
-        """Carry out a step's changes: operations (the reference ``Stepper``'s), or a round in
-        the plan's templates (packed at the first round after a new plan)."""
+    def _changes(self, k: int, resend: bool = False) -> "_Step":
+        return _Step(self.cells.changes(k, resend), self.stepper.changes(k, resend))
+
+    def _reopened(self) -> frozenset:
+        """The devices to kick once the last ``_changes`` landed (a link's or a cell's gate opens)."""
+        return self.stepper.reopened | self.cells.reopened
+
+    def _send(self, ex, step: "_Step") -> None:
+        """Carry out a step's changes: the cells', then the links' -- operations (the
+        reference ``Stepper``'s), or a round in the plan's templates (packed at the first
+        round after a new plan)."""
+        if step.cells:
+            ex.apply(step.cells)
+        ops = step.links
         if type(ops) is tuple:
-            return ex.apply(ops)
+            return ex.apply(ops) if ops else None
         from ..kernel import rounds  # numpy, as VectorStepper
         if self.templates is None:
             self.templates = rounds.Templates([link.klass for link in self.stepper.links],
@@ -217,7 +244,8 @@ class _Loop:
         rounds.apply_round(ex, ops, self.templates)
 
     def _counts(self) -> dict:
-        return {"shut": self.stepper.shut_count(), "held": self.stepper.held_count()}
+        return {"shut": self.stepper.shut_count(), "held": self.stepper.held_count(),
+                "cells": len(self.cells.cells), "cells_shut": self.cells.shut_count()}
 
     def _learn(self, reader) -> None:
         """Read the traced links' class counters and learn their packets from them."""
@@ -256,14 +284,15 @@ class _Loop:
         if not traced(req):
             return "the plan has no traces any more"
         plan = compiled(req)
-        sources = {(s.path, s.sha256): s for c in req.cohorts if c.trace is not None
-                   for s in (c.trace.down, c.trace.up) if s is not None}
+        sources = {(s.path, s.sha256): s for spec in req.trace_specs()
+                   for s in (spec.down, spec.up) if s is not None}
         self.loaded = {key: self.loaded.get(key) or load_source(src) for key, src in sources.items()}
         self.stepper = None
         gc.unfreeze()
         gc.collect()  # what the last plan left in cycles
-        links = traced_links(plan, {path: v for (path, _), v in self.loaded.items()})
-        self.stepper = self._stepper(links)
+        loaded = {path: v for (path, _), v in self.loaded.items()}
+        self.stepper = self._stepper(traced_links(plan, loaded))
+        self.cells = CellSteps(traced_cells(plan, loaded), self.step_ms)
         self.write.base["stepper"] = "reference" if type(self.stepper) is Stepper else "arrays"
         self.templates = None
         self.table = FlowTable.of_classes((link.klass.dev, link.klass.classid) for link in self.stepper.links)

@@ -121,14 +121,8 @@ class Traced:
         return rates
 
     def window_bps(self, t0_ms: float, t1_ms: float) -> int:
-        """The class rate for the plan's window (0: no capacity, the gate shuts).  The
-        capacity's units before its end are kept for the next window's start."""
-        t0_ms, t1_ms = t0_ms - self.offset_ms, t1_ms - self.offset_ms
-        cap, (edge_ms, units) = self.capacity, self.edge
-        u0 = units if edge_ms == t0_ms else cap.units_before(t0_ms)
-        u1 = cap.units_before(t1_ms)
-        self.edge = (t1_ms, u1)
-        return self.to_class(cap.bytes_of(u1 - u0) * 8000 / (t1_ms - t0_ms))
+        """``window_bps`` of this link."""
+        return window_bps(self, t0_ms, t1_ms)
 
     @property
     def staged(self) -> bool:
@@ -152,6 +146,18 @@ class Traced:
     def klass_at(self, rate_bps: int) -> HtbClass:
         guaranteed, ceil, burst = self.rates(rate_bps)
         return self.klass.with_rates(guaranteed, ceil, burst)
+
+
+def window_bps(follower, t0_ms: float, t1_ms: float) -> int:
+    """The class rate for the plan's window of a ``follower`` (a traced link or cell: its
+    ``capacity``, ``offset_ms``, ``to_class`` and ``edge``); 0: no capacity, the gate shuts.
+    The capacity's units before the window's end are kept in ``edge`` for the next one."""
+    t0_ms, t1_ms = t0_ms - follower.offset_ms, t1_ms - follower.offset_ms
+    cap, (edge_ms, units) = follower.capacity, follower.edge
+    u0 = units if edge_ms == t0_ms else cap.units_before(t0_ms)
+    u1 = cap.units_before(t1_ms)
+    follower.edge = (t1_ms, u1)
+    return follower.to_class(cap.bytes_of(u1 - u0) * 8000 / (t1_ms - t0_ms))
 
 
 def _span_bps(rates, packet: float, step_ms: int) -> int:

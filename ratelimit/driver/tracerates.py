@@ -1,4 +1,4 @@
-"""Each traced link's capacity over a window of the clock, read-only: what the dashboard and
+"""Each traced link's (and cell's) capacity over a window of the clock, read-only: what the dashboard and
 ``/metrics`` draw beside the rate a link delivered over the same window.
 
 The capacity is the class rate the trace gives the window on average (``steps.Traced.window_bps``,
@@ -14,6 +14,7 @@ from array import array
 
 from ..plan.compile import compiled
 from ..profiles.traced import load_all
+from .cells import capacity_bps, traced_cells
 from .steps import traced_links
 
 NAN = float("nan")
@@ -27,8 +28,10 @@ class TraceRates:
     def __init__(self, req, keys):
         loaded = load_all(req)
         self.started_ms = req.traced_start_ms
+        plan = compiled(req)
         by_key = {(link.direction, None if link.host is None else str(link.host), link.port): link
-                  for link in traced_links(compiled(req), loaded)}
+                  for link in traced_links(plan, loaded)}
+        self.cells = traced_cells(plan, loaded)
         self.rows = tuple(by_key.get(k[:3]) for k in keys)  # None: a link with a static rate
         self.traced = bytes(link is not None for link in self.rows)  # a mask for compress()
 
@@ -42,3 +45,10 @@ class TraceRates:
             return array("d", [NAN] * len(self.rows))
         a, b = t0_s * 1000 - self.started_ms, t1_s * 1000 - self.started_ms
         return array("d", (NAN if link is None else float(link.window_bps(a, b)) for link in self.rows))
+
+    def cells_bps(self, t0_s: float, t1_s: float) -> dict:
+        """Each traced cell's average capacity over [t0_s, t1_s) of the wall clock, bit/s, by
+        (cell, direction); {} without traced cells or a start time."""
+        if self.started_ms is None or t1_s <= t0_s:
+            return {}
+        return capacity_bps(self.cells, t0_s * 1000 - self.started_ms, t1_s * 1000 - self.started_ms)

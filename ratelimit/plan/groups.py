@@ -2,7 +2,9 @@
 HTB qdisc with a root class, a class and queue per link, and the group's own u32 tree that
 finds a flow's link class), and what each link's class and queue are: its rates
 (``link_rates``), its queue (a fifo, or a netem stage), a traced link's gate and delay
-stage.  ``compile`` puts the groups under the device's root; the layout says where.
+stage; a cell's one group (``cell_group``), whose class is the cell, with a gate under it
+when the cell is traced.  ``compile`` puts the groups under the device's root; the layout
+says where.
 """
 
 import math
@@ -46,25 +48,47 @@ def cell_group(req, lay, k, dev, direction, ops, links, pool_burst):
     cell_links = lay.cell_links(k)
     group, qdisc = lay.group_class_of(span, 0), lay.group_qdisc(span, 0)
     pool = group & 0xFFFF0000 | 1
-    cell_bps = c.cell.side_bps(direction)
+    src = c.cell.traced(direction)
+    cell_bps = c.cell.side_bps(direction) if src is None else cell_first_rate_bps(c, src)
+    parent = group
     if cell_bps:
-        ops.append(HtbClass(dev, pool, group, cell_bps, cell_bps, max(mtu, cell_bps // 800), mtu, mpu, over, atm))
+        ops.append(HtbClass(dev, pool, group, *cell_rates(cell_bps, mtu), mtu, mpu, over, atm))
+        if src is not None:  # its gate, between its class and its group's qdisc: shut while it has no capacity
+            parent = lay.cell_gate(span)
+            ops.append(gate.opened(dev, group, parent, gate.burst_bytes(req, lay), gate.burst_bytes(req, lay)))
+            parent |= 1
     else:
         guaranteed = sum(_rates(req, lay, s.cohort, direction)[1][0] * s.cohort.link_count()
                          for s in lay.spans if s.group_span == k)
         ops.append(HtbClass(dev, pool, group, min(req.bandwidth_bps, guaranteed), req.bandwidth_bps, pool_burst,
                             mtu, mpu, over, atm))
-    _group(req, lay, span, dev, direction, ops, links, pool_burst, qdisc, group, cell_links)
+    _group(req, lay, span, dev, direction, ops, links, pool_burst, qdisc, parent, cell_links)
 
 
-def _group(req, lay, span, dev, direction, ops, links, pool_burst, qdisc, group, members: range):
-    """A group's HTB qdisc under its class ``group``, with a root class, a class and queue
-    for each of the links ``members`` (of one cohort, or of a cell's cohorts), and its own
-    trees: a flow's link class, which reports for it."""
+def cell_rates(rate_bps: int, mtu_bytes: int) -> tuple[int, int, int]:
+    """A cell's class (rate, ceil, burst) at its capacity ``rate_bps``: held to it, with
+    10 ms of it as burst (at least a frame).
+
+    >>> cell_rates(20_000_000, 1514)
+    (20000000, 20000000, 25000)
+    """
+    return rate_bps, rate_bps, max(mtu_bytes, rate_bps // 800)
+
+
+def cell_first_rate_bps(c: Cohort, src) -> int:
+    """The class rate a plan builds a traced cell with: its trace's mean, scaled (the
+    driver sets it step by step)."""
+    return max(8, gate.class_rate_bps(src, src.mean_bps * c.cell.trace.scale, c.link))
+
+
+def _group(req, lay, span, dev, direction, ops, links, pool_burst, qdisc, parent, members: range):
+    """A group's HTB qdisc under ``parent`` (its class, or a traced cell's gate), with a
+    root class, a class and queue for each of the links ``members`` (of one cohort, or of a
+    cell's cohorts), and its own trees: a flow's link class, which reports for it."""
     bw, c = req.bandwidth_bps, span.cohort
     mtu, mpu = req.line_mtu_bytes(c), c.mpu_bytes
     over, atm = lay.overhead(c)
-    ops.append(HtbQdisc(dev, qdisc, parent=group))
+    ops.append(HtbQdisc(dev, qdisc, parent=parent))
     # the group qdisc's root class lets its links borrow up to their ceilings (the pool
     # above holds the total to --bandwidth)
     ops.append(HtbClass(dev, qdisc, qdisc | 1, bw, bw, pool_burst, mtu, mpu, over, atm))

@@ -183,6 +183,12 @@ def traced_stage(c: Cohort, direction: str) -> bool:
     return src is not None and (c.side(direction).needs_netem() or src.netem)
 
 
+def cell_groups(c: Cohort) -> int:
+    """The group slots the first cohort of ``c``'s cell takes: one, its group's; with a
+    traced capacity two, the second its gate's qdisc (``Layout.cell_gate``)."""
+    return 2 if c.cell.trace is not None else 1
+
+
 def leaf_majors(c: Cohort) -> int:
     """The qdisc majors each link of ``c`` takes for its queue: two for a traced link with a
     delay stage on either side (its gate, and the netem stage under the gate at the second,
@@ -243,7 +249,7 @@ class Layout:
         for k, c in enumerate(req.cohorts):
             n = c.link_count()
             group_span = -1 if c.cell is None else cells.setdefault(c.cell.name, k)
-            groups = -(-n // group_links) if c.cell is None else int(group_span == k)  # a cell: one group
+            groups = -(-n // group_links) if c.cell is None else cell_groups(c) if group_span == k else 0
             place = req.places[k] if req.places else Place(gen.group_minor + group, gen.group_top - group,
                                                            gen.leaf_base + leaf)
             spans.append(Span(c, link, groups, place, group_span))
@@ -323,6 +329,11 @@ class Layout:
     def group_qdisc(self, span: Span, group: int) -> int:
         """The HTB qdisc of ``span``'s group ``group``."""
         return major(span.place.group_top - group, self.numbering) << 16
+
+    def cell_gate(self, span: Span) -> int:
+        """The gate of the cell whose group ``span`` holds, a traced cell's: a token bucket
+        between its class and its group's qdisc (``groups.cell_group``)."""
+        return self.group_qdisc(span, 1)
 
     def queue_qdisc(self, slot: int) -> int:
         """The qdisc of a link's queue (or gate, or delay stage) in ``slot``."""

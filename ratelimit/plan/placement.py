@@ -10,7 +10,7 @@ from ..errors import FieldError
 from ..spec.model import Request
 from . import diff
 from .compile import compile_plan
-from .layout import MAJORS, MINORS, group_links_of, Layout, leaf_majors, Place
+from .layout import MAJORS, MINORS, cell_groups, group_links_of, Layout, leaf_majors, Place
 
 
 def replaced(req: Request, old: Request, move=frozenset()) -> tuple | None:
@@ -35,7 +35,7 @@ def replaced(req: Request, old: Request, move=frozenset()) -> tuple | None:
         if places[k] is not None:
             continue
         n = c.link_count()
-        groups = -(-n // size) if c.cell is None else int(cells_now[c.name][0][0] == c.name)  # a cell: one group
+        groups = -(-n // size) if c.cell is None else cell_groups(c) if cells_now[c.name][1][0][0] == c.name else 0
         minor = _first_fit(taken, "minor", groups, MINORS, top=False)
         groups_at = _first_fit(taken, "major", groups, MAJORS, top=True)
         if minor is None or groups_at is None:
@@ -51,14 +51,15 @@ def replaced(req: Request, old: Request, move=frozenset()) -> tuple | None:
 
 
 def _cells(req: Request) -> dict:
-    """Each cell cohort's cell as its group holds it: (its cohorts' names and link counts,
-    in order) by cohort name.  A cohort kept where it stands keeps its cell's group only if
-    that is the same."""
+    """Each cell cohort's cell as its group holds it: (whether it has a gate, its cohorts'
+    names and link counts in order) by cohort name.  A cohort kept where it stands keeps its
+    cell's group only if that is the same."""
     members: dict = {}
     for c in req.cohorts:
         if c.cell is not None:
             members.setdefault(c.cell.name, []).append((c.name, c.link_count()))
-    return {c.name: tuple(members[c.cell.name]) for c in req.cohorts if c.cell is not None}
+    return {c.name: (c.cell.trace is not None, tuple(members[c.cell.name])) for c in req.cohorts
+            if c.cell is not None}
 
 
 def _first_fit(taken: list, space: str, size: int, bounds: tuple[int, int], *, top: bool) -> int | None:

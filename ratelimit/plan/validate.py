@@ -151,6 +151,8 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
         fail("--mpu", c.mpu_bytes, "is out of range (0-65535)")
     if c.trace is not None:
         check_trace(c.trace, req.mode, where)
+    if c.cell is not None and c.cell.trace is not None:
+        check_trace(c.cell.trace, req.mode, f"cell {c.cell.name}: ")
     for side, params in (("down", c.down), ("up", c.up)):
         if params.reorder_pct and not params.delay_us:
             raise UsageError(f"{where}--reorder: {params.reorder_pct:g}% needs a delay ({side}link delay is 0)")

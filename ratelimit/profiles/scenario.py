@@ -22,7 +22,7 @@ Two ways, both ending in a list of ``Ask`` (one cohort each, its fields as typed
 
       [cell.tower-1]                      # optional: a capacity a cohort's links share
       description = "one LTE cell"
-      down = "20mbit"                     # and/or up
+      down = "20mbit"                     # and/or up; or trace_down, trace_up, schedule (and trace_scale)
       [default]                           # optional: one link for every flow no cohort selects
       description = "everyone else"
       profile = "cable"
@@ -46,7 +46,7 @@ from pathlib import Path
 
 from .. import SHIPPED as SHIPPED_PROFILES
 from ..errors import FieldError, UsageError
-from ..spec.cells import cell_table
+from ..spec.cells import cell_table, TRACE_KEYS
 from ..spec.model import GRANULARITIES
 from ..spec.units import decimal
 from ..traces import tracespec
@@ -79,6 +79,7 @@ class Ask:
     trace: object = None  # a tracespec.TraceAsk: traces or a schedule over the profile's
     named: tuple = ()  # ((container name, (address, ...)), ...): hosts given as container:NAME, for the record
     cell: object = None  # a spec.model.Cell: a capacity the cohort's links share
+    cell_trace: object = None  # a tracespec.TraceAsk: the cell's capacity follows traces or a schedule
 
 
 def find(value: str) -> Path:
@@ -137,7 +138,9 @@ def parse(text, where: str = "scenario", base: str = "") -> list[Ask]:
     cells = data.get("cell", {})
     if not isinstance(cells, dict):
         raise FieldError(f"{where}: cell", cells, "is not a table of cells ([cell.NAME] with down and/or up)")
-    cells = {name: cell_table(name, body, f"{where}: [cell.{name}]") for name, body in cells.items()}
+    cells = {name: (cell_table(name, body, f"{where}: [cell.{name}]"),
+                    tracespec.ask(body, TRACE_KEYS, base, f"{where}: [cell.{name}] "))
+             for name, body in cells.items()}
     asks = [_ask(name, body, f"{where}: [cohort.{name}]", base=base, cells=cells) for name, body in tables.items()]
     if "default" in data:
         asks.append(_ask(DEFAULT_COHORT, data["default"], f"{where}: [default]", default=True, base=base))
@@ -192,7 +195,8 @@ def _ask(name: str, body, where: str, default: bool = False, base: str = "", cel
                          f"is not a cell of the scenario ({', '.join(cells or ()) or 'none: add [cell.NAME]'})")
     return Ask(name, where, () if default else hosts, _ports(ports), per, profile, body.get("link"),
                body.get("mpu"), options, servers, default, None if server_ports is None else str(server_ports),
-               tracespec.ask(body, tracespec.KEYS, base, f"{where} "), cell=None if cell is None else cells[cell])
+               tracespec.ask(body, tracespec.KEYS, base, f"{where} "), cell=None if cell is None else cells[cell][0],
+               cell_trace=None if cell is None else cells[cell][1])
 
 
 def _ports(value):

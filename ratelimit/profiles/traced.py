@@ -145,6 +145,6 @@ def load(src: Source, field: str = "trace"):
 
 
 def load_all(req) -> dict:
-    """Every trace and schedule that ``req``'s traced cohorts follow, read again
+    """Every trace and schedule that ``req``'s traced cohorts and cells follow, read again
     (``load``): {path: Trace or Schedule}, what ``driver.steps.traced_links`` takes."""
-    return {s.path: load(s) for c in req.cohorts if c.trace for s in (c.trace.down, c.trace.up) if s}
+    return {s.path: load(s) for spec in req.trace_specs() for s in (spec.down, spec.up) if s}

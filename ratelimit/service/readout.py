@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..driver import follow
+from ..driver.cells import now_bps as cells_now_bps
 from ..driver.steps import now_bps
 from ..driver.tracerates import TraceRates
 from ..errors import NotFoundError, StateError
@@ -213,11 +214,11 @@ def statistics(interface: str, netns: str | None = None, notice=None, *, repair:
                       "cohort": cohort, "profile": profile, **({"trace": trace} if trace else {})}
                      for (d, h, p, dev), r, (cohort, profile), trace, *values
                      in zip(c.keys, c.rate_bps, c.cohorts, c.traces or (None,) * len(c.keys), *c.counters.values())]
-    if data.get("driver"):
-        _trace_now(data, interface, netns)
     cells = cell_totals(data["links"], c.applied)
     if cells:
         data["cells"] = cells
+    if data.get("driver"):
+        _trace_now(data, interface, netns)
     return data
 
 
@@ -262,14 +263,19 @@ def listing(req: Request | None, staged: Request | None = None) -> dict:
 
 
 def _trace_now(data: dict, interface: str, netns) -> None:
-    """Each traced link's ``trace_bps``: its class rate for the step of the clock now, as the
-    trace gives it (the driver's step length), for ``--stats`` beside its counters."""
+    """Each traced link's (and cell's) ``trace_bps``: its class rate for the step of the
+    clock now, as the trace gives it (the driver's step length), for ``--stats`` beside its
+    counters."""
     try:
         req = records.load(netns, interface).request
-        now = now_bps(req, data["time"] * 1000, data["driver"]["step_ms"] or follow.DEFAULT_STEP_MS)
+        at_ms, step_ms = data["time"] * 1000, data["driver"]["step_ms"] or follow.DEFAULT_STEP_MS
+        now, cells_now = now_bps(req, at_ms, step_ms), cells_now_bps(req, at_ms, step_ms)
     except (StateError, AttributeError) as err:
         data["driver"]["trace_now_error"] = str(err)
         return
     for row in data["links"]:
         if row.get("trace"):
             row["trace_bps"] = now.get((row["direction"], row["host"], row["port"]))
+    for (name, direction), bps in cells_now.items():
+        if direction in data.get("cells", {}).get(name, {}):
+            data["cells"][name][direction]["trace_bps"] = bps

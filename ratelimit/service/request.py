@@ -21,6 +21,7 @@ from ..spec.selectors import parse_hosts, parse_ports, parse_servers
 from ..spec.units import parse_burst, parse_count, parse_queue, parse_rate_bps, parse_size_bytes
 from ..state.installed import check_interface, executor
 from ..traces import tracespec
+from ..traces.phases import Phase, SAME
 
 DEFAULT_RATE_BPS = 28800
 _DIRECTION_WORDS = {"source": "source", "src": "source", "dest": "dest", "dst": "dest",
@@ -205,6 +206,14 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None) -> C
     trace = traced.resolve((prof.trace if prof else None, ask.trace, traces))
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
                   ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
-                  server_ports=server_ports, named=ask.named, trace=trace, cell=ask.cell)
+                  server_ports=server_ports, named=ask.named, trace=trace, cell=_cell(ask))
+
+
+def _cell(ask):
+    """The cell of ``ask``, its trace read (``traced.resolve``; a cell's capacity has one phase,
+    its start: ``same``)."""
+    if ask.cell is None or ask.cell_trace is None:
+        return ask.cell
+    return dataclasses.replace(ask.cell, trace=traced.resolve((ask.cell_trace,), Phase(SAME)))
 
 

@@ -4,7 +4,7 @@ how cohorts join cells; the layout puts a cell's links in one group, whose class
 is (``plan.groups``).
 
     >>> parse_cell("20mbit/5mbit", "--cell")
-    Cell(name='main', down_bps=20000000, up_bps=5000000)
+    Cell(name='main', down_bps=20000000, up_bps=5000000, trace=None)
 """
 
 import re
@@ -14,6 +14,7 @@ from .model import Cell
 from .units import parse_rate_bps
 
 CELL_KEYS = {"description", "source", "down", "up"}
+TRACE_KEYS = ("trace_down", "trace_up", "schedule", "trace_scale")  # a traced cell's (``profiles.scenario``)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
@@ -28,18 +29,25 @@ def parse_cell(text, field: str, name: str = "main") -> Cell:
 
 def cell_table(name: str, body, where: str) -> Cell:
     """A scenario's ``[cell.NAME]`` table: ``down`` and/or ``up`` capacities, and a
-    description or its source."""
+    description or its source.  Its trace keys (``TRACE_KEYS``) are checked here and read
+    by the caller: a traced direction has no capacity of its own."""
     if not _NAME.fullmatch(name):
         raise FieldError(where, f"'{name}'", "is not a cell name (letters, digits, '.', '_', '-'; up to 63)")
     if not isinstance(body, dict):
         raise FieldError(where, type(body).__name__, "is not a table (down = ..., up = ...)")
     for key in body:
-        if key not in CELL_KEYS:
-            raise FieldError(where, f"'{key}'", f"is not a field (allowed: {', '.join(sorted(CELL_KEYS))})")
+        if key not in CELL_KEYS and key not in TRACE_KEYS:
+            allowed = ", ".join(sorted(CELL_KEYS | set(TRACE_KEYS)))
+            raise FieldError(where, f"'{key}'", f"is not a field (allowed: {allowed})")
     if not (body.get("description") or body.get("source")):
         raise UsageError(f"{where}: needs a description or its source (what this capacity stands for)")
-    if "down" not in body and "up" not in body:
-        raise UsageError(f"{where}: no capacity (give down, up or both, e.g. down = \"20mbit\")")
+    for side in ("down", "up"):
+        if side in body and (f"trace_{side}" in body or "schedule" in body):
+            follows = f"trace_{side}" if f"trace_{side}" in body else "schedule"
+            raise UsageError(f"{where}: {side} and {follows} both give its {side} capacity; give one")
+    if not any(k in body for k in ("down", "up", "trace_down", "trace_up", "schedule")):
+        raise UsageError(f"{where}: no capacity (give down, up or both, e.g. down = \"20mbit\", or a trace_down, "
+                         "trace_up or schedule)")
     return Cell(name, *(None if side not in body else parse_rate_bps(body[side], f"{where} {side}")
                         for side in ("down", "up")))
 

@@ -150,7 +150,8 @@ def min_police_burst(rate_bps: int, mtu_bytes: int) -> int:
 class Cell:
     """A capacity the links of a cohort share, per direction, on top of each link's own cap:
     a cell tower, a DSLAM's backhaul, a DOCSIS channel (docs/cells.md).  ``None`` leaves
-    that direction unshared.
+    that direction unshared.  A direction may instead follow a trace or a schedule
+    (``trace``, a ``tracespec.TraceSpec``): the driver sets the cell's class step by step.
 
     >>> Cell("tower-1", 20_000_000, 5_000_000).side_bps("dest")
     20000000
@@ -159,10 +160,19 @@ class Cell:
     name: str
     down_bps: int | None = None
     up_bps: int | None = None
+    trace: object = None  # a tracespec.TraceSpec: its capacity follows traces or a schedule
+
+    def traced(self, direction: str):
+        """The ``tracespec.Source`` ``direction`` (dest/source, down/up) follows, or None."""
+        return None if self.trace is None else self.trace.source(direction)
 
     def side_bps(self, direction: str) -> int | None:
-        """The capacity of ``direction`` (dest: down, source: up)."""
-        return self.down_bps if direction == "dest" else self.up_bps
+        """The capacity of ``direction`` (dest: down, source: up); a traced one's is its
+        trace's mean, scaled (what the driver sets moves around it)."""
+        src = self.traced(direction)
+        if src is not None:
+            return max(8, round(src.mean_bps * self.trace.scale))
+        return self.down_bps if direction in ("dest", "down") else self.up_bps
 
 
 @dataclass(frozen=True)
@@ -311,8 +321,14 @@ class Request:
         starts, the plan's time 0.  None: no cohort is traced, or one has no start (not
         applied, or applied by an older ratelimit).  A re-apply that restarts one cohort at
         20,000 and keeps another's from 10,000 has started at 10,000."""
-        starts = [c.trace.started_ms for c in self.cohorts if c.trace is not None]
+        starts = [spec.started_ms for spec in self.trace_specs()]
         return None if not starts or None in starts else min(starts)
+
+    def trace_specs(self) -> list:
+        """Every ``tracespec.TraceSpec`` the plan follows: its traced cohorts', then its traced
+        cells' (each cell once)."""
+        cells = {c.cell.name: c.cell.trace for c in self.cohorts if c.cell is not None and c.cell.trace is not None}
+        return [c.trace for c in self.cohorts if c.trace is not None] + list(cells.values())
 
     def burst_of(self, params: LinkParams, cohort: Cohort | None = None) -> Burst:
         """The burst one side's links get: --burst, else the side's, else the mode's default."""

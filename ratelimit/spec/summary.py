@@ -51,8 +51,14 @@ def _cohort(req: Request, c: Cohort, directions: int) -> dict:
             "flows": c.flow_count() * directions, "links": c.link_count() * directions,
             "down": side(c.down), "up": side(c.up), **({"named": {n: list(a) for n, a in c.named}} if c.named else {}),
             **({"trace": _trace(c.trace)} if c.trace is not None else {}),
-            **({"cell": {"name": c.cell.name, "down_bps": c.cell.down_bps, "up_bps": c.cell.up_bps}}
-               if c.cell is not None else {})}
+            **({"cell": _cell_of(c.cell)} if c.cell is not None else {})}
+
+
+def _cell_of(cell) -> dict:
+    """A cohort's cell, as data: its name and capacity each way (a traced side's: its trace's
+    mean, and ``trace`` says what it follows)."""
+    out = {"name": cell.name, "down_bps": cell.side_bps("dest"), "up_bps": cell.side_bps("source")}
+    return {**out, "trace": _trace(cell.trace)} if cell.trace is not None else out
 
 
 def _trace(spec) -> dict:
@@ -134,7 +140,10 @@ def _cell(cohort: dict) -> str:
     if not cell:
         return ""
     sides = [f"{name} {format_rate(cell[key])}" for name, key in (("down", "down_bps"), ("up", "up_bps")) if cell[key]]
-    return f", in cell {cell['name']} ({', '.join(sides)})"
+    trace = cell.get("trace") or {}
+    sources = dict.fromkeys(f"{s['kind']} {s['name']}" for s in (trace.get("down"), trace.get("up")) if s)
+    follows = f": the mean of {' and '.join(sources)}" if sources else ""
+    return f", in cell {cell['name']} ({', '.join(sides)}{follows})"
 
 
 def _grain(per: str) -> str:

@@ -81,7 +81,8 @@ def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:
         server_ports=None if data.get("server_ports") is None else tuple(tuple(p) for p in data["server_ports"]),
         named=tuple((str(n), tuple(str(a) for a in addrs)) for n, addrs in data.get("named") or ()),
         trace=tracespec.from_json(data.get("trace")),
-        cell=Cell(**data["cell"]) if data.get("cell") else None)
+        cell=Cell(**{**data["cell"], "trace": tracespec.from_json(data["cell"].get("trace"))}) if data.get("cell")
+        else None)
 
 
 def from_json(data: dict) -> Request:

@@ -183,15 +183,23 @@ def ask(table: dict, keys, base: str = "", where: str = "") -> TraceAsk | None:
 
 
 def stamped(req, installed, now_ms: int):
-    """``req`` with each traced cohort's start: that of the installed request's cohort of
-    the same name following the same traces (a re-apply that changes other numbers does
-    not restart them), else ``now_ms``."""
-    before = {c.name: c.trace for c in (installed.cohorts if installed is not None else ()) if c.trace is not None}
+    """``req`` with each traced cohort's and cell's start: that of the installed request's
+    cohort (or cell) of the same name following the same traces (a re-apply that changes
+    other numbers does not restart them), else ``now_ms``.  A cell's cohorts carry one
+    start."""
+    old = installed.cohorts if installed is not None else ()
+    before = {c.name: c.trace for c in old if c.trace is not None}
+    cells_before = {c.cell.name: c.cell.trace for c in old if c.cell is not None and c.cell.trace is not None}
+
+    def kept(spec, was):
+        start = was.started_ms if was is not None and was.without_start() == spec.without_start() else None
+        return dataclasses.replace(spec, started_ms=start or now_ms)
     cohorts = []
     for c in req.cohorts:
         if c.trace is not None:
-            old = before.get(c.name)
-            kept = old.started_ms if old is not None and old.without_start() == c.trace.without_start() else None
-            c = dataclasses.replace(c, trace=dataclasses.replace(c.trace, started_ms=kept or now_ms))
+            c = dataclasses.replace(c, trace=kept(c.trace, before.get(c.name)))
+        if c.cell is not None and c.cell.trace is not None:
+            c = dataclasses.replace(c, cell=dataclasses.replace(c.cell, trace=kept(c.cell.trace,
+                                                                                    cells_before.get(c.cell.name))))
         cohorts.append(c)
     return dataclasses.replace(req, cohorts=tuple(cohorts))
