@@ -77,7 +77,7 @@ def test_a_cells_capacity_changes_in_place():
      "scenario phones.toml: [cell.tower-1]: no capacity (give down, up or both"),
     (PHONES.replace('down = "20mbit"', 'down = "fast"'), "scenario phones.toml: [cell.tower-1] down: 'fast'"),
     (PHONES.replace('up = "5mbit"', 'up = "5mbit"\nshare = "fair"'),
-     "scenario phones.toml: [cell.tower-1]: 'share' is not a field (allowed: description, down, schedule, source, "
+     "scenario phones.toml: [cell.tower-1]: 'share' is not a field (allowed: blackhole, description, down, schedule, source, "
      "trace_down, trace_scale, trace_up, up)"),
     (PHONES.replace('down = "20mbit"', f'down = "20mbit"\nschedule = "{WAVE}"'),
      "scenario phones.toml: [cell.tower-1]: down and schedule both give its down capacity; give one"),

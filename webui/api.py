@@ -203,11 +203,13 @@ def apply():
     data, netns, interface, force = _change(APPLY_FIELDS)
     kwargs = {}
     for name in APPLY_FIELDS:
-        if name in ("interface", "netns", "force", "scenario"):
+        if name in ("interface", "netns", "force", "scenario", "blackhole"):
             continue
         value = _value(name, data.get(name))
         if value is not None:
             kwargs[name] = value
+    if data.get("blackhole") is not None:
+        kwargs["blackhole"] = boolean("blackhole", data["blackhole"], False)
     kwargs.setdefault("hosts", None)
     kwargs.setdefault("ports", None)
     if "profile" in kwargs:

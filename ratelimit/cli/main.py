@@ -118,6 +118,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "or atm (DSL)")
     g.add_argument("--cell", metavar="DOWN[/UP]", help="the links also share this capacity, each still capped by its "
                    "own rate: a cell tower of phones, a DSLAM's backhaul (shape mode; docs/cells.md)")
+    g.add_argument("--blackhole", action="store_true", default=None,
+                   help="the links drop every packet, as links that went away: a change in place, undone by "
+                        "applying without it (shape mode; docs/faults.md)")
     add_options(g)
     g.add_argument("--no-follow", action="store_true", help="with traces: do not start the trace driver (a "
                    "supervisor runs 'ratelimit follow')")

@@ -8,7 +8,7 @@ says where.
 """
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..spec.linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES
 from ..spec.model import Burst, Cohort, LinkParams, Request
@@ -145,10 +145,20 @@ def _link(req, lay, kind: tuple, dev, ops, classid: int, i: int):
     c, at = span.cohort, span.place
     ops.append(HtbClass(dev, classid & 0xFFFF0000 | 1, classid, guaranteed, ceil, burst, *sizes))
     leaf = _leaf if traced is None else _gate
-    ops.append(leaf(req, lay, c, params, rate, dev, classid, lay.queue_qdisc(at.leaf_base + i)))
+    ops.append(_dark(c, leaf(req, lay, c, params, rate, dev, classid, lay.queue_qdisc(at.leaf_base + i))))
     if staged:
-        ops.append(_stage(req, lay, c, params, rate, dev, lay.queue_qdisc(at.leaf_base + i),
-                          lay.queue_qdisc(at.leaf_base + c.link_count() + i), traced))
+        ops.append(_dark(c, _stage(req, lay, c, params, rate, dev, lay.queue_qdisc(at.leaf_base + i),
+                                   lay.queue_qdisc(at.leaf_base + c.link_count() + i), traced)))
+
+
+def _dark(c: Cohort, queue):
+    """A link's queue (a fifo, a netem stage or a traced link's gate) as it is built: with a
+    limit of 0 when ``c`` is blackholed, so that it drops every packet that reaches it
+    (docs/faults.md); a change in place either way."""
+    if not c.dark:
+        return queue
+    field = {FifoQdisc: "limit", NetemQdisc: "limit_pkts"}.get(type(queue), "limit_bytes")
+    return replace(queue, **{field: 0})
 
 
 def link_rates(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int,

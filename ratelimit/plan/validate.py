@@ -151,6 +151,11 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
         fail("--mpu", c.mpu_bytes, "is out of range (0-65535)")
     if c.trace is not None:
         check_trace(c.trace, req.mode, where)
+    if c.dark and req.mode != "shape":
+        raise UsageError(f"{where}--blackhole: needs --mode shape (a blackholed link is a queue that holds nothing; "
+                         "police mode has no queues)")
+    if type(c.blackhole) is not bool:
+        fail("--blackhole", c.blackhole, "is not true or false")
     if c.cell is not None and c.cell.trace is not None:
         check_trace(c.cell.trace, req.mode, f"cell {c.cell.name}: ")
     for side, params in (("down", c.down), ("up", c.up)):

@@ -53,14 +53,16 @@ _DOC = """Every option of a request, as a person typed it (strings with units, h
     impairments (``IMPAIRMENTS``: delay, jitter, loss, ... and their correlations) are
     netem's, over every cohort's.  ``cell``: ``DOWN[/UP]``, a capacity the links share beside
     their own caps, every cohort of a mix's together (``cells.parse_cell``; a scenario names
-    its cells)."""
+    its cells).  ``blackhole``: every cohort's links drop every packet (shape mode, its
+    default then; docs/faults.md)."""
 
 # (option, default) in the order the API's errors list them; the impairments and the trace
 # options are named where they are parsed (``catalog.SIDE_FIELDS``, ``tracespec.KEYS``)
 _OWN = (("interface", "eth0"), ("netns", None), ("profile", None), ("hosts", None), ("ports", None),
         ("mode", None), ("direction", "both"), ("rate", None), ("burst", None), ("bandwidth", "100mbit"),
         ("mtu", 1514), ("avpkt", 1200), ("mpu", None), ("queue", None), ("per", None), ("link", None),
-        ("mix", None), ("scenario", None), ("servers", None), ("server_ports", None), ("cell", None))
+        ("mix", None), ("scenario", None), ("servers", None), ("server_ports", None), ("cell", None),
+        ("blackhole", None))
 _DEFAULTS = (*_OWN, *((name, None) for name in IMPAIRMENTS), ("queues", 1), *((key, None) for key in tracespec.KEYS),
              ("device_queues", None))
 
@@ -118,7 +120,8 @@ def request_of(o: Options) -> Request:
             [dataclasses.replace(a, servers=o.servers, server_ports=o.server_ports, cell=cell) for a in
              scenarios.mix(o.mix, parse_hosts(o.hosts), None if _all_ports(o.ports) else parse_ports(o.ports), per)]
         mode = o.mode or "shape"
-        cohorts = cell_order(tuple(_cohort(a, mode, overrides, burst, o.link, o.mpu, traces) for a in asks))
+        cohorts = cell_order(tuple(_cohort(a, mode, overrides, burst, o.link, o.mpu, traces, o.blackhole)
+                                   for a in asks))
         req = Request(interface, cohorts, mode=mode, **device)
     else:
         if per == "port" and o.ports is not None and _all_ports(o.ports):
@@ -126,8 +129,9 @@ def request_of(o: Options) -> Request:
         ask = scenarios.Ask(MAIN_COHORT, "", o.hosts, None if _all_ports(o.ports) and per != "port" else o.ports,
                             per, o.profile, servers=o.servers, server_ports=o.server_ports,
                             cell=None if o.cell is None else parse_cell(o.cell, "--cell"))
-        mode = o.mode or ("shape" if o.profile or traces else "police")
-        req = Request(interface, (_cohort(ask, mode, overrides, burst, o.link, o.mpu, traces),), mode=mode, **device)
+        mode = o.mode or ("shape" if o.profile or traces or o.blackhole else "police")
+        req = Request(interface, (_cohort(ask, mode, overrides, burst, o.link, o.mpu, traces, o.blackhole),),
+                      mode=mode, **device)
     req = dataclasses.replace(req, queues=_queues(o.queues, req, o.device_queues))
     checked_layout(req)  # every remaining check, before anything touches the router (apply compiles it)
     return req
@@ -165,9 +169,10 @@ def _all_ports(ports) -> bool:
     return ports is None or str(ports).strip().lower() == "all"
 
 
-def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None) -> Cohort:
+def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None, blackhole=None) -> Cohort:
     """One cohort: its profile, its own options over it, then the command line's over both
-    (``traces``: the command line's ``tracespec.TraceAsk``)."""
+    (``traces``: the command line's ``tracespec.TraceAsk``; ``blackhole``: every cohort's
+    links drop every packet)."""
     at = f"{ask.where} " if ask.where else ""
 
     def named(key: str) -> str:  # the field's name in errors: --key on the command line
@@ -206,7 +211,8 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None) -> C
     trace = traced.resolve((prof.trace if prof else None, ask.trace, traces))
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
                   ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
-                  server_ports=server_ports, named=ask.named, trace=trace, cell=_cell(ask))
+                  server_ports=server_ports, named=ask.named, trace=trace, cell=_cell(ask),
+                  blackhole=bool(ask.blackhole or blackhole))
 
 
 def _cell(ask):

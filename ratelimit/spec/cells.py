@@ -4,7 +4,7 @@ how cohorts join cells; the layout puts a cell's links in one group, whose class
 is (``plan.groups``).
 
     >>> parse_cell("20mbit/5mbit", "--cell")
-    Cell(name='main', down_bps=20000000, up_bps=5000000, trace=None)
+    Cell(name='main', down_bps=20000000, up_bps=5000000, trace=None, blackhole=False)
 """
 
 import re
@@ -13,7 +13,7 @@ from ..errors import FieldError, UsageError
 from .model import Cell
 from .units import parse_rate_bps
 
-CELL_KEYS = {"description", "source", "down", "up"}
+CELL_KEYS = {"description", "source", "down", "up", "blackhole"}
 TRACE_KEYS = ("trace_down", "trace_up", "schedule", "trace_scale")  # a traced cell's (``profiles.scenario``)
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
@@ -48,8 +48,11 @@ def cell_table(name: str, body, where: str) -> Cell:
     if not any(k in body for k in ("down", "up", "trace_down", "trace_up", "schedule")):
         raise UsageError(f"{where}: no capacity (give down, up or both, e.g. down = \"20mbit\", or a trace_down, "
                          "trace_up or schedule)")
+    blackhole = body.get("blackhole", False)
+    if not isinstance(blackhole, bool):
+        raise FieldError(f"{where} blackhole", blackhole, "is not true or false")
     return Cell(name, *(None if side not in body else parse_rate_bps(body[side], f"{where} {side}")
-                        for side in ("down", "up")))
+                        for side in ("down", "up")), blackhole=blackhole)
 
 
 MAX_CELL_LINKS = 4096  # per direction: a cell's links are the classes of one HTB qdisc (docs/design.md, "Cells")

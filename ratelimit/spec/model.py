@@ -161,6 +161,7 @@ class Cell:
     down_bps: int | None = None
     up_bps: int | None = None
     trace: object = None  # a tracespec.TraceSpec: its capacity follows traces or a schedule
+    blackhole: bool = False  # every packet of its users is dropped (docs/faults.md)
 
     def traced(self, direction: str):
         """The ``tracespec.Source`` ``direction`` (dest/source, down/up) follows, or None."""
@@ -202,6 +203,12 @@ class Cohort:
     named: tuple = ()
     trace: object = None  # a tracespec.TraceSpec: the links' rates follow traces or a schedule
     cell: Cell | None = None  # the capacity its links share, beside each one's own
+    blackhole: bool = False  # its links drop every packet: a link that went away (docs/faults.md)
+
+    @property
+    def dark(self) -> bool:
+        """Whether its links drop every packet: it is blackholed, or its cell is."""
+        return self.blackhole or (self.cell is not None and self.cell.blackhole)
 
     def side(self, direction: str) -> LinkParams:
         """One side's link parameters: ``down`` for a plan's ``dest``, ``up`` for ``source``."""

@@ -51,7 +51,7 @@ def _cohort(req: Request, c: Cohort, directions: int) -> dict:
             "flows": c.flow_count() * directions, "links": c.link_count() * directions,
             "down": side(c.down), "up": side(c.up), **({"named": {n: list(a) for n, a in c.named}} if c.named else {}),
             **({"trace": _trace(c.trace)} if c.trace is not None else {}),
-            **({"cell": _cell_of(c.cell)} if c.cell is not None else {})}
+            **({"cell": _cell_of(c.cell)} if c.cell is not None else {}), **({"blackhole": True} if c.dark else {})}
 
 
 def _cell_of(cell) -> dict:
@@ -77,7 +77,7 @@ def describe(applied: dict) -> str:
     several cohorts, each one's name, profile and links."""
     if len(applied.get("cohorts", ())) > 1:
         parts = [f"{c['name']} ({c['profile'] or 'custom link'}, {_grain(c['per'])}, {c['link']['layer']}): "
-                 f"{c['links']} links{_cell(c)}" for c in applied["cohorts"]]
+                 f"{c['links']} links{_cell(c)}{_dark(c)}" for c in applied["cohorts"]]
         return f"{len(parts)} cohorts ({applied['mode']}; {'; '.join(parts)}): {applied['links']} links" + \
             _container(applied)
     return _single(applied) + _container(applied)
@@ -115,7 +115,12 @@ def _single(applied: dict) -> str:
         sides.append(text)
     return (f"{applied['profile'] or 'custom link'} ({applied['mode']}, {_grain(applied['per'])}, "
             f"{applied['link']['layer']} framing; {', '.join(sides)}) for hosts {','.join(applied['hosts'])} "
-            f"ports {applied['ports']}{_servers(applied)}: {applied['links']} links{_cell(applied)}")
+            f"ports {applied['ports']}{_servers(applied)}: {applied['links']} links{_cell(applied)}{_dark(applied)}")
+
+
+def _dark(cohort: dict) -> str:
+    """A blackholed cohort's mark (docs/faults.md)."""
+    return ", BLACKHOLED (every packet dropped)" if cohort.get("blackhole") else ""
 
 
 def shared_cells(applied: dict | None) -> dict:

@@ -1,0 +1,157 @@
+"""Faults on the host kernel (router_pair namespaces): a blackholed link drops every packet
+that reaches it, comes and goes in place, and leaves every other link as it was.  A TCP
+connect from the client to a listener in the router is the probe; the link's kernel
+counters say what passed."""
+
+import subprocess
+import time
+
+import pytest
+
+from ratelimit import service
+from ratelimit.plan.layout import Layout
+from ratelimit.plan.ops import tc_handle
+from ratelimit.profiles import scenario
+from ratelimit.service import readout
+from tcdump import tc_dump
+
+pytestmark = pytest.mark.netns
+
+PORT = 18080
+ROUTER = "198.18.1.1"
+TWO = """
+[cohort.phone]
+description = "the client, its link gone when blackhole is set"
+hosts = "198.18.1.2"
+rate = "2mbit"
+blackhole = {dark}
+[cohort.other]
+description = "another user, never touched"
+hosts = "198.18.1.3"
+rate = "2mbit"
+"""
+# connect, and say how it ended and after how long
+CONNECT = f"""
+import socket, time
+s = socket.socket()
+s.settimeout(2.0)
+t = time.monotonic()
+try:
+    s.connect(("{ROUTER}", {PORT}))
+    print("connected", time.monotonic() - t)
+except OSError as e:
+    print(type(e).__name__, time.monotonic() - t)
+"""
+
+
+@pytest.fixture
+def listener(router_pair):
+    """A TCP listener in the router on ``ROUTER``:``PORT``, accepting and closing; stopped at the end."""
+    router, _ = router_pair
+    code = (f"import socket\ns = socket.create_server(('{ROUTER}', {PORT}))\n"
+            "while True:\n    c, _ = s.accept()\n    c.close()\n")
+    proc = subprocess.Popen(["ip", "netns", "exec", router, "python3", "-c", code])
+    try:
+        time.sleep(0.3)
+        yield router_pair
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def connect(client: str) -> tuple[str, float]:
+    out = subprocess.run(["ip", "netns", "exec", client, "python3", "-c", CONNECT], capture_output=True, text=True,
+                         check=True, timeout=30).stdout.split()
+    return out[0], float(out[1])
+
+
+def apply(router: str, dark: bool):
+    text = TWO.format(dark="true" if dark else "false")
+    return service.apply(service.make_request("r0", netns=router, scenario=scenario.parse(text)))
+
+
+def link(router: str, host: str, direction: str) -> dict:
+    return next(r for r in readout.statistics("r0", router)["links"] if r["host"] == host and r["direction"] == direction)
+
+
+def other_links(router: str, req) -> list[str]:
+    """What tc shows of the other cohort's group, classes and queues (the link of 198.18.1.3)."""
+    lay = Layout.of(req)
+    span = lay.spans[1]
+    marks = (tc_handle(lay.group_qdisc(span, 0)), tc_handle(lay.queue_qdisc(span.place.leaf_base)))
+    lines = [line for blob in tc_dump(router, "r0", "rl-r0") for line in blob.splitlines()]
+    return [line for line in lines if any(m in line for m in marks)]
+
+
+def test_a_blackhole_drops_every_packet_and_comes_and_goes_in_place(listener):
+    """Blackholed, the client's connect times out and its link passes nothing (its upload
+    link counts the SYNs it dropped); cleared in place, the connect succeeds at once; the
+    other cohort's classes and queues are the same throughout."""
+    router, client = listener
+    req = apply(router, dark=False).request
+    assert connect(client)[0] == "connected"
+    others = other_links(router, req)
+    assert others
+    dark = apply(router, dark=True)
+    assert dark.how == "in place"
+    before = link(router, "198.18.1.2", "source")
+    how, took = connect(client)
+    after = link(router, "198.18.1.2", "source")
+    print(how, took, before, after)
+    assert how == "TimeoutError" and took >= 1.9
+    assert after["bytes"] == before["bytes"] and after["drops"] > before["drops"]  # the SYN and its retries
+    assert other_links(router, req) == others
+    lit = apply(router, dark=False)
+    assert lit.how == "in place"
+    how, took = connect(client)
+    assert how == "connected" and took < 0.5
+    assert other_links(router, req) == others
+
+
+PARTITION = """
+[cohort.cut]
+description = "the client's flows with the first server, cut both ways"
+hosts = "198.18.1.2"
+servers = "198.18.1.1"
+rate = "2mbit"
+blackhole = true
+[cohort.other]
+description = "the second client, with every server"
+hosts = "198.18.1.3"
+rate = "2mbit"
+"""
+CONNECT_FROM = """
+import socket, sys
+s = socket.socket()
+s.settimeout(1.5)
+s.bind((sys.argv[1], 0))
+try:
+    s.connect((sys.argv[2], {port}))
+    print("connected")
+except OSError as e:
+    print(type(e).__name__)
+""".format(port=PORT)
+
+
+def test_a_partition_cuts_exactly_the_pairs_it_names(listener):
+    """A blackholed cohort of one client and one server is a partition between them: of
+    two clients and two servers (the router's two addresses), only that pair's connect
+    fails; the three others connect."""
+    router, client = listener
+    subprocess.run(["ip", "-n", router, "addr", "add", "198.18.1.254/24", "dev", "r0"], check=True)
+    subprocess.run(["ip", "-n", client, "addr", "add", "198.18.1.3/24", "dev", "c0"], check=True)
+    second = subprocess.Popen(["ip", "netns", "exec", router, "python3", "-c",
+                               f"import socket\ns = socket.create_server(('198.18.1.254', {PORT}))\n"
+                               "while True:\n    c, _ = s.accept()\n    c.close()\n"])
+    try:
+        time.sleep(0.3)
+        service.apply(service.make_request("r0", netns=router, scenario=scenario.parse(PARTITION)))
+        got = {(a, b): subprocess.run(["ip", "netns", "exec", client, "python3", "-c", CONNECT_FROM, a, b],
+                                      capture_output=True, text=True, check=True, timeout=30).stdout.strip()
+               for a in ("198.18.1.2", "198.18.1.3") for b in (ROUTER, "198.18.1.254")}
+    finally:
+        second.kill()
+        second.wait()
+    print(got)
+    assert got == {("198.18.1.2", ROUTER): "TimeoutError", ("198.18.1.2", "198.18.1.254"): "connected",
+                   ("198.18.1.3", ROUTER): "connected", ("198.18.1.3", "198.18.1.254"): "connected"}
