@@ -90,3 +90,37 @@ def test_a_bad_blackhole_is_one_line(make, message):
     with pytest.raises(UsageError) as err:
         make()
     assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_plan_that_lasts_records_its_end_which_a_recorded_request_keeps():
+    from ratelimit.service import expiry
+    req = service.make_request("r0", hosts="198.18.1.2", per="host", rate="1mbit", mode="shape", lasting="10m")
+    assert req.lasting_ms == 600_000 and req.expires_ms is None
+    applied = expiry.stamped(req, 1_000_000)
+    assert applied.expires_ms == 1_600_000 and expiry.stamped(applied, 5_000_000).expires_ms == 1_600_000
+    assert not expiry.ended(applied, 1_599_999) and expiry.ended(applied, 1_600_000)
+    assert records.from_json(records.to_json(applied)) == applied
+    assert summary(applied)["expires_ms"] == 1_600_000
+    from ratelimit.cli.listing import ends
+    assert ends(1_600_000, 1000.0, True) == "ends in 10m 00s (then removed)"
+    assert ends(1_600_000, 1000.0, False).endswith("its watcher is not running: start it with 'ratelimit expire'")
+    assert ends(1_600_000, 1612.0, False).startswith("its end passed 12s ago, and it was not removed")
+
+
+@pytest.mark.parametrize("value,message", [
+    ("0", "--for: '0' is not a duration (a number and a unit: 90s, 10m, 2h, 1d; above 0, at most 30 days)"),
+    ("0s", "--for: '0s' is out of range (above 0, at most 30 days)"),
+    ("31d", "--for: '31d' is out of range"),
+    ("soon", "--for: 'soon' is not a duration"),
+])
+def test_a_bad_duration_is_one_line(value, message):
+    with pytest.raises(UsageError) as err:
+        service.make_request("r0", hosts="198.18.1.2", per="host", rate="1mbit", mode="shape", lasting=value)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_scenario_says_how_long_its_plan_lasts():
+    text = 'for = "90s"\n[cohort.a]\ndescription = "x"\nhosts = "198.18.1.2"\nrate = "1mbit"\n'
+    assert service.make_request("r0", scenario=scenario.parse(text)).lasting_ms == 90_000
+    with pytest.raises(UsageError, match=r"^scenario s\.toml: for: '1 week' is not a duration"):
+        service.make_request("r0", scenario=scenario.parse(text.replace('"90s"', '"1 week"'), "scenario s.toml"))

@@ -1,8 +1,9 @@
 """Faults on the host kernel (router_pair namespaces): a blackholed link drops every packet
-that reaches it, comes and goes in place, and leaves every other link as it was.  A TCP
+that reaches it, comes and goes in place, and leaves every other link as it was (a TCP
 connect from the client to a listener in the router is the probe; the link's kernel
-counters say what passed."""
+counters say what passed); and a plan applied --for a while is removed when it ends."""
 
+import re
 import subprocess
 import time
 
@@ -155,3 +156,95 @@ def test_a_partition_cuts_exactly_the_pairs_it_names(listener):
     print(got)
     assert got == {("198.18.1.2", ROUTER): "TimeoutError", ("198.18.1.2", "198.18.1.254"): "connected",
                    ("198.18.1.3", ROUTER): "connected", ("198.18.1.3", "198.18.1.254"): "connected"}
+
+
+# ---------------------------------------------------------------- faults that end by themselves
+
+
+@pytest.fixture
+def watched(router_pair, tmp_path, monkeypatch):
+    """``router_pair`` with a state directory of the test's own (the watcher an apply starts
+    inherits it); a watcher left is killed at the end.  Yields (router, client, tmp_path)."""
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path / "state"))
+    router, client = router_pair
+    try:
+        yield router, client, tmp_path
+    finally:
+        kill_watcher(router, check=False)
+
+
+def kill_watcher(router: str, check: bool = True) -> None:
+    subprocess.run(["pkill", "-9", "-f", f"ratelimit expire --interface r0 --netns {router}"], check=check,
+                   capture_output=True)
+
+
+def lasting(router: str, text: str | None = "2s"):
+    return service.apply(service.make_request("r0", netns=router, hosts="198.18.1.2", per="host", rate="2mbit",
+                                              mode="shape", lasting=text))
+
+
+def ours(router: str) -> bool:
+    """Whether r0's root qdisc is ratelimit's (52:)."""
+    out = subprocess.run(["tc", "-n", router, "qdisc", "show", "dev", "r0", "root"], capture_output=True,
+                         text=True).stdout
+    return " 52: " in out
+
+
+@pytest.mark.alone_on_host  # the removal timed against the clock: a busy machine stretches the clean
+def test_a_plan_for_2s_is_removed_within_a_second_of_its_end(watched):
+    """Applied with --for 2s: --list says when it ends; its watcher removes it within 1 s of
+    its end (as --clean would: no record, no qdisc of ours), and then ends itself."""
+    from ratelimit.cli.listing import render_table
+    from ratelimit.service import expiry
+    from ratelimit.state import records
+    router, _, _ = watched
+    end_s = lasting(router).request.expires_ms / 1000
+    assert expiry.alive(router, "r0") and ours(router)
+    assert re.search(r"\nends in [12]s \(then removed\)", render_table(readout.statistics("r0", router), counters=False))
+    while records.load(router, "r0") is not None and time.time() < end_s + 5:
+        time.sleep(0.02)
+    gone = time.time()
+    print(f"removed {gone - end_s:.3f} s after its end")
+    assert 0 <= gone - end_s <= 1.0 and not ours(router)
+    deadline = time.time() + 5
+    while expiry.alive(router, "r0") and time.time() < deadline:
+        time.sleep(0.05)
+    assert not expiry.alive(router, "r0")
+
+
+def test_an_apply_before_the_end_replaces_it(watched):
+    """A plan applied again without --for before its end stays; its watcher ends."""
+    from ratelimit.service import expiry
+    router, _, _ = watched
+    lasting(router, "1s")
+    assert lasting(router, None).request.expires_ms is None
+    time.sleep(2.5)
+    assert ours(router) and not expiry.alive(router, "r0")
+
+
+def test_an_ended_plan_whose_watcher_was_killed_is_said_not_restored_and_removed_by_a_new_watcher(watched):
+    """kill -9 of the watcher right after the apply: the plan outlives its end (nothing else of
+    ours is left to act), --list says so, --restore after a reboot does not put it back, and
+    a watcher started by hand removes it at once."""
+    from ratelimit.cli import persist
+    from ratelimit.cli.listing import render_table
+    from ratelimit.service import expiry
+    router, _, tmp_path = watched
+    lasting(router, "1s")
+    kill_watcher(router)
+    time.sleep(1.5)
+    assert ours(router)
+    assert "its end passed" in render_table(readout.statistics("r0", router), counters=False)
+    saved, _ = persist.save(tmp_path / "saved.json", say=lambda m: None)
+    service.clean("r0", router)  # a reboot
+    said = []
+    assert persist.restore(saved, say=said.append) == 0
+    assert not ours(router) and "not restored: its plan ended (--for)" in said[0]
+    lasting(router, "1s")
+    kill_watcher(router)
+    time.sleep(1.5)
+    started = time.time()
+    expiry.start(router, "r0")
+    while ours(router) and time.time() < started + 10:
+        time.sleep(0.02)
+    assert not ours(router) and time.time() - started < 5

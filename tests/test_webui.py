@@ -709,6 +709,15 @@ def test_apply(client, control, src, reader):
     assert what == "apply" and force is True and req.mode == "shape" and req.only.ports == ((5000, 5003),)
 
 
+def test_apply_takes_for_and_blackhole(client, control):
+    resp = post(client, "/api/apply", dict(APPLY, per="host", rate="1mbit", mode="shape", blackhole=True, **{"for": "10m"}))
+    assert resp.status_code == 200, resp.get_json()
+    ((_, req, _),) = control.calls
+    assert req.lasting_ms == 600_000 and req.cohorts[0].blackhole
+    assert_error(post(client, "/api/apply", dict(APPLY, **{"for": "0"})), 400, "--for: '0' is not a duration")
+    assert_error(post(client, "/api/apply", dict(APPLY, blackhole="maybe")), 400, "blackhole: 'maybe' is not a boolean")
+
+
 def test_apply_takes_a_scenario_whose_cell_follows_a_shipped_trace(client, control):
     text = ('[cell.t]\ndescription = "a tower"\ntrace_down = "lte-drive.down"\n[cohort.a]\ndescription = "phones"\n'
             'hosts = "198.18.0.2-198.18.0.5"\nprofile = "3g"\ncell = "t"\n')

@@ -279,6 +279,35 @@ def test_dashboard_shows_each_cell_with_its_users_rates(browser):
         src.stop()
 
 
+class FaultReader(CohortReader):
+    """CohortReader's plan applied --for 10 minutes, its modems blackholed (docs/faults.md)."""
+
+    def __init__(self, n):
+        super().__init__(n)
+        modems, office = self.applied["cohorts"]
+        self.applied = {**self.applied, "lasting_ms": 600_000, "expires_ms": int(time.time() * 1000) + 600_000,
+                        "cohorts": [{**modems, "blackhole": True}, office]}
+
+
+def test_dashboard_shows_the_time_a_plan_has_left_and_its_blackholed_cohorts(browser):
+    from ratelimit.webui import create_app
+    from ratelimit.webui.stats import StatsSource
+    src = StatsSource([(None, "eth0")], reader=FaultReader(4096), interval=1.0)
+    app = create_app({"STATS_SOURCE": src, "START_POLLING": True, "TOKEN": TOKEN, "CONTROL": RefusingControl()})
+    stop_server, url = serve_in_thread(app)
+    try:
+        page, errors = open_page(browser, url + "#token=" + TOKEN)
+        page.wait_for_selector(".card .expires", timeout=20000)
+        ends = page.text_content(".card .expires")
+        assert re.fullmatch(r"ends in (9m [0-5]\ds|10m 00s) \(then removed\)", ends), ends
+        assert page.text_content(".card .blackhole") == "modems: blackholed (every packet dropped)"
+        assert not errors, errors
+        page.close()
+    finally:
+        stop_server()
+        src.stop()
+
+
 class RecordingControl(RefusingControl):
     """Validates for real and records the request it would apply, touching nothing."""
 

@@ -26,6 +26,7 @@ bp = Blueprint("api", __name__, url_prefix="/api")
 TARGET_QUERY = ("interface", "netns")
 # every option of a request (``service.request.Options``) but the lab's own, and force
 APPLY_FIELDS = (*(name for name in FIELDS if name != "device_queues"), "force")
+ALIASES = {"for": "lasting"}  # the API's (and a scenario's) word for an option whose Python name differs
 CLEAN_FIELDS = ("interface", "netns", "force")
 
 
@@ -200,7 +201,10 @@ def _shipped_traces(ask):
 
 @bp.post("/apply")
 def apply():
-    data, netns, interface, force = _change(APPLY_FIELDS)
+    data, netns, interface, force = _change((*APPLY_FIELDS, *ALIASES))
+    for alias, name in ALIASES.items():
+        if alias in data:
+            data[name] = data.pop(alias)
     kwargs = {}
     for name in APPLY_FIELDS:
         if name in ("interface", "netns", "force", "scenario", "blackhole"):

@@ -2,9 +2,10 @@
 each container whose addresses have changed since the apply."""
 
 import json
+import time
 
 from ..spec.summary import describe
-from ..spec.units import format_rate
+from ..spec.units import format_duration, format_rate
 
 
 def as_json(data: dict, action: str) -> str:
@@ -25,12 +26,25 @@ def strangers(data: dict, con) -> None:
         con.notice(line)
 
 
+def ends(expires_ms: int, now_s: float, watcher: bool | None) -> str:
+    """When a plan that lasts (--for) ends, from ``now_s``; or that its end passed, and what
+    to do when its watcher (``service.expiry``) is not running."""
+    left_ms = expires_ms - now_s * 1000
+    if left_ms > 0:
+        stopped = "" if watcher in (None, True) else "; its watcher is not running: start it with 'ratelimit expire'"
+        return f"ends in {format_duration(left_ms)} (then removed){stopped}"
+    return (f"its end passed {format_duration(-left_ms)} ago, and it was not removed (its watcher is not running): "
+            "ratelimit --clean, or 'ratelimit expire' to let it")
+
+
 def render_table(data: dict, counters: bool) -> str:
     applied, staged = data["applied"], data.get("staged")
     waiting = f"staged (no traffic until --commit): {describe(staged)}" if staged else ""
     if not applied:
         return "\n".join([f"{data['interface']}: nothing installed by ratelimit"] + [waiting] * bool(staged))
     head = f"{applied['interface']}: {describe(applied)}" + f"\n{waiting}" * bool(staged)
+    if applied.get("expires_ms") is not None:
+        head += "\n" + ends(applied["expires_ms"], data.get("time") or time.time(), data.get("expiry"))
     driver = data.get("driver")
     if driver:
         head += "\n" + (f"trace driver: following (pid {driver['pid']}, a step every {driver['step_ms']} ms, at step "

@@ -16,7 +16,7 @@ from pathlib import Path
 from ..containers import lookup
 from ..containers.life import inside, now, recorded_single_segments
 from ..errors import NotFoundError, RatelimitError, UsageError
-from ..service import actions, readout
+from ..service import actions, expiry, readout
 from ..spec.names import target_name
 from ..spec.summary import describe, summary
 from ..state import records
@@ -102,6 +102,10 @@ def restore(path: Path | None = None, *, force: bool = False, say=print, warn=_s
     code = 0
     for req in load(path):
         name = target_name(req.netns, req.interface)
+        if expiry.ended(req, int(time.time() * 1000)):
+            at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(req.expires_ms / 1000))
+            say(f"{name}: not restored: its plan ended (--for) at {at}")
+            continue
         try:
             done = _restore_one(req, force, notice=lambda m: warn(f"ratelimit: {m}"))
         except RatelimitError as err:

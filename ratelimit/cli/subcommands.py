@@ -15,7 +15,7 @@ from ..profiles import catalog
 from ..spec.units import format_percent, format_rate, format_time, parse_seconds
 
 PLUGIN_GROUP = "ratelimit.subcommands"
-NAMES = ("profiles", "save", "restore", "vm", "lab", "web", "follow")  # lab, web: registered (REGISTERED)
+NAMES = ("profiles", "save", "restore", "vm", "lab", "web", "follow", "expire")  # lab, web: registered (REGISTERED)
 # the subcommands another package registers, and what each comes with (the line when it is not installed)
 REGISTERED = {"lab": "ratelimit's lab package, which ratelimit's setup.py registers",
               "web": "the webui package of ratelimit's checkout"}
@@ -102,6 +102,28 @@ def _restore(argv, con) -> int:
     return persist.restore(args.file, force=args.force, say=con.out, warn=con.err)
 
 
+def _expire_parser() -> Parser:
+    p = _subparser("expire", "Remove the interface's plan when the end it was applied with (--for) comes, unless "
+                             "another apply came first (docs/faults.md). An apply with --for starts it; run it by "
+                             "hand after a crash.")
+    p.add_argument("--interface", "--if", required=True, help="the interface whose plan to watch")
+    p.add_argument("--netns", help="network namespace the interface is in")
+    return p
+
+
+def _expire(argv, con) -> int:
+    from .. import service  # the service and its kernel modules: only this subcommand loads them
+    from ..service import expiry
+    from ..spec.names import check_target
+    args = _parse_sub(_expire_parser(), argv, con)
+    if args is None:
+        return 0
+    interface, netns = check_target(args.interface, args.netns)
+    if os.geteuid() != 0:
+        raise PermissionDenied("expire: needs root (it changes traffic control)")
+    return expiry.watch(netns, interface, service.clean, say=con.err)
+
+
 def _follow_parser() -> Parser:
     p = _subparser("follow", "The trace driver: keep the traced links of the interface's plan following their "
                              "traces, step by step, until the plan is removed (docs/profiles.md, The driver). An "
@@ -137,7 +159,8 @@ def _vm(argv, con) -> int:
 
 def run(name, argv, con) -> int:
     """``ratelimit NAME ARGV...``: the exit code."""
-    own = {"profiles": _profiles, "save": _save, "restore": _restore, "vm": _vm, "follow": _follow}.get(name)
+    own = {"profiles": _profiles, "save": _save, "restore": _restore, "vm": _vm, "follow": _follow,
+           "expire": _expire}.get(name)
     if own is not None:
         return own(argv, con)
     return _registered(name)(argv)

@@ -90,13 +90,7 @@ def start(netns: str | None, interface: str, step_ms: int | None = None, referen
     if alive(netns, interface):
         return None
     log = log_path(netns, interface)
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(SOURCE_ROOT), os.environ.get("PYTHONPATH"))
-                                                       if p))
-    with open(log, "a") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "ratelimit", *command(netns, interface, step_ms, reference)[1:]],
-                                stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, start_new_session=True,
-                                close_fds=True)
+    proc = spawn(command(netns, interface, step_ms, reference)[1:], log)
     deadline = time.monotonic() + START_WAIT_S
     while time.monotonic() < deadline:
         if alive(netns, interface):
@@ -110,6 +104,17 @@ def start(netns: str | None, interface: str, step_ms: int | None = None, referen
     last = ([line for line in log.read_text().splitlines() if line.strip()] or ["no output"])[-1]
     raise RatelimitError(f"{interface}: the trace driver did not start ({last.removeprefix('ratelimit: ')}; "
                          f"log {log})")
+
+
+def spawn(argv: list[str], log: Path) -> subprocess.Popen:
+    """``python -m ratelimit ARGV``, detached (a session of its own, no input), its output
+    appended to ``log``: a driver, or a plan's expiry (``service.expiry``)."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(SOURCE_ROOT), os.environ.get("PYTHONPATH"))
+                                                       if p))
+    with open(log, "a") as out:
+        return subprocess.Popen([sys.executable, "-m", "ratelimit", *argv], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=out, env=env, start_new_session=True, close_fds=True)
 
 
 def stop(netns: str | None, interface: str, timeout_s: float = STOP_WAIT_S) -> bool:

@@ -11,6 +11,7 @@ from ..errors import FieldError, UsageError
 from ..spec.cells import check_cells
 from ..spec.model import DIRECTIONS, GRANULARITIES, MODES, Cohort, min_police_burst, Request
 from ..spec.names import check_target
+from ..spec.units import MAX_DURATION_MS
 from ..traces.tracespec import check as check_trace
 from .layout import (GENERATIONS, MAX_FLOWS, MAX_GROUP_LINKS, MAX_POLICED_HOSTS, MAX_QUEUES, NUMBERINGS, carried,
                      group_links_of, Handles, handles, Layout, max_shape_links, Place)
@@ -26,6 +27,9 @@ def checked_layout(req: Request) -> Layout:
         raise FieldError("group links", size, f"is not a number of links from 1 to {MAX_GROUP_LINKS} "
                                               "(the class minors of a group's qdisc)")
     check_cells(req.cohorts, req.mode)
+    for name, value, hi in (("--for", req.lasting_ms, MAX_DURATION_MS), ("expiry", req.expires_ms, 1 << 53)):
+        if value is not None and (type(value) is not int or not 0 < value <= hi):
+            raise FieldError(name, value, "is not a time in ms ratelimit records")
     lay = Layout.of(req)
     _validate_layout(req, lay)
     return lay

@@ -27,6 +27,7 @@ Two ways, both ending in a list of ``Ask`` (one cohort each, its fields as typed
       description = "everyone else"
       profile = "cable"
 
+  A top-level ``for = "10m"`` makes the plan end by itself (docs/faults.md).
   ``parse`` reads the text (the API gives text, never a path); ``load`` reads the one
   file the user named (a bare name: a shipped example, ``profiles/scenarios/``).
   Profiles come from the profile search path by name only.
@@ -39,6 +40,7 @@ Two ways, both ending in a list of ``Ask`` (one cohort each, its fields as typed
   split the same way; a profile's share then takes up to three cohorts (``_port_pieces``).
 """
 
+import dataclasses
 import math
 import tomllib
 from dataclasses import dataclass, field
@@ -54,7 +56,7 @@ from .catalog import SIDE_FIELDS, check_name
 
 COHORT_KEYS = {"description", "source", "hosts", "ports", "servers", "server_ports", "per", "profile", "link",
                "mpu", "cell", "blackhole"} | set(SIDE_FIELDS) | set(tracespec.KEYS)
-TOP_KEYS = {"description", "source", "cohort", "default", "cell"}
+TOP_KEYS = {"description", "source", "cohort", "default", "cell", "for"}
 NOT_DEFAULT_KEYS = {"hosts", "ports", "servers", "server_ports", "per"}  # the default cohort takes what no cohort selects, as one link
 MAX_BYTES = 1 << 20  # a scenario file or API text larger than this is refused unread
 SHIPPED = SHIPPED_PROFILES / "scenarios"  # the example audiences (``--scenario NAME``)
@@ -81,6 +83,7 @@ class Ask:
     cell: object = None  # a spec.model.Cell: a capacity the cohort's links share
     cell_trace: object = None  # a tracespec.TraceAsk: the cell's capacity follows traces or a schedule
     blackhole: bool = False  # its links drop every packet (docs/faults.md)
+    lasting: object = None  # the scenario's ``for``: how long the plan lasts (text, read by the request)
 
 
 def find(value: str) -> Path:
@@ -145,6 +148,9 @@ def parse(text, where: str = "scenario", base: str = "") -> list[Ask]:
     asks = [_ask(name, body, f"{where}: [cohort.{name}]", base=base, cells=cells) for name, body in tables.items()]
     if "default" in data:
         asks.append(_ask(DEFAULT_COHORT, data["default"], f"{where}: [default]", default=True, base=base))
+    if "for" in data:  # the whole plan's: each cohort carries it to the request
+        lasting = (data["for"], f"{where}: for")
+        asks = [dataclasses.replace(a, lasting=lasting) for a in asks]
     return asks
 
 

@@ -21,6 +21,7 @@ from ..state import recovery, records
 from ..state.recovery import describe_request
 from ..state.installed import Installed, check_interface, executor, find_installed
 from ..traces import tracespec
+from . import expiry
 from ..driver import follow as driver  # "follow" is apply's argument
 from ..kernel.offload import advice
 
@@ -89,7 +90,8 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     ``--bandwidth``, repairs of a killed run, and devices that merge received frames,
     which the links would meter as one (default: stderr).  A plan with traces records when
     they start (``tracespec.stamped``) and, with ``follow``, has its driver started unless
-    one runs (``follow.start``)."""
+    one runs (``follow.start``).  A plan that lasts (``Request.lasting_ms``) records its end
+    and has its watcher started (``expiry``)."""
     plan = compile_plan(req)
     require_root()
     warning = layout.oversubscribed(req)
@@ -101,7 +103,9 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
         recovery.repair(ex, req.netns, req.interface, notice)
         installed = find_installed(ex, req.netns, req.interface, force=force)
         refuse_staged(installed, req.interface, req.netns)
-        plan = dataclasses.replace(plan, request=tracespec.stamped(req, installed.request, int(time.time() * 1000)))
+        now_ms = int(time.time() * 1000)
+        plan = dataclasses.replace(plan, request=expiry.stamped(tracespec.stamped(req, installed.request, now_ms),
+                                                                now_ms))
         foreign = installed.foreign(req.interface)
         if not force:
             refuse_foreign(plan, foreign, installed)
@@ -126,6 +130,8 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     if follow:
         if driver.traced(plan.request):
             driver.start(req.netns, req.interface)
+    if plan.request.expires_ms is not None:
+        expiry.start(req.netns, req.interface)
     if changes is not None:
         return dataclasses.replace(plan, changed=changes, how="in place")
     if switch is not None:
@@ -177,15 +183,19 @@ def _stage_preview(old, plan) -> tuple[tuple, str]:
 
 
 def clean(interface: str, netns: str | None = None, *, force: bool = False, echo=None, lock_timeout=None,
-          notice=None) -> bool:
+          notice=None, only_if=None) -> bool:
     """Remove what ratelimit installed on ``interface``; True if there was something.
-    ``force``: remove the root and ingress qdiscs and the IFB device whoever made them."""
+    ``force``: remove the root and ingress qdiscs and the IFB device whoever made them.
+    ``only_if(request)``: remove only if it holds of the installed request (None when there
+    is none), asked under the interface's lock (``expiry``: the plan whose end came)."""
     interface, netns = check_target(interface, netns)
     require_root()
     with executor(netns) as ex, records.lock(netns, interface, timeout=lock_timeout):
         check_interface(ex, interface, netns)
         recovery.repair(ex, netns, interface, notice)
         installed = find_installed(ex, netns, interface, force=force)
+        if only_if is not None and not only_if(None if installed.plan is None else installed.plan.request):
+            return False
         foreign = installed.foreign(interface)
         plans = [p for p in (installed.plan, installed.staged_plan) if p is not None]
         if not plans and not force:

@@ -25,6 +25,7 @@ from ..spec.names import check_target
 from ..spec.summary import shared_cells, summary
 from ..state import records, recovery
 from ..state.installed import check_interface, executor, find_installed
+from . import expiry
 
 
 def _readable(ex, netns, interface, notice, repair: bool):
@@ -207,6 +208,8 @@ def statistics(interface: str, netns: str | None = None, notice=None, *, repair:
     the lab); see ``counters``."""
     c = counters(interface, netns, notice, repair=repair)
     data = {"interface": c.interface, "netns": c.netns, "time": c.time, "applied": c.applied, "staged": c.staged}
+    if (c.applied or {}).get("expires_ms") is not None:
+        data["expiry"] = expiry.alive(netns, interface)  # whether its watcher runs
     if c.applied is not None:
         data["driver"] = c.driver
     names = tuple(c.counters)

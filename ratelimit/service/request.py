@@ -18,7 +18,7 @@ from ..spec.cells import cell_order, parse_cell
 from ..spec.model import GRANULARITIES, MAIN_COHORT, Cohort, LinkParams, Request
 from ..spec.names import check_target
 from ..spec.selectors import parse_hosts, parse_ports, parse_servers
-from ..spec.units import parse_burst, parse_count, parse_queue, parse_rate_bps, parse_size_bytes
+from ..spec.units import parse_burst, parse_count, parse_duration_ms, parse_queue, parse_rate_bps, parse_size_bytes
 from ..state.installed import check_interface, executor
 from ..traces import tracespec
 from ..traces.phases import Phase, SAME
@@ -54,7 +54,8 @@ _DOC = """Every option of a request, as a person typed it (strings with units, h
     netem's, over every cohort's.  ``cell``: ``DOWN[/UP]``, a capacity the links share beside
     their own caps, every cohort of a mix's together (``cells.parse_cell``; a scenario names
     its cells).  ``blackhole``: every cohort's links drop every packet (shape mode, its
-    default then; docs/faults.md)."""
+    default then; docs/faults.md).  ``lasting`` (``--for``; a scenario's ``for``): how long
+    the plan lasts from its apply, then it is removed (``units.parse_duration_ms``)."""
 
 # (option, default) in the order the API's errors list them; the impairments and the trace
 # options are named where they are parsed (``catalog.SIDE_FIELDS``, ``tracespec.KEYS``)
@@ -62,7 +63,7 @@ _OWN = (("interface", "eth0"), ("netns", None), ("profile", None), ("hosts", Non
         ("mode", None), ("direction", "both"), ("rate", None), ("burst", None), ("bandwidth", "100mbit"),
         ("mtu", 1514), ("avpkt", 1200), ("mpu", None), ("queue", None), ("per", None), ("link", None),
         ("mix", None), ("scenario", None), ("servers", None), ("server_ports", None), ("cell", None),
-        ("blackhole", None))
+        ("blackhole", None), ("lasting", None))
 _DEFAULTS = (*_OWN, *((name, None) for name in IMPAIRMENTS), ("queues", 1), *((key, None) for key in tracespec.KEYS),
              ("device_queues", None))
 
@@ -132,7 +133,7 @@ def request_of(o: Options) -> Request:
         mode = o.mode or ("shape" if o.profile or traces or o.blackhole else "police")
         req = Request(interface, (_cohort(ask, mode, overrides, burst, o.link, o.mpu, traces, o.blackhole),),
                       mode=mode, **device)
-    req = dataclasses.replace(req, queues=_queues(o.queues, req, o.device_queues))
+    req = dataclasses.replace(req, queues=_queues(o.queues, req, o.device_queues), lasting_ms=_lasting(o))
     checked_layout(req)  # every remaining check, before anything touches the router (apply compiles it)
     return req
 
@@ -213,6 +214,14 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None, blac
                   ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
                   server_ports=server_ports, named=ask.named, trace=trace, cell=_cell(ask),
                   blackhole=bool(ask.blackhole or blackhole))
+
+
+def _lasting(o: Options) -> int | None:
+    """How long the plan lasts (ms): ``--for``, else a scenario's ``for``; None: until removed."""
+    if o.lasting is not None:
+        return parse_duration_ms(o.lasting, "--for")
+    asked = next((a.lasting for a in o.scenario or () if a.lasting is not None), None)
+    return None if asked is None else parse_duration_ms(*asked)
 
 
 def _cell(ask):

@@ -20,7 +20,7 @@ apply rebuilds, which cannot be staged.  An apply while a plan is staged is refu
 import dataclasses
 import time
 
-from ..errors import ApplyError, Interrupted, NotFoundError
+from ..errors import ApplyError, Interrupted, NotFoundError, UsageError
 from ..plan import diff, layout, placement
 from ..plan.compile import compile_plan
 from ..spec.model import Request
@@ -38,6 +38,9 @@ def stage(req: Request, *, progress=None, echo=None, on_wait=None, lock_timeout=
     (the same plan was: nothing sent), or the installed plan with ``how`` "unchanged" (it is
     ``req``'s: nothing to stage, and a stage there was is removed).  A different staged plan
     is removed first."""
+    if req.lasting_ms is not None:
+        raise UsageError("--for: not with --stage (a plan that ends by itself starts at its apply; apply it, or "
+                         "stage it without --for)")
     plan = compile_plan(req)
     require_root()
     warning = layout.oversubscribed(req)

@@ -29,6 +29,8 @@ def summary(req: Request) -> dict:
         out["queues"] = req.queues
     if req.server_side:
         out["server_side"] = True  # down arrives on the interface (its IFB device), up leaves it
+    if req.lasting_ms is not None:
+        out["lasting_ms"], out["expires_ms"] = req.lasting_ms, req.expires_ms  # it ends by itself (--for)
     return out
 
 

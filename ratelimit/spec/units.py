@@ -139,6 +139,24 @@ def parse_time_us(text, field: str = "time") -> int:
                    "is out of range (0 to 1 hour)")
 
 
+_DURATION_MS = {"ms": 1, "s": 1000, "sec": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+MAX_DURATION_MS = 30 * 86_400_000
+
+
+def parse_duration_ms(text, field: str = "--for") -> int:
+    """How long something lasts: ``"10m"`` -> 600000; a unit is required (ms, s, m, h, d),
+    above 0 and at most 30 days."""
+    allowed = "is not a duration (a number and a unit: 90s, 10m, 2h, 1d; above 0, at most 30 days)"
+    return _scaled(field, text, allowed, _DURATION_MS, 1, MAX_DURATION_MS, "is out of range (above 0, at most 30 days)")
+
+
+def format_duration(ms: float) -> str:
+    """``ms`` in whole seconds as a person reads them: 1h 02m 05s, 9m 58s, 4s."""
+    s = max(0, round(ms / 1000))
+    h, m, s = s // 3600, s // 60 % 60, s % 60
+    return f"{h}h {m:02d}m {s:02d}s" if h else f"{m}m {s:02d}s" if m else f"{s}s"
+
+
 def parse_seconds(text, field: str, lo: float, hi: float) -> float:
     """A duration in seconds: a bare number, or with a unit (``1.5``, ``1.5s``, ``200ms``)."""
     allowed = f"is not a time in seconds (e.g. 1.5, 200ms; {lo:g}-{hi:g} seconds)"

@@ -273,6 +273,24 @@
     for (const n of a.notices || []) out.push(el("p", {class: "error notice", text: n}));
     return out;
   }
+  // A plan that ends by itself (--for): the time left at the snapshot; a blackholed cohort.
+  function faultLines(a, now) {
+    const out = [];
+    if (a.expires_ms != null) {
+      const left = Math.round(a.expires_ms / 1000 - now);
+      out.push(el("p", {class: "expires", text: left > 0 ? "ends in " + duration(left) + " (then removed)" :
+        "its end passed " + duration(-left) + " ago; not removed yet"}));
+    }
+    for (const co of a.cohorts || []) {
+      if (co.blackhole) out.push(el("p", {class: "error blackhole", text: co.name + ": blackholed (every packet dropped)"}));
+    }
+    return out;
+  }
+  function duration(s) {
+    const h = Math.floor(s / 3600), m = Math.floor(s / 60) % 60, r = s % 60;
+    const two = (n) => String(n).padStart(2, "0");
+    return h ? h + "h " + two(m) + "m " + two(r) + "s" : m ? m + "m " + two(r) + "s" : r + "s";
+  }
   function card(t) {
     const a = t.applied, g = t.aggregate || {};
     const selected = state.target && t.interface === state.target.interface &&
@@ -280,7 +298,7 @@
     const c = el("article", {class: "card" + (selected ? " selected" : ""), "data-name": t.name});
     c.append(el("h3", {text: t.name}));
     if (t.error) c.append(el("p", {class: "error", text: t.error}));
-    if (a) c.append(...containerLines(a));
+    if (a) c.append(...containerLines(a), ...faultLines(a, t.time));
     if (a) {
       // Only the sides the direction limits: dest = down (to the client), source = up.
       const rateText = [a.direction !== "source" && a.down && a.down.rate_bps ? "down " + bits(a.down.rate_bps) : null,
