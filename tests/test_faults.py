@@ -2,6 +2,7 @@
 line, a scenario's cohort or cell and the API, kept by the record, and a change in place
 either way."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -105,6 +106,11 @@ def test_a_plan_that_lasts_records_its_end_which_a_recorded_request_keeps():
     assert ends(1_600_000, 1000.0, True) == "ends in 10m 00s (then removed)"
     assert ends(1_600_000, 1000.0, False).endswith("its watcher is not running: start it with 'ratelimit expire'")
     assert ends(1_600_000, 1612.0, False).startswith("its end passed 12s ago, and it was not removed")
+    assert expiry.restored(applied) is None  # nothing before it: removed at its end
+    before = service.make_request("r0", hosts="198.18.1.2", per="host", rate="2mbit", mode="shape")
+    over = expiry.stamped(req, 1_000_000, installed=dataclasses.replace(before, generation=1))
+    assert expiry.restored(over) == before and summary(over)["restores"]
+    assert ends(1_600_000, 1000.0, True, restores=True) == "ends in 10m 00s (then the plan before it comes back)"
 
 
 @pytest.mark.parametrize("value,message", [

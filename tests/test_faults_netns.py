@@ -248,3 +248,23 @@ def test_an_ended_plan_whose_watcher_was_killed_is_said_not_restored_and_removed
     while ours(router) and time.time() < started + 10:
         time.sleep(0.02)
     assert not ours(router) and time.time() - started < 5
+
+
+@pytest.mark.alone_on_host  # the plan's return timed against the clock
+def test_a_fault_for_2s_over_a_plan_gives_that_plan_back_when_it_ends(watched):
+    """A blackhole applied --for 2s over a plan of its own: when it ends the plan before it
+    is back, the kernel as a fresh apply of that plan builds it, and the record its request."""
+    from ratelimit.state import records
+    router, _, _ = watched
+    base = dict(hosts="198.18.1.2", per="host", rate="2mbit", mode="shape")
+    plan = service.apply(service.make_request("r0", netns=router, **base))
+    before = tc_dump(router, "r0", "rl-r0")
+    fault = service.apply(service.make_request("r0", netns=router, blackhole=True, lasting="2s", **base))
+    assert fault.how == "in place" and tc_dump(router, "r0", "rl-r0") != before
+    end_s = fault.request.expires_ms / 1000
+    while records.load(router, "r0").request.expires_ms is not None and time.time() < end_s + 5:
+        time.sleep(0.02)
+    print(f"back {time.time() - end_s:.3f} s after its end")
+    assert time.time() - end_s <= 1.0
+    assert records.load(router, "r0").request.cohorts == plan.request.cohorts
+    assert tc_dump(router, "r0", "rl-r0") == before

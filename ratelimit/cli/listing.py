@@ -26,13 +26,14 @@ def strangers(data: dict, con) -> None:
         con.notice(line)
 
 
-def ends(expires_ms: int, now_s: float, watcher: bool | None) -> str:
-    """When a plan that lasts (--for) ends, from ``now_s``; or that its end passed, and what
-    to do when its watcher (``service.expiry``) is not running."""
+def ends(expires_ms: int, now_s: float, watcher: bool | None, restores: bool = False) -> str:
+    """When a plan that lasts (--for) ends, from ``now_s``, and what comes then; or that its
+    end passed, and what to do when its watcher (``service.expiry``) is not running."""
     left_ms = expires_ms - now_s * 1000
     if left_ms > 0:
         stopped = "" if watcher in (None, True) else "; its watcher is not running: start it with 'ratelimit expire'"
-        return f"ends in {format_duration(left_ms)} (then removed){stopped}"
+        then = "the plan before it comes back" if restores else "removed"
+        return f"ends in {format_duration(left_ms)} (then {then}){stopped}"
     return (f"its end passed {format_duration(-left_ms)} ago, and it was not removed (its watcher is not running): "
             "ratelimit --clean, or 'ratelimit expire' to let it")
 
@@ -44,7 +45,8 @@ def render_table(data: dict, counters: bool) -> str:
         return "\n".join([f"{data['interface']}: nothing installed by ratelimit"] + [waiting] * bool(staged))
     head = f"{applied['interface']}: {describe(applied)}" + f"\n{waiting}" * bool(staged)
     if applied.get("expires_ms") is not None:
-        head += "\n" + ends(applied["expires_ms"], data.get("time") or time.time(), data.get("expiry"))
+        head += "\n" + ends(applied["expires_ms"], data.get("time") or time.time(), data.get("expiry"),
+                             applied.get("restores", False))
     driver = data.get("driver")
     if driver:
         head += "\n" + (f"trace driver: following (pid {driver['pid']}, a step every {driver['step_ms']} ms, at step "

@@ -119,8 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--cell", metavar="DOWN[/UP]", help="the links also share this capacity, each still capped by its "
                    "own rate: a cell tower of phones, a DSLAM's backhaul (shape mode; docs/cells.md)")
     g.add_argument("--for", dest="lasting", metavar="DURATION",
-                   help="the plan ends by itself after this long (90s, 10m, 2h; at most 30 days): removed by a "
-                        "process of ratelimit's, and not restored after a reboot once ended (docs/faults.md)")
+                   help="the plan ends by itself after this long (90s, 10m, 2h; at most 30 days): a process of "
+                        "ratelimit's then puts back the plan before it, or removes it; not restored after a reboot "
+                        "once ended (docs/faults.md)")
     g.add_argument("--blackhole", action="store_true", default=None,
                    help="the links drop every packet, as links that went away: a change in place, undone by "
                         "applying without it (shape mode; docs/faults.md)")

@@ -121,7 +121,7 @@ def _expire(argv, con) -> int:
     interface, netns = check_target(args.interface, args.netns)
     if os.geteuid() != 0:
         raise PermissionDenied("expire: needs root (it changes traffic control)")
-    return expiry.watch(netns, interface, service.clean, say=con.err)
+    return expiry.watch(netns, interface, service.clean, service.apply, say=con.err)
 
 
 def _follow_parser() -> Parser:

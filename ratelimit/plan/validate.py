@@ -30,6 +30,8 @@ def checked_layout(req: Request) -> Layout:
     for name, value, hi in (("--for", req.lasting_ms, MAX_DURATION_MS), ("expiry", req.expires_ms, 1 << 53)):
         if value is not None and (type(value) is not int or not 0 < value <= hi):
             raise FieldError(name, value, "is not a time in ms ratelimit records")
+    if req.restores is not None and type(req.restores) is not str:
+        raise FieldError("the plan before", type(req.restores).__name__, "is not a record's text")
     lay = Layout.of(req)
     _validate_layout(req, lay)
     return lay

@@ -79,7 +79,7 @@ def refuse_staged(installed: Installed, interface: str, netns) -> None:
 
 
 def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wait=None, lock_timeout=None,
-          notice=None, follow: bool = True):
+          notice=None, follow: bool = True, only_if=None):
     """Install ``req``; returns the plan installed (``how``: "built", "in place" or
     "make-before-break", with ``changed`` the operations sent for the last two; its
     ``request.generation`` may differ from ``req``'s: see ``placement.over``).  The interface ends
@@ -91,7 +91,9 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
     which the links would meter as one (default: stderr).  A plan with traces records when
     they start (``tracespec.stamped``) and, with ``follow``, has its driver started unless
     one runs (``follow.start``).  A plan that lasts (``Request.lasting_ms``) records its end
-    and has its watcher started (``expiry``)."""
+    and the plan it replaces, and has its watcher started (``expiry``).  ``only_if(request)``:
+    apply only if it holds of the installed request (None: nothing installed), asked under
+    the interface's lock; else return None (``expiry``: the plan whose end came)."""
     plan = compile_plan(req)
     require_root()
     warning = layout.oversubscribed(req)
@@ -102,10 +104,12 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
         check_queues(ex, req)
         recovery.repair(ex, req.netns, req.interface, notice)
         installed = find_installed(ex, req.netns, req.interface, force=force)
+        if only_if is not None and not only_if(installed.request):
+            return None
         refuse_staged(installed, req.interface, req.netns)
         now_ms = int(time.time() * 1000)
         plan = dataclasses.replace(plan, request=expiry.stamped(tracespec.stamped(req, installed.request, now_ms),
-                                                                now_ms))
+                                                                now_ms, installed.request))
         foreign = installed.foreign(req.interface)
         if not force:
             refuse_foreign(plan, foreign, installed)

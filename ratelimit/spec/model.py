@@ -300,10 +300,12 @@ class Request:
     # stays the clients' address (a server container's host-side veth, outside the server's
     # own network stack).  False: down is what it sends, as on a router's client side
     server_side: bool = False
-    # how long the plan lasts from its apply (``--for``), and when it ends (Unix time, ms, set
-    # by the apply): then it is removed (docs/faults.md, "Faults that end")
+    # how long the plan lasts from its apply (``--for``), when it ends (Unix time, ms, set by
+    # the apply), and the plan installed before it (its record's JSON text; None: nothing),
+    # which is put back then (docs/faults.md, "Faults that end")
     lasting_ms: int | None = None
     expires_ms: int | None = None
+    restores: str | None = None
 
     @classmethod
     def single(cls, interface: str, hosts, ports, down: LinkParams, up: LinkParams, *, per: str = "port",

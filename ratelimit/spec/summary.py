@@ -31,6 +31,7 @@ def summary(req: Request) -> dict:
         out["server_side"] = True  # down arrives on the interface (its IFB device), up leaves it
     if req.lasting_ms is not None:
         out["lasting_ms"], out["expires_ms"] = req.lasting_ms, req.expires_ms  # it ends by itself (--for)
+        out["restores"] = req.restores is not None  # and the plan before it comes back then
     return out
 
 

@@ -278,7 +278,8 @@
     const out = [];
     if (a.expires_ms != null) {
       const left = Math.round(a.expires_ms / 1000 - now);
-      out.push(el("p", {class: "expires", text: left > 0 ? "ends in " + duration(left) + " (then removed)" :
+      const then = a.restores ? " (then the plan before it comes back)" : " (then removed)";
+      out.push(el("p", {class: "expires", text: left > 0 ? "ends in " + duration(left) + then :
         "its end passed " + duration(-left) + " ago; not removed yet"}));
     }
     for (const co of a.cohorts || []) {
