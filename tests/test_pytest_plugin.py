@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
@@ -17,17 +16,17 @@ EXAMPLE = ROOT / "examples" / "test_slow_clients.py"
 
 
 
-def _plugin_args():
-    """``-p ratelimit.lab.pytest_plugin`` unless an installed ratelimit loads it already."""
-    installed = any(ep.value == "ratelimit.lab.pytest_plugin" for ep in entry_points(group="pytest11"))
-    return [] if installed else ["-p", "ratelimit.lab.pytest_plugin"]
-
-
 def run_pytest(tmp_path, *args, cwd=None):
+    """pytest in a process of its own, our plugin loaded by its module's name and its entry
+    point's name ("ratelimit") blocked.  Asking first whether an installed ratelimit's entry
+    point loads it raced with ``test_install``, which rewrites the source tree's egg-info as
+    it builds a wheel: the plugin was then loaded twice, and pytest refuses one module under
+    two names."""
     env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},  # the outer run's options stay there
            "RATELIMIT_STATE_DIR": str(tmp_path / "state"), "PYTHONDONTWRITEBYTECODE": "1",
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.run([sys.executable, "-m", "pytest", *_plugin_args(), "-p", "no:cacheprovider",
+    return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:ratelimit", "-p", "ratelimit.lab.pytest_plugin",
+                           "-p", "no:cacheprovider",
                            "-q", "-rA", f"--basetemp={tmp_path / 'base'}", *args],
                           cwd=cwd or tmp_path, env=env, capture_output=True, text=True, timeout=300)
 

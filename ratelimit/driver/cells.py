@@ -110,7 +110,7 @@ class CellSteps:
             elif cell.gate_bps == gate.SHUT_BPS:  # the window it opens in: still a frame, the class's burst after it
                 sent = (rate, frame)
             else:
-                sent = cell_rates(rate, frame)[1:]
+                sent = (rate, cell_rates(rate, frame)[2])
             if resend or sent != cell.sent:
                 classes.append(Change.of(cell.klass_at(*sent)))
                 cell.sent = sent

@@ -1,8 +1,9 @@
 """The trace driver, ``ratelimit follow``: one process per traced interface that keeps the
 kernel following the traces of the plan recorded on it (``run``).
 
-* Each step it sends the traced links' classes and gates (``steps``) through the executor,
-  under the interface's lock, as an apply or a clean is.
+* Each step it sends the traced cells' classes and gates (``cells``), then the traced
+  links' (``steps``), through the executor, under the interface's lock, as an apply or a
+  clean is.
 * It follows the record, never the kernel: a new record is read and compiled; one that is
   gone or no longer traced ends it, as SIGTERM (``follow.stop``) does.
 * Step ``k`` is due at ``Request.traced_start_ms + k x step_ms`` of the wall clock, so a
