@@ -37,6 +37,7 @@ from ratelimit.plan.ops import AddIfb, Change, DelLink, DelQdisc, HtbQdisc, Plan
 from ratelimit.plan.script import script, tc_batch
 from ratelimit.plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 from ratelimit.spec import linklayer
+from ratelimit.spec.lossmodel import parse_loss
 from ratelimit.spec.model import LinkParams, Queue, Request
 
 from conftest import HOST4, HOST6, ROUTER4, ROUTER6
@@ -399,6 +400,10 @@ NETEMS = (  # (link parameters, queue limit)
     (LinkParams(corrupt_pct=3, corrupt_corr_pct=1), 77),
     (LinkParams(delay_us=400_000, duplicate_pct=0.5, duplicate_corr_pct=10, loss_pct=1), 1000),
     (LinkParams(jitter_us=5000), 1000),
+    (LinkParams(delay_us=20_000, loss_model=parse_loss("gemodel p=1.5% r=30% h=10% k=99.5%")), 1000),
+    (LinkParams(loss_model=parse_loss("gemodel p=0.1% r=99.9%")), 1000),
+    (LinkParams(delay_us=5000, reorder_pct=5, loss_model=parse_loss("state p13=2% p31=40% p32=5% p23=60% p14=0.5%")),
+     1000),
 )
 
 

@@ -174,7 +174,7 @@ SCHEDULE_CASES = {
     "a delay over an hour": (STEP + 'down = { delay = "3601s" }', [r"step 1 down.delay: '3601s' is out of range"]),
     "negative loss": (STEP + 'up = { loss = "-1%" }', [r"step 1 up.loss: '-1%' is not a percentage from 0%"]),
     "loss over 100%": (STEP + 'down = { loss = "100.5%" }', [r"step 1 down.loss: '100.5%' is not a percentage"]),
-    "loss not a number": (STEP + 'down = { loss = "lots" }', [r"step 1 down.loss: 'lots' is not a percentage"]),
+    "loss not a number": (STEP + 'down = { loss = "lots" }', [r"step 1 down.loss: 'lots' is not a loss \(a percentage as in 0.5%, or a model"]),
     "no steps": ('description = "nothing"', [r"no steps"]),
     "loop not a boolean": ('loop = "yes"\n' + STEP, [r"loop: yes is not true or false"]),
     "a step that is not a table": ('step = [1]', [r"step 1: int is not a table"]),

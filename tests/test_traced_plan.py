@@ -495,6 +495,22 @@ def test_the_record_keeps_a_schedules_stage():
         records.request_from_json(data, "state file X")
 
 
+def test_a_schedules_step_can_lose_in_bursts_and_the_next_at_random(tmp_path):
+    path = tmp_path / "fade.toml"
+    path.write_text('description = "a fade (tests)"\n'
+                    '[[step]]\nduration = "1s"\ndown = { rate = "1mbit", loss = "gemodel p=5% r=20%" }\n'
+                    'up = { rate = "1mbit" }\n'
+                    '[[step]]\nduration = "1s"\ndown = { rate = "1mbit", loss = "1%" }\nup = { rate = "1mbit" }\n')
+    req = make_request("veth0", hosts="198.18.1.2", ports="2000", direction="dest", schedule=str(path), rate="1mbit",
+                       phase="same")
+    s, _ = stepper(req)
+    (first,) = [c.op.params for c in s.changes(0, resend=True) if type(c.op) is NetemQdisc]
+    assert first.loss_model.text() == "gemodel p=5% r=20% h=0% k=100%" and first.loss_pct == 0
+    (second,) = [c.op.params for c in s.changes(10) if type(c.op) is NetemQdisc]
+    assert second.loss_model is None and second.loss_pct == 1
+    assert [c.op.params for c in s.changes(20) if type(c.op) is NetemQdisc] == [first]  # it loops
+
+
 def test_dry_run_shows_the_stages_and_that_the_driver_sets_their_delay_and_loss():
     code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000", "-d", "dest", "--schedule", "train",
                              "--rate", "1mbit", "--dry-run")

@@ -673,6 +673,8 @@ def test_read_only_refuses_changes(reader, control):
     ({"profile": ".hidden"}, 400, "profile: '.hidden' is not a profile name"),
     ({"delay": "5"}, 400, "--delay: '5' is not a time with a unit"),
     ({"loss": "150%"}, 400, "--loss: '150%' is not a percentage"),
+    ({"loss": {"model": "gemodel", "p": "2"}}, 400, "--loss: gemodel needs p and r (r is missing"),
+    ({"loss": {"model": "gemodel", "p": "1%", "r": "101%"}}, 400, "--loss r: '101%' is not a percentage from 0%"),
     ({"burst": 0}, 400, "--burst: 0 is out of range (a whole number 1-100000"),
     ({"force": "maybe"}, 400, "force: 'maybe' is not a boolean"),
     ({"per": "street"}, 400, "--per: street is not a link granularity (port, host, shared)"),
@@ -716,6 +718,14 @@ def test_apply_takes_for_and_blackhole(client, control):
     assert req.lasting_ms == 600_000 and req.cohorts[0].blackhole
     assert_error(post(client, "/api/apply", dict(APPLY, **{"for": "0"})), 400, "--for: '0' is not a duration")
     assert_error(post(client, "/api/apply", dict(APPLY, blackhole="maybe")), 400, "blackhole: 'maybe' is not a boolean")
+
+
+def test_apply_takes_a_burst_loss_model_as_an_object_or_as_text(client, control):
+    for loss in ({"model": "gemodel", "p": "1%", "r": "25%"}, "gemodel p=1% r=25%"):
+        resp = post(client, "/api/apply", dict(APPLY, rate="1mbit", loss=loss))
+        assert resp.status_code == 200, resp.get_json()
+        assert resp.get_json()["applied"]["down"]["loss_model"]["burst_packets"] == 4
+    assert {req.only.down.loss_model.text() for _, req, _ in control.calls} == {"gemodel p=1% r=25% h=0% k=100%"}
 
 
 def test_apply_takes_a_scenario_whose_cell_follows_a_shipped_trace(client, control):

@@ -156,9 +156,12 @@ def link_history():
 
 
 def _value(name, value):
-    """A JSON value for make_request: a string or number (hosts may be a list)."""
+    """A JSON value for make_request: a string or number (hosts may be a list, a loss a
+    model's object: ``{"model": "gemodel", "p": "1%", "r": "25%"}``)."""
     if value is None or value == "":
         return None
+    if name == "loss" and isinstance(value, dict):
+        return value
     if name == "hosts" and isinstance(value, list):
         if not all(isinstance(v, str) for v in value):
             raise field_error("hosts", value, "is not a list of names or addresses")

@@ -90,7 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shape: queue and send at the rate, as the link does (default with --profile); "
                         "police: drop above the rate (v0.3, the default without a profile)")
     for name, what in (("delay", "one-way delay, e.g. 200ms"), ("jitter", "delay variation, e.g. 10ms"),
-                       ("delay-correlation", "jitter correlation, e.g. 25%%"), ("loss", "random loss, e.g. 0.5%%"),
+                       ("delay-correlation", "jitter correlation, e.g. 25%%"), ("loss", "random loss, e.g. 0.5%%, or a burst loss model, e.g. "
+                                                                 "'gemodel p=1%% r=25%%' (docs/faults.md)"),
                        ("loss-correlation", "loss correlation"), ("duplicate", "duplicated packets, e.g. 1%%"),
                        ("duplicate-correlation", "duplicate correlation"), ("corrupt", "corrupted packets"),
                        ("corrupt-correlation", "corrupt correlation"), ("reorder", "reordered packets (needs a delay)"),

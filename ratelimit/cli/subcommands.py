@@ -192,6 +192,8 @@ def _profiles(argv, con) -> int:
             parts.append(format_time(s.delay_us) + (f"±{format_time(s.jitter_us)}" if s.jitter_us else ""))
         if s.loss_pct:
             parts.append(f"loss {format_percent(s.loss_pct)}")
+        if s.loss_model:
+            parts.append(f"loss {s.loss_model.text()}")
         if s.queue:
             parts.append(f"queue {s.queue.text()}")
         return " ".join(parts)

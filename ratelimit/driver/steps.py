@@ -81,7 +81,7 @@ class Traced:
     coming: list = dataclasses.field(default_factory=list)  # the rates of windows ``coming_k``, ``coming_k`` + 1, ...
     coming_k: int = 0
     stage: NetemQdisc | None = None  # its delay stage under the gate, as the plan builds it (``compile._stage``)
-    stage_sent: tuple | None = None  # (delay_us, loss_pct) last set on the stage (None: not known)
+    stage_sent: object = None  # the LinkParams last set on the stage (None: not known)
     edge: tuple = (None, 0)  # (the link's time, the capacity's units before it) of the last window's end
     packet_bytes: float | None = None  # its packets as its class meters them (``Stepper.learn``; None: full frames)
     seen: tuple | None = None  # its class's (bytes, packets) at the last reading
@@ -136,8 +136,9 @@ class Traced:
             return None
         side = self.capacity.at(t_ms - self.offset_ms).side(SIDES[self.direction])
         own = self.stage.params
-        params = dataclasses.replace(own, delay_us=own.delay_us if side.delay_us is None else side.delay_us,
-                                     loss_pct=own.loss_pct if side.loss_pct is None else side.loss_pct)
+        loss = {"loss_model": side.loss_model, "loss_pct": 0.0, "loss_corr_pct": 0.0} if side.loss_model else \
+            {} if side.loss_pct is None else {"loss_pct": side.loss_pct, "loss_model": None}
+        params = dataclasses.replace(own, delay_us=own.delay_us if side.delay_us is None else side.delay_us, **loss)
         return dataclasses.replace(self.stage, params=params)
 
     def gate_at(self, rate_bps: int) -> TbfQdisc:
@@ -369,9 +370,9 @@ def stage_changes(staged: list, k: int, step_ms: int, resend: bool) -> list:
     out = []
     for link in staged:
         stage = link.stage_at((k + 0.5) * step_ms)
-        if stage is not None and (resend or (stage.params.delay_us, stage.params.loss_pct) != link.stage_sent):
+        if stage is not None and (resend or stage.params != link.stage_sent):
             out.append(Change(stage))
-            link.stage_sent = (stage.params.delay_us, stage.params.loss_pct)
+            link.stage_sent = stage.params
     return out
 
 

@@ -67,6 +67,8 @@ def netem_args(p: LinkParams, limit_pkts: int) -> str:
             out.append(f"{word} {format_percent(pct)}")
             if corr:
                 out.append(format_percent(corr))
+        if word == "loss" and p.loss_model is not None:
+            out.append(f"loss {p.loss_model.tc_words()}")
     return " ".join(out)
 
 

@@ -8,6 +8,7 @@ import re
 from dataclasses import astuple
 
 from ..errors import FieldError, UsageError
+from ..spec import lossmodel
 from ..spec.cells import check_cells
 from ..spec.model import DIRECTIONS, GRANULARITIES, MODES, Cohort, min_police_burst, Request
 from ..spec.names import check_target
@@ -165,6 +166,11 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
     if c.cell is not None and c.cell.trace is not None:
         check_trace(c.cell.trace, req.mode, f"cell {c.cell.name}: ")
     for side, params in (("down", c.down), ("up", c.up)):
+        if params.loss_model is not None:
+            lossmodel.check(params.loss_model, f"{where}--loss ({side})")
+            if params.loss_pct or params.loss_corr_pct:
+                raise UsageError(f"{where}--loss-correlation: applies to a percentage loss; a loss model "
+                                 f"({params.loss_model.model}) has its own bursts ({side}link)")
         if params.reorder_pct and not params.delay_us:
             raise UsageError(f"{where}--reorder: {params.reorder_pct:g}% needs a delay ({side}link delay is 0)")
         if req.mode == "police" and params.rate_bps:

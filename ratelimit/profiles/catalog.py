@@ -14,6 +14,7 @@ from pathlib import Path
 from .. import SHIPPED
 from ..errors import FieldError, NotFoundError, UsageError
 from ..spec import linklayer
+from ..spec.lossmodel import LossModel, parse_loss
 from ..spec.model import LinkParams, Profile
 from ..spec.units import parse_burst, parse_percent, parse_queue, parse_rate_bps, parse_time_us
 from ..traces import tracespec
@@ -24,7 +25,7 @@ SIDE_FIELDS = {
     "delay": ("delay_us", parse_time_us),
     "jitter": ("jitter_us", parse_time_us),
     "delay_correlation": ("delay_corr_pct", parse_percent),
-    "loss": ("loss_pct", parse_percent),
+    "loss": ("loss_pct", parse_loss),  # or loss_model: side_value
     "loss_correlation": ("loss_corr_pct", parse_percent),
     "duplicate": ("duplicate_pct", parse_percent),
     "duplicate_correlation": ("duplicate_corr_pct", parse_percent),
@@ -35,6 +36,20 @@ SIDE_FIELDS = {
     "queue": ("queue", parse_queue),
     "burst": ("burst", parse_burst),
 }
+
+
+def side_value(key: str, value, field: str) -> tuple:
+    """(LinkParams field, value) of the link option ``key`` given ``value``: ``loss`` is
+    ``loss_pct`` for a percentage, ``loss_model`` for a model.
+
+    >>> side_value("loss", "gemodel p=1% r=25%", "--loss")[0]
+    'loss_model'
+    """
+    attr, parser = SIDE_FIELDS[key]
+    parsed = parser(value, field)
+    return ("loss_model" if isinstance(parsed, LossModel) else attr), parsed
+
+
 _TOP_FIELDS = {"description", "source", "down", "up", "link", "reference_rate", *tracespec.PROFILE_KEYS}
 _LINK_FIELDS = {"layer", "overhead"}
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*\Z")
@@ -102,8 +117,8 @@ def parse_file(path: Path) -> Profile:
             if key not in SIDE_FIELDS:
                 raise FieldError(f"profile {where}: [{side}]", f"'{key}'",
                                  f"is not a field (allowed: {', '.join(SIDE_FIELDS)})")
-            attr, parser = SIDE_FIELDS[key]
-            values[attr] = parser(value, f"profile {where}: [{side}] {key}")
+            attr, parsed = side_value(key, value, f"profile {where}: [{side}] {key}")
+            values[attr] = parsed
         sides[side] = LinkParams(**values)
     for key in ("description", "source"):
         if not isinstance(data.get(key, ""), str):

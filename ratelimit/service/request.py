@@ -94,8 +94,8 @@ def request_of(o: Options) -> Request:
     interface, netns = check_target(o.interface, o.netns)
     if o.direction not in _DIRECTION_WORDS:
         raise FieldError("--direction", o.direction, "is not a direction (source, dest[ination], both)")
-    overrides = {attr: parser(getattr(o, name), f"--{name.replace('_', '-')}")
-                 for name, (attr, parser) in IMPAIRMENTS.items() if getattr(o, name) is not None}
+    overrides = dict(catalog.side_value(name, getattr(o, name), f"--{name.replace('_', '-')}")
+                     for name in IMPAIRMENTS if getattr(o, name) is not None)
     if o.rate is not None:
         overrides["rate_bps"] = parse_rate_bps(o.rate, "--rate")
     if o.queue is not None:
@@ -185,8 +185,8 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None, blac
     up = prof.up if prof else LinkParams(rate_bps=DEFAULT_RATE_BPS)
     own = {}
     for key, value in ask.options.items():
-        attr, parser = catalog.SIDE_FIELDS[key]
-        own[attr] = parser(value, named(key))
+        attr, parsed = catalog.side_value(key, value, named(key))
+        own[attr] = parsed
     own_burst = own.pop("burst", None)
     burst = own_burst if burst is None else burst  # the command line's, else the cohort's, over both sides
     if burst is None and prof is None and mode == "police":

@@ -91,14 +91,16 @@ class LinkParams:
     reorder_corr_pct: float = 0.0
     queue: Queue | None = None  # None: DEFAULT_QUEUE
     burst: Burst | None = None  # None: the mode's default
+    loss_model: object = None  # a lossmodel.LossModel: burst loss, in place of loss_pct
 
     def as_dict(self) -> dict:
-        """The fields that are set, as JSON-able data (queue and burst as their text)."""
-        return {k: (v.text() if isinstance(v, (Queue, Burst)) else v) for k, v in self.__dict__.items() if v}
+        """The fields that are set, as JSON-able data (queue, burst and loss model as their text)."""
+        return {k: (v.text() if hasattr(v, "text") else v) for k, v in self.__dict__.items() if v}
 
     @classmethod
     def from_dict(cls, data: dict) -> "LinkParams":
-        """The inverse of ``dataclasses.asdict`` (state files, the web API)."""
+        """The inverse of ``dataclasses.asdict`` (state files, the web API), bar the loss
+        model (``lossmodel.from_record``)."""
         values = dict(data)
         for name, kind in (("queue", Queue), ("burst", Burst)):
             if isinstance(values.get(name), dict):
@@ -107,12 +109,20 @@ class LinkParams:
         return cls(**{k: v for k, v in values.items() if k in known})
 
     def needs_netem(self) -> bool:
-        return bool(self.delay_us or self.jitter_us or self.loss_pct or self.duplicate_pct
+        return bool(self.delay_us or self.jitter_us or self.loss_pct or self.loss_model or self.duplicate_pct
                     or self.corrupt_pct or self.reorder_pct)
 
     def merged(self, **overrides) -> "LinkParams":
-        """A copy with the given fields replaced (``None`` values are ignored)."""
-        return replace(self, **{k: v for k, v in overrides.items() if v is not None})
+        """A copy with the given fields replaced (``None`` values are ignored).  Loss is one
+        choice: a loss model given puts the percentage and its correlation to 0, and a
+        percentage given takes the model away."""
+        given = {k: v for k, v in overrides.items() if v is not None}
+        if given.get("loss_model") is not None:
+            given.setdefault("loss_pct", 0.0)
+            given.setdefault("loss_corr_pct", 0.0)
+        elif "loss_pct" in given:
+            given["loss_model"] = None
+        return replace(self, **given)
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,10 @@ def summary(req: Request) -> dict:
 
 def _cohort(req: Request, c: Cohort, directions: int) -> dict:
     def side(p: LinkParams) -> dict:
-        out = {k: v for k, v in p.__dict__.items() if v and k not in ("queue", "burst")}
+        out = {k: v for k, v in p.__dict__.items() if v and k not in ("queue", "burst", "loss_model")}
+        if p.loss_model is not None:
+            out["loss_model"] = {**p.loss_model.as_dict(), "lost_pct": round(p.loss_model.loss_rate() * 100, 6),
+                                 "burst_packets": round(p.loss_model.mean_burst_packets(), 6)}
         if p.rate_bps:
             rate = c.link.carried_bps(p.rate_bps)
             out["frame_rate_bps"] = rate
@@ -111,6 +114,9 @@ def _single(applied: dict) -> str:
         text = f"{name} {format_rate(p['rate_bps']) if p.get('rate_bps') else 'unlimited'}"
         if p.get("delay_us"):
             text += f" +{format_time(p['delay_us'])}"
+        if p.get("loss_model"):
+            m = p["loss_model"]
+            text += f" loss {m['lost_pct']:.4g}% {m['model']} ({m['burst_packets']:.3g} in a row)"
         if p.get("burst"):
             text += f" burst {p['burst']}"
         if p.get("queue"):

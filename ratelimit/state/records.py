@@ -22,14 +22,14 @@ import json
 import os
 import time
 from contextlib import contextmanager
-from dataclasses import asdict, astuple, dataclass, fields
+from dataclasses import asdict, astuple, dataclass, fields, replace
 from ipaddress import ip_address, ip_network
 from pathlib import Path
 
 from ..errors import ConflictError, StateError
 from ..plan.layout import Place
 from ..plan.validate import checked_layout
-from ..spec import linklayer
+from ..spec import linklayer, lossmodel
 from ..spec.model import MAIN_COHORT, Burst, Cell, Cohort, LinkParams, Request
 from ..traces import tracespec
 
@@ -65,12 +65,16 @@ def _cohort_json(c: Cohort) -> dict:
     return data
 
 
+def _params(data: dict) -> LinkParams:
+    return replace(LinkParams.from_dict(data), loss_model=lossmodel.from_record(data.get("loss_model")))
+
+
 def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:
     return Cohort(
         name=data.get("name", name),
         hosts=tuple(ip_address(h) for h in data["hosts"]),
         ports=None if data["ports"] is None else tuple(tuple(p) for p in data["ports"]),
-        down=LinkParams.from_dict(data["down"]), up=LinkParams.from_dict(data["up"]),
+        down=_params(data["down"]), up=_params(data["up"]),
         per=data.get("per", "port"),
         link=linklayer.LinkLayer.from_description(data["link"]) if data.get("link") else linklayer.ETHERNET,
         profile=data.get("profile"),

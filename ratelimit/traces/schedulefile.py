@@ -22,7 +22,7 @@
     down = { loss = "0%" }                      # a step's own numbers override its profile's
 
 A step's ``down`` and ``up`` tables take ``rate``, ``delay`` and ``loss`` (the units of
-a profile's; a rate may be 0).  Each step must end with a rate in both directions, its
+a profile's; a rate may be 0; a loss may be a burst loss model, ``spec.lossmodel``).  Each step must end with a rate in both directions, its
 own or its profile's.  From a profile a step takes those three numbers only: the link
 layer, queue, burst and jitter are the link's own, for its whole life.  A step that gives
 no delay (or loss), itself or by its profile, keeps the link's own (``None``).  A side
@@ -44,7 +44,8 @@ from pathlib import Path
 
 from ..errors import FieldError, UsageError
 from ..spec import userfile
-from ..spec.units import parse_percent, parse_rate_or_zero_bps, parse_time_us
+from ..spec.lossmodel import LossModel, parse_loss
+from ..spec.units import parse_rate_or_zero_bps, parse_time_us
 from .tracefile import MAX_PERIOD_MS
 
 MAX_BYTES = 1 << 20  # a schedule file larger than this is refused unread
@@ -63,6 +64,7 @@ class Side:
     rate_bps: int  # the line's rate; 0: nothing passes
     delay_us: int | None = None  # None: the link's own
     loss_pct: float | None = None  # None: the link's own
+    loss_model: LossModel | None = None  # burst loss in the step (over loss_pct)
 
 
 @dataclass(frozen=True)
@@ -96,7 +98,7 @@ class Schedule:
     def needs_netem(self, direction: str | None = None) -> bool:
         """Whether any step delays or loses packets (in ``direction``, or either), which takes
         a netem stage."""
-        return any(s.side(d).delay_us or s.side(d).loss_pct for s in self.steps
+        return any(s.side(d).delay_us or s.side(d).loss_pct or s.side(d).loss_model for s in self.steps
                    for d in (DIRECTIONS if direction is None else (direction,)))
 
     def most_delay_us(self, direction: str) -> int:
@@ -202,5 +204,8 @@ def _side(table, params, where: str) -> Side:
         raise FieldError(f"{where}.delay", f"'{table['delay']}'", "is negative (a delay is a time from 0 to 1 hour, "
                                                                   "e.g. 150ms)")
     delay = parse_time_us(table["delay"], f"{where}.delay") if "delay" in table else params.delay_us if params else None
-    loss = parse_percent(table["loss"], f"{where}.loss") if "loss" in table else params.loss_pct if params else None
+    loss = parse_loss(table["loss"], f"{where}.loss") if "loss" in table else \
+        (params.loss_model or params.loss_pct) if params else None
+    if isinstance(loss, LossModel):
+        return Side(rate, delay, 0.0, loss)
     return Side(rate, delay, loss)

@@ -22,6 +22,7 @@ from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.filters import U32Filter, U32Table
 from ratelimit.plan.script import script
 from ratelimit.plan.shaping import netem_args, NetemQdisc
+from ratelimit.spec.lossmodel import parse_loss
 from ratelimit.spec.model import LinkParams, Request
 
 pytestmark = pytest.mark.kernel("htb", "u32", "ingress", "netem", "police", "mirred", "ifb")
@@ -83,6 +84,8 @@ NETEMS = tuple(NetemQdisc("r0", 0xFFFFFFFF, 0x530000, params, limit) for params,
     (LinkParams(delay_us=400_000), 5000),
     (LinkParams(loss_pct=0.1, duplicate_pct=0.2), 10),
     (LinkParams(delay_us=2500, jitter_us=500, corrupt_pct=50), 1000),
+    (LinkParams(delay_us=20_000, loss_model=parse_loss("gemodel p=1.5% r=30% h=10% k=99.5%")), 1000),
+    (LinkParams(loss_model=parse_loss("state p13=2% p31=40% p32=5% p23=60% p14=0.5%")), 1000),
 ))
 
 
@@ -123,6 +126,16 @@ def test_netem_parameters_read_back_as_set(router_pair, stage):
         assert _close(opts[key][word], pct / 100), (key, opts[key])
         assert _close(opts[key].get("correlation", 0), corr / 100), (key, opts[key])
     assert opts.get("gap", 0) == (1 if netem.reorder_pct else 0)
+    model = netem.loss_model
+    for kind in ("gemodel", "state"):  # tc shows the model in its own words: gemodel's h and k as 1-h and 1-k
+        if model is None or model.model != kind:
+            assert f"loss-{kind}" not in opts
+            continue
+        shown = opts[f"loss-{kind}"]
+        want = {**model.params(), "1-h": 100 - model.params().get("h", 0), "1-k": 100 - model.params().get("k", 0)}
+        for key, value in shown.items():
+            assert abs(value - want[key] / 100) <= 1e-6, (key, shown, model)
+        assert len(shown) == len(model.pct), shown
 
 
 SEND = r"""

@@ -3,10 +3,11 @@
 import struct
 
 from ...plan.shaping import netem_groups
-from ..nl import TCA_KIND, TCA_OPTIONS, U32_MAX, attr, attr_str, attrs, hexof
+from ..nl import NLA_F_NESTED, TCA_KIND, TCA_OPTIONS, U32_MAX, attr, attr_str, attrs, hexof
 from ..rates import Clock, percent
 
-TCA_NETEM_CORR, TCA_NETEM_REORDER, TCA_NETEM_CORRUPT, TCA_NETEM_RATE = 1, 3, 4, 6
+TCA_NETEM_CORR, TCA_NETEM_REORDER, TCA_NETEM_CORRUPT, TCA_NETEM_LOSS, TCA_NETEM_RATE = 1, 3, 4, 5, 6
+NETEM_LOSS_GI, NETEM_LOSS_GE = 1, 2  # in TCA_NETEM_LOSS: struct tc_netem_gimodel, tc_netem_gemodel
 TCA_NETEM_PAD, TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64, TCA_NETEM_RATE64, TCA_NETEM_PRNG_SEED = 9, 10, 11, 13, 14
 NETEM_RATE = struct.Struct("=IiIi")  # rate (bytes/s), packet_overhead, cell_size, cell_overhead
 NETEM_QOPT = struct.Struct("=IIIIII")  # latency limit loss gap duplicate jitter
@@ -43,6 +44,8 @@ def options(n, limit_pkts: int, clk: Clock, rate_bps: int = 0, cells: tuple = (0
         extra.append(attr(TCA_NETEM_REORDER, struct.pack("=II", percent(reorder), percent(reorder_corr))))
     if "corrupt" in groups:
         extra.append(attr(TCA_NETEM_CORRUPT, struct.pack("=II", percent(corrupt), percent(corrupt_corr))))
+    if n.loss_model is not None:
+        extra.append(attr(TCA_NETEM_LOSS | NLA_F_NESTED, loss_model(n.loss_model)))
     if "rate" in groups:
         rate = rate_bps // 8  # tc's get_rate64
         if rate >= 1 << 32:
@@ -52,6 +55,18 @@ def options(n, limit_pkts: int, clk: Clock, rate_bps: int = 0, cells: tuple = (0
         extra.append(attr(TCA_NETEM_LATENCY64, struct.pack("=q", latency_us * 1000)))
         extra.append(attr(TCA_NETEM_JITTER64, struct.pack("=q", jitter_us * 1000)))
     return KIND + attr(TCA_OPTIONS, qopt + b"".join(extra))
+
+
+def loss_model(m) -> bytes:
+    """The attribute in TCA_NETEM_LOSS for ``m`` (a ``LossModel``), as tc sends it: the
+    4-state model's five in the kernel's order (p13 p31 p32 p14 p23); the Gilbert-Elliott
+    model's p, r, h (what gets through in the bad state: tc takes 1-h and sends its
+    complement) and k1 (the loss in the good state, 1-k)."""
+    v = m.params()
+    if m.model == "state":
+        return attr(NETEM_LOSS_GI, struct.pack("=5I", *(percent(v[k]) for k in ("p13", "p31", "p32", "p14", "p23"))))
+    return attr(NETEM_LOSS_GE, struct.pack("=4I", percent(v["p"]), percent(v["r"]),
+                                           U32_MAX - percent(100 - v["h"]), percent(100 - v["k"])))
 
 
 def decode(buf, s, e) -> tuple:
