@@ -112,11 +112,6 @@ class LossModel:
         return [pi[i] * matrix[i][j] * weight(loss[i], loss[j])
                 for i in range(len(pi)) for j in range(len(pi)) if pi[i]]
 
-    def describe(self) -> str:
-        """``gemodel p=1% r=25% h=0% k=100% (3.85% lost, 4 in a row on average)``."""
-        return (f"{self.text()} ({format_percent(round(self.loss_rate() * 100, 3))} lost, "
-                f"{self.mean_burst_packets():.3g} in a row on average)")
-
 
 def _solve(rows: list) -> list:
     """The solution of the augmented linear system ``rows`` (Gauss-Jordan, partial pivots)."""
