@@ -511,6 +511,17 @@ def test_a_schedules_step_can_lose_in_bursts_and_the_next_at_random(tmp_path):
     assert [c.op.params for c in s.changes(20) if type(c.op) is NetemQdisc] == [first]  # it loops
 
 
+def test_the_leo_schedule_steps_its_delay_every_15_s():
+    req = make_request("veth0", hosts="198.18.1.2", ports="2000", direction="dest", schedule="leo-starlink",
+                       rate="300mbit", bandwidth="1gbit", phase="same")
+    s, plan = stepper(req)  # 100 ms windows
+    (stage,) = [op for op in plan.ops if type(op) is NetemQdisc]
+    assert stages(s.changes(0, resend=True)) == [(stage.parent, 20_000, 0.0)]
+    assert stages(s.changes(149)) == []
+    assert [stages(s.changes(k)) for k in (150, 300, 450, 600)] == [
+        [(stage.parent, us, 0.0)] for us in (25_000, 30_000, 23_500, 20_000)]  # a minute, and again
+
+
 def test_dry_run_shows_the_stages_and_that_the_driver_sets_their_delay_and_loss():
     code, out, err = run_cli("--if", "veth0", "-h", "198.18.1.2", "-p", "2000", "-d", "dest", "--schedule", "train",
                              "--rate", "1mbit", "--dry-run")

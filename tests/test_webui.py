@@ -685,7 +685,7 @@ def test_read_only_refuses_changes(reader, control):
     ({"trace_down": "/etc/passwd"}, 400, "trace_down: '/etc/passwd' is not a shipped trace (allowed: 3g-walk.down, "
                                          "3g-walk.up, lte-drive.down, lte-drive.up, tunnel.down, tunnel.up)"),
     ({"schedule": "../tests/cases/traces/square.toml"}, 400, "schedule: '../tests/cases/traces/square.toml' is not "
-                                                             "a shipped schedule (allowed: train.toml)"),
+                                                             "a shipped schedule (allowed: leo-starlink.toml, train.toml)"),
     ({"scenario": '[cohort.a]\ndescription = "phones"\nhosts = "198.18.0.2"\nprofile = "3g"\ntrace_down = "/etc/passwd"\n',
       "hosts": None,
       "ports": None}, 400, "scenario: [cohort.a] trace_down: '/etc/passwd' is not a shipped trace"),
