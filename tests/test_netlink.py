@@ -38,6 +38,7 @@ from ratelimit.plan.script import script, tc_batch
 from ratelimit.plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 from ratelimit.spec import linklayer
 from ratelimit.spec.lossmodel import parse_loss
+from ratelimit.spec.macslot import parse_slot
 from ratelimit.spec.model import LinkParams, Queue, Request
 
 from conftest import HOST4, HOST6, ROUTER4, ROUTER6
@@ -402,6 +403,8 @@ NETEMS = (  # (link parameters, queue limit)
     (LinkParams(jitter_us=5000), 1000),
     (LinkParams(delay_us=20_000, loss_model=parse_loss("gemodel p=1.5% r=30% h=10% k=99.5%")), 1000),
     (LinkParams(loss_model=parse_loss("gemodel p=0.1% r=99.9%")), 1000),
+    (LinkParams(slot=parse_slot("min=2ms max=8ms packets=32 bytes=64kb")), 1000),
+    (LinkParams(delay_us=10_000, corrupt_pct=1, slot=parse_slot("min=500us")), 1000),
     (LinkParams(delay_us=5000, reorder_pct=5, loss_model=parse_loss("state p13=2% p31=40% p32=5% p23=60% p14=0.5%")),
      1000),
 )

@@ -90,12 +90,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shape: queue and send at the rate, as the link does (default with --profile); "
                         "police: drop above the rate (v0.3, the default without a profile)")
     for name, what in (("delay", "one-way delay, e.g. 200ms"), ("jitter", "delay variation, e.g. 10ms"),
-                       ("delay-correlation", "jitter correlation, e.g. 25%%"), ("loss", "random loss, e.g. 0.5%%, or a burst loss model, e.g. "
-                                                                 "'gemodel p=1%% r=25%%' (docs/faults.md)"),
+                       ("delay-correlation", "jitter correlation, e.g. 25%%"),
+                       ("loss", "random loss, e.g. 0.5%%, or a burst loss model, e.g. 'gemodel p=1%% r=25%%' "
+                                "(docs/faults.md)"),
                        ("loss-correlation", "loss correlation"), ("duplicate", "duplicated packets, e.g. 1%%"),
                        ("duplicate-correlation", "duplicate correlation"), ("corrupt", "corrupted packets"),
                        ("corrupt-correlation", "corrupt correlation"), ("reorder", "reordered packets (needs a delay)"),
-                       ("reorder-correlation", "reorder correlation")):
+                       ("reorder-correlation", "reorder correlation"),
+                       ("slot", "packets held and let out together, as a bursty MAC: "
+                                "'min=2ms max=8ms packets=32 bytes=64kb' (docs/faults.md)")):
         g.add_argument(f"--{name}", help=what)
     g.add_argument("--queue", help="each link's queue (shape mode): packets (10, 10p), bytes (3250b) or a time "
                    "at the rate (1s); default: the profile's, else the larger of 10 packets and 200 ms")

@@ -69,19 +69,21 @@ def netem_args(p: LinkParams, limit_pkts: int) -> str:
                 out.append(format_percent(corr))
         if word == "loss" and p.loss_model is not None:
             out.append(f"loss {p.loss_model.tc_words()}")
+        if word == "corrupt" and p.slot is not None:
+            out.append(p.slot.tc_words())
     return " ".join(out)
 
 
 def netem_groups(p: LinkParams, rate_bps: int = 0) -> frozenset:
     """The optional parts a netem stage of ``p`` is sent with (beside its fixed options):
-    "corr", "reorder", "corrupt", "rate".  The kernel keeps a part a change leaves out, so
+    "corr", "reorder", "corrupt", "slot", "rate".  The kernel keeps a part a change leaves out, so
     a stage can be changed in place only to one that sends every part it had."""
     delayed = bool(p.delay_us or p.jitter_us)
     corr = ((p.delay_corr_pct and delayed and p.jitter_us) or (p.loss_corr_pct and p.loss_pct)
             or (p.duplicate_corr_pct and p.duplicate_pct) or (p.reorder_corr_pct and p.reorder_pct)
             or (p.corrupt_corr_pct and p.corrupt_pct))
     return frozenset(name for name, on in (("corr", corr), ("reorder", p.reorder_pct), ("corrupt", p.corrupt_pct),
-                                           ("rate", rate_bps)) if on)
+                                           ("slot", p.slot), ("rate", rate_bps)) if on)
 
 
 def _leaf_add(leaf) -> str:

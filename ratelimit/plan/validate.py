@@ -8,7 +8,7 @@ import re
 from dataclasses import astuple
 
 from ..errors import FieldError, UsageError
-from ..spec import lossmodel
+from ..spec import lossmodel, macslot
 from ..spec.cells import check_cells
 from ..spec.model import DIRECTIONS, GRANULARITIES, MODES, Cohort, min_police_burst, Request
 from ..spec.names import check_target
@@ -171,6 +171,8 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
             if params.loss_pct or params.loss_corr_pct:
                 raise UsageError(f"{where}--loss-correlation: applies to a percentage loss; a loss model "
                                  f"({params.loss_model.model}) has its own bursts ({side}link)")
+        if params.slot is not None:
+            macslot.check(params.slot, f"{where}--slot ({side})")
         if params.reorder_pct and not params.delay_us:
             raise UsageError(f"{where}--reorder: {params.reorder_pct:g}% needs a delay ({side}link delay is 0)")
         if req.mode == "police" and params.rate_bps:

@@ -15,6 +15,7 @@ from .. import SHIPPED
 from ..errors import FieldError, NotFoundError, UsageError
 from ..spec import linklayer
 from ..spec.lossmodel import LossModel, parse_loss
+from ..spec.macslot import parse_slot
 from ..spec.model import LinkParams, Profile
 from ..spec.units import parse_burst, parse_percent, parse_queue, parse_rate_bps, parse_time_us
 from ..traces import tracespec
@@ -33,6 +34,7 @@ SIDE_FIELDS = {
     "corrupt_correlation": ("corrupt_corr_pct", parse_percent),
     "reorder": ("reorder_pct", parse_percent),
     "reorder_correlation": ("reorder_corr_pct", parse_percent),
+    "slot": ("slot", parse_slot),
     "queue": ("queue", parse_queue),
     "burst": ("burst", parse_burst),
 }

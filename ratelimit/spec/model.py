@@ -92,6 +92,7 @@ class LinkParams:
     queue: Queue | None = None  # None: DEFAULT_QUEUE
     burst: Burst | None = None  # None: the mode's default
     loss_model: object = None  # a lossmodel.LossModel: burst loss, in place of loss_pct
+    slot: object = None  # a macslot.Slot: packets held and let out together
 
     def as_dict(self) -> dict:
         """The fields that are set, as JSON-able data (queue, burst and loss model as their text)."""
@@ -100,7 +101,7 @@ class LinkParams:
     @classmethod
     def from_dict(cls, data: dict) -> "LinkParams":
         """The inverse of ``dataclasses.asdict`` (state files, the web API), bar the loss
-        model (``lossmodel.from_record``)."""
+        model and the slot (``lossmodel.from_record``, ``macslot.from_record``)."""
         values = dict(data)
         for name, kind in (("queue", Queue), ("burst", Burst)):
             if isinstance(values.get(name), dict):
@@ -109,7 +110,7 @@ class LinkParams:
         return cls(**{k: v for k, v in values.items() if k in known})
 
     def needs_netem(self) -> bool:
-        return bool(self.delay_us or self.jitter_us or self.loss_pct or self.loss_model or self.duplicate_pct
+        return bool(self.delay_us or self.jitter_us or self.loss_pct or self.loss_model or self.slot or self.duplicate_pct
                     or self.corrupt_pct or self.reorder_pct)
 
     def merged(self, **overrides) -> "LinkParams":

@@ -37,10 +37,12 @@ def summary(req: Request) -> dict:
 
 def _cohort(req: Request, c: Cohort, directions: int) -> dict:
     def side(p: LinkParams) -> dict:
-        out = {k: v for k, v in p.__dict__.items() if v and k not in ("queue", "burst", "loss_model")}
+        out = {k: v for k, v in p.__dict__.items() if v and k not in ("queue", "burst", "loss_model", "slot")}
         if p.loss_model is not None:
             out["loss_model"] = {**p.loss_model.as_dict(), "lost_pct": round(p.loss_model.loss_rate() * 100, 6),
                                  "burst_packets": round(p.loss_model.mean_burst_packets(), 6)}
+        if p.slot is not None:
+            out["slot"] = p.slot.text()
         if p.rate_bps:
             rate = c.link.carried_bps(p.rate_bps)
             out["frame_rate_bps"] = rate
@@ -117,6 +119,8 @@ def _single(applied: dict) -> str:
         if p.get("loss_model"):
             m = p["loss_model"]
             text += f" loss {m['lost_pct']:.4g}% {m['model']} ({m['burst_packets']:.3g} in a row)"
+        if p.get("slot"):
+            text += f" slot {p['slot']}"
         if p.get("burst"):
             text += f" burst {p['burst']}"
         if p.get("queue"):

@@ -29,7 +29,7 @@ from pathlib import Path
 from ..errors import ConflictError, StateError
 from ..plan.layout import Place
 from ..plan.validate import checked_layout
-from ..spec import linklayer, lossmodel
+from ..spec import linklayer, lossmodel, macslot
 from ..spec.model import MAIN_COHORT, Burst, Cell, Cohort, LinkParams, Request
 from ..traces import tracespec
 
@@ -66,7 +66,8 @@ def _cohort_json(c: Cohort) -> dict:
 
 
 def _params(data: dict) -> LinkParams:
-    return replace(LinkParams.from_dict(data), loss_model=lossmodel.from_record(data.get("loss_model")))
+    return replace(LinkParams.from_dict(data), loss_model=lossmodel.from_record(data.get("loss_model")),
+                   slot=macslot.from_record(data.get("slot")))
 
 
 def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:

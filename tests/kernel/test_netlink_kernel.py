@@ -23,6 +23,7 @@ from ratelimit.plan.filters import U32Filter, U32Table
 from ratelimit.plan.script import script
 from ratelimit.plan.shaping import netem_args, NetemQdisc
 from ratelimit.spec.lossmodel import parse_loss
+from ratelimit.spec.macslot import parse_slot
 from ratelimit.spec.model import LinkParams, Request
 
 pytestmark = pytest.mark.kernel("htb", "u32", "ingress", "netem", "police", "mirred", "ifb")
@@ -86,6 +87,8 @@ NETEMS = tuple(NetemQdisc("r0", 0xFFFFFFFF, 0x530000, params, limit) for params,
     (LinkParams(delay_us=2500, jitter_us=500, corrupt_pct=50), 1000),
     (LinkParams(delay_us=20_000, loss_model=parse_loss("gemodel p=1.5% r=30% h=10% k=99.5%")), 1000),
     (LinkParams(loss_model=parse_loss("state p13=2% p31=40% p32=5% p23=60% p14=0.5%")), 1000),
+    (LinkParams(slot=parse_slot("min=2ms max=8ms packets=32 bytes=64kb")), 1000),
+    (LinkParams(delay_us=10_000, slot=parse_slot("min=500us")), 1000),
 ))
 
 
@@ -136,6 +139,12 @@ def test_netem_parameters_read_back_as_set(router_pair, stage):
         for key, value in shown.items():
             assert abs(value - want[key] / 100) <= 1e-6, (key, shown, model)
         assert len(shown) == len(model.pct), shown
+    if netem.slot is None:
+        assert "slot" not in opts
+    else:  # tc shows a limit only where one is set
+        slot = opts["slot"]
+        assert _close_s(slot["min-delay"], netem.slot.min_us) and _close_s(slot["max-delay"], netem.slot.max_us), slot
+        assert (slot.get("packets", 0), slot.get("bytes", 0)) == (netem.slot.packets, netem.slot.bytes_), slot
 
 
 SEND = r"""

@@ -7,6 +7,8 @@ from ..nl import NLA_F_NESTED, TCA_KIND, TCA_OPTIONS, U32_MAX, attr, attr_str, a
 from ..rates import Clock, percent
 
 TCA_NETEM_CORR, TCA_NETEM_REORDER, TCA_NETEM_CORRUPT, TCA_NETEM_LOSS, TCA_NETEM_RATE = 1, 3, 4, 5, 6
+TCA_NETEM_SLOT = 12
+NETEM_SLOT = struct.Struct("=qqiiqq")  # min and max delay (ns), max packets, max bytes, distribution delay, jitter
 NETEM_LOSS_GI, NETEM_LOSS_GE = 1, 2  # in TCA_NETEM_LOSS: struct tc_netem_gimodel, tc_netem_gemodel
 TCA_NETEM_PAD, TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64, TCA_NETEM_RATE64, TCA_NETEM_PRNG_SEED = 9, 10, 11, 13, 14
 NETEM_RATE = struct.Struct("=IiIi")  # rate (bytes/s), packet_overhead, cell_size, cell_overhead
@@ -44,6 +46,9 @@ def options(n, limit_pkts: int, clk: Clock, rate_bps: int = 0, cells: tuple = (0
         extra.append(attr(TCA_NETEM_REORDER, struct.pack("=II", percent(reorder), percent(reorder_corr))))
     if "corrupt" in groups:
         extra.append(attr(TCA_NETEM_CORRUPT, struct.pack("=II", percent(corrupt), percent(corrupt_corr))))
+    if "slot" in groups:
+        extra.append(attr(TCA_NETEM_SLOT, NETEM_SLOT.pack(n.slot.min_us * 1000, n.slot.max_us * 1000, n.slot.packets,
+                                                          n.slot.bytes_, 0, 0)))
     if n.loss_model is not None:
         extra.append(attr(TCA_NETEM_LOSS | NLA_F_NESTED, loss_model(n.loss_model)))
     if "rate" in groups:
