@@ -34,7 +34,8 @@ from .units import format_percent, parse_percent
 PARAMS = {"gemodel": ("p", "r", "h", "k"), "state": ("p13", "p31", "p32", "p23", "p14")}
 REQUIRED = {"gemodel": ("p", "r"), "state": ("p13", "p31")}
 DEFAULTS = {"gemodel": {"h": 0.0, "k": 100.0}, "state": {"p32": 0.0, "p23": 100.0, "p14": 0.0}}
-EXAMPLES = {"gemodel": "gemodel p=1% r=25% [h=0%] [k=100%]", "state": "state p13=1% p31=30% [p32=0%] [p23=100%] [p14=0%]"}
+EXAMPLES = {"gemodel": "gemodel p=1% r=25% [h=0%] [k=100%]",
+            "state": "state p13=1% p31=30% [p32=0%] [p23=100%] [p14=0%]"}
 ALLOWED = f"is not a loss (a percentage as in 0.5%, or a model: '{EXAMPLES['gemodel']}' or '{EXAMPLES['state']}')"
 _PAIR = re.compile(r"([a-z0-9]+)=(\S+)\Z")
 
@@ -59,7 +60,8 @@ class LossModel:
 
     def tc_words(self) -> str:
         """tc's words after ``loss``: ``gemodel P R 1-H 1-K`` or ``state P13 P31 P32 P23 P14``."""
-        values = self.pct if self.model == "state" else (self.pct[0], self.pct[1], 100 - self.pct[2], 100 - self.pct[3])
+        p = self.pct
+        values = p if self.model == "state" else (p[0], p[1], 100 - p[2], 100 - p[3])
         return " ".join([self.model, *map(format_percent, values)])
 
     def chain(self) -> tuple[list, list]:

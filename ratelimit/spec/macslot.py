@@ -69,7 +69,8 @@ def parse_slot(value, field: str = "--slot") -> Slot:
         raise FieldError(field, value, ALLOWED)
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
-        raise FieldError(f"{field} {unknown[0]}", table[unknown[0]], f"is not a slot parameter (allowed: {', '.join(KEYS)})")
+        raise FieldError(f"{field} {unknown[0]}", table[unknown[0]],
+                         f"is not a slot parameter (allowed: {', '.join(KEYS)})")
     if "min" not in table:
         raise UsageError(f"{field}: a slot needs min, the time between slots (e.g. '{EXAMPLE}')")
     lo = parse_time_us(table["min"], f"{field} min")

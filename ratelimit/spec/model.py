@@ -110,8 +110,8 @@ class LinkParams:
         return cls(**{k: v for k, v in values.items() if k in known})
 
     def needs_netem(self) -> bool:
-        return bool(self.delay_us or self.jitter_us or self.loss_pct or self.loss_model or self.slot or self.duplicate_pct
-                    or self.corrupt_pct or self.reorder_pct)
+        return bool(self.delay_us or self.jitter_us or self.loss_pct or self.loss_model or self.slot
+                    or self.duplicate_pct or self.corrupt_pct or self.reorder_pct)
 
     def merged(self, **overrides) -> "LinkParams":
         """A copy with the given fields replaced (``None`` values are ignored).  Loss is one

@@ -22,9 +22,10 @@
     down = { loss = "0%" }                      # a step's own numbers override its profile's
 
 A step's ``down`` and ``up`` tables take ``rate``, ``delay`` and ``loss`` (the units of
-a profile's; a rate may be 0; a loss may be a burst loss model, ``spec.lossmodel``).  Each step must end with a rate in both directions, its
-own or its profile's.  From a profile a step takes those three numbers only: the link
-layer, queue, burst and jitter are the link's own, for its whole life.  A step that gives
+a profile's; a rate may be 0; a loss may be a burst loss model, ``spec.lossmodel``).  Each
+step must end with a rate in both directions, its own or its profile's.  From a profile a
+step takes those three numbers only: the link layer, queue, burst and jitter are the link's
+own, for its whole life.  A step that gives
 no delay (or loss), itself or by its profile, keeps the link's own (``None``).  A side
 whose steps delay or lose packets gets a netem stage (``needs_netem``), which the driver
 changes in place at each step.  A rate here means what a profile's rate means: the
