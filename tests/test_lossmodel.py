@@ -76,14 +76,16 @@ def test_the_closed_forms_are_what_the_kernels_algorithm_gives(text):
 
 @pytest.mark.parametrize("given, message", [
     ("gemodel p=1%", "--loss: gemodel needs p and r (r is missing"),
-    ("gemodel p=120% r=2%", "--loss p: '120%' is not a percentage from 0% to 100%"),
-    ("gemodel p=-1% r=2%", "--loss p: '-1%' is not a percentage from 0% to 100%"),
-    ("gemodel p=1% r=2% x=3%", "--loss x: 3% is not a parameter of gemodel (allowed: p, r, h, k)"),
+    ("gemodel p=120% r=2%", "--loss: p='120%' is not a percentage from 0% to 100%"),
+    ("gemodel p=-1% r=2%", "--loss: p='-1%' is not a percentage from 0% to 100%"),
+    ("gemodel p=1% r=2% x=3%", "--loss: x='3%' is not a parameter of gemodel (allowed: p, r, h, k)"),
     ("markov p=1%", "--loss: 'markov p=1%' is not a loss (a percentage as in 0.5%, or a model"),
     ("gemodel p1%", "--loss: 'gemodel p1%' is not a loss"),
-    ("state p13=60% p31=30% p14=50%", "--loss p13+p14: 110% is over 100%"),
-    ("state p13=1% p31=70% p32=40%", "--loss p31+p32: 110% is over 100%"),
-    ({"model": "gilbert", "p": "1%"}, "--loss model: 'gilbert' is not a loss model (allowed: gemodel, state)"),
+    ("gemodel p=1% r=2% p=3%", "--loss: 'gemodel p=1% r=2% p=3%' is not a loss"),  # twice: a typo
+    ({"model": {}}, "--loss: model={} is not a loss model"),
+    ("state p13=60% p31=30% p14=50%", "--loss: p13+p14=110% is over 100%"),
+    ("state p13=1% p31=70% p32=40%", "--loss: p31+p32=110% is over 100%"),
+    ({"model": "gilbert", "p": "1%"}, "--loss: model='gilbert' is not a loss model (allowed: gemodel, state)"),
 ])
 def test_a_bad_model_gets_one_line_naming_the_field_and_what_is_allowed(given, message):
     with pytest.raises(UsageError) as err:

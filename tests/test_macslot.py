@@ -21,13 +21,15 @@ def test_a_slot_as_text_and_as_a_table():
 
 @pytest.mark.parametrize("given, message", [
     ("max=2ms", "--slot: a slot needs min"),
-    ("min=5ms max=2ms", "--slot max: '2ms' is below min (5ms)"),
-    ("min=0ms", "--slot min: '0ms' is out of range (above 0, at most 10s)"),
-    ("min=11s", "--slot min: '11s' is out of range"),
-    ("min=5ms packets=0", "--slot packets: '0' is not a number of packets (1 to 2147483647)"),
-    ("min=5ms packets=many", "--slot packets: 'many' is not a number of packets"),
-    ("min=5ms x=1", "--slot x: 1 is not a slot parameter (allowed: min, max, packets, bytes)"),
-    ("min=5ms bytes=3gb", "--slot bytes: "),
+    ("min=5ms max=2ms", "--slot: max='2ms' is below min (5ms)"),
+    ("min=0ms", "--slot: min='0ms' is out of range (above 0, at most 10s)"),
+    ("min=11s", "--slot: min='11s' is out of range"),
+    ("min=5ms packets=0", "--slot: packets='0' is not a number of packets (1 to 2147483647)"),
+    ("min=5ms packets=many", "--slot: packets='many' is not a number of packets"),
+    ("min=5ms packets=\u0663", "--slot: packets='\u0663' is not a number of packets"),  # an Arabic-Indic 3
+    ("min=5ms min=6ms", "--slot: 'min=5ms min=6ms' is not a slot"),
+    ("min=5ms x=1", "--slot: x='1' is not a slot parameter (allowed: min, max, packets, bytes)"),
+    ("min=5ms bytes=3gb", "--slot: bytes='3gb' is out of range"),
     ("5ms", "--slot: '5ms' is not a slot (e.g. 'min=2ms [max=8ms] [packets=32] [bytes=64kb]')"),
 ])
 def test_a_bad_slot_gets_one_line_naming_the_field_and_what_is_allowed(given, message):

@@ -674,7 +674,7 @@ def test_read_only_refuses_changes(reader, control):
     ({"delay": "5"}, 400, "--delay: '5' is not a time with a unit"),
     ({"loss": "150%"}, 400, "--loss: '150%' is not a percentage"),
     ({"loss": {"model": "gemodel", "p": "2"}}, 400, "--loss: gemodel needs p and r (r is missing"),
-    ({"loss": {"model": "gemodel", "p": "1%", "r": "101%"}}, 400, "--loss r: '101%' is not a percentage from 0%"),
+    ({"loss": {"model": "gemodel", "p": "1%", "r": "101%"}}, 400, "--loss: r='101%' is not a percentage from 0%"),
     ({"burst": 0}, 400, "--burst: 0 is out of range (a whole number 1-100000"),
     ({"force": "maybe"}, 400, "force: 'maybe' is not a boolean"),
     ({"per": "street"}, 400, "--per: street is not a link granularity (port, host, shared)"),

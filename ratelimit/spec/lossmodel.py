@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import FieldError, UsageError
-from .units import format_percent, parse_percent
+from .units import format_percent, parse_part, parse_percent
 
 PARAMS = {"gemodel": ("p", "r", "h", "k"), "state": ("p13", "p31", "p32", "p23", "p14")}
 REQUIRED = {"gemodel": ("p", "r"), "state": ("p13", "p31")}
@@ -142,28 +142,28 @@ def parse_loss(value, field: str = "--loss"):
             raise FieldError(field, f"'{value}'", ALLOWED)
         for word in words[1:]:
             m = _PAIR.match(word)
-            if not m:
+            if not m or m.group(1) in table:  # a parameter twice is a typo, not an override
                 raise FieldError(field, f"'{value}'", ALLOWED)
             table[m.group(1)] = m.group(2)
     else:
         return parse_percent(value, field)
-    if model not in PARAMS:
-        raise FieldError(f"{field} model", f"'{model}'" if isinstance(model, str) else repr(model),
+    if not isinstance(model, str) or model not in PARAMS:
+        raise FieldError(field, f"model='{model}'" if isinstance(model, str) else f"model={model!r}",
                          f"is not a loss model (allowed: {', '.join(PARAMS)})")
     names = PARAMS[model]
     unknown = sorted(set(table) - set(names))
     if unknown:
-        raise FieldError(f"{field} {unknown[0]}", table[unknown[0]], f"is not a parameter of {model} "
+        raise FieldError(field, f"{unknown[0]}={table[unknown[0]]!r}", f"is not a parameter of {model} "
                          f"(allowed: {', '.join(names)})")
     missing = [k for k in REQUIRED[model] if k not in table]
     if missing:
         raise UsageError(f"{field}: {model} needs {' and '.join(REQUIRED[model])} ({missing[0]} is missing; "
                          f"e.g. '{EXAMPLES[model]}')")
-    values = {k: parse_percent(v, f"{field} {k}") for k, v in table.items()}
+    values = {k: parse_part(parse_percent, v, field, k) for k, v in table.items()}
     values = {**DEFAULTS[model], **values}
     for a, b in (("p13", "p14"), ("p31", "p32")) if model == "state" else ():
         if values[a] + values[b] > 100:
-            raise FieldError(f"{field} {a}+{b}", format_percent(values[a] + values[b]),
+            raise FieldError(field, f"{a}+{b}={format_percent(values[a] + values[b])}",
                              "is over 100% (they leave one state)")
     return LossModel(model, tuple(values[k] for k in names))
 

@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import FieldError, UsageError
-from .units import format_time, parse_size_bytes, parse_time_us
+from .units import format_time, parse_part, parse_size_bytes, parse_time_us
 
 KEYS = ("min", "max", "packets", "bytes")
 MAX_SLOT_US = 10_000_000  # 10 s: a slot longer than that holds a link, it does not batch it
@@ -62,28 +62,28 @@ def parse_slot(value, field: str = "--slot") -> Slot:
         table = {}
         for word in value.replace(",", " ").split():
             m = _PAIR.match(word)
-            if not m:
+            if not m or m.group(1) in table:  # a parameter twice is a typo, not an override
                 raise FieldError(field, f"'{value}'", ALLOWED)
             table[m.group(1)] = m.group(2)
     else:
         raise FieldError(field, value, ALLOWED)
     unknown = sorted(set(table) - set(KEYS))
     if unknown:
-        raise FieldError(f"{field} {unknown[0]}", table[unknown[0]],
+        raise FieldError(field, f"{unknown[0]}={table[unknown[0]]!r}",
                          f"is not a slot parameter (allowed: {', '.join(KEYS)})")
     if "min" not in table:
         raise UsageError(f"{field}: a slot needs min, the time between slots (e.g. '{EXAMPLE}')")
-    lo = parse_time_us(table["min"], f"{field} min")
-    hi = parse_time_us(table["max"], f"{field} max") if "max" in table else lo
+    lo = parse_part(parse_time_us, table["min"], field, "min")
+    hi = parse_part(parse_time_us, table["max"], field, "max") if "max" in table else lo
     for name, us in (("min", lo), ("max", hi)):
         if not 0 < us <= MAX_SLOT_US:
-            raise FieldError(f"{field} {name}", f"'{table[name]}'", "is out of range (above 0, at most 10s)")
+            raise FieldError(field, f"{name}={table[name]!r}", "is out of range (above 0, at most 10s)")
     if hi < lo:
-        raise FieldError(f"{field} max", f"'{table['max']}'", f"is below min ({format_time(lo)})")
-    packets = _count(table.get("packets"), f"{field} packets")
-    size = 0 if table.get("bytes") is None else parse_size_bytes(table["bytes"], f"{field} bytes")
+        raise FieldError(field, f"max={table['max']!r}", f"is below min ({format_time(lo)})")
+    packets = _count(table.get("packets"), field)
+    size = 0 if table.get("bytes") is None else parse_part(parse_size_bytes, table["bytes"], field, "bytes")
     if not 0 <= size <= MAX_COUNT:
-        raise FieldError(f"{field} bytes", table["bytes"], f"is out of range (at most {MAX_COUNT} bytes)")
+        raise FieldError(field, f"bytes={table['bytes']!r}", f"is out of range (at most {MAX_COUNT} bytes)")
     return Slot(lo, hi, packets, size)
 
 
@@ -91,9 +91,8 @@ def _count(value, field: str) -> int:
     if value is None:
         return 0
     text = str(value)
-    if isinstance(value, bool) or not text.isdigit() or not 1 <= int(text) <= MAX_COUNT:
-        raise FieldError(field, f"'{value}'" if isinstance(value, str) else value,
-                         f"is not a number of packets (1 to {MAX_COUNT})")
+    if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_COUNT:
+        raise FieldError(field, f"packets={value!r}", f"is not a number of packets (1 to {MAX_COUNT})")
     return int(text)
 
 

@@ -169,6 +169,19 @@ def parse_seconds(text, field: str, lo: float, hi: float) -> float:
     return seconds
 
 
+def parse_part(parse, text, field: str, key: str):
+    """``parse(text)`` for the part ``key`` of the option ``field``, its error naming both as
+    ``--loss: p='120%' is not a percentage ...`` (the option first, as every error names it).
+
+    >>> parse_part(parse_percent, "1%", "--loss", "p")
+    1.0
+    """
+    try:
+        return parse(text, field)
+    except FieldError as err:
+        raise FieldError(field, f"{key}={err.value}", err.allowed) from None
+
+
 def parse_percent(text, field: str = "percent") -> float:
     """``"0.5%"`` -> 0.5.  A bare number is a percentage too."""
     allowed = "is not a percentage from 0% to 100% (e.g. 0.5%)"
