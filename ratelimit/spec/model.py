@@ -95,7 +95,7 @@ class LinkParams:
     slot: object = None  # a macslot.Slot: packets held and let out together
 
     def as_dict(self) -> dict:
-        """The fields that are set, as JSON-able data (queue, burst and loss model as their text)."""
+        """The fields that are set, as JSON-able data (queue, burst, loss model and slot as text)."""
         return {k: (v.text() if hasattr(v, "text") else v) for k, v in self.__dict__.items() if v}
 
     @classmethod
