@@ -135,10 +135,8 @@ class Traced:
         if not self.staged:
             return None
         side = self.capacity.at(t_ms - self.offset_ms).side(SIDES[self.direction])
-        own = self.stage.params
-        loss = {"loss_model": side.loss_model, "loss_pct": 0.0, "loss_corr_pct": 0.0} if side.loss_model else \
-            {} if side.loss_pct is None else {"loss_pct": side.loss_pct, "loss_model": None}
-        params = dataclasses.replace(own, delay_us=own.delay_us if side.delay_us is None else side.delay_us, **loss)
+        params = self.stage.params.merged(  # None: the link's own; a loss model or a percentage: the one loss
+            delay_us=side.delay_us, loss_model=side.loss_model, loss_pct=None if side.loss_model else side.loss_pct)
         return dataclasses.replace(self.stage, params=params)
 
     def gate_at(self, rate_bps: int) -> TbfQdisc:

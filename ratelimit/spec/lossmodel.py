@@ -25,11 +25,10 @@ packet is lost if the new state is 3 or 4.
 May import: errors, spec.units.
 """
 
-import re
 from dataclasses import dataclass
 
 from ..errors import FieldError, UsageError
-from .units import format_percent, parse_part, parse_percent
+from .units import format_percent, parse_pairs, parse_part, parse_percent
 
 PARAMS = {"gemodel": ("p", "r", "h", "k"), "state": ("p13", "p31", "p32", "p23", "p14")}
 REQUIRED = {"gemodel": ("p", "r"), "state": ("p13", "p31")}
@@ -37,7 +36,6 @@ DEFAULTS = {"gemodel": {"h": 0.0, "k": 100.0}, "state": {"p32": 0.0, "p23": 100.
 EXAMPLES = {"gemodel": "gemodel p=1% r=25% [h=0%] [k=100%]",
             "state": "state p13=1% p31=30% [p32=0%] [p23=100%] [p14=0%]"}
 ALLOWED = f"is not a loss (a percentage as in 0.5%, or a model: '{EXAMPLES['gemodel']}' or '{EXAMPLES['state']}')"
-_PAIR = re.compile(r"([a-z0-9]+)=(\S+)\Z")
 
 
 @dataclass(frozen=True)
@@ -136,15 +134,9 @@ def parse_loss(value, field: str = "--loss"):
         table = dict(value)
         model = table.pop("model", None)
     elif isinstance(value, str) and value.strip()[:1].isalpha():
-        words = value.replace(",", " ").split()
-        model, table = words[0], {}
+        (model,), table = parse_pairs(value, field, ALLOWED, lead=1)
         if model not in PARAMS:
             raise FieldError(field, f"'{value}'", ALLOWED)
-        for word in words[1:]:
-            m = _PAIR.match(word)
-            if not m or m.group(1) in table:  # a parameter twice is a typo, not an override
-                raise FieldError(field, f"'{value}'", ALLOWED)
-            table[m.group(1)] = m.group(2)
     else:
         return parse_percent(value, field)
     if not isinstance(model, str) or model not in PARAMS:

@@ -16,18 +16,16 @@ together.
 May import: errors, spec.units.
 """
 
-import re
 from dataclasses import dataclass
 
 from ..errors import FieldError, UsageError
-from .units import format_time, parse_part, parse_size_bytes, parse_time_us
+from .units import format_time, parse_pairs, parse_part, parse_size_bytes, parse_time_us, whole_number
 
 KEYS = ("min", "max", "packets", "bytes")
 MAX_SLOT_US = 10_000_000  # 10 s: a slot longer than that holds a link, it does not batch it
 MAX_COUNT = (1 << 31) - 1  # the kernel's s32
 EXAMPLE = "min=2ms [max=8ms] [packets=32] [bytes=64kb]"
 ALLOWED = f"is not a slot (e.g. '{EXAMPLE}')"
-_PAIR = re.compile(r"([a-z]+)=(\S+)\Z")
 
 
 @dataclass(frozen=True)
@@ -59,12 +57,7 @@ def parse_slot(value, field: str = "--slot") -> Slot:
     if isinstance(value, dict):
         table = dict(value)
     elif isinstance(value, str):
-        table = {}
-        for word in value.replace(",", " ").split():
-            m = _PAIR.match(word)
-            if not m or m.group(1) in table:  # a parameter twice is a typo, not an override
-                raise FieldError(field, f"'{value}'", ALLOWED)
-            table[m.group(1)] = m.group(2)
+        _, table = parse_pairs(value, field, ALLOWED)
     else:
         raise FieldError(field, value, ALLOWED)
     unknown = sorted(set(table) - set(KEYS))
@@ -90,10 +83,10 @@ def parse_slot(value, field: str = "--slot") -> Slot:
 def _count(value, field: str) -> int:
     if value is None:
         return 0
-    text = str(value)
-    if isinstance(value, bool) or not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MAX_COUNT:
+    n = whole_number(value)
+    if n is None or not 1 <= n <= MAX_COUNT:
         raise FieldError(field, f"packets={value!r}", f"is not a number of packets (1 to {MAX_COUNT})")
-    return int(text)
+    return n
 
 
 def from_record(data) -> "Slot | None":

@@ -18,6 +18,7 @@ from .model import Burst, Queue
 # "_" separators, no hex, no "inf"/"nan" words: what tc reads, as a person types it.
 _NUMBER = re.compile(r"\s*((?:[0-9]+(?:\.[0-9]+)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z%]*)\s*", re.ASCII)
 _WHOLE = re.compile(r"\s*([0-9]+)\s*", re.ASCII)
+_PAIR = re.compile(r"([a-z0-9]+)=(\S+)", re.ASCII)
 MAX_TEXT_CHARS = 64  # no number a person types is longer
 MATCHED_CHARS = 1024  # longer text is not matched at all: a regular expression's time grows with it
 
@@ -167,6 +168,24 @@ def parse_seconds(text, field: str, lo: float, hi: float) -> float:
     if not lo <= seconds <= hi:
         raise FieldError(field, _given(text), f"is out of range ({lo:g}-{hi:g} seconds)")
     return seconds
+
+
+def parse_pairs(text: str, field: str, allowed: str, lead: int = 0) -> tuple[list, dict]:
+    """(the first ``lead`` words, then ``key=value`` words as a dict) of ``text``, its words
+    apart by spaces or commas.  A word that is no pair, or a key given twice (a typo, not an
+    override), is the option's error naming the whole text and ``allowed``.
+
+    >>> parse_pairs("gemodel p=1%, r=25%", "--loss", "is not a loss", lead=1)
+    (['gemodel'], {'p': '1%', 'r': '25%'})
+    """
+    words = text.replace(",", " ").split()
+    pairs = {}
+    for word in words[lead:]:
+        m = _PAIR.fullmatch(word)
+        if not m or m.group(1) in pairs:
+            raise FieldError(field, f"'{text}'", allowed)
+        pairs[m.group(1)] = m.group(2)
+    return words[:lead], pairs
 
 
 def parse_part(parse, text, field: str, key: str):
