@@ -35,8 +35,9 @@ from ratelimit.plan.compile import compile_plan
 from ratelimit.plan.filters import Key, Police, U32Filter, U32Table
 from ratelimit.plan.ops import AddIfb, Change, DelLink, DelQdisc, HtbQdisc, Plan
 from ratelimit.plan.script import script, tc_batch
-from ratelimit.plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
+from ratelimit.plan.shaping import AqmQdisc, FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 from ratelimit.spec import linklayer
+from ratelimit.spec.aqm import parse_aqm
 from ratelimit.spec.lossmodel import parse_loss
 from ratelimit.spec.macslot import parse_slot
 from ratelimit.spec.model import LinkParams, Queue, Request
@@ -430,7 +431,23 @@ def test_every_message_is_byte_for_byte_what_tc_sends(router_pair):
 ENCODER = {"HtbQdisc": "htb_qdisc", "IngressQdisc": "ingress_qdisc", "HtbClass": "htb_class",
            "NetemQdisc": "netem_qdisc", "FifoQdisc": "fifo_qdisc", "TbfQdisc": "tbf_qdisc", "U32Table": "u32_table",
            "U32Filter": "u32_filter", "Change": "change", "MqQdisc": "mq_qdisc", "ClsactQdisc": "clsact_qdisc",
-           "DelQdisc": "del_qdisc"}
+           "DelQdisc": "del_qdisc", "AqmQdisc": "aqm_qdisc"}
+
+
+AQMS = ("fq_codel", "fq_codel target=2ms interval=40ms ecn=off flows=64", "codel", "codel target=1ms ecn=on",
+        "pie", "pie target=10ms ecn=on", "cake", "cake rtt=20ms")
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to read tc's messages")
+def test_managed_queue_messages_are_byte_for_byte_what_tc_sends(router_pair):
+    """fq_codel, codel, pie and cake with every parameter (``Aqm.full``), added and changed in
+    place (bar fq_codel's change: tc sends its flows, which the kernel refuses to change),
+    as tc sends them (the host kernel has none of them; tc has sent them by then)."""
+    router, _ = router_pair
+    ops = [AqmQdisc("r0", 0x520001, (0x60 + i) << 16, parse_aqm(text).full(), 100 + i) for i, text in enumerate(AQMS)]
+    ops += [Change(op) for op in ops if op.kind != "fq_codel"]
+    assert_same_messages_as_tc(router, ops)
 
 
 def assert_same_messages_as_tc(router, ops):

@@ -160,7 +160,7 @@ def _value(name, value):
     model's object: ``{"model": "gemodel", "p": "1%", "r": "25%"}``)."""
     if value is None or value == "":
         return None
-    if name in ("loss", "slot") and isinstance(value, dict):
+    if name in ("loss", "slot", "aqm") and isinstance(value, dict):
         return value
     if name == "hosts" and isinstance(value, list):
         if not all(isinstance(v, str) for v in value):

@@ -98,7 +98,10 @@ def build_parser() -> argparse.ArgumentParser:
                        ("corrupt-correlation", "corrupt correlation"), ("reorder", "reordered packets (needs a delay)"),
                        ("reorder-correlation", "reorder correlation"),
                        ("slot", "packets held and let out together, as a bursty MAC: "
-                                "'min=2ms max=8ms packets=32 bytes=64kb' (docs/faults.md)")):
+                                "'min=2ms max=8ms packets=32 bytes=64kb' (docs/faults.md)"),
+                       ("aqm", "each link's queue managed (shape mode): fq_codel, codel, pie or cake, with the "
+                               "kernel's parameters, e.g. 'fq_codel target=5ms ecn=on'; droptail: drop only when "
+                               "full, the default (docs/faults.md)")):
         g.add_argument(f"--{name}", help=what)
     g.add_argument("--queue", help="each link's queue (shape mode): packets (10, 10p), bytes (3250b) or a time "
                    "at the rate (1s); default: the profile's, else the larger of 10 packets and 200 ms")

@@ -7,10 +7,10 @@ per-kind parts are in ``kinds/``; the differences from tc on purpose are
 documented there (HTB's rate tables, netem's wide delays).
 """
 
-from ..plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
+from ..plan.shaping import AqmQdisc, FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 
 from ..plan.filters import U32Filter
-from .kinds import actions, bpf, fifo, htb, ingress, mirred, mq, netem, police, stab, tbf, u32
+from .kinds import actions, aqm, bpf, fifo, htb, ingress, mirred, mq, netem, police, stab, tbf, u32
 from .nl import (NLM_F_CREATE, NLM_F_EXCL, NLMSGHDR, RTM_DELQDISC, RTM_DELTCLASS, RTM_DELTFILTER, RTM_NEWQDISC,
                  RTM_NEWTCLASS, RTM_NEWTFILTER, TC_H_CLSACT_EGRESS, TC_H_INGRESS, TCA_KIND, TCMSG, attr_str, htons,
                  message, protocol_number, tcmsg)
@@ -71,6 +71,10 @@ class Encoder:
 
     def fifo_qdisc(self, op, seq: int, flags: int, add: int = _ADD) -> bytes:
         body = tcmsg(self.ifindex(op.dev), op.handle, op.parent) + fifo.options(op.kind, op.limit)
+        return message(RTM_NEWQDISC, flags | add, seq, body)
+
+    def aqm_qdisc(self, op, seq: int, flags: int, add: int = _ADD) -> bytes:
+        body = tcmsg(self.ifindex(op.dev), op.handle, op.parent) + aqm.options(op.aqm, op.limit_pkts, change=not add)
         return message(RTM_NEWQDISC, flags | add, seq, body)
 
     def tbf_qdisc(self, op, seq: int, flags: int, add: int = _ADD) -> bytes:
@@ -147,4 +151,4 @@ class Encoder:
 
 
 _CHANGEABLE = {HtbClass: Encoder.htb_class, NetemQdisc: Encoder.netem_qdisc, FifoQdisc: Encoder.fifo_qdisc,
-               TbfQdisc: Encoder.tbf_qdisc, U32Filter: Encoder.u32_filter}
+               AqmQdisc: Encoder.aqm_qdisc, TbfQdisc: Encoder.tbf_qdisc, U32Filter: Encoder.u32_filter}

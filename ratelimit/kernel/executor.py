@@ -26,7 +26,7 @@ from ..errors import ApplyError
 from ..plan.filters import U32_ROOT_TABLE, DelFilter, U32Filter, U32Table
 from ..plan.ops import AddIfb, Change, ClsactQdisc, DelClass, DelLink, DelQdisc, HtbQdisc, IngressQdisc, MqQdisc
 from ..plan.queuepin import FILTER_HANDLE, FILTER_PRIO, KEY, PROGRAM_NAME, VALUE, QueueEntry, QueueMap, QueueProgram
-from ..plan.shaping import FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
+from ..plan.shaping import AqmQdisc, FifoQdisc, HtbClass, NetemQdisc, TbfQdisc
 from . import bpf, replay
 from .encode import Encoder
 from .nl import NLM_F_REQUEST, RTM_GETTFILTER, SEQ_OFFSET, TC_H_INGRESS, TC_H_ROOT, TCMSG
@@ -367,6 +367,7 @@ _BATCHED = {
     HtbClass: Encoder.htb_class,
     NetemQdisc: Encoder.netem_qdisc,
     FifoQdisc: Encoder.fifo_qdisc,
+    AqmQdisc: Encoder.aqm_qdisc,
     TbfQdisc: Encoder.tbf_qdisc,
     U32Table: Encoder.u32_table,
     U32Filter: Encoder.u32_filter,

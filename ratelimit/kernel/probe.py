@@ -72,6 +72,7 @@ FEATURES: dict[str, Feature] = {f.name: f for f in (
     _q("hfsc", "sch_hfsc", "hfsc", "default", "1"),
     _q("drr", "sch_drr"),
     _q("cake", "sch_cake"),
+    _q("pie", "sch_pie"),
     _q("red", "sch_red", "red", "limit", "400000", "min", "30000", "max", "90000",
        "avpkt", "1000", "burst", "55", "bandwidth", "10mbit"),
     _q("pfifo", ""),

@@ -31,7 +31,7 @@ from .layout import MAX_QUEUES, POOL_CLASS, POOL_NETEM, ROOT, TREE_BASE
 from .ops import (INGRESS_HANDLE, TC_H_ROOT, AddIfb, Change, ClsactQdisc, DelClass, HtbQdisc, IngressQdisc, MqQdisc,
                   Plan, u32_handle)
 from .queuepin import QueueEntry, QueueMap, QueueProgram
-from .shaping import FifoQdisc, HtbClass, netem_groups, NetemQdisc, TbfQdisc
+from .shaping import AqmQdisc, FifoQdisc, HtbClass, netem_groups, NetemQdisc, TbfQdisc
 
 _PINS = (QueueMap, QueueEntry, QueueProgram)  # several queues: the classifier, switched whole
 
@@ -41,6 +41,7 @@ _FIXED = {
     HtbClass: ("dev", "parent", "classid"),
     NetemQdisc: ("dev", "parent", "handle"),
     FifoQdisc: ("dev", "parent", "handle", "kind"),
+    AqmQdisc: ("dev", "parent", "handle", "kind", "flows"),  # the kernel keeps fq_codel's flows
     TbfQdisc: ("dev", "parent", "handle"),
     U32Filter: ("dev", "parent", "prio", "protocol", "ht", "bucket", "node", "keys", "hashkey", "link", "classid",
                 "redirect"),
@@ -165,7 +166,7 @@ def _keys(ops) -> set:
         t = type(op)
         if t is HtbClass:
             out.add(("class", op.dev, op.classid))
-        elif t in (HtbQdisc, NetemQdisc, FifoQdisc, TbfQdisc):
+        elif t in (HtbQdisc, NetemQdisc, FifoQdisc, AqmQdisc, TbfQdisc):
             out.add(("qdisc", op.dev, op.handle))
         elif t is U32Table and _on_shared(op):
             out.add(("table", op.dev, op.parent, op.ht))

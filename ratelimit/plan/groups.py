@@ -10,12 +10,14 @@ says where.
 import math
 from dataclasses import dataclass, replace
 
+from ..spec.aqm import managed
 from ..spec.linklayer import ATM_CELL_BYTES, ATM_CELL_PAYLOAD_BYTES
 from ..spec.model import Burst, Cohort, LinkParams, Request
 from . import gate
-from .layout import LINK_MINOR_BASE, carried, Layout, traced_stage
+from .layout import LINK_MINOR_BASE, carried, Layout
+from .stages import managed_stage, traced_stage
 from .ops import Flow, HtbQdisc
-from .shaping import FifoQdisc, HtbClass, NetemQdisc
+from .shaping import AqmQdisc, FifoQdisc, HtbClass, NetemQdisc
 from .u32tree import FIRST, OTHERS_FAMILY, build, catch_all, table_ids, Terminal
 
 
@@ -135,29 +137,34 @@ def _kind(req, lay, span, direction) -> tuple:
     c = span.cohort
     params, rates, rate, traced = _rates(req, lay, c, direction)
     staged = traced is not None and traced_stage(c, direction)
-    return span, params, rates, rate, traced, staged, (req.line_mtu_bytes(c), c.mpu_bytes, *lay.overhead(c))
+    return (span, params, rates, rate, traced, staged, managed_stage(c, direction),
+            (req.line_mtu_bytes(c), c.mpu_bytes, *lay.overhead(c)))
 
 
 def _link(req, lay, kind: tuple, dev, ops, classid: int, i: int):
     """Link ``i`` of a cohort (``kind``): its class ``classid`` and its queue (with a traced
-    delay stage, two)."""
-    span, params, (guaranteed, ceil, burst), rate, traced, staged, sizes = kind
+    delay stage, or a managed queue behind netem, two)."""
+    span, params, (guaranteed, ceil, burst), rate, traced, staged, aqm_staged, sizes = kind
     c, at = span.cohort, span.place
     ops.append(HtbClass(dev, classid & 0xFFFF0000 | 1, classid, guaranteed, ceil, burst, *sizes))
     leaf = _leaf if traced is None else _gate
-    ops.append(_dark(c, leaf(req, lay, c, params, rate, dev, classid, lay.queue_qdisc(at.leaf_base + i))))
-    if staged:
-        ops.append(_dark(c, _stage(req, lay, c, params, rate, dev, lay.queue_qdisc(at.leaf_base + i),
-                                   lay.queue_qdisc(at.leaf_base + c.link_count() + i), traced)))
+    first = lay.queue_qdisc(at.leaf_base + i)
+    ops.append(_dark(c, leaf(req, lay, c, params, rate, dev, classid, first)))
+    if staged or aqm_staged:
+        second = lay.queue_qdisc(at.leaf_base + c.link_count() + i)
+        if staged:
+            ops.append(_dark(c, _stage(req, lay, c, params, rate, dev, first, second, traced)))
+        else:  # netem's child: delayed first, then queued (docs/design.md, "Managed queues")
+            ops.append(_managed(req, c, params, rate, dev, first | 1, second))
 
 
 def _dark(c: Cohort, queue):
-    """A link's queue (a fifo, a netem stage or a traced link's gate) as it is built: with a
-    limit of 0 when ``c`` is blackholed, so that it drops every packet that reaches it
-    (docs/faults.md); a change in place either way."""
+    """A link's queue (a fifo, a netem stage, a managed queue or a traced link's gate) as it
+    is built: with a limit of 0 when ``c`` is blackholed, so that it drops every packet that
+    reaches it (docs/faults.md); a change in place either way."""
     if not c.dark:
         return queue
-    field = {FifoQdisc: "limit", NetemQdisc: "limit_pkts"}.get(type(queue), "limit_bytes")
+    field = {FifoQdisc: "limit", NetemQdisc: "limit_pkts", AqmQdisc: "limit_pkts"}.get(type(queue), "limit_bytes")
     return replace(queue, **{field: 0})
 
 
@@ -177,7 +184,9 @@ def link_rates_of(req: Request, lay: Layout, c: Cohort, params: LinkParams, trac
     share = max(8, req.bandwidth_bps // lay.links)
     # with a netem stage, netem serializes the link exactly; a second shaper at the same
     # rate would only add its timer's lateness, so the class may go up to the bandwidth
-    over = req.bandwidth_bps if params.needs_netem() and not traced else 0
+    # (not in front of a managed queue: the class is the link's bottleneck, where the AQM's
+    # queue builds)
+    over = req.bandwidth_bps if params.needs_netem() and not traced and managed(params) is None else 0
     # in a cell (a direction it shares), one frame more: a user that turns eligible just after
     # its turn in the cell's round waits at most one round, and keeps what it was owed
     # (docs/design.md, "Cells")
@@ -213,6 +222,10 @@ def _leaf(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, d
     device's size table gives it: netem's rate adds the cohort's own overhead (signed,
     with ATM cells), a byte fifo's limit is scaled from the cohort's frames to the
     device's (exact for full-size packets)."""
+    if managed(params) is not None and params.needs_netem():
+        return _delay_stage(req, c, params, dev, parent, handle)
+    if managed(params) is not None:
+        return _managed(req, c, params, rate, dev, parent, handle)
     if params.needs_netem():
         in_flight = rate * (params.delay_us + params.jitter_us) / 8e6 / req.line_mtu_bytes(c)
         over, atm = lay.overhead(c)
@@ -222,6 +235,21 @@ def _leaf(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, d
     if params.queue is not None and params.queue.unit == "pkts":
         return FifoQdisc(dev, parent, handle, "pfifo", params.queue.amount)
     return FifoQdisc(dev, parent, handle, "bfifo", queue_limit_bytes(req, lay, c, params, rate))
+
+
+def _delay_stage(req: Request, c: Cohort, params: LinkParams, dev: str, parent: int, handle: int) -> NetemQdisc:
+    """The netem stage in front of a link's managed queue: it delays and loses, and holds
+    what arrives over its delay at the device's bandwidth; it serializes at that bandwidth
+    only so that jitter keeps the link's packets in order (the class shapes)."""
+    in_flight = req.bandwidth_bps * (params.delay_us + params.jitter_us) / 8e6 / req.line_mtu_bytes(c)
+    return NetemQdisc(dev, parent, handle, params, int(in_flight) + 1, req.bandwidth_bps)
+
+
+def _managed(req: Request, c: Cohort, params: LinkParams, rate: int, dev: str, parent: int, handle: int) -> AqmQdisc:
+    """A link's managed queue, its every parameter given: its limit its own, else the link's
+    queue in packets."""
+    aqm = managed(params)
+    return _dark(c, AqmQdisc(dev, parent, handle, aqm.full(), aqm.limit_pkts or req.queue_packets(params, rate, c)))
 
 
 def _gate(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, dev: str, parent: int, handle: int):

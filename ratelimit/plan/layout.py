@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 
 from ..spec.model import Cohort, LinkParams, Request
 from ..spec.units import format_rate
+from .stages import cell_groups, leaf_majors
 from .u32tree import FIRST, SECOND, TreeIds
 
 ROOT = 0x520000  # 52:
@@ -173,27 +174,6 @@ class Place:
         return (("minor", self.group_minor, self.group_minor + groups),
                 ("major", self.group_top - groups + 1, self.group_top + 1),
                 ("major", self.leaf_base, self.leaf_base + leaves))
-
-
-def traced_stage(c: Cohort, direction: str) -> bool:
-    """Whether ``c``'s links have a traced side ``direction`` (dest/source) with a delay stage:
-    its own delay or loss, or a schedule whose steps delay or lose packets there
-    (``tracespec.Source.netem``).  Such a link's gate has the netem stage as its child."""
-    src = None if c.trace is None else c.trace.source(direction)
-    return src is not None and (c.side(direction).needs_netem() or src.netem)
-
-
-def cell_groups(c: Cohort) -> int:
-    """The group slots the first cohort of ``c``'s cell takes: one, its group's; with a
-    traced capacity two, the second its gate's qdisc (``Layout.cell_gate``)."""
-    return 2 if c.cell.trace is not None else 1
-
-
-def leaf_majors(c: Cohort) -> int:
-    """The qdisc majors each link of ``c`` takes for its queue: two for a traced link with a
-    delay stage on either side (its gate, and the netem stage under the gate at the second,
-    ``Place.leaf_base`` + links + i), else one."""
-    return 2 if traced_stage(c, "dest") or traced_stage(c, "source") else 1
 
 
 MINORS = (0x10, 0x10000)  # group class minors under 52: (52:1 is the pool)

@@ -10,7 +10,8 @@ from ..errors import FieldError
 from ..spec.model import Request
 from . import diff
 from .compile import compile_plan
-from .layout import MAJORS, MINORS, cell_groups, group_links_of, Layout, leaf_majors, Place
+from .layout import MAJORS, MINORS, group_links_of, Layout, Place
+from .stages import cell_groups, leaf_majors
 
 
 def replaced(req: Request, old: Request, move=frozenset()) -> tuple | None:

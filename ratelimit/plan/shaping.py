@@ -1,5 +1,6 @@
 """The operations that carry a link's numbers: HTB classes (a pool's, a group's, a link's)
-and the leaf qdisc under a class (netem, bfifo or pfifo, the tbf gate), with netem's words.
+and the leaf qdisc under a class (netem, bfifo or pfifo, a managed queue, the tbf gate), with
+netem's words.
 
 These are what ``ops.Change`` sets in place when only numbers change (a trace step, a
 re-apply at other rates).  The tree's frame (devices, root qdiscs, removals) is in ``ops``.
@@ -134,6 +135,33 @@ class FifoQdisc(_Tc):
 
     def tc(self) -> str:
         return f"{_leaf_add(self)} {self.kind} limit {self.limit}"
+
+
+@dataclass(frozen=True)
+class AqmQdisc(_Tc):
+    """A link's managed queue: ``aqm`` (an ``aqm.Aqm`` with every parameter, ``Aqm.full``)
+    holding at most ``limit_pkts`` (cake sizes its own memory)."""
+
+    dev: str
+    parent: int
+    handle: int
+    aqm: object
+    limit_pkts: int
+
+    @property
+    def kind(self) -> str:
+        return self.aqm.discipline
+
+    @property
+    def flows(self) -> int:
+        return self.aqm.flows
+
+    @property
+    def features(self) -> frozenset:
+        return frozenset({self.aqm.discipline})
+
+    def tc(self) -> str:
+        return f"{_leaf_add(self)} {self.aqm.tc_words(self.limit_pkts)}"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import re
 from dataclasses import astuple
 
 from ..errors import FieldError, UsageError
-from ..spec import lossmodel, macslot
+from ..spec import aqm, lossmodel, macslot
 from ..spec.cells import check_cells
 from ..spec.model import DIRECTIONS, GRANULARITIES, MODES, Cohort, min_police_burst, Request
 from ..spec.names import check_target
@@ -173,6 +173,8 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
                                  f"({params.loss_model.model}) has its own bursts ({side}link)")
         if params.slot is not None:
             macslot.check(params.slot, f"{where}--slot ({side})")
+        if params.aqm is not None:
+            _check_aqm(req, c, params, side, where)
         if params.reorder_pct and not params.delay_us:
             raise UsageError(f"{where}--reorder: {params.reorder_pct:g}% needs a delay ({side}link delay is 0)")
         if req.mode == "police" and params.rate_bps:
@@ -182,6 +184,23 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
                 fail("--burst", f"'{req.burst_of(params, c).text()}'",
                      f"is {burst} bytes, too small for a full packet ({req.line_mtu_bytes(c)} bytes on "
                      f"this link; at least {least}): the policer would drop every full-size packet")
+
+
+def _check_aqm(req: Request, c: Cohort, params, side: str, where: str) -> None:
+    """A managed queue is one ``parse_aqm`` could make, on a link that has a queue of its own."""
+    aqm.check(params.aqm, f"{where}--aqm ({side})")
+    if not params.aqm.managed:
+        return
+    name = params.aqm.discipline
+    if req.mode != "shape":
+        raise UsageError(f"{where}--aqm: {name} needs --mode shape (police mode drops above the rate; it has no queue "
+                         "to manage)")
+    if c.trace is not None and c.trace.source("dest" if side == "down" else "source") is not None:
+        raise UsageError(f"{where}--aqm: {name} on a link that follows a trace or a schedule is not supported yet "
+                         f"(its gate holds the queue; {side}link)")
+    if c.dark and name == "cake" and not params.needs_netem():
+        raise UsageError(f"{where}--blackhole: a cake queue has no packet limit to shut in place; give the link a "
+                         "delay, or use fq_codel")
 
 
 def _refuse_overlaps(cohorts) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from .. import SHIPPED
 from ..errors import FieldError, NotFoundError, UsageError
 from ..spec import linklayer
+from ..spec.aqm import parse_aqm
 from ..spec.lossmodel import LossModel, parse_loss
 from ..spec.macslot import parse_slot
 from ..spec.model import LinkParams, Profile
@@ -35,18 +36,22 @@ SIDE_FIELDS = {
     "reorder": ("reorder_pct", parse_percent),
     "reorder_correlation": ("reorder_corr_pct", parse_percent),
     "slot": ("slot", parse_slot),
-    "queue": ("queue", parse_queue),
+    "aqm": ("aqm", parse_aqm),
+    "queue": ("queue", parse_queue),  # or aqm, given as a table: side_value
     "burst": ("burst", parse_burst),
 }
 
 
 def side_value(key: str, value, field: str) -> tuple:
     """(LinkParams field, value) of the link option ``key`` given ``value``: ``loss`` is
-    ``loss_pct`` for a percentage, ``loss_model`` for a model.
+    ``loss_pct`` for a percentage, ``loss_model`` for a model; ``queue`` is ``aqm`` for a
+    table (``{discipline = "fq_codel"}``).
 
     >>> side_value("loss", "gemodel p=1% r=25%", "--loss")[0]
     'loss_model'
     """
+    if key == "queue" and isinstance(value, dict):
+        return "aqm", parse_aqm(value, field)
     attr, parser = SIDE_FIELDS[key]
     parsed = parser(value, field)
     return ("loss_model" if isinstance(parsed, LossModel) else attr), parsed

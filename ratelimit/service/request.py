@@ -53,7 +53,8 @@ _DOC = """Every option of a request, as a person typed it (strings with units, h
     impairments (``IMPAIRMENTS``: delay, jitter, loss, ... and their correlations) are
     netem's, over every cohort's.  ``cell``: ``DOWN[/UP]``, a capacity the links share beside
     their own caps, every cohort of a mix's together (``cells.parse_cell``; a scenario names
-    its cells).  ``blackhole``: every cohort's links drop every packet (shape mode, its
+    its cells).  ``aqm``: the links' queues are managed (shape mode, its default then;
+    ``aqm.parse_aqm``).  ``blackhole``: every cohort's links drop every packet (shape mode, its
     default then; docs/faults.md).  ``lasting`` (``--for``; a scenario's ``for``): how long
     the plan lasts from its apply, then it is removed (``units.parse_duration_ms``)."""
 
@@ -130,7 +131,7 @@ def request_of(o: Options) -> Request:
         ask = scenarios.Ask(MAIN_COHORT, "", o.hosts, None if _all_ports(o.ports) and per != "port" else o.ports,
                             per, o.profile, servers=o.servers, server_ports=o.server_ports,
                             cell=None if o.cell is None else parse_cell(o.cell, "--cell"))
-        mode = o.mode or ("shape" if o.profile or traces or o.blackhole else "police")
+        mode = o.mode or ("shape" if o.profile or traces or o.blackhole or o.aqm else "police")
         req = Request(interface, (_cohort(ask, mode, overrides, burst, o.link, o.mpu, traces, o.blackhole),),
                       mode=mode, **device)
     req = dataclasses.replace(req, queues=_queues(o.queues, req, o.device_queues), lasting_ms=_lasting(o))

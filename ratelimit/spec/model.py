@@ -93,15 +93,16 @@ class LinkParams:
     burst: Burst | None = None  # None: the mode's default
     loss_model: object = None  # a lossmodel.LossModel: burst loss, in place of loss_pct
     slot: object = None  # a macslot.Slot: packets held and let out together
+    aqm: object = None  # an aqm.Aqm: the queue managed (fq_codel, ...) instead of droptail
 
     def as_dict(self) -> dict:
-        """The fields that are set, as JSON-able data (queue, burst, loss model and slot as text)."""
+        """The fields that are set, as JSON-able data (queue, burst, loss model, slot, AQM as text)."""
         return {k: (v.text() if hasattr(v, "text") else v) for k, v in self.__dict__.items() if v}
 
     @classmethod
     def from_dict(cls, data: dict) -> "LinkParams":
         """The inverse of ``dataclasses.asdict`` (state files, the web API), bar the loss
-        model and the slot (``lossmodel.from_record``, ``macslot.from_record``)."""
+        model, the slot and the AQM (``from_record`` in ``lossmodel``, ``macslot``, ``aqm``)."""
         values = dict(data)
         for name, kind in (("queue", Queue), ("burst", Burst)):
             if isinstance(values.get(name), dict):
@@ -124,7 +125,6 @@ class LinkParams:
         elif "loss_pct" in given:
             given["loss_model"] = None
         return replace(self, **given)
-
 
 @dataclass(frozen=True)
 class Profile:

@@ -37,12 +37,14 @@ def summary(req: Request) -> dict:
 
 def _cohort(req: Request, c: Cohort, directions: int) -> dict:
     def side(p: LinkParams) -> dict:
-        out = {k: v for k, v in p.__dict__.items() if v and k not in ("queue", "burst", "loss_model", "slot")}
+        out = {k: v for k, v in p.__dict__.items() if v and k not in ("queue", "burst", "loss_model", "slot", "aqm")}
         if p.loss_model is not None:
             out["loss_model"] = {**p.loss_model.as_dict(), "lost_pct": round(p.loss_model.loss_rate() * 100, 6),
                                  "burst_packets": round(p.loss_model.mean_burst_packets(), 6)}
         if p.slot is not None:
             out["slot"] = p.slot.text()
+        if p.aqm is not None:
+            out["aqm"] = p.aqm.text()
         if p.rate_bps:
             rate = c.link.carried_bps(p.rate_bps)
             out["frame_rate_bps"] = rate
@@ -125,6 +127,8 @@ def _single(applied: dict) -> str:
             text += f" burst {p['burst']}"
         if p.get("queue"):
             text += f" queue {p['queue']}"
+        if p.get("aqm"):
+            text += f" managed by {p['aqm']}"
         sides.append(text)
     return (f"{applied['profile'] or 'custom link'} ({applied['mode']}, {_grain(applied['per'])}, "
             f"{applied['link']['layer']} framing; {', '.join(sides)}) for hosts {','.join(applied['hosts'])} "

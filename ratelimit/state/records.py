@@ -29,7 +29,7 @@ from pathlib import Path
 from ..errors import ConflictError, StateError
 from ..plan.layout import Place
 from ..plan.validate import checked_layout
-from ..spec import linklayer, lossmodel, macslot
+from ..spec import aqm, linklayer, lossmodel, macslot
 from ..spec.model import MAIN_COHORT, Burst, Cell, Cohort, LinkParams, Request
 from ..traces import tracespec
 
@@ -67,7 +67,7 @@ def _cohort_json(c: Cohort) -> dict:
 
 def _params(data: dict) -> LinkParams:
     return replace(LinkParams.from_dict(data), loss_model=lossmodel.from_record(data.get("loss_model")),
-                   slot=macslot.from_record(data.get("slot")))
+                   slot=macslot.from_record(data.get("slot")), aqm=aqm.from_record(data.get("aqm")))
 
 
 def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:
