@@ -39,6 +39,7 @@ def test_text_and_table_give_the_same_queue_and_tc_words():
     ("pie", "pie target=15ms ecn=off"),
     ("cake rtt=20ms", "cake rtt=20ms"),
     ("droptail", "droptail"),
+    ("fq_codel ecn=off", "fq_codel target=5ms interval=100ms ecn=off flows=1024"),
 ])
 def test_a_plan_gives_every_parameter_the_kernel_would_default(given, full):
     assert parse_aqm(given).full().text() == full

@@ -68,7 +68,9 @@ class Aqm:
         >>> Aqm("codel", target_us=2000).full().text()
         'codel target=2ms interval=100ms ecn=off'
         """
-        given = {k: v for k, v in KERNEL_DEFAULTS.get(self.discipline, {}).items() if getattr(self, k) in (0, None)}
+        # unset is None (ecn) or 0 (the numbers); ``ecn=False`` is given, though ``False == 0``
+        given = {k: v for k, v in KERNEL_DEFAULTS.get(self.discipline, {}).items()
+                 if getattr(self, k) is None or (type(getattr(self, k)) is int and getattr(self, k) == 0)}
         return replace(self, **given)
 
     def _parts(self) -> list[tuple[str, str]]:
