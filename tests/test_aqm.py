@@ -51,8 +51,8 @@ def test_a_plan_gives_every_parameter_the_kernel_would_default(given, full):
     ("fq_codel target=0ms", "--aqm: target='0ms' is out of range (above 0, at most 10s)"),
     ("fq_codel target=11s", "--aqm: target='11s' is out of range (above 0, at most 10s)"),
     ("fq_codel target=fast", "--aqm: target='fast' is not"),
-    ("fq_codel limit=0", "--aqm: limit='0' is not a number from 1 to 1000000"),
-    ("fq_codel flows=70000", "--aqm: flows='70000' is not a number from 1 to 65536"),
+    ("fq_codel limit=0", "--aqm: limit='0' is not a whole number from 1 to 1000000"),
+    ("fq_codel flows=70000", "--aqm: flows='70000' is not a whole number from 1 to 65536"),
     ("fq_codel ecn=maybe", "--aqm: ecn='maybe' is not on or off"),
     ("codel target=50ms interval=10ms", "--aqm: interval='10ms' is below target (50ms)"),
     ("fq_codel target=5ms target=6ms", "--aqm: 'fq_codel target=5ms target=6ms' is not a managed queue"),
@@ -116,7 +116,8 @@ def test_a_profile_gives_it_as_a_queue_table_or_an_aqm_key(tmp_path):
 
 
 def test_a_command_line_aqm_is_over_a_scenarios_cohorts():
-    text = '[cohort.phones]\ndescription = "phones"\nprofile = "4g"\nhosts = "198.18.1.2"\nqueue = { discipline = "pie" }\n'
+    text = ('[cohort.phones]\ndescription = "phones"\nprofile = "4g"\nhosts = "198.18.1.2"\n'
+            'queue = { discipline = "pie" }\n')
     req = service.make_request("eth0", scenario=scenario.parse(text, "scenario t.toml"))
     assert req.cohorts[0].down.aqm == Aqm("pie")
     over = service.make_request("eth0", scenario=scenario.parse(text, "scenario t.toml"), aqm="droptail")

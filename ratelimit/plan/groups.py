@@ -217,21 +217,20 @@ class LinkRates:
 
 
 def _leaf(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, dev: str, parent: int, handle: int):
-    """A link's queue: a netem stage that also serializes (in order) at the link's rate,
-    or a fifo when there is nothing for netem to do.  Both see a packet's length as the
+    """A link's queue: a managed queue (behind a delay, the netem stage in front of it), a
+    netem stage that also serializes (in order) at the link's rate, or a fifo when there is
+    nothing for netem to do.  Both see a packet's length as the
     device's size table gives it: netem's rate adds the cohort's own overhead (signed,
     with ATM cells), a byte fifo's limit is scaled from the cohort's frames to the
     device's (exact for full-size packets)."""
-    if managed(params) is not None and params.needs_netem():
-        return _delay_stage(req, c, params, dev, parent, handle)
     if managed(params) is not None:
-        return _managed(req, c, params, rate, dev, parent, handle)
+        return (_delay_stage(req, c, params, dev, parent, handle) if params.needs_netem()
+                else _managed(req, c, params, rate, dev, parent, handle))
     if params.needs_netem():
-        in_flight = rate * (params.delay_us + params.jitter_us) / 8e6 / req.line_mtu_bytes(c)
         over, atm = lay.overhead(c)
         cells = (ATM_CELL_PAYLOAD_BYTES, ATM_CELL_BYTES - ATM_CELL_PAYLOAD_BYTES) if atm else (0, 0)
-        return NetemQdisc(dev, parent, handle, params, req.queue_packets(params, rate, c) + int(in_flight) + 1, rate,
-                          over, *cells)
+        limit = req.queue_packets(params, rate, c) + _in_flight(req, c, rate, params.delay_us + params.jitter_us)
+        return NetemQdisc(dev, parent, handle, params, limit, rate, over, *cells)
     if params.queue is not None and params.queue.unit == "pkts":
         return FifoQdisc(dev, parent, handle, "pfifo", params.queue.amount)
     return FifoQdisc(dev, parent, handle, "bfifo", queue_limit_bytes(req, lay, c, params, rate))
@@ -241,8 +240,8 @@ def _delay_stage(req: Request, c: Cohort, params: LinkParams, dev: str, parent: 
     """The netem stage in front of a link's managed queue: it delays and loses, and holds
     what arrives over its delay at the device's bandwidth; it serializes at that bandwidth
     only so that jitter keeps the link's packets in order (the class shapes)."""
-    in_flight = req.bandwidth_bps * (params.delay_us + params.jitter_us) / 8e6 / req.line_mtu_bytes(c)
-    return NetemQdisc(dev, parent, handle, params, int(in_flight) + 1, req.bandwidth_bps)
+    return NetemQdisc(dev, parent, handle, params,
+                      _in_flight(req, c, req.bandwidth_bps, params.delay_us + params.jitter_us), req.bandwidth_bps)
 
 
 def _managed(req: Request, c: Cohort, params: LinkParams, rate: int, dev: str, parent: int, handle: int) -> AqmQdisc:
@@ -267,9 +266,15 @@ def _stage(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int, 
     limit is the link's queue plus what is in flight at the trace's mean over the longest
     delay (the link's own, or a schedule step's)."""
     delay_us = max(params.delay_us, src.most_delay_us)
-    in_flight = rate * (delay_us + params.jitter_us) / 8e6 / req.line_mtu_bytes(c)
-    return NetemQdisc(dev, gate_handle | 1, handle, params, req.queue_packets(params, rate, c) + int(in_flight) + 1,
+    return NetemQdisc(dev, gate_handle | 1, handle, params,
+                      req.queue_packets(params, rate, c) + _in_flight(req, c, rate, delay_us + params.jitter_us),
                       req.bandwidth_bps)
+
+
+def _in_flight(req: Request, c: Cohort, rate_bps: int, delay_us: int) -> int:
+    """What a netem stage holds beside its queue: the full frames in flight over ``delay_us``
+    at ``rate_bps``, and one more."""
+    return int(rate_bps * delay_us / 8e6 / req.line_mtu_bytes(c)) + 1
 
 
 def queue_limit_bytes(req: Request, lay: Layout, c: Cohort, params: LinkParams, rate: int) -> int:

@@ -19,7 +19,7 @@ May import: errors, spec.units.
 from dataclasses import dataclass, replace
 
 from ..errors import FieldError, UsageError
-from .units import format_time, parse_pairs, parse_part, parse_time_us, whole_number
+from .units import format_time, parse_count, parse_pairs, parse_part, parse_time_us
 
 # discipline -> its parameters
 DISCIPLINES = {
@@ -148,12 +148,8 @@ def parse_aqm(value, field: str = "--aqm") -> Aqm:
 
 
 def _count(value, field: str, key: str, most: int) -> int:
-    if value is None:
-        return 0
-    n = whole_number(value)
-    if n is None or not 1 <= n <= most:
-        raise FieldError(field, f"{key}={value!r}", f"is not a number from 1 to {most}")
-    return n
+    """The part ``key`` as a count from 1 to ``most`` (``units.parse_count``); 0 when left out."""
+    return 0 if value is None else parse_part(lambda text, f: parse_count(text, f, 1, most), value, field, key)
 
 
 def _switch(value, field: str) -> bool | None:
