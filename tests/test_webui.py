@@ -720,6 +720,14 @@ def test_apply_takes_for_and_blackhole(client, control):
     assert_error(post(client, "/api/apply", dict(APPLY, blackhole="maybe")), 400, "blackhole: 'maybe' is not a boolean")
 
 
+def test_apply_takes_reject(client, control):
+    resp = post(client, "/api/apply", dict(APPLY, per="host", rate="1mbit", reject=True))
+    assert resp.status_code == 200, resp.get_json()
+    ((_, req, _),) = control.calls
+    assert req.cohorts[0].reject and not req.cohorts[0].blackhole
+    assert_error(post(client, "/api/apply", dict(APPLY, reject="maybe")), 400, "reject: 'maybe' is not a boolean")
+
+
 def test_apply_takes_a_burst_loss_model_as_an_object_or_as_text(client, control):
     for loss in ({"model": "gemodel", "p": "1%", "r": "25%"}, "gemodel p=1% r=25%"):
         resp = post(client, "/api/apply", dict(APPLY, rate="1mbit", loss=loss))

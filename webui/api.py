@@ -210,13 +210,14 @@ def apply():
             data[name] = data.pop(alias)
     kwargs = {}
     for name in APPLY_FIELDS:
-        if name in ("interface", "netns", "force", "scenario", "blackhole"):
+        if name in ("interface", "netns", "force", "scenario", "blackhole", "reject"):
             continue
         value = _value(name, data.get(name))
         if value is not None:
             kwargs[name] = value
-    if data.get("blackhole") is not None:
-        kwargs["blackhole"] = boolean("blackhole", data["blackhole"], False)
+    for name in ("blackhole", "reject"):
+        if data.get(name) is not None:
+            kwargs[name] = boolean(name, data[name], False)
     kwargs.setdefault("hosts", None)
     kwargs.setdefault("ports", None)
     if "profile" in kwargs:

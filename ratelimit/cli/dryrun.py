@@ -3,6 +3,8 @@ clean, with comment lines saying what it is (the plan, how it goes over the inst
 warnings, what a trace driver does)."""
 
 from .. import __version__
+from ..errors import StateError
+from ..plan import reject
 from ..plan.compile import compile_plan
 from ..plan.layout import oversubscribed
 from ..plan.script import script
@@ -29,7 +31,26 @@ def print_plan(req, con, *, stage: bool = False, target=None) -> int:
         con.out(f"# then the container's own device sends single segments: nsenter "
                 f"--net=/proc/{target.pid}/ns/net ip link set dev {shell_word(target.wired.inside)} gso_max_segs 1")
     con.out(text.rstrip("\n"))
+    rules = reject.ruleset(req)
+    if rules is None and _recorded_reject(req.netns, req.interface):
+        rules = reject.removal(req.interface)
+    if rules is not None:
+        con.out(nft_block(rules, req.netns))
     return 0
+
+
+def nft_block(rules: str, netns: str | None) -> str:
+    """The shell lines that load a reject's nftables rules (``plan.reject``)."""
+    run = f"ip netns exec {shell_word(netns)} nft" if netns else "nft"
+    return f"{run} -f - <<'EOF'\n{rules}EOF"
+
+
+def _recorded_reject(netns, interface) -> bool:
+    try:
+        record = records.load(netns, interface)
+    except StateError:  # an unreadable record: apply says why
+        return False
+    return bool(record and record.request and reject.rejected(record.request))
 
 
 def traced_lines(req) -> list[str]:
@@ -60,4 +81,6 @@ def dry_clean(args, con) -> int:
         con.out(f"# {args.interface}: nothing recorded as installed by ratelimit")
         return 0
     con.out(script(union(*(p.teardown() for p in plans)), args.netns).rstrip("\n"))
+    if any(reject.rejected(p.request) for p in plans):
+        con.out(nft_block(reject.removal(args.interface), args.netns))
     return 0

@@ -77,4 +77,6 @@ def render_table(data: dict, counters: bool) -> str:
             now = "" if bps is None else f" (its trace's mean; now {format_rate(bps) if bps else 'shut'})"
             lines.append(f"cell {name} {direction}: {format_rate(c['capacity_bps'])}{now} shared by {c['users']} links; "
                          f"{c['bytes']} bytes, {c['packets']} packets, {c['drops']} drops so far")
+    for name, sides in (data.get("rejected") or {}).items() if counters else ():
+        lines.append(f"cohort {name} rejects: {sides['dest']} packets to its hosts refused, {sides['source']} from them")
     return "\n".join(lines)

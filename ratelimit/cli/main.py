@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--blackhole", action="store_true", default=None,
                    help="the links drop every packet, as links that went away: a change in place, undone by "
                         "applying without it (shape mode; docs/faults.md)")
+    g.add_argument("--reject", action="store_true", default=None,
+                   help="the links' flows are refused, as by a host that is gone: a TCP reset, ICMP port "
+                        "unreachable for the rest (nftables); undone by applying without it (docs/faults.md)")
     add_options(g)
     g.add_argument("--no-follow", action="store_true", help="with traces: do not start the trace driver (a "
                    "supervisor runs 'ratelimit follow')")

@@ -163,6 +163,8 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
                          "police mode has no queues)")
     if type(c.blackhole) is not bool:
         fail("--blackhole", c.blackhole, "is not true or false")
+    if c.reject:
+        _check_reject(req, c, where)
     if c.cell is not None and c.cell.trace is not None:
         check_trace(c.cell.trace, req.mode, f"cell {c.cell.name}: ")
     for side, params in (("down", c.down), ("up", c.up)):
@@ -184,6 +186,25 @@ def _validate_cohort(req: Request, c: Cohort) -> None:
                 fail("--burst", f"'{req.burst_of(params, c).text()}'",
                      f"is {burst} bytes, too small for a full packet ({req.line_mtu_bytes(c)} bytes on "
                      f"this link; at least {least}): the policer would drop every full-size packet")
+
+
+def _check_reject(req: Request, c: Cohort, where: str) -> None:
+    """A reject matches its hosts in nftables rules on the interface (``reject``)."""
+    if c.reject is not True:
+        raise FieldError(f"{where}--reject", c.reject, "is not true or false")
+    if c.dark:
+        raise UsageError(f"{where}--reject: not with --blackhole (a link either drops its packets or refuses them)")
+    if c.others or not c.hosts:
+        raise UsageError(f"{where}--reject: needs hosts (the default cohort's flows are all the others; name them)")
+    if req.server_side or req.container is not None:
+        raise UsageError(f"{where}--reject: not on a container's interface (the rules match a router's "
+                         "forwarded and own packets)")
+    if not _NFT_NAME.fullmatch(req.interface):
+        raise FieldError(f"{where}--reject: interface", req.interface,
+                         "has characters nft does not take in a name (letters, digits and _ . + @ % = , - only)")
+
+
+_NFT_NAME = re.compile(r"[A-Za-z0-9_.+@%=,-]+")
 
 
 def _check_aqm(req: Request, c: Cohort, params, side: str, where: str) -> None:

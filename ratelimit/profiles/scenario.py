@@ -55,7 +55,7 @@ from ..traces import tracespec
 from .catalog import SIDE_FIELDS, check_name
 
 COHORT_KEYS = {"description", "source", "hosts", "ports", "servers", "server_ports", "per", "profile", "link",
-               "mpu", "cell", "blackhole"} | set(SIDE_FIELDS) | set(tracespec.KEYS)
+               "mpu", "cell", "blackhole", "reject"} | set(SIDE_FIELDS) | set(tracespec.KEYS)
 TOP_KEYS = {"description", "source", "cohort", "default", "cell", "for"}
 NOT_DEFAULT_KEYS = {"hosts", "ports", "servers", "server_ports", "per"}  # the default cohort takes what no cohort selects, as one link
 MAX_BYTES = 1 << 20  # a scenario file or API text larger than this is refused unread
@@ -83,6 +83,7 @@ class Ask:
     cell: object = None  # a spec.model.Cell: a capacity the cohort's links share
     cell_trace: object = None  # a tracespec.TraceAsk: the cell's capacity follows traces or a schedule
     blackhole: bool = False  # its links drop every packet (docs/faults.md)
+    reject: bool = False  # its flows are refused (docs/faults.md)
     lasting: object = None  # the scenario's ``for``: how long the plan lasts (text, read by the request)
 
 
@@ -196,9 +197,10 @@ def _ask(name: str, body, where: str, default: bool = False, base: str = "", cel
     server_ports = body.get("server_ports")
     if server_ports is not None and (not isinstance(server_ports, (str, int)) or isinstance(server_ports, bool)):
         raise FieldError(f"{where} server_ports", server_ports, "is not text (ranges like 80,443 or 8000-8099)")
-    blackhole = body.get("blackhole", False)
-    if not isinstance(blackhole, bool):
-        raise FieldError(f"{where} blackhole", blackhole, "is not true or false")
+    blackhole, refused = body.get("blackhole", False), body.get("reject", False)
+    for key, value in (("blackhole", blackhole), ("reject", refused)):
+        if not isinstance(value, bool):
+            raise FieldError(f"{where} {key}", value, "is not true or false")
     cell = body.get("cell")
     if cell is not None and cell not in (cells or {}):
         raise FieldError(f"{where} cell", cell,
@@ -206,7 +208,8 @@ def _ask(name: str, body, where: str, default: bool = False, base: str = "", cel
     return Ask(name, where, () if default else hosts, _ports(ports), per, profile, body.get("link"),
                body.get("mpu"), options, servers, default, None if server_ports is None else str(server_ports),
                tracespec.ask(body, tracespec.KEYS, base, f"{where} "), cell=None if cell is None else cells[cell][0],
-               cell_trace=None if cell is None else cells[cell][1], blackhole=blackhole)
+               cell_trace=None if cell is None else cells[cell][1], blackhole=blackhole,
+               reject=refused)
 
 
 def _ports(value):

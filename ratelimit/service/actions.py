@@ -8,12 +8,13 @@ Nothing is deleted before the kernel is checked against what ratelimit recorded
 (``fingerprint``).
 """
 
+import contextlib
 import dataclasses
 import os
 import time
 
 from ..errors import ConflictError, FieldError, KernelMissing, PermissionDenied, StateError, as_root
-from ..plan import diff, layout, placement
+from ..plan import diff, layout, placement, reject
 from ..plan.compile import compile_plan, compiled, ifb_name
 from ..spec.model import Request
 from ..spec.names import check_target
@@ -23,6 +24,7 @@ from ..state.installed import Installed, check_interface, executor, find_install
 from ..traces import tracespec
 from . import expiry
 from ..driver import follow as driver  # "follow" is apply's argument
+from ..kernel import nft
 from ..kernel.offload import advice
 
 
@@ -127,7 +129,8 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
                 plan, changes, switch = placement.over(installed.plan, plan)
                 undo = None if changes is None else diff.in_place(plan, installed.plan)
         change = recovery.Transaction(ex, req.netns, req.interface, old=installed.plan, new=plan, captured=captured)
-        change.run(removal, progress=progress, echo=echo, changes=changes, undo=undo, switch=switch)
+        with rejects(plan.request, echo):
+            change.run(removal, progress=progress, echo=echo, changes=changes, undo=undo, switch=switch)
         merging = ex.merging()
     if merging:
         (notice or recovery.notice_to_stderr)(advice(merging))
@@ -220,8 +223,40 @@ def clean(interface: str, netns: str | None = None, *, force: bool = False, echo
             if echo:
                 echo(op.lines()[0])
         recovery.remove(ex, netns, interface, teardown, old=installed.plan, forced=force)
+        _droprejects(netns, interface, echo)
         _stop_driver(netns, interface)
         return True
+
+
+@contextlib.contextmanager
+def rejects(req: Request, echo=None):
+    """The reject table of ``req`` (``plan.reject``) in place of the interface's, around the
+    change of its links: checked first (a refusal changes nothing), loaded in one nft
+    transaction, and the table before it put back if the change does not complete."""
+    table = reject.table_name(req.interface)
+    rules = reject.ruleset(req)
+    before = nft.listed(req.netns, table)
+    if rules is None and before is None:
+        yield
+        return
+    if rules is not None:
+        nft.check(req.netns, rules)
+    if echo:
+        echo(f"nft -f - (table inet {table}: {'the reject rules' if rules else 'removed'})")
+    nft.load(req.netns, rules or reject.removal(req.interface))
+    try:
+        yield
+    except BaseException:
+        nft.load(req.netns, reject.removal(req.interface) + (before or ""))
+        raise
+
+
+def _droprejects(netns, interface: str, echo=None) -> None:
+    """The interface's reject table removed, if it has one."""
+    if nft.listed(netns, reject.table_name(interface)) is not None:
+        if echo:
+            echo(f"nft delete table inet {reject.table_name(interface)}")
+        nft.load(netns, reject.removal(interface))
 
 
 def _stop_driver(netns, interface) -> None:

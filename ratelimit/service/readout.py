@@ -18,7 +18,9 @@ from ..driver.cells import now_bps as cells_now_bps
 from ..driver.steps import now_bps
 from ..driver.tracerates import TraceRates
 from ..errors import NotFoundError, StateError
+from ..kernel import nft
 from ..kernel.counters import FlowTable
+from ..plan import reject
 from ..plan.compile import compiled, link_flows
 from ..spec.model import Request
 from ..spec.names import check_target
@@ -220,9 +222,22 @@ def statistics(interface: str, netns: str | None = None, notice=None, *, repair:
     cells = cell_totals(data["links"], c.applied)
     if cells:
         data["cells"] = cells
+    refused = rejected(c.applied, interface, netns)
+    if refused:
+        data["rejected"] = refused
     if data.get("driver"):
         _trace_now(data, interface, netns)
     return data
+
+
+def rejected(applied: dict | None, interface: str, netns: str | None) -> dict:
+    """Per cohort that rejects (docs/faults.md, "A reject"): the packets its rules refused,
+    to its hosts (dest) and from them (source); {} for a plan without a reject."""
+    cohorts = [(i, co["name"]) for i, co in enumerate((applied or {}).get("cohorts") or ()) if co.get("reject")]
+    if not cohorts:
+        return {}
+    counts = nft.counters(netns, reject.table_name(interface))
+    return {name: {d: counts.get(reject.counter_name(i, d), 0) for d in ("dest", "source")} for i, name in cohorts}
 
 
 def cell_totals(links: list, applied: dict | None) -> dict:

@@ -55,7 +55,8 @@ _DOC = """Every option of a request, as a person typed it (strings with units, h
     their own caps, every cohort of a mix's together (``cells.parse_cell``; a scenario names
     its cells).  ``aqm``: the links' queues are managed (shape mode, its default then;
     ``aqm.parse_aqm``).  ``blackhole``: every cohort's links drop every packet (shape mode, its
-    default then; docs/faults.md).  ``lasting`` (``--for``; a scenario's ``for``): how long
+    default then; docs/faults.md).  ``reject``: every cohort's flows are refused, a TCP reset or
+    ICMP port unreachable (``plan.reject``).  ``lasting`` (``--for``; a scenario's ``for``): how long
     the plan lasts from its apply, then it is removed (``units.parse_duration_ms``)."""
 
 # (option, default) in the order the API's errors list them; the impairments and the trace
@@ -64,7 +65,7 @@ _OWN = (("interface", "eth0"), ("netns", None), ("profile", None), ("hosts", Non
         ("mode", None), ("direction", "both"), ("rate", None), ("burst", None), ("bandwidth", "100mbit"),
         ("mtu", 1514), ("avpkt", 1200), ("mpu", None), ("queue", None), ("per", None), ("link", None),
         ("mix", None), ("scenario", None), ("servers", None), ("server_ports", None), ("cell", None),
-        ("blackhole", None), ("lasting", None))
+        ("blackhole", None), ("reject", None), ("lasting", None))
 _DEFAULTS = (*_OWN, *((name, None) for name in IMPAIRMENTS), ("queues", 1), *((key, None) for key in tracespec.KEYS),
              ("device_queues", None))
 
@@ -122,7 +123,7 @@ def request_of(o: Options) -> Request:
             [dataclasses.replace(a, servers=o.servers, server_ports=o.server_ports, cell=cell) for a in
              scenarios.mix(o.mix, parse_hosts(o.hosts), None if _all_ports(o.ports) else parse_ports(o.ports), per)]
         mode = o.mode or "shape"
-        cohorts = cell_order(tuple(_cohort(a, mode, overrides, burst, o.link, o.mpu, traces, o.blackhole)
+        cohorts = cell_order(tuple(_cohort(a, mode, overrides, burst, o.link, o.mpu, traces, o.blackhole, o.reject)
                                    for a in asks))
         req = Request(interface, cohorts, mode=mode, **device)
     else:
@@ -132,7 +133,7 @@ def request_of(o: Options) -> Request:
                             per, o.profile, servers=o.servers, server_ports=o.server_ports,
                             cell=None if o.cell is None else parse_cell(o.cell, "--cell"))
         mode = o.mode or ("shape" if o.profile or traces or o.blackhole or o.aqm else "police")
-        req = Request(interface, (_cohort(ask, mode, overrides, burst, o.link, o.mpu, traces, o.blackhole),),
+        req = Request(interface, (_cohort(ask, mode, overrides, burst, o.link, o.mpu, traces, o.blackhole, o.reject),),
                       mode=mode, **device)
     req = dataclasses.replace(req, queues=_queues(o.queues, req, o.device_queues), lasting_ms=_lasting(o))
     checked_layout(req)  # every remaining check, before anything touches the router (apply compiles it)
@@ -171,10 +172,10 @@ def _all_ports(ports) -> bool:
     return ports is None or str(ports).strip().lower() == "all"
 
 
-def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None, blackhole=None) -> Cohort:
+def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None, blackhole=None, reject=None) -> Cohort:
     """One cohort: its profile, its own options over it, then the command line's over both
     (``traces``: the command line's ``tracespec.TraceAsk``; ``blackhole``: every cohort's
-    links drop every packet)."""
+    links drop every packet; ``reject``: every cohort's flows are refused)."""
     at = f"{ask.where} " if ask.where else ""
 
     def named(key: str) -> str:  # the field's name in errors: --key on the command line
@@ -214,7 +215,7 @@ def _cohort(ask, mode: str, overrides: dict, burst, link, mpu, traces=None, blac
     return Cohort(ask.name, hosts, ports, down.merged(**own).merged(**overrides), up.merged(**own).merged(**overrides),
                   ask.per, layer, prof.name if prof else None, burst, mpu_bytes, servers=servers, others=ask.others,
                   server_ports=server_ports, named=ask.named, trace=trace, cell=_cell(ask),
-                  blackhole=bool(ask.blackhole or blackhole))
+                  blackhole=bool(ask.blackhole or blackhole), reject=bool(ask.reject or reject))
 
 
 def _lasting(o: Options) -> int | None:

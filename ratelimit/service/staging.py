@@ -29,7 +29,7 @@ from ..state import recovery, records, staged
 from ..state.installed import check_interface, executor, find_installed
 from ..traces import tracespec
 from ..driver import follow as driver
-from .actions import check_kernel, check_queues, not_beside, refuse_foreign, require_root
+from .actions import check_kernel, check_queues, not_beside, refuse_foreign, rejects, require_root
 
 
 def stage(req: Request, *, progress=None, echo=None, on_wait=None, lock_timeout=None, notice=None):
@@ -95,7 +95,8 @@ def commit(interface: str, netns: str | None = None, *, progress=None, echo=None
         switch = diff.staging(old, new).commit
         change = recovery.Transaction(ex, netns, interface, old=old, new=new)
         try:
-            change.run((), progress=progress, echo=echo, switch=switch)
+            with rejects(new.request, echo):  # a reject starts, or ends, at the commit
+                change.run((), progress=progress, echo=echo, switch=switch)
         except (ApplyError, Interrupted):
             with executor(netns) as fresh:  # the old plan is back and the stage is gone: the record says so
                 staged.record_alone(fresh, netns, interface, old)

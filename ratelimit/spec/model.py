@@ -215,6 +215,7 @@ class Cohort:
     trace: object = None  # a tracespec.TraceSpec: the links' rates follow traces or a schedule
     cell: Cell | None = None  # the capacity its links share, beside each one's own
     blackhole: bool = False  # its links drop every packet: a link that went away (docs/faults.md)
+    reject: bool = False  # its flows are refused: TCP resets, ICMP unreachable (plan.reject)
 
     @property
     def dark(self) -> bool:

@@ -61,7 +61,8 @@ def _cohort(req: Request, c: Cohort, directions: int) -> dict:
             "flows": c.flow_count() * directions, "links": c.link_count() * directions,
             "down": side(c.down), "up": side(c.up), **({"named": {n: list(a) for n, a in c.named}} if c.named else {}),
             **({"trace": _trace(c.trace)} if c.trace is not None else {}),
-            **({"cell": _cell_of(c.cell)} if c.cell is not None else {}), **({"blackhole": True} if c.dark else {})}
+            **({"cell": _cell_of(c.cell)} if c.cell is not None else {}), **({"blackhole": True} if c.dark else {}),
+            **({"reject": True} if c.reject else {})}
 
 
 def _cell_of(cell) -> dict:
@@ -136,7 +137,9 @@ def _single(applied: dict) -> str:
 
 
 def _dark(cohort: dict) -> str:
-    """A blackholed cohort's mark (docs/faults.md)."""
+    """A blackholed or rejecting cohort's mark (docs/faults.md)."""
+    if cohort.get("reject"):
+        return ", REJECTED (every connection refused)"
     return ", BLACKHOLED (every packet dropped)" if cohort.get("blackhole") else ""
 
 

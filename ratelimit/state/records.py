@@ -87,7 +87,7 @@ def _cohort(data: dict, name: str = MAIN_COHORT) -> Cohort:
         named=tuple((str(n), tuple(str(a) for a in addrs)) for n, addrs in data.get("named") or ()),
         trace=tracespec.from_json(data.get("trace")),
         cell=Cell(**{**data["cell"], "trace": tracespec.from_json(data["cell"].get("trace"))}) if data.get("cell")
-        else None, blackhole=bool(data.get("blackhole", False)))
+        else None, blackhole=bool(data.get("blackhole", False)), reject=bool(data.get("reject", False)))
 
 
 def from_json(data: dict) -> Request:

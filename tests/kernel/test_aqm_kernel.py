@@ -148,3 +148,20 @@ def test_fq_codel_with_ecn_marks_an_ecn_download_and_drops_nothing(lab):
     assert marks > 0
     assert drops == 0
     assert _p(waits, 0.95) <= 15.0
+
+
+@pytest.mark.kernel("netem", "htb", "u32", "cake")
+def test_the_home_sqm_cake_profile_keeps_a_ping_beside_a_bulk_download_within_its_target(lab):
+    """The shipped home link (CAKE behind a 14 ms delay, 4.5 Mbit/s down): the ping's p95
+    queueing delay stays within 15 ms, and the download fills the link."""
+    topo = lab(clients=1)
+    service.apply(service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.client_addrs[0],
+                                       ports="all", per="host", profile="home-sqm-cake", direction="dest"))
+    assert "cake" in [q["kind"] for q in _qdiscs(topo)]
+    base, waits, got = _download_with_pings(topo)
+    rate_bps = got * 8 / BULK_S
+    print(f"home-sqm-cake: idle round trip {base:.2f} ms; {len(waits)} pings during the download: queueing median "
+          f"{statistics.median(waits):.2f} ms, p95 {_p(waits, 0.95):.2f}, max {max(waits):.2f}; "
+          f"download {rate_bps / 1e6:.2f} Mbit/s")
+    assert _p(waits, 0.95) <= 15.0
+    assert rate_bps >= 0.85 * 4.5e6
