@@ -176,6 +176,9 @@ SCHEDULE_CASES = {
     "loss over 100%": (STEP + 'down = { loss = "100.5%" }', [r"step 1 down.loss: '100.5%' is not a percentage"]),
     "loss not a number": (STEP + 'down = { loss = "lots" }', [r"step 1 down.loss: 'lots' is not a loss \(a percentage as in 0.5%, or a model"]),
     "no steps": ('description = "nothing"', [r"no steps"]),
+    "blackhole not a boolean": (STEP + 'blackhole = "yes"\n', [r"step 1 blackhole: yes is not true or false"]),
+    "blackhole and a loss": (STEP + 'blackhole = true\nup = { loss = "1%" }\n',
+                             [r"step 1 up.loss: not with blackhole = true"]),
     "loop not a boolean": ('loop = "yes"\n' + STEP, [r"loop: yes is not true or false"]),
     "a step that is not a table": ('step = [1]', [r"step 1: int is not a table"]),
     "not toml": ('[[step]\nduration = "5s"', [r"is not TOML"]),
@@ -187,6 +190,18 @@ SCHEDULE_CASES = {
 def test_a_bad_schedule_gets_one_line_naming_the_file_step_and_field(tmp_path, name):
     text, parts = SCHEDULE_CASES[name]
     refused(load_schedule, write(tmp_path, "bad.toml", text), *parts)
+
+
+def test_a_blackholed_step_loses_every_packet_both_ways_at_its_rate_and_delay(tmp_path):
+    """Its rate and delay stay (its profile's here): what the link held still leaves; its
+    loss is 100% each way, which gives its sides a netem stage."""
+    sched = load_schedule(write(tmp_path, "dark.toml", STEP + STEP + 'blackhole = true\n'))
+    lit, dark = sched.steps
+    assert dark.blackhole and not lit.blackhole
+    for d in ("down", "up"):
+        assert dark.side(d).loss_pct == schedulefile.BLACKHOLE_LOSS_PCT == 100.0 and dark.side(d).loss_model is None
+        assert (dark.side(d).rate_bps, dark.side(d).delay_us) == (lit.side(d).rate_bps, lit.side(d).delay_us)
+        assert sched.needs_netem(d)
 
 
 def test_a_schedule_over_its_limits_is_refused(tmp_path):

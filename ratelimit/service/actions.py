@@ -129,7 +129,7 @@ def apply(req: Request, *, force: bool = False, progress=None, echo=None, on_wai
                 plan, changes, switch = placement.over(installed.plan, plan)
                 undo = None if changes is None else diff.in_place(plan, installed.plan)
         change = recovery.Transaction(ex, req.netns, req.interface, old=installed.plan, new=plan, captured=captured)
-        with rejects(plan.request, echo):
+        with rejects(plan.request, installed.request, echo):
             change.run(removal, progress=progress, echo=echo, changes=changes, undo=undo, switch=switch)
         merging = ex.merging()
     if merging:
@@ -223,18 +223,22 @@ def clean(interface: str, netns: str | None = None, *, force: bool = False, echo
             if echo:
                 echo(op.lines()[0])
         recovery.remove(ex, netns, interface, teardown, old=installed.plan, forced=force)
-        _droprejects(netns, interface, echo)
+        _drop_rejects(netns, interface, echo)  # also one a killed run left beside a plan without a reject
         _stop_driver(netns, interface)
         return True
 
 
 @contextlib.contextmanager
-def rejects(req: Request, echo=None):
+def rejects(req: Request, old: Request | None, echo=None):
     """The reject table of ``req`` (``plan.reject``) in place of the interface's, around the
     change of its links: checked first (a refusal changes nothing), loaded in one nft
-    transaction, and the table before it put back if the change does not complete."""
+    transaction, and the table before it put back if the change does not complete.  Neither
+    ``req`` nor the installed ``old`` rejecting: nothing to do (no nft is run)."""
     table = reject.table_name(req.interface)
     rules = reject.ruleset(req)
+    if rules is None and not (old is not None and reject.rejected(old)):
+        yield
+        return
     before = nft.listed(req.netns, table)
     if rules is None and before is None:
         yield
@@ -251,7 +255,7 @@ def rejects(req: Request, echo=None):
         raise
 
 
-def _droprejects(netns, interface: str, echo=None) -> None:
+def _drop_rejects(netns, interface: str, echo=None) -> None:
     """The interface's reject table removed, if it has one."""
     if nft.listed(netns, reject.table_name(interface)) is not None:
         if echo:

@@ -95,7 +95,7 @@ def commit(interface: str, netns: str | None = None, *, progress=None, echo=None
         switch = diff.staging(old, new).commit
         change = recovery.Transaction(ex, netns, interface, old=old, new=new)
         try:
-            with rejects(new.request, echo):  # a reject starts, or ends, at the commit
+            with rejects(new.request, None if old is None else old.request, echo):  # a reject starts, or ends, at the commit
                 change.run((), progress=progress, echo=echo, switch=switch)
         except (ApplyError, Interrupted):
             with executor(netns) as fresh:  # the old plan is back and the stage is gone: the record says so

@@ -21,10 +21,17 @@
     profile = "3g"
     down = { loss = "0%" }                      # a step's own numbers override its profile's
 
+    [[step]]
+    duration = "10s"
+    profile = "3g"
+    blackhole = true                            # the link is gone: every packet is dropped
+
 A step's ``down`` and ``up`` tables take ``rate``, ``delay`` and ``loss`` (the units of
 a profile's; a rate may be 0; a loss may be a burst loss model, ``spec.lossmodel``).  Each
-step must end with a rate in both directions, its own or its profile's.  From a profile a
-step takes those three numbers only: the link layer, queue, burst and jitter are the link's
+step must end with a rate in both directions, its own or its profile's.  A step with
+``blackhole = true`` loses every packet both ways (loss 100%, ``BLACKHOLE_LOSS_PCT``): unlike
+a rate of 0, which holds packets as a tunnel does, it drops each one as it arrives.  From a
+profile a step takes those three numbers only: the link layer, queue, burst and jitter are the link's
 own, for its whole life.  A step that gives
 no delay (or loss), itself or by its profile, keeps the link's own (``None``).  A side
 whose steps delay or lose packets gets a netem stage (``needs_netem``), which the driver
@@ -52,9 +59,10 @@ from .tracefile import MAX_PERIOD_MS
 MAX_BYTES = 1 << 20  # a schedule file larger than this is refused unread
 MAX_STEPS = 10_000
 TOP_KEYS = ("description", "source", "loop", "step")
-STEP_KEYS = ("duration", "profile", "description", "down", "up")
+STEP_KEYS = ("duration", "profile", "description", "blackhole", "down", "up")
 SIDE_KEYS = ("rate", "delay", "loss")
 DIRECTIONS = ("down", "up")
+BLACKHOLE_LOSS_PCT = 100.0  # a blackholed step's loss each way: its netem stage drops every packet that arrives
 DURATIONS = "a step lasts a whole number of milliseconds, from 1ms to 1 hour"
 
 
@@ -75,6 +83,7 @@ class Step:
     up: Side
     profile: str | None = None
     description: str = ""
+    blackhole: bool = False  # its sides lose every packet (loss 100%): the link is gone
 
     def side(self, direction: str) -> Side:
         return self.down if direction == "down" else self.up
@@ -181,7 +190,15 @@ def _step(body, where: str, profile) -> Step:
     if name is not None:
         base = profile(name, f"{where} profile")
     sides = {d: _side(body.get(d, {}), base and getattr(base, d), f"{where} {d}") for d in DIRECTIONS}
-    return Step(duration_us // 1000, sides["down"], sides["up"], name, body.get("description", ""))
+    dark = body.get("blackhole", False)
+    if not isinstance(dark, bool):
+        raise FieldError(f"{where} blackhole", dark, "is not true or false")
+    if dark:
+        for d in DIRECTIONS:
+            if "loss" in body.get(d, {}):
+                raise UsageError(f"{where} {d}.loss: not with blackhole = true (a blackholed step loses every packet)")
+        sides = {d: Side(s.rate_bps, s.delay_us, BLACKHOLE_LOSS_PCT) for d, s in sides.items()}
+    return Step(duration_us // 1000, sides["down"], sides["up"], name, body.get("description", ""), dark)
 
 
 def _negative(value) -> bool:

@@ -2,14 +2,15 @@
 netem as its child, and a schedule whose steps change the stage's delay and loss in place.
 
 One link (the client host, both directions) follows a schedule that runs once: 20 s at
-2 Mbit/s with the link's own 40 ms each way, 3 s of nothing (an outage), then 2 Mbit/s at
-120 ms and 20% loss each way.  The driver is started by an apply, as for a user, of a
+2 Mbit/s with the link's own 40 ms each way, 3 s of nothing (an outage), 3 s of a blackhole,
+then 2 Mbit/s at 120 ms and 20% loss each way.  The driver is started by an apply, as for a user, of a
 schedule that holds the first step's rates (``WARM``): it took 8 s to 27.7 s to send its
 first step in the emulated VM, and a schedule's steps are fixed in the wall clock from its
 apply.  The test's schedule is applied once the driver follows (it reads the new record at
 its next step), and measured from the driver's first step of it.  UDP datagrams from the
 server, stamped with the sender's monotonic clock (one clock for every namespace), measure
-the one-way delay of each step (its least: the delay has no jitter), what passes in the outage and the share lost.
+the one-way delay of each step (its least: the delay has no jitter), what passes in the outage
+and the blackhole (the outage holds its datagrams, the blackhole drops them), and the share lost.
 """
 
 import re
@@ -31,7 +32,7 @@ PORT = 9000
 OWN_DELAY_S, STEP_DELAY_S, STEP_LOSS = 0.040, 0.120, 0.20
 # the first step covers the second apply (the driver runs already) and its first step's
 # measurement (1.2 s of datagrams, and 2.5 s to spare)
-FIRST_S, OUTAGE_S = 20.0, 3.0
+FIRST_S, OUTAGE_S, DARK_S = 20.0, 3.0, 3.0
 DRIVER_TIMEOUT_S = 300  # the most the driver may take to send its first step (27.7 s seen on a slow machine)
 WARM = """description = "2 Mbit/s at the link's own delay, until the test's schedule takes over (tests)"
 loop = false
@@ -53,6 +54,12 @@ up = {{ rate = "2mbit" }}
 duration = "{OUTAGE_S:g}s"
 down = {{ rate = "0" }}
 up = {{ rate = "0" }}
+
+[[step]]
+duration = "{DARK_S:g}s"
+blackhole = true
+down = {{ rate = "2mbit" }}
+up = {{ rate = "2mbit" }}
 
 [[step]]
 duration = "600s"
@@ -159,8 +166,13 @@ def test_a_schedule_sets_the_delay_and_loss_of_a_gated_link_and_its_outage_holds
         outage_at = time.monotonic() - 0.5  # the outage's start, in the monotonic clock
         _send(topo, tx, 1000, int((OUTAGE_S - 0.8) / 0.1), 0.1)
         held = topo.tc("-s", "qdisc", "show", "dev", topo.router_client_if).stdout
+        # the blackhole: datagrams every 100 ms from 0.5 s into it to 0.3 s before its end
+        _until(t0 + FIRST_S + OUTAGE_S + 0.5)
+        dark_before = _stage_drops(topo)
+        _send(topo, tx, 4000, int((DARK_S - 0.8) / 0.1), 0.1)
+        dark_drops = _stage_drops(topo) - dark_before
         # the third step: its own delay, and its loss
-        _until(t0 + FIRST_S + OUTAGE_S + 1.0)
+        _until(t0 + FIRST_S + OUTAGE_S + DARK_S + 1.0)
         _send(topo, tx, 2000, 1000, 0.002)
         # after the measurement: the last datagrams in flight, the step's delay and 0.5 s since the
         # last send and the last arrival (a lost one never comes)
@@ -174,19 +186,21 @@ def test_a_schedule_sets_the_delay_and_loss_of_a_gated_link_and_its_outage_holds
     first = [d for seq, d, _ in rx.got if seq < 1000]
     outage = [(seq, at - outage_at) for seq, _, at in rx.got if 1000 <= seq < 2000]
     third = [d for seq, d, _ in rx.got if 2000 <= seq < 3000]
+    dark = [seq for seq, _, _ in rx.got if seq >= 4000]
     # each step's least one-way delay: netem's delay here has no jitter, so every datagram takes
     # it, and what the emulated machine adds (a stall of the sender, the receiver's thread) only
     # ever adds; a median took 3.5 ms of such stalls into the first step on a loaded machine
-    base = min(d for seq, d, _ in rx.got if seq >= 3000)
+    base = min(d for seq, d, _ in rx.got if 3000 <= seq < 4000)
     d1, d3 = min(first), min(third)
-    sent_out = int((OUTAGE_S - 0.8) / 0.1)
+    sent_out, sent_dark = int((OUTAGE_S - 0.8) / 0.1), int((DARK_S - 0.8) / 0.1)
     print(f"least one-way delay: unshaped {base * 1000:.2f} ms; first step {d1 * 1000:.2f} ms of {len(first)} "
           f"(median {statistics.median(first) * 1000:.2f} ms; own {OWN_DELAY_S * 1000:g} ms); "
           f"third step {d3 * 1000:.2f} ms of {len(third)} (median {statistics.median(third) * 1000:.2f} ms; "
           f"{STEP_DELAY_S * 1000:g} ms); "
           f"(d3 - d1) / configured {(d3 - d1) / (STEP_DELAY_S - OWN_DELAY_S):.4f}; lost in the third step "
           f"{1000 - len(third)} of 1000 ({STEP_LOSS:.0%}); outage: {len(outage)} of {sent_out} sent arrived, at "
-          f"{[round(t, 2) for _, t in outage]} s after its start; qdiscs in the outage: {' | '.join(held.split())}")
+          f"{[round(t, 2) for _, t in outage]} s after its start; blackhole: {len(dark)} of {sent_dark} sent arrived, "
+          f"its stage dropped {dark_drops}; qdiscs in the outage: {' | '.join(held.split())}")
     assert len(first) == 60 and d1 >= OWN_DELAY_S
     assert d1 - base == pytest.approx(OWN_DELAY_S, rel=0.05)  # what the link adds to the path's own time
     assert d3 >= STEP_DELAY_S
@@ -201,3 +215,11 @@ def test_a_schedule_sets_the_delay_and_loss_of_a_gated_link_and_its_outage_holds
     assert len(outage) == sent_out  # none dropped: the queue held them
     stage = re.search(r"qdisc netem \S+ parent (\S+) .*?backlog \d+b (\d+)p", held, re.S)
     assert stage and re.search(rf"qdisc tbf {stage.group(1).split(':')[0]}: ", held) and int(stage.group(2)) > 0
+    # the blackhole: no datagram sent in it arrived, then or later; its stage dropped each one
+    assert dark == [] and dark_drops == sent_dark
+
+
+def _stage_drops(topo) -> int:
+    """What the netem stage on the router's client side has dropped so far."""
+    out = topo.tc("-s", "qdisc", "show", "dev", topo.router_client_if).stdout
+    return sum(int(n) for n in re.findall(r"qdisc netem .*?\(dropped (\d+)", out, re.S))
