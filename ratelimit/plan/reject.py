@@ -50,7 +50,7 @@ def _matches(req: Request, c: Cohort, direction: str) -> list[str]:
     """A match per address family the cohort's hosts have: the interface, the hosts, their
     ports and the far side (servers, their ports), in nft's words."""
     to_hosts = direction == "dest"
-    dev = f'{"oifname" if to_hosts != req.server_side else "iifname"} "{req.interface}"'
+    dev = f'{"oifname" if to_hosts else "iifname"} "{req.interface}"'  # a router's side (validate)
     host_end, far_end = ("daddr", "saddr") if to_hosts else ("saddr", "daddr")
     host_port, far_port = ("dport", "sport") if to_hosts else ("sport", "dport")
     out = []
