@@ -91,6 +91,17 @@ def _download_with_pings(topo, ecn: bool = False) -> tuple[float, list[float], i
     return base, [rtt - base for rtt in _rtts_ms(pings)], got
 
 
+def _measured(topo, name: str) -> tuple[list[float], float]:
+    """``_download_with_pings``, printed under ``name``: each ping's queueing delay (ms) and
+    the download's rate (bit/s)."""
+    base, waits, got = _download_with_pings(topo)
+    rate_bps = got * 8 / BULK_S
+    print(f"{name}: idle round trip {base:.2f} ms; {len(waits)} pings during the download: queueing median "
+          f"{statistics.median(waits):.2f} ms, p95 {_p(waits, 0.95):.2f}, max {max(waits):.2f}; "
+          f"download {rate_bps / 1e6:.2f} Mbit/s")
+    return waits, rate_bps
+
+
 def _request(topo, **options):
     return service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.client_addrs[0], ports="all",
                                 per="host", rate=RATE, delay=DELAY, mode="shape", direction="dest", **options)
@@ -111,11 +122,7 @@ def test_fq_codel_keeps_a_ping_beside_a_bulk_download_within_its_target(lab):
     service.apply(_request(topo, aqm="fq_codel"))
     kinds = [q["kind"] for q in _qdiscs(topo)]
     assert "fq_codel" in kinds and "netem" in kinds  # the AQM is netem's child
-    base, waits, got = _download_with_pings(topo)
-    rate_bps = got * 8 / BULK_S
-    print(f"fq_codel: idle round trip {base:.2f} ms; {len(waits)} pings during the download: queueing median "
-          f"{statistics.median(waits):.2f} ms, p95 {_p(waits, 0.95):.2f}, max {max(waits):.2f}; "
-          f"download {rate_bps / 1e6:.2f} Mbit/s")
+    waits, rate_bps = _measured(topo, "fq_codel")
     assert _p(waits, 0.95) <= 15.0
     assert rate_bps >= 0.85 * 9e6  # the download still fills the link (less slow start and headers)
 
@@ -158,10 +165,6 @@ def test_the_home_sqm_cake_profile_keeps_a_ping_beside_a_bulk_download_within_it
     service.apply(service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.client_addrs[0],
                                        ports="all", per="host", profile="home-sqm-cake", direction="dest"))
     assert "cake" in [q["kind"] for q in _qdiscs(topo)]
-    base, waits, got = _download_with_pings(topo)
-    rate_bps = got * 8 / BULK_S
-    print(f"home-sqm-cake: idle round trip {base:.2f} ms; {len(waits)} pings during the download: queueing median "
-          f"{statistics.median(waits):.2f} ms, p95 {_p(waits, 0.95):.2f}, max {max(waits):.2f}; "
-          f"download {rate_bps / 1e6:.2f} Mbit/s")
+    waits, rate_bps = _measured(topo, "home-sqm-cake")
     assert _p(waits, 0.95) <= 15.0
     assert rate_bps >= 0.85 * 4.5e6
