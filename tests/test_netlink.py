@@ -422,6 +422,7 @@ def test_every_message_is_byte_for_byte_what_tc_sends(router_pair):
                     up=LinkParams(56000, loss_pct=1))
     big = Police(10**12, 10**9, 1514, 64)  # over 2**32 bytes/s: TCA_POLICE_RATE64
     extra = [NetemQdisc("r0", 0x520001, (0x54 + i) << 16, n, limit) for i, (n, limit) in enumerate(NETEMS)]
+    extra.append(NetemQdisc("r0", 0x520001, 0x5F << 16, LinkParams(delay_us=1000), 1000, 8 * 2**33))  # NETEM_RATE64
     extra.append(U32Filter("r0", 0x520000, 1, "ip", 1, 255, 77, (Key(6, 0xFF, 8), Key(0x10000, 0xFFFF0000, 8)),
                            police=big))
     extra.append(HtbClass("r0", 0x520000, 0x520777, 8 * 2**33, 8 * 2**33, 10**6, 1514, 0))  # HTB_RATE64

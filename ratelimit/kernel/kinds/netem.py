@@ -7,10 +7,10 @@ from ..nl import NLA_F_NESTED, TCA_KIND, TCA_OPTIONS, U32_MAX, attr, attr_str, a
 from ..rates import Clock, percent
 
 TCA_NETEM_CORR, TCA_NETEM_REORDER, TCA_NETEM_CORRUPT, TCA_NETEM_LOSS, TCA_NETEM_RATE = 1, 3, 4, 5, 6
-TCA_NETEM_SLOT = 12
+TCA_NETEM_RATE64, TCA_NETEM_SLOT = 8, 12  # linux/pkt_sched.h
 NETEM_SLOT = struct.Struct("=qqiiqq")  # min and max delay (ns), max packets, max bytes, distribution delay, jitter
 NETEM_LOSS_GI, NETEM_LOSS_GE = 1, 2  # in TCA_NETEM_LOSS: struct tc_netem_gimodel, tc_netem_gemodel
-TCA_NETEM_PAD, TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64, TCA_NETEM_RATE64, TCA_NETEM_PRNG_SEED = 9, 10, 11, 13, 14
+TCA_NETEM_PAD, TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64, TCA_NETEM_PRNG_SEED = 9, 10, 11, 14
 NETEM_RATE = struct.Struct("=IiIi")  # rate (bytes/s), packet_overhead, cell_size, cell_overhead
 NETEM_QOPT = struct.Struct("=IIIIII")  # latency limit loss gap duplicate jitter
 
