@@ -7,6 +7,7 @@ from ratelimit import service
 from ratelimit.errors import RatelimitError, UsageError
 from ratelimit.plan import diff
 from ratelimit.plan.compile import compile_plan
+from ratelimit.profiles import catalog
 from ratelimit.plan.shaping import NetemQdisc, netem_groups
 from ratelimit.spec.macslot import Slot, parse_slot
 from ratelimit.spec.model import LinkParams
@@ -61,3 +62,18 @@ def test_a_slot_taken_away_rebuilds_the_stage_the_kernel_would_keep_it_in():
     assert diff.in_place(before, after) is None
     changed = compile_plan(_request(delay="10ms", slot="min=4ms packets=3"))
     assert diff.in_place(before, changed)  # one slot for another: in place
+
+
+@pytest.mark.parametrize("name, down, up, cited", [
+    ("wifi-aggregation", "slot 800us 10ms packets 42 bytes 65536", "slot 800us 10ms packets 42 bytes 65536",
+     "836af83b54e3"),
+    ("lte-scheduled", "slot 1ms 1ms", "slot 1ms 10ms", "TS 36.213 Table 10.1.5-1"),
+])
+def test_the_shipped_slot_profiles_compile_to_their_cited_slots(name, down, up, cited):
+    profile = catalog.load(name)
+    assert cited in profile.source
+    req = service.make_request("eth0", hosts="198.18.1.2", ports="80", profile=name)
+    stages = [op.tc() for op in compile_plan(req).ops if isinstance(op, NetemQdisc)]
+    assert len(stages) == 2
+    assert sum(down in s for s in stages) >= 1 and sum(up in s for s in stages) >= 1
+    assert not profile.down.jitter_us and not profile.up.jitter_us  # the slots make the variation

@@ -194,8 +194,12 @@ def _profiles(argv, con) -> int:
             parts.append(f"loss {format_percent(s.loss_pct)}")
         if s.loss_model:
             parts.append(f"loss {s.loss_model.text()}")
+        if s.slot:
+            parts.append(f"slot {s.slot.text()}")
         if s.queue:
             parts.append(f"queue {s.queue.text()}")
+        if s.aqm:
+            parts.append(f"aqm {s.aqm.text()}")
         return " ".join(parts)
     head = ("profile", "link", "down", "up")
     rows = [(p.name, p.link.name, side(p.down), side(p.up), p.description) for p in loaded]
