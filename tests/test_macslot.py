@@ -7,8 +7,8 @@ from ratelimit import service
 from ratelimit.errors import RatelimitError, UsageError
 from ratelimit.plan import diff
 from ratelimit.plan.compile import compile_plan
-from ratelimit.profiles import catalog
 from ratelimit.plan.shaping import NetemQdisc, netem_groups
+from ratelimit.profiles import catalog
 from ratelimit.spec.macslot import Slot, parse_slot
 from ratelimit.spec.model import LinkParams
 from ratelimit.state import records
