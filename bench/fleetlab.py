@@ -60,8 +60,11 @@ class Fleet:
             sh("ip", "-n", self.ns("srv"), "route", "add", f"198.18.{n}.0/24", "via", f"198.19.{n}.1")
             self._veth(router, "m0", f"198.18.10{n}.2/24", self.ns("ctl"), f"m{n}", f"198.18.10{n}.1/24")
             sh("ip", "netns", "exec", router, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-            for dev in ("r0", "w0"):  # the router hands its qdiscs packets of one MTU, as a wire would
-                sh("ip", "-n", router, "link", "set", dev, "gso_max_segs", "1")
+            # packets of one MTU, as a wire carries: the server's and clients' TCP sends no
+            # bigger ones (the router would shape one, 45 KB say, as a single packet) and the
+            # router hands its qdiscs none
+            for ns, dev in ((router, "r0"), (router, "w0"), (client, "c0"), (self.ns("srv"), f"s{n}")):
+                sh("ip", "-n", ns, "link", "set", dev, "gso_max_segs", "1")
         self._keys()
         for r in ROUTERS:
             self.start_sshd(r)
