@@ -3,11 +3,13 @@ line, a scenario's cohort or cell and the API, kept by the record, and a change 
 either way."""
 
 import dataclasses
+import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from ratelimit import service
+from ratelimit import SOURCE_ROOT, service
 from ratelimit.errors import UsageError
 from ratelimit.plan import diff
 from ratelimit.plan.compile import compile_plan
@@ -111,6 +113,25 @@ def test_a_plan_that_lasts_records_its_end_which_a_recorded_request_keeps():
     over = expiry.stamped(req, 1_000_000, installed=dataclasses.replace(before, generation=1))
     assert expiry.restored(over) == before and summary(over)["restores"]
     assert ends(1_600_000, 1000.0, True, restores=True) == "ends in 10m 00s (then the plan before it comes back)"
+
+
+def test_where_systemd_runs_the_watcher_is_a_unit_that_comes_back_after_kill_9(tmp_path, monkeypatch):
+    """The watcher's systemd-run: a unit named after the namespace and interface (escaped,
+    so no two names meet), restarted on a signal (kill -9: the Vagrant lab's expire stage
+    runs it), collected when it ends, logging beside the record, with our state directory."""
+    from ratelimit.service import expiry
+    assert expiry.unit_name(None, "eth1") == "ratelimit-expire-eth1.service"
+    assert expiry.unit_name("lab-a", "r0") == r"ratelimit-expire-lab\x2da-r0.service"
+    assert expiry.unit_name("lab", "a-r0") != expiry.unit_name("lab-a", "r0")
+    monkeypatch.setenv("RATELIMIT_STATE_DIR", str(tmp_path))
+    argv = expiry.systemd_argv("lab", "r0", ["expire", "--interface", "r0", "--netns", "lab"], tmp_path / "r0.log")
+    assert argv[:4] == ["systemd-run", r"--unit=ratelimit-expire-lab-r0.service", "--collect", "--quiet"]
+    assert {"--property=Restart=on-abnormal", "--property=RestartSec=100ms", f"--setenv=RATELIMIT_STATE_DIR={tmp_path}",
+            f"--property=StandardOutput=append:{tmp_path / 'r0.log'}"} <= set(argv)
+    assert argv[argv.index("--") + 1:] == [sys.executable, "-m", "ratelimit", "expire", "--interface", "r0",
+                                           "--netns", "lab"]
+    path = next(a for a in argv if a.startswith("--setenv=PYTHONPATH=")).split("=", 2)[2].split(os.pathsep)
+    assert path[0] == str(SOURCE_ROOT)
 
 
 @pytest.mark.parametrize("value,message", [

@@ -3,8 +3,9 @@ it then (docs/faults.md, "Faults that end").
 
 * An apply of a request with ``lasting_ms`` records when it ends (``stamped``:
   ``Request.expires_ms``, Unix time in ms) and starts the interface's watcher (``start``):
-  ``ratelimit expire --interface IF``, detached, which holds ``IF.expire.lock`` while it
-  lives.
+  ``ratelimit expire --interface IF``, which holds ``IF.expire.lock`` while it lives.
+  Where systemd runs, the watcher is a transient unit (``systemd_argv``) that systemd
+  starts again when it is killed, by ``kill -9`` too; elsewhere it is a detached process.
 * The watcher (``watch``) reads the record each second.  When the recorded plan's end has
   come, it puts back the plan that was installed before it (``Request.restores``), or
   removes it as ``--clean`` does when there was none, unless the record changed meanwhile.
@@ -22,14 +23,21 @@ had before).
 import dataclasses
 import fcntl
 import json
+import os
+import shutil
+import subprocess
+import sys
 import time
 
+from .. import SOURCE_ROOT
 from ..driver.follow import spawn
 from ..errors import StateError
 from ..state import records
 
 CHECK_EVERY_S = 1.0  # the record is read again this often: a new apply may have changed the end
 START_WAIT_S = 10.0  # how long ``start`` waits for the watcher to take its lock
+RESTART_S = 0.1  # systemd starts a killed watcher again this long after
+PASSED_ENV = ("PATH", "RATELIMIT_STATE_DIR", "TC_LIB_DIR")  # what a watcher under systemd is given of ours
 
 
 def lock_path(netns, interface):
@@ -77,15 +85,52 @@ def alive(netns, interface) -> bool:
 
 
 def start(netns, interface) -> None:
-    """Start the interface's watcher unless one runs (that one reads the new end itself);
-    returns once it holds its lock, or after ``START_WAIT_S``."""
+    """Start the interface's watcher unless one runs (that one reads the new end itself):
+    a systemd unit where systemd runs (``systemd_argv``), else a detached process; returns
+    once it holds its lock, or after ``START_WAIT_S``."""
     if alive(netns, interface):
         return
     argv = ["expire", "--interface", interface, *(["--netns", netns] if netns else [])]
-    proc = spawn(argv, records.interface_path(netns, interface, "expire.log"))
+    log = records.interface_path(netns, interface, "expire.log")
+    proc = None if _under_systemd(netns, interface, argv, log) else spawn(argv, log)
     deadline = time.monotonic() + START_WAIT_S
-    while time.monotonic() < deadline and proc.poll() is None and not alive(netns, interface):
+    while time.monotonic() < deadline and (proc is None or proc.poll() is None) and not alive(netns, interface):
         time.sleep(0.02)
+
+
+def _under_systemd(netns, interface, argv, log) -> bool:
+    """Whether systemd started the watcher as its unit (no systemd, or it refused: no)."""
+    if not (os.path.isdir("/run/systemd/system") and shutil.which("systemd-run")):
+        return False
+    log.parent.mkdir(parents=True, exist_ok=True)
+    ran = subprocess.run(systemd_argv(netns, interface, argv, log), stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, timeout=START_WAIT_S)
+    if ran.returncode != 0:  # said in the watcher's log; a detached watcher does the job instead
+        with open(log, "a") as out:
+            out.write(f"ratelimit: systemd-run refused the watcher ({ran.stderr.strip() or ran.returncode}); "
+                      "a detached one instead, which does not outlive kill -9\n")
+    return ran.returncode == 0
+
+
+def unit_name(netns, interface) -> str:
+    """The watcher's systemd unit: ``ratelimit-expire-eth1.service``, with the namespace's
+    name before the interface's (``ratelimit-expire-lab-eth1``); a byte that is not a
+    letter, digit or ``_`` is written ``\\xNN``, so names never run together."""
+    esc = lambda name: "".join(c if c.isascii() and (c.isalnum() or c == "_") else  # noqa: E731
+                               "".join(f"\\x{b:02x}" for b in c.encode()) for c in name)
+    return "-".join(["ratelimit-expire", *([esc(netns)] if netns else []), esc(interface)]) + ".service"
+
+
+def systemd_argv(netns, interface, argv: list[str], log) -> list[str]:
+    """``systemd-run`` of the watcher ``python -m ratelimit ARGV`` as the unit
+    ``unit_name``: started again ``RESTART_S`` after a signal kills it (``kill -9``
+    included), gone when it ends, its output appended to ``log``."""
+    path = os.pathsep.join(p for p in (str(SOURCE_ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = [f"--setenv={k}={os.environ[k]}" for k in PASSED_ENV if k in os.environ]
+    return ["systemd-run", f"--unit={unit_name(netns, interface)}", "--collect", "--quiet",
+            "--property=Restart=on-abnormal", f"--property=RestartSec={int(RESTART_S * 1000)}ms",
+            f"--property=StandardOutput=append:{log}", f"--property=StandardError=append:{log}",
+            f"--setenv=PYTHONPATH={path}", *env, "--", sys.executable, "-m", "ratelimit", *argv]
 
 
 def watch(netns, interface, clean, apply, say=print) -> int:

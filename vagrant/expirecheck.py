@@ -1,0 +1,116 @@
+"""In a router VM of the Vagrant lab: a plan applied ``--for`` outlives ``kill -9`` of every
+ratelimit process, and still ends on time.
+
+    sudo /opt/ratelimit/bin/python /vagrant/vagrant/expirecheck.py --interface eth1 --host 198.18.1.11
+
+1. notes the interface's plan (its record's request, as ``ratelimit --list`` summarizes it);
+2. applies ``--profile modem-28k8 --for 5s`` to ``--host`` over it, with the ``ratelimit``
+   installed here;
+3. at once sends SIGKILL to every process whose command is ratelimit's (this script
+   aside): the plan's watcher, and the dashboard (``ratelimit web``);
+4. waits for systemd to start the watcher's unit again (``service.expiry.unit_name``);
+5. reads the record every 20 ms until it has no end.
+
+It prints one JSON object: the processes killed, the unit's state and ``NRestarts`` after
+the kill, the plan's end, how long after it the plan before was back (``lag_s``), and
+whether that plan's summary equals the one before.  tests/test_vagrant_lab.py (stage
+"expire") asserts on it.  Exit status: 0, or 1 with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from ratelimit.service import expiry
+from ratelimit.spec.summary import summary
+from ratelimit.state import records
+
+RATELIMIT = "/usr/local/bin/ratelimit"  # provision/router.sh links it to /opt/ratelimit's
+POLL_S = 0.02
+
+
+def ratelimit_processes() -> dict[int, list[str]]:
+    """Every process running ratelimit (``ratelimit ...`` or ``python -m ratelimit ...``),
+    by pid, but this one and its ancestors."""
+    mine, pid = set(), os.getpid()
+    while pid > 1:
+        mine.add(pid)
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rsplit(")", 1)[1].split()[1])
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in mine:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace") for a in f.read().split(b"\0") if a]
+        except OSError:
+            continue
+        if any(os.path.basename(a) == "ratelimit" for a in argv[:2]) or argv[1:3] == ["-m", "ratelimit"]:
+            out[int(entry)] = argv
+    return out
+
+
+def unit_state(unit: str) -> dict:
+    r = subprocess.run(["systemctl", "show", "-p", "ActiveState,SubState,NRestarts,MainPID", unit],
+                       capture_output=True, text=True, timeout=30)
+    return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
+
+
+def check(interface: str, host: str, seconds: int) -> dict:
+    before = records.load(None, interface)
+    if before is None:
+        raise SystemExit(f"expirecheck: {interface} has no plan of ratelimit's to come back to")
+    applied = subprocess.run([RATELIMIT, "--if", interface, "-h", host, "--profile", "modem-28k8",
+                              "--for", f"{seconds}s"], capture_output=True, text=True, timeout=120)
+    if applied.returncode != 0:
+        raise SystemExit(f"expirecheck: the apply --for {seconds}s failed: {applied.stderr.strip()[-300:]}")
+    killed = ratelimit_processes()
+    for pid in killed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    killed_at = time.time()
+    unit = expiry.unit_name(None, interface)
+    deadline = killed_at + 10
+    state = unit_state(unit)
+    while not (state.get("ActiveState") == "active" and int(state.get("NRestarts") or 0) >= 1
+               and expiry.alive(None, interface)) and time.time() < deadline:
+        time.sleep(POLL_S)
+        state = unit_state(unit)
+    watcher_back_s = time.time() - killed_at
+    end_s = records.load(None, interface).request.expires_ms / 1000
+    while time.time() < end_s + 10:
+        record = records.load(None, interface)
+        if record is not None and record.request.expires_ms is None:
+            break
+        time.sleep(POLL_S)
+    back = time.time()
+    after = records.load(None, interface)
+    return {"interface": interface, "host": host, "for_s": seconds,
+            "killed": {str(pid): " ".join(argv)[:200] for pid, argv in killed.items()},
+            "unit": unit, "unit_after_kill": state, "watcher_back_s": round(watcher_back_s, 3),
+            "killed_before_end_s": round(end_s - killed_at, 3), "lag_s": round(back - end_s, 3),
+            "ended": after is not None and after.request.expires_ms is None,
+            "same_plan": after is not None and summary(after.request) == summary(before.request)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--interface", default="eth1")
+    ap.add_argument("--host", required=True, help="the client whose link is applied --for")
+    ap.add_argument("--for", dest="seconds", type=int, default=5, help="the plan's duration, s (default 5)")
+    args = ap.parse_args(argv)
+    print(json.dumps(check(args.interface, args.host, args.seconds)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
