@@ -173,6 +173,23 @@ def test_a_missing_table_is_named_with_every_path_looked_at(monkeypatch):
     distfile.check_tables(compile_plan(_request(slot="min=2ms")).ops)  # a plain slot needs none
 
 
+def test_a_drawn_slot_shows_in_the_summary_and_the_profiles_listing(tmp_path, monkeypatch, capsys):
+    from ratelimit.cli.main import main
+    from ratelimit.spec import summary
+    text = "distribution=paretonormal delay=12ms jitter=3ms packets=4"
+    assert f"slot {text}" in summary.describe(summary.summary(_request(slot=text)))
+    (tmp_path / "bursty.toml").write_text('description = "drawn"\n[down]\nrate = "10mbit"\n'
+                                          '[down.slot]\ndistribution = "normal"\ndelay = "20ms"\njitter = "5ms"\n'
+                                          'packets = 5\n[up]\nrate = "1mbit"\nslot = "distribution=pareto delay=5ms '
+                                          'jitter=2ms"\n')
+    monkeypatch.setenv("RATELIMIT_PROFILE_PATH", str(tmp_path))
+    assert catalog.load("bursty").down.slot == Slot(0, 0, 5, 0, "normal", 20_000, 5000)
+    assert main(["profiles"]) == 0
+    out = capsys.readouterr().out
+    assert "slot distribution=normal delay=20ms jitter=5ms packets=5" in out
+    assert "slot distribution=pareto delay=5ms jitter=2ms" in out
+
+
 @pytest.fixture
 def router(tmp_path, monkeypatch):
     """A namespace ``rlsd-...`` holding a veth pair (rlsd0, up), deleted at the end; a private
