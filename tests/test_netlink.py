@@ -408,6 +408,10 @@ NETEMS = (  # (link parameters, queue limit)
     (LinkParams(delay_us=10_000, corrupt_pct=1, slot=parse_slot("min=500us")), 1000),
     (LinkParams(delay_us=5000, reorder_pct=5, loss_model=parse_loss("state p13=2% p31=40% p32=5% p23=60% p14=0.5%")),
      1000),
+    (LinkParams(slot=parse_slot("distribution=pareto delay=5ms jitter=2ms packets=8")), 1000),
+    # the table goes last, after the loss model (tc's order)
+    (LinkParams(delay_us=20_000, jitter_us=1000, corrupt_pct=1, loss_model=parse_loss("gemodel p=1% r=30%"),
+                slot=parse_slot("distribution=normal delay=0ms jitter=1500us bytes=3000")), 1000),
 )
 
 
@@ -422,11 +426,27 @@ def test_every_message_is_byte_for_byte_what_tc_sends(router_pair):
                     up=LinkParams(56000, loss_pct=1))
     big = Police(10**12, 10**9, 1514, 64)  # over 2**32 bytes/s: TCA_POLICE_RATE64
     extra = [NetemQdisc("r0", 0x520001, (0x54 + i) << 16, n, limit) for i, (n, limit) in enumerate(NETEMS)]
-    extra.append(NetemQdisc("r0", 0x520001, 0x5F << 16, LinkParams(delay_us=1000), 1000, 8 * 2**33))  # NETEM_RATE64
+    extra.append(NetemQdisc("r0", 0x520001, 0x7F << 16, LinkParams(delay_us=1000), 1000, 8 * 2**33))  # NETEM_RATE64
+    extra.append(NetemQdisc("r0", 0x520001, 0x7E << 16,  # a slot's table after the rate (tc's order)
+                            LinkParams(slot=parse_slot("distribution=paretonormal delay=1s jitter=2s")), 1000, 8_000_000))
     extra.append(U32Filter("r0", 0x520000, 1, "ip", 1, 255, 77, (Key(6, 0xFF, 8), Key(0x10000, 0xFFFF0000, 8)),
                            police=big))
     extra.append(HtbClass("r0", 0x520000, 0x520777, 8 * 2**33, 8 * 2**33, 10**6, 1514, 0))  # HTB_RATE64
     assert_same_messages_as_tc(router, [op for op in plan.ops if not isinstance(op, AddIfb)] + extra)
+
+
+@pytest.mark.netns
+@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace to read tc's messages")
+def test_a_slot_table_is_read_as_tc_reads_it(router_pair, tmp_path, monkeypatch):
+    """A table file of every shape tc takes (comments, blank lines, signs, hex, octal, numbers
+    out of the s16 range and out of strtol's, the rest of a line after a word), sent as tc sends it."""
+    router, _ = router_pair
+    monkeypatch.setenv("TC_LIB_DIR", str(tmp_path))
+    (tmp_path / "experimental.dist").write_text(
+        "# a comment\n\n 1 -2 +3\t0x1F 0X10 017 08 70000 -40000\n99999999999999999999999 -99999999999999999999999\n"
+        "  # not a comment: nothing on this line\n5 6 seven 8\n1-2+3\n0x 0xg\n-32768 32767")
+    slot = parse_slot("distribution=experimental delay=3ms jitter=1ms")
+    assert_same_messages_as_tc(router, [NetemQdisc("r0", 0x520001, 0x54 << 16, LinkParams(slot=slot), 1000)])
 
 
 ENCODER = {"HtbQdisc": "htb_qdisc", "IngressQdisc": "ingress_qdisc", "HtbClass": "htb_class",

@@ -97,8 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                        ("duplicate-correlation", "duplicate correlation"), ("corrupt", "corrupted packets"),
                        ("corrupt-correlation", "corrupt correlation"), ("reorder", "reordered packets (needs a delay)"),
                        ("reorder-correlation", "reorder correlation"),
-                       ("slot", "packets held and let out together, as a bursty MAC: "
-                                "'min=2ms max=8ms packets=32 bytes=64kb' (docs/faults.md)"),
+                       ("slot", "packets held and let out together, as a bursty MAC: 'min=2ms max=8ms packets=32 "
+                                "bytes=64kb', or 'distribution=pareto delay=5ms jitter=2ms' (docs/faults.md)"),
                        ("aqm", "each link's queue managed (shape mode): fq_codel, codel, pie or cake, with the "
                                "kernel's parameters, e.g. 'fq_codel target=5ms ecn=on'; droptail: drop only when "
                                "full, the default (docs/faults.md)")):

@@ -77,14 +77,19 @@ def netem_args(p: LinkParams, limit_pkts: int) -> str:
 
 def netem_groups(p: LinkParams, rate_bps: int = 0) -> frozenset:
     """The optional parts a netem stage of ``p`` is sent with (beside its fixed options):
-    "corr", "reorder", "corrupt", "slot", "rate".  The kernel keeps a part a change leaves out, so
-    a stage can be changed in place only to one that sends every part it had."""
+    "corr", "reorder", "corrupt", "slot", "slot_dist" (a slot drawn from a table), "rate".  The
+    kernel keeps a part a change leaves out -- a slot's table too, and draws a plain slot's gaps
+    from it -- so a stage can be changed in place only to one that sends every part it had.
+
+    >>> sorted(netem_groups(LinkParams(corrupt_pct=1.0)))
+    ['corrupt']"""
     delayed = bool(p.delay_us or p.jitter_us)
     corr = ((p.delay_corr_pct and delayed and p.jitter_us) or (p.loss_corr_pct and p.loss_pct)
             or (p.duplicate_corr_pct and p.duplicate_pct) or (p.reorder_corr_pct and p.reorder_pct)
             or (p.corrupt_corr_pct and p.corrupt_pct))
     return frozenset(name for name, on in (("corr", corr), ("reorder", p.reorder_pct), ("corrupt", p.corrupt_pct),
-                                           ("slot", p.slot), ("rate", rate_bps)) if on)
+                                           ("slot", p.slot), ("slot_dist", p.slot is not None and p.slot.dist),
+                                           ("rate", rate_bps)) if on)
 
 
 def _leaf_add(leaf) -> str:

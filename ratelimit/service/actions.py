@@ -25,6 +25,7 @@ from ..traces import tracespec
 from . import expiry
 from ..driver import follow as driver  # "follow" is apply's argument
 from ..kernel import nft
+from ..kernel.distfile import check_tables
 from ..kernel.offload import advice
 
 
@@ -47,7 +48,11 @@ def require_root() -> None:
 
 
 def check_kernel(plan) -> None:
+    """Refuse, before anything is sent, a plan this machine cannot apply: a slot's table tc
+    would not find (``distfile.check_tables``, a FieldError), a part the kernel lacks
+    (``KernelMissing``)."""
     from ..kernel.probe import missing_message, plan_lacks  # start-up time: the probe loads pyroute2
+    check_tables(plan.ops)
     lacking = plan_lacks(plan.features())
     if lacking:
         raise KernelMissing(missing_message(lacking[0]), lacking[0])

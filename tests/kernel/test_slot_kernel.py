@@ -6,6 +6,10 @@ A sender in the lab's server namespace offers the client twice what the slots ca
 three 1,042-byte frames use up).  Every slot then finds packets waiting, so each leaves
 full.  The client's kernel stamps each arrival (SO_TIMESTAMPNS); arrivals less than
 ``CLUSTER_S`` apart are one slot's.
+
+A slot drawn from a table (``distribution=normal delay=20ms jitter=5ms``) is offered the same
+load for longer (``DRAWN_COUNT``): its gaps are normal, mean 20 ms and standard deviation 5 ms
+(tc's normal table has a standard deviation of 1.0001 and a mean of -0.0008 in jitters).
 """
 
 import statistics
@@ -61,13 +65,17 @@ for seq in range(count):
 """
 
 
-def _arrivals(topo) -> list[tuple[int, float]]:
+DRAWN_COUNT = 1500  # 300 slots: the mean's standard error is 0.29 ms, 1.4% of 20 ms
+DRAWN_CLUSTER_S = 0.002  # a draw under 2 ms is the normal table's lowest entry only (-4 sd: 0 ms)
+
+
+def _arrivals(topo, count: int = COUNT) -> list[tuple[int, float]]:
     """(sequence, arrival time in s) of each datagram the client got, in arrival order."""
     rx = topo.popen("client", [sys.executable, "-c", RECEIVE, topo.addr("client"), str(PORT)],
                     stdout=subprocess.PIPE, text=True)
     try:
         assert rx.stdout.readline().strip() == "ready"
-        topo.exec("server", [sys.executable, "-c", SEND, topo.addr("client"), str(PORT), str(COUNT), "0.002"],
+        topo.exec("server", [sys.executable, "-c", SEND, topo.addr("client"), str(PORT), str(count), "0.002"],
                   timeout=300)
         out = rx.communicate(timeout=120)[0]
     finally:
@@ -75,10 +83,10 @@ def _arrivals(topo) -> list[tuple[int, float]]:
     return [(int(a), int(b) / 1e9) for a, b in (line.split() for line in out.splitlines())]
 
 
-def _clusters(arrivals) -> list[list[tuple[int, float]]]:
+def _clusters(arrivals, apart: float = CLUSTER_S) -> list[list[tuple[int, float]]]:
     out = []
     for seq, t in arrivals:
-        if out and t - out[-1][-1][1] < CLUSTER_S:
+        if out and t - out[-1][-1][1] < apart:
             out[-1].append((seq, t))
         else:
             out.append([(seq, t)])
@@ -111,3 +119,31 @@ def test_a_slot_lets_packets_out_together_a_slot_apart_and_no_more_than_its_limi
     assert statistics.median(periods) == pytest.approx(SLOT_S, rel=0.05)
     assert sorted(periods)[len(periods) // 10] >= 0.95 * SLOT_S
     assert statistics.median(inside) < 0.001
+
+
+@pytest.mark.kernel("netem", "htb", "u32")
+def test_a_slot_drawn_from_the_normal_table_opens_a_normal_draw_apart(lab):
+    """``distribution=normal delay=20ms jitter=5ms packets=5``: slot to slot is a draw of mean
+    20 ms and standard deviation 5 ms, and no slot lets out more than 5.  The table's lowest
+    entry (one in 4096) draws 20 ms - 4 x 5 ms = 0: the next slot opens at once and its packets
+    join the cluster (of at most 10), which no timing can tell apart."""
+    topo = lab(clients=1)
+    slot = "distribution=normal delay=20ms jitter=5ms packets=5"
+    req = service.make_request(topo.router_client_if, netns=topo.router, hosts=topo.client_addrs[0],
+                               ports=str(PORT), rate="500mbit", slot=slot, mode="shape", direction="dest")
+    service.apply(req)
+    assert req.only.down.slot == parse_slot(slot)
+    arrivals = _arrivals(topo, DRAWN_COUNT)
+    assert [s for s, _ in arrivals] == sorted(s for s, _ in arrivals) and len(arrivals) == DRAWN_COUNT
+    clusters = _clusters(arrivals, DRAWN_CLUSTER_S)[1:-1]  # the first and last slots may find fewer waiting
+    sizes = [len(c) for c in clusters]
+    periods = [b[0][1] - a[0][1] for a, b in zip(clusters, clusters[1:])]
+    mean, sd = statistics.fmean(periods), statistics.stdev(periods)
+    twice = [n for n in sizes if n > 5]
+    print(f"slot {slot}: {len(arrivals)} datagrams in {len(clusters) + 2} clusters; sizes {min(sizes)}-{max(sizes)}"
+          f" ({len(twice)} of two slots); slot to slot mean {mean * 1000:.2f} ms, standard deviation "
+          f"{sd * 1000:.2f} ms (min {min(periods) * 1000:.2f}, max {max(periods) * 1000:.2f})")
+    assert all(n <= 10 for n in twice) and len(twice) <= 2  # expected: 300 / 4096 of them
+    assert sum(1 for n in sizes if n == 5) / len(sizes) >= 0.95  # backlogged: each slot leaves full
+    assert mean == pytest.approx(SLOT_S, rel=0.06)  # 4 standard errors, and the dequeue's few us
+    assert sd == pytest.approx(0.005, rel=0.2)  # the sample's standard deviation: 4% standard error

@@ -3,11 +3,12 @@
 import struct
 
 from ...plan.shaping import netem_groups
+from .. import distfile
 from ..nl import NLA_F_NESTED, TCA_KIND, TCA_OPTIONS, U32_MAX, attr, attr_str, attrs, hexof
 from ..rates import Clock, percent
 
 TCA_NETEM_CORR, TCA_NETEM_REORDER, TCA_NETEM_CORRUPT, TCA_NETEM_LOSS, TCA_NETEM_RATE = 1, 3, 4, 5, 6
-TCA_NETEM_RATE64, TCA_NETEM_SLOT = 8, 12  # linux/pkt_sched.h
+TCA_NETEM_RATE64, TCA_NETEM_SLOT, TCA_NETEM_SLOT_DIST = 8, 12, 13  # linux/pkt_sched.h
 NETEM_SLOT = struct.Struct("=qqiiqq")  # min and max delay (ns), max packets, max bytes, distribution delay, jitter
 NETEM_LOSS_GI, NETEM_LOSS_GE = 1, 2  # in TCA_NETEM_LOSS: struct tc_netem_gimodel, tc_netem_gemodel
 TCA_NETEM_PAD, TCA_NETEM_LATENCY64, TCA_NETEM_JITTER64, TCA_NETEM_PRNG_SEED = 9, 10, 11, 14
@@ -24,7 +25,8 @@ def options(n, limit_pkts: int, clk: Clock, rate_bps: int = 0, cells: tuple = (0
     correlation, and delays beyond tc's 32-bit tick range (about 274 s) go in
     TCA_NETEM_LATENCY64/JITTER64.  ``rate_bps`` serializes packets at that rate, each
     counted with ``cells``: (packet overhead, cell size, cell overhead) as tc's
-    ``rate RATE OVERHEAD CELLSIZE CELLOVERHEAD``."""
+    ``rate RATE OVERHEAD CELLSIZE CELLOVERHEAD``.  A slot drawn from a table sends the table
+    last, as tc does (``distfile.table``: read from disk, the FieldError of a missing one)."""
     delayed = bool(n.delay_us or n.jitter_us)
     latency_us = n.delay_us if delayed else 0
     jitter_us = n.jitter_us if delayed else 0
@@ -47,8 +49,9 @@ def options(n, limit_pkts: int, clk: Clock, rate_bps: int = 0, cells: tuple = (0
     if "corrupt" in groups:
         extra.append(attr(TCA_NETEM_CORRUPT, struct.pack("=II", percent(corrupt), percent(corrupt_corr))))
     if "slot" in groups:
-        extra.append(attr(TCA_NETEM_SLOT, NETEM_SLOT.pack(n.slot.min_us * 1000, n.slot.max_us * 1000, n.slot.packets,
-                                                          n.slot.bytes_, 0, 0)))
+        s = n.slot
+        extra.append(attr(TCA_NETEM_SLOT, NETEM_SLOT.pack(s.min_us * 1000, s.max_us * 1000, s.packets, s.bytes_,
+                                                          s.dist_delay_us * 1000, s.dist_jitter_us * 1000)))
     if n.loss_model is not None:
         extra.append(attr(TCA_NETEM_LOSS | NLA_F_NESTED, loss_model(n.loss_model)))
     if "rate" in groups:
@@ -56,6 +59,8 @@ def options(n, limit_pkts: int, clk: Clock, rate_bps: int = 0, cells: tuple = (0
         if rate >= 1 << 32:
             extra.append(attr(TCA_NETEM_RATE64, struct.pack("=Q", rate)))
         extra.append(attr(TCA_NETEM_RATE, NETEM_RATE.pack(min(rate, U32_MAX), *cells)))
+    if "slot_dist" in groups:
+        extra.append(attr(TCA_NETEM_SLOT_DIST, distfile.table(n.slot.dist)))
     if wide:
         extra.append(attr(TCA_NETEM_LATENCY64, struct.pack("=q", latency_us * 1000)))
         extra.append(attr(TCA_NETEM_JITTER64, struct.pack("=q", jitter_us * 1000)))
