@@ -5,7 +5,7 @@ ratelimit process, and still ends on time.
 
 1. notes the interface's plan (its record's request, as ``ratelimit --list`` summarizes it);
 2. applies ``--profile modem-28k8 --for 5s`` to ``--host`` over it, with the ``ratelimit``
-   installed here;
+   installed here (``RL_RATELIMIT``, as for provision/router.sh);
 3. at once sends SIGKILL to every process whose command is ratelimit's (this script
    aside): the plan's watcher, and the dashboard (``ratelimit web``);
 4. waits for systemd to start the watcher's unit again (``service.expiry.unit_name``);
@@ -31,7 +31,7 @@ from ratelimit.service import expiry
 from ratelimit.spec.summary import summary
 from ratelimit.state import records
 
-RATELIMIT = "/usr/local/bin/ratelimit"  # provision/router.sh links it to /opt/ratelimit's
+RATELIMIT = os.environ.get("RL_RATELIMIT", "/usr/local/bin/ratelimit")  # router.sh links it to /opt/ratelimit's
 POLL_S = 0.02
 
 
@@ -63,11 +63,11 @@ def unit_state(unit: str) -> dict:
     return dict(line.split("=", 1) for line in r.stdout.splitlines() if "=" in line)
 
 
-def check(interface: str, host: str, seconds: int) -> dict:
+def check(interface: str, host: str, seconds: int, profile: str) -> dict:
     before = records.load(None, interface)
     if before is None:
         raise SystemExit(f"expirecheck: {interface} has no plan of ratelimit's to come back to")
-    applied = subprocess.run([RATELIMIT, "--if", interface, "-h", host, "--profile", "modem-28k8",
+    applied = subprocess.run([RATELIMIT, "--if", interface, "-h", host, "--per", "host", "--profile", profile,
                               "--for", f"{seconds}s"], capture_output=True, text=True, timeout=120)
     if applied.returncode != 0:
         raise SystemExit(f"expirecheck: the apply --for {seconds}s failed: {applied.stderr.strip()[-300:]}")
@@ -94,7 +94,7 @@ def check(interface: str, host: str, seconds: int) -> dict:
         time.sleep(POLL_S)
     back = time.time()
     after = records.load(None, interface)
-    return {"interface": interface, "host": host, "for_s": seconds,
+    return {"interface": interface, "host": host, "profile": profile, "for_s": seconds,
             "killed": {str(pid): " ".join(argv)[:200] for pid, argv in killed.items()},
             "unit": unit, "unit_after_kill": state, "watcher_back_s": round(watcher_back_s, 3),
             "killed_before_end_s": round(end_s - killed_at, 3), "lag_s": round(back - end_s, 3),
@@ -107,8 +107,9 @@ def main(argv=None) -> int:
     ap.add_argument("--interface", default="eth1")
     ap.add_argument("--host", required=True, help="the client whose link is applied --for")
     ap.add_argument("--for", dest="seconds", type=int, default=5, help="the plan's duration, s (default 5)")
+    ap.add_argument("--profile", default="modem-28k8", help="the plan's profile (default modem-28k8)")
     args = ap.parse_args(argv)
-    print(json.dumps(check(args.interface, args.host, args.seconds)))
+    print(json.dumps(check(args.interface, args.host, args.seconds, args.profile)))
     return 0
 
 
