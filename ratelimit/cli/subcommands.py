@@ -113,6 +113,7 @@ def _expire_parser() -> Parser:
 
 def _expire(argv, con) -> int:
     from .. import service  # the service and its kernel modules: only this subcommand loads them
+    from ..kernel import probe  # noqa: F401 - what an apply loads late (pyroute2): now, not when the end comes
     from ..service import expiry
     from ..spec.names import check_target
     args = _parse_sub(_expire_parser(), argv, con)

@@ -1,5 +1,5 @@
 """Plans that end by themselves (``--for``): when a plan ends, and the process that removes
-it then (docs/faults.md, "Faults that end").
+it then (docs/faults.md, "Faults that end"; why: docs/design.md, "Plans that end").
 
 * An apply of a request with ``lasting_ms`` records when it ends (``stamped``:
   ``Request.expires_ms``, Unix time in ms) and starts the interface's watcher (``start``):
