@@ -22,7 +22,7 @@ printed as it starts and ends (boots take minutes under software emulation):
             targets come from) and ``vagrant ssh-config``: both routers stage and commit a
             scenario, a second run changes nothing, and each client's download takes its new
             link's model time (``demo.py fetch``, within 5%)
-  expire    ``vagrant/expirecheck.py`` on router1: a plan applied --for 20 s, then kill -9 of
+  expire    ``vagrant/expirecheck.py`` on router1: a plan applied --for 45 s, then kill -9 of
             every ratelimit process; systemd starts the plan's watcher again before the end,
             and the plan is gone within 1 s of it
   destroy   ``vagrant destroy -f``; then no domain, network or volume of the lab is
@@ -53,7 +53,7 @@ from vagrantlab import (CLAIM, RUN_DIR, TOLERANCE, VAGRANT_DIR, Run, StageFailed
 
 pytestmark = pytest.mark.vagrant
 
-EXPIRE_FOR_S = 20  # the expire stage's --for
+EXPIRE_FOR_S = 45  # the expire stage's --for
 
 # the fleet stage's scenario: the lab's two clients (the Vagrantfile's client_addr), each
 # behind its own router, on 56k modems (a link layer the lab's 28.8k plan shares: staged beside it)
@@ -220,8 +220,9 @@ def test_vagrant_lab_boots_demo_and_monitoring(tmp_path, capsys):
         run.end(t, f"{did}; " + "; ".join(fetched))
 
         # ---------------------------------------------------------- expire
-        # 20 s, not 5: in this software-emulated VM ratelimit takes seconds to start, and an
-        # apply returns once its watcher holds its lock
+        # 45 s, not 5: in this software-emulated VM a ratelimit process takes seconds to start
+        # (12 s for a watcher started again beside the dashboard's restart), and an apply
+        # returns once its watcher holds its lock
         t = run.begin("expire", f"on router1: modem-28k8 --for {EXPIRE_FOR_S}s, then kill -9 of every ratelimit "
                       "process")
         _, out = run.run(["vagrant", "ssh", "router1", "-c", "sudo /opt/ratelimit/bin/python "
@@ -230,12 +231,13 @@ def test_vagrant_lab_boots_demo_and_monitoring(tmp_path, capsys):
         ex = json.loads(out.strip().splitlines()[-1])
         after_kill = ex["unit_after_kill"]
         run.end(t, f"killed {len(ex['killed'])} process(es) {ex['killed_before_end_s']:.1f} s before the end; "
-                   f"{ex['unit']} {after_kill.get('ActiveState')} again after {ex['watcher_back_s']:.2f} s "
-                   f"(NRestarts {after_kill.get('NRestarts')}); the plan gone {ex['lag_s']:.2f} s after the end")
+                   f"{ex['unit']} {after_kill.get('ActiveState')} again after {ex['restarted_s']} s "
+                   f"(NRestarts {after_kill.get('NRestarts')}), its watcher holding its lock after "
+                   f"{ex['watching_s']} s; the plan gone {ex['lag_s']:.2f} s after the end")
         if not any("expire" in argv for argv in ex["killed"].values()):
             run.fail(f"no watcher (ratelimit expire) was running to kill: {ex['killed']}")
-        if after_kill.get("ActiveState") != "active" or int(after_kill.get("NRestarts") or 0) < 1:
-            run.fail(f"systemd did not start the killed watcher again before the plan's end: {after_kill}")
+        if ex["restarted_s"] is None or ex["watching_s"] is None or ex["watching_s"] > ex["killed_before_end_s"]:
+            run.fail(f"systemd did not start the killed watcher again before the plan's end: {ex}")
         if not (ex["removed"] and 0 <= ex["lag_s"] <= 1.0):
             run.fail(f"the plan was not gone within 1 s of its end: {ex}")
 
