@@ -178,6 +178,12 @@ def kill_watcher(router: str, check: bool = True) -> None:
                    capture_output=True)
 
 
+def past_end(plan) -> None:
+    """Kill the watcher of the plan just applied, and wait until half a second past its end."""
+    kill_watcher(plan.request.netns)
+    time.sleep(max(0.0, plan.request.expires_ms / 1000 + 0.5 - time.time()))
+
+
 def lasting(router: str, text: str | None = "2s"):
     return service.apply(service.make_request("r0", netns=router, hosts="198.18.1.2", per="host", rate="2mbit",
                                               mode="shape", lasting=text))
@@ -230,9 +236,9 @@ def test_an_ended_plan_whose_watcher_was_killed_is_said_not_restored_and_removed
     from ratelimit.cli.listing import render_table
     from ratelimit.service import expiry
     router, _, tmp_path = watched
-    lasting(router, "1s")
-    kill_watcher(router)
-    time.sleep(1.5)
+    # 5 s: the watcher must still be there to kill when the apply returns (on a busy machine an
+    # apply and its watcher's start took longer than 1 s, and the watcher had already acted)
+    past_end(lasting(router, "5s"))
     assert ours(router)
     assert "its end passed" in render_table(readout.statistics("r0", router), counters=False)
     saved, _ = persist.save(tmp_path / "saved.json", say=lambda m: None)
@@ -240,9 +246,7 @@ def test_an_ended_plan_whose_watcher_was_killed_is_said_not_restored_and_removed
     said = []
     assert persist.restore(saved, say=said.append) == 0
     assert not ours(router) and "not restored: its plan ended (--for)" in said[0]
-    lasting(router, "1s")
-    kill_watcher(router)
-    time.sleep(1.5)
+    past_end(lasting(router, "5s"))
     started = time.time()
     expiry.start(router, "r0")
     while ours(router) and time.time() < started + 10:

@@ -115,7 +115,8 @@ def parse_slot(value, field: str = "--slot") -> Slot:
 
 def _drawn(table: dict, field: str, packets: int, size: int) -> Slot:
     """The slot whose gaps are drawn from a table: ``distribution``, ``delay`` and ``jitter``."""
-    for key, what in (("distribution", "the table the gaps are drawn from: " + ", ".join(DISTRIBUTIONS[:-1]) + f" or {DISTRIBUTIONS[-1]}"),
+    tables = ", ".join(DISTRIBUTIONS[:-1]) + f" or {DISTRIBUTIONS[-1]}"
+    for key, what in (("distribution", f"the table the gaps are drawn from: {tables}"),
                       ("delay", "the mean time between slots"), ("jitter", "the spread of the time between slots")):
         if key not in table:
             raise UsageError(f"{field}: a slot drawn from a distribution needs {key}, {what} "
