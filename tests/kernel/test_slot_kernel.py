@@ -65,7 +65,8 @@ for seq in range(count):
 """
 
 
-DRAWN_COUNT = 1500  # 300 slots: the mean's standard error is 0.29 ms, 1.4% of 20 ms
+DRAWN_COUNT = 3000  # 600 slots: the mean's standard error is 0.2 ms, 1% of 20 ms
+# (three runs of 300 slots in the VM: means 20.19, 20.87 and 20.92 ms)
 DRAWN_CLUSTER_S = 0.002  # a draw under 2 ms is the normal table's lowest entry only (-4 sd: 0 ms)
 
 
@@ -143,7 +144,8 @@ def test_a_slot_drawn_from_the_normal_table_opens_a_normal_draw_apart(lab):
     print(f"slot {slot}: {len(arrivals)} datagrams in {len(clusters) + 2} clusters; sizes {min(sizes)}-{max(sizes)}"
           f" ({len(twice)} of two slots); slot to slot mean {mean * 1000:.2f} ms, standard deviation "
           f"{sd * 1000:.2f} ms (min {min(periods) * 1000:.2f}, max {max(periods) * 1000:.2f})")
-    assert all(n <= 10 for n in twice) and len(twice) <= 2  # expected: 300 / 4096 of them
+    assert all(n <= 10 for n in twice) and len(twice) <= 2  # expected: 600 / 4096 of them
     assert sum(1 for n in sizes if n == 5) / len(sizes) >= 0.95  # backlogged: each slot leaves full
-    assert mean == pytest.approx(SLOT_S, rel=0.06)  # 4 standard errors, and the dequeue's few us
+    # 6%: four standard errors, and what the VM's timers add to a slot (0.3-0.4 ms to the fixed one above)
+    assert mean == pytest.approx(SLOT_S, rel=0.06)
     assert sd == pytest.approx(0.005, rel=0.2)  # the sample's standard deviation: 4% standard error
