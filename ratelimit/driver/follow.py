@@ -106,12 +106,16 @@ def start(netns: str | None, interface: str, step_ms: int | None = None, referen
                          f"log {log})")
 
 
+def python_path() -> str:
+    """The PYTHONPATH a process of ours starts with: this checkout first, so it runs this code."""
+    return os.pathsep.join(p for p in (str(SOURCE_ROOT), os.environ.get("PYTHONPATH")) if p)
+
+
 def spawn(argv: list[str], log: Path) -> subprocess.Popen:
     """``python -m ratelimit ARGV``, detached (a session of its own, no input), its output
     appended to ``log``: a driver, or a plan's expiry (``service.expiry``)."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(SOURCE_ROOT), os.environ.get("PYTHONPATH"))
-                                                       if p))
+    env = dict(os.environ, PYTHONPATH=python_path())
     with open(log, "a") as out:
         return subprocess.Popen([sys.executable, "-m", "ratelimit", *argv], stdin=subprocess.DEVNULL, stdout=out,
                                 stderr=out, env=env, start_new_session=True, close_fds=True)

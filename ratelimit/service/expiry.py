@@ -29,8 +29,7 @@ import subprocess
 import sys
 import time
 
-from .. import SOURCE_ROOT
-from ..driver.follow import spawn
+from ..driver.follow import python_path, spawn
 from ..errors import StateError
 from ..state import records
 
@@ -103,13 +102,17 @@ def _under_systemd(netns, interface, argv, log) -> bool:
     if not (os.path.isdir("/run/systemd/system") and shutil.which("systemd-run")):
         return False
     log.parent.mkdir(parents=True, exist_ok=True)
-    ran = subprocess.run(systemd_argv(netns, interface, argv, log), stdin=subprocess.DEVNULL,
-                         capture_output=True, text=True, timeout=START_WAIT_S)
-    if ran.returncode != 0:  # said in the watcher's log; a detached watcher does the job instead
+    try:
+        ran = subprocess.run(systemd_argv(netns, interface, argv, log), stdin=subprocess.DEVNULL,
+                             capture_output=True, text=True, timeout=START_WAIT_S)
+        why = None if ran.returncode == 0 else ran.stderr.strip() or f"exit {ran.returncode}"
+    except subprocess.TimeoutExpired:
+        why = f"no answer in {START_WAIT_S:.0f} s"
+    if why:  # said in the watcher's log; a detached watcher does the job instead (two: one takes the lock)
         with open(log, "a") as out:
-            out.write(f"ratelimit: systemd-run refused the watcher ({ran.stderr.strip() or ran.returncode}); "
-                      "a detached one instead, which does not outlive kill -9\n")
-    return ran.returncode == 0
+            out.write(f"ratelimit: systemd-run refused the watcher ({why}); a detached one instead, which does "
+                      "not outlive kill -9\n")
+    return why is None
 
 
 def unit_name(netns, interface) -> str:
@@ -125,12 +128,11 @@ def systemd_argv(netns, interface, argv: list[str], log) -> list[str]:
     """``systemd-run`` of the watcher ``python -m ratelimit ARGV`` as the unit
     ``unit_name``: started again ``RESTART_S`` after a signal kills it (``kill -9``
     included), gone when it ends, its output appended to ``log``."""
-    path = os.pathsep.join(p for p in (str(SOURCE_ROOT), os.environ.get("PYTHONPATH")) if p)
     env = [f"--setenv={k}={os.environ[k]}" for k in PASSED_ENV if k in os.environ]
     return ["systemd-run", f"--unit={unit_name(netns, interface)}", "--collect", "--quiet",
             "--property=Restart=on-abnormal", f"--property=RestartSec={int(RESTART_S * 1000)}ms",
             f"--property=StandardOutput=append:{log}", f"--property=StandardError=append:{log}",
-            f"--setenv=PYTHONPATH={path}", *env, "--", sys.executable, "-m", "ratelimit", *argv]
+            f"--setenv=PYTHONPATH={python_path()}", *env, "--", sys.executable, "-m", "ratelimit", *argv]
 
 
 def watch(netns, interface, clean, apply, say=print) -> int:
